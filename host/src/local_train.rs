@@ -1,0 +1,274 @@
+//! `tli train local`: train plugins in this process, one after another, for
+//! N steps each, with progress shown. A plugin that fails (an error or a
+//! caught panic) is reported and the next one still trains.
+//!
+//! This is the offline path used by the demo and by plugin authors; jobs on
+//! a long-lived host go through the orchestrator instead.
+
+use crate::registry::{LoadedPlugin, PluginRegistry, TrainerHandle};
+use crate::sample_data::{synthetic_ar_dataset, SyntheticSpec};
+use crate::services::TaskServices;
+use abi_stable::std_types::RArc;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::time::Instant;
+use tli_plugin_api::{Dataset, MemoryBreakdown, Metric, PluginError, TaskSpec};
+
+/// What to train.
+#[derive(Clone, Debug)]
+pub struct LocalTrainRequest {
+    pub plugins: Vec<String>,
+    pub steps: u64,
+    /// Steps per `step(n)` call.
+    pub slice: u64,
+    /// Plugin name → config JSON; `None` key = for every plugin.
+    pub configs: Vec<(Option<String>, String)>,
+    pub seed: u64,
+    pub device: String,
+    pub rows: usize,
+    /// Draw progress bars (otherwise a line every 10%).
+    pub interactive: bool,
+}
+
+/// The outcome of one plugin's run.
+#[derive(Debug, Serialize)]
+pub struct LocalRunReport {
+    pub plugin: String,
+    pub task_id: String,
+    pub status: &'static str,
+    pub error: Option<String>,
+    pub steps_done: u64,
+    pub seconds: f64,
+    pub steps_per_second: f64,
+    pub first_metrics: BTreeMap<String, f64>,
+    pub final_metrics: BTreeMap<String, f64>,
+    pub evaluation: BTreeMap<String, f64>,
+    pub memory_estimate: Option<MemoryBytes>,
+    pub memory_measured: Option<MemoryBytes>,
+}
+
+/// [`MemoryBreakdown`] for output (the ABI crate stays free of serde).
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct MemoryBytes {
+    pub parameters: u64,
+    pub gradients: u64,
+    pub optimizer_state: u64,
+    pub activations: u64,
+    pub total: u64,
+}
+
+impl From<MemoryBreakdown> for MemoryBytes {
+    fn from(m: MemoryBreakdown) -> Self {
+        Self {
+            parameters: m.parameters,
+            gradients: m.gradients,
+            optimizer_state: m.optimizer_state,
+            activations: m.activations,
+            total: m.total(),
+        }
+    }
+}
+
+/// Trains each requested plugin in turn on the synthetic sample dataset.
+pub fn run(registry: &PluginRegistry, request: &LocalTrainRequest) -> Vec<LocalRunReport> {
+    let dataset = RArc::new(synthetic_ar_dataset(SyntheticSpec {
+        rows: request.rows,
+        seed: request.seed,
+        ..SyntheticSpec::default()
+    }));
+    request
+        .plugins
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let task_id = format!("local-{}-{name}", i + 1);
+            let mut report = LocalRunReport {
+                plugin: name.clone(),
+                task_id: task_id.clone(),
+                status: "failed",
+                error: None,
+                steps_done: 0,
+                seconds: 0.0,
+                steps_per_second: 0.0,
+                first_metrics: BTreeMap::new(),
+                final_metrics: BTreeMap::new(),
+                evaluation: BTreeMap::new(),
+                memory_estimate: None,
+                memory_measured: None,
+            };
+            let outcome = match registry.get(name) {
+                Some(plugin) => train_one(plugin, &task_id, &dataset, request, &mut report),
+                None => Err(format!(
+                    "no plugin named {name:?} is loaded (loaded: {})",
+                    registry.names().join(", ")
+                )),
+            };
+            match outcome {
+                Ok(()) => report.status = "completed",
+                Err(message) => {
+                    tracing::error!(plugin = %name, "training failed: {message}");
+                    report.error = Some(message);
+                }
+            }
+            report
+        })
+        .collect()
+}
+
+fn config_for(request: &LocalTrainRequest, plugin: &LoadedPlugin) -> String {
+    let specific = request
+        .configs
+        .iter()
+        .rev()
+        .find(|(name, _)| name.as_deref() == Some(plugin.name()));
+    let general = request
+        .configs
+        .iter()
+        .rev()
+        .find(|(name, _)| name.is_none());
+    specific
+        .or(general)
+        .map(|(_, json)| json.clone())
+        .unwrap_or_else(|| plugin.manifest.default_config.to_string())
+}
+
+fn train_one(
+    plugin: &LoadedPlugin,
+    task_id: &str,
+    dataset: &RArc<Dataset>,
+    request: &LocalTrainRequest,
+    report: &mut LocalRunReport,
+) -> Result<(), String> {
+    let fail = |what: &str, e: PluginError| format!("{what}: {e}");
+    let config = plugin
+        .validate_config(&config_for(request, plugin))
+        .map_err(|e| fail("invalid config", e))?;
+    report.memory_estimate = Some(
+        plugin
+            .estimate_memory(&config, dataset.shape(), &request.device)
+            .map_err(|e| fail("estimate_memory", e))?
+            .into(),
+    );
+    let spec = TaskSpec {
+        task_id: task_id.into(),
+        config_json: config.into(),
+        device: request.device.as_str().into(),
+        seed: request.seed,
+        max_steps: request.steps,
+        dataset: dataset.clone(),
+    };
+    let mut trainer = plugin
+        .create_trainer(spec, TaskServices::new(plugin.name(), task_id))
+        .map_err(|e| fail("create_trainer", e))?;
+
+    let started = Instant::now();
+    let progress = Progress::new(plugin.name(), request.steps, request.interactive);
+    let result = drive(&mut trainer, request, report, &progress);
+    report.seconds = started.elapsed().as_secs_f64();
+    report.steps_per_second = report.steps_done as f64 / report.seconds.max(1e-9);
+    progress.finish(result.is_ok());
+    result?;
+    report.memory_measured = Some(trainer.memory().map_err(|e| fail("memory", e))?.into());
+    report.evaluation = to_map(&trainer.evaluate().map_err(|e| fail("evaluate", e))?.metrics);
+    Ok(())
+}
+
+fn drive(
+    trainer: &mut TrainerHandle,
+    request: &LocalTrainRequest,
+    report: &mut LocalRunReport,
+    progress: &Progress,
+) -> Result<(), String> {
+    let slice = request.slice.max(1);
+    while report.steps_done < request.steps {
+        let n = slice.min(request.steps - report.steps_done);
+        let step = trainer
+            .step(n)
+            .map_err(|e| format!("step failed after {} steps: {e}", report.steps_done))?;
+        if step.steps_done == 0 {
+            return Err(format!(
+                "the trainer made no progress when asked for {n} steps"
+            ));
+        }
+        report.steps_done += step.steps_done;
+        report.final_metrics = to_map(&step.metrics);
+        if report.first_metrics.is_empty() {
+            report.first_metrics = report.final_metrics.clone();
+        }
+        progress.update(report.steps_done, &report.final_metrics);
+    }
+    Ok(())
+}
+
+fn to_map(metrics: &[Metric]) -> BTreeMap<String, f64> {
+    metrics
+        .iter()
+        .map(|m| (m.name.to_string(), m.value))
+        .collect()
+}
+
+/// A progress bar on a terminal; otherwise a log line every 10%.
+struct Progress {
+    bar: Option<ProgressBar>,
+    plugin: String,
+    total: u64,
+    last_decile: std::cell::Cell<u64>,
+}
+
+impl Progress {
+    fn new(plugin: &str, total: u64, interactive: bool) -> Self {
+        let bar = interactive.then(|| {
+            let bar = ProgressBar::new(total);
+            let style = ProgressStyle::with_template(
+                "{prefix:>10} [{elapsed_precise}] {bar:30} {pos}/{len} steps {per_sec} eta {eta} {msg}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar());
+            bar.set_style(style);
+            bar.set_prefix(plugin.to_string());
+            bar
+        });
+        Self {
+            bar,
+            plugin: plugin.to_string(),
+            total,
+            last_decile: std::cell::Cell::new(0),
+        }
+    }
+
+    fn update(&self, done: u64, metrics: &BTreeMap<String, f64>) {
+        let loss = metrics
+            .iter()
+            .find(|(k, _)| k.contains("loss"))
+            .map(|(k, v)| format!("{k} {v:.4}"))
+            .unwrap_or_default();
+        match &self.bar {
+            Some(bar) => {
+                bar.set_position(done);
+                bar.set_message(loss);
+            }
+            None => {
+                let decile = done * 10 / self.total.max(1);
+                if decile > self.last_decile.get() {
+                    self.last_decile.set(decile);
+                    eprintln!(
+                        "{}: {done}/{} steps ({}%) {loss}",
+                        self.plugin,
+                        self.total,
+                        decile * 10
+                    );
+                }
+            }
+        }
+    }
+
+    fn finish(&self, ok: bool) {
+        if let Some(bar) = &self.bar {
+            if ok {
+                bar.finish();
+            } else {
+                bar.abandon();
+            }
+        }
+    }
+}

@@ -1,0 +1,306 @@
+//! The plugin registry: finds `libtli_plugin_*.so` files in a directory,
+//! loads each one that passes every check, and records a one-line reason for
+//! each one that does not. One bad file never stops the others or the host.
+//!
+//! Checks, in order (each failure is a refusal naming the file):
+//! 1. the file is a complete ELF shared object for this machine (checked
+//!    before `dlopen`, which would crash the host with SIGBUS on a truncated
+//!    file), and `dlopen` succeeds;
+//! 2. the `tli_plugin_api_version` symbol exists (otherwise: not a tli plugin);
+//! 3. its semver is compatible with this host (same major, minor ≤ host's);
+//! 4. abi_stable's own version and type-layout checks of the root module;
+//! 5. the manifest can be read and its name is not already taken.
+//!
+//! Libraries are never unloaded (abi_stable leaks them by design): stopping a
+//! task drops its trainer, never the library.
+
+use crate::services::TaskServices;
+use abi_stable::library::lib_header_from_path;
+use abi_stable::std_types::{RResult, RStr};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use tli_plugin_api::{
+    check_compatible, DatasetShape, EvalReport, MemoryBreakdown, PluginError, PluginModuleRef,
+    StepReport, TaskSpec, TrainerBox, PLUGIN_API_VERSION, VERSION_SYMBOL,
+};
+
+/// File-name pattern of plugin libraries.
+pub const PLUGIN_PREFIX: &str = "libtli_plugin_";
+pub const PLUGIN_SUFFIX: &str = ".so";
+
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error(
+        "plugin directory {dir} cannot be read: {source}; pass --plugin-dir or set TLI_PLUGIN_DIR"
+    )]
+    DirUnreadable {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A plugin's manifest with Rust types.
+#[derive(Clone, Debug, Serialize)]
+pub struct ManifestInfo {
+    pub name: String,
+    pub version: String,
+    pub api_version: String,
+    pub family: String,
+    pub description: String,
+    pub default_config: serde_json::Value,
+    pub config_schema: serde_json::Value,
+}
+
+/// A plugin that loaded.
+pub struct LoadedPlugin {
+    pub path: PathBuf,
+    pub manifest: ManifestInfo,
+    pub load_time: Duration,
+    module: PluginModuleRef,
+}
+
+/// A file that was refused, and why.
+#[derive(Clone, Debug, Serialize)]
+pub struct RefusedPlugin {
+    pub path: PathBuf,
+    pub reason: String,
+}
+
+pub struct PluginRegistry {
+    pub dir: PathBuf,
+    pub loaded: Vec<LoadedPlugin>,
+    pub refused: Vec<RefusedPlugin>,
+}
+
+impl PluginRegistry {
+    /// Loads every `libtli_plugin_*.so` in `dir`, in file-name order.
+    pub fn scan(dir: &Path) -> Result<Self, RegistryError> {
+        let unreadable = |source| RegistryError::DirUnreadable {
+            dir: dir.to_path_buf(),
+            source,
+        };
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map_err(unreadable)?
+            .filter_map(|entry| entry.ok().map(|e| e.path()))
+            .filter(|p| is_plugin_file_name(p))
+            .collect();
+        paths.sort();
+        let mut registry = Self {
+            dir: dir.to_path_buf(),
+            loaded: Vec::new(),
+            refused: Vec::new(),
+        };
+        for path in paths {
+            match load_plugin(&path) {
+                Ok(plugin) => {
+                    if let Some(first) = registry.get(&plugin.manifest.name) {
+                        let reason = format!(
+                            "plugin name {:?} is already provided by {}",
+                            plugin.manifest.name,
+                            first.path.display()
+                        );
+                        registry.refuse(path, reason);
+                    } else {
+                        tracing::debug!(plugin = %plugin.manifest.name, path = %path.display(), "plugin loaded");
+                        registry.loaded.push(plugin);
+                    }
+                }
+                Err(reason) => registry.refuse(path, reason),
+            }
+        }
+        Ok(registry)
+    }
+
+    fn refuse(&mut self, path: PathBuf, reason: String) {
+        tracing::warn!("refused plugin {}: {reason}", path.display());
+        self.refused.push(RefusedPlugin { path, reason });
+    }
+
+    pub fn get(&self, name: &str) -> Option<&LoadedPlugin> {
+        self.loaded.iter().find(|p| p.manifest.name == name)
+    }
+
+    pub fn names(&self) -> Vec<&str> {
+        self.loaded
+            .iter()
+            .map(|p| p.manifest.name.as_str())
+            .collect()
+    }
+}
+
+fn is_plugin_file_name(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with(PLUGIN_PREFIX) && n.ends_with(PLUGIN_SUFFIX))
+}
+
+/// Loads one library, returning the refusal reason on failure.
+fn load_plugin(path: &Path) -> Result<LoadedPlugin, String> {
+    let started = Instant::now();
+    crate::elf_check::check_shared_object(path)?;
+    let declared = read_declared_api_version(path)?;
+    check_compatible(&declared, PLUGIN_API_VERSION).map_err(|e| e.to_string())?;
+    let module = lib_header_from_path(path)
+        .and_then(|header| header.init_root_module::<PluginModuleRef>())
+        .map_err(|e| format!("abi_stable refused it: {}", first_lines(&e.to_string(), 6)))?;
+    let manifest = match (module.manifest())() {
+        RResult::ROk(m) => m,
+        RResult::RErr(e) => return Err(format!("its manifest() failed: {e}")),
+    };
+    if manifest.api_version.as_str() != declared {
+        return Err(format!(
+            "its manifest says plugin API {} but its library symbol says {declared}",
+            manifest.api_version
+        ));
+    }
+    let parse_json = |what: &str, text: &str| {
+        serde_json::from_str(text).map_err(|e| format!("its {what} is not valid JSON: {e}"))
+    };
+    let manifest = ManifestInfo {
+        default_config: parse_json("default config", &manifest.default_config)?,
+        config_schema: parse_json("config schema", &manifest.config_schema)?,
+        name: manifest.name.into_string(),
+        version: manifest.version.into_string(),
+        api_version: manifest.api_version.into_string(),
+        family: manifest.family.into_string(),
+        description: manifest.description.into_string(),
+    };
+    if manifest.name.is_empty()
+        || !manifest
+            .name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
+    {
+        return Err(format!(
+            "its name {:?} is not lower-case [a-z0-9_-]+",
+            manifest.name
+        ));
+    }
+    semver::Version::parse(&manifest.version)
+        .map_err(|e| format!("its version {:?} is not semver: {e}", manifest.version))?;
+    Ok(LoadedPlugin {
+        path: path.to_path_buf(),
+        manifest,
+        load_time: started.elapsed(),
+        module,
+    })
+}
+
+/// `dlopen`s the file and reads its `tli_plugin_api_version` marker. The
+/// library stays loaded for the life of the process (it is about to be
+/// loaded by abi_stable anyway, and nothing is ever unloaded).
+fn read_declared_api_version(path: &Path) -> Result<String, String> {
+    use libloading::os::unix::{Library, RTLD_LAZY, RTLD_LOCAL};
+    // SAFETY: loading a library runs its initialisers; that is inherent to
+    // plugins. Nothing from it is called here, only a static is read.
+    let library = unsafe { Library::open(Some(path), RTLD_LAZY | RTLD_LOCAL) }
+        .map_err(|e| format!("cannot be loaded as a shared library ({})", dl_reason(&e)))?;
+    // SAFETY: the symbol is declared by `export_plugin!` as `[u8; 32]`.
+    let marker = unsafe { library.get::<*const [u8; 32]>(VERSION_SYMBOL) };
+    let result = match marker {
+        Ok(symbol) => {
+            // SAFETY: a valid static of 32 bytes in a loaded library.
+            let bytes: [u8; 32] = unsafe { **symbol };
+            let end = bytes.iter().position(|b| *b == 0).unwrap_or(bytes.len());
+            std::str::from_utf8(&bytes[..end])
+                .map(str::to_string)
+                .map_err(|_| "its tli_plugin_api_version marker is not UTF-8".to_string())
+        }
+        Err(_) => Err(
+            "not a tli plugin: it has no tli_plugin_api_version symbol (build it with \
+             tli_plugin_api::export_plugin!)"
+                .to_string(),
+        ),
+    };
+    std::mem::forget(library);
+    result
+}
+
+fn dl_reason(error: &libloading::Error) -> String {
+    let text = error.to_string();
+    // libloading wraps dlerror()'s text; keep only what the loader said.
+    text.rsplit(": ").next().unwrap_or(&text).to_string()
+}
+
+fn first_lines(text: &str, n: usize) -> String {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .take(n)
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
+/// Calls a plugin function's result into a Rust `Result`.
+fn into_result<T>(r: RResult<T, PluginError>) -> Result<T, PluginError> {
+    r.into_result()
+}
+
+impl LoadedPlugin {
+    pub fn name(&self) -> &str {
+        &self.manifest.name
+    }
+
+    /// Validates a config and returns it normalized.
+    pub fn validate_config(&self, config_json: &str) -> Result<String, PluginError> {
+        into_result((self.module.validate_config())(RStr::from(config_json)))
+            .map(|s| s.into_string())
+    }
+
+    pub fn estimate_memory(
+        &self,
+        config_json: &str,
+        shape: DatasetShape,
+        device: &str,
+    ) -> Result<MemoryBreakdown, PluginError> {
+        into_result((self.module.estimate_memory())(
+            RStr::from(config_json),
+            shape,
+            RStr::from(device),
+        ))
+    }
+
+    pub fn create_trainer(
+        &self,
+        spec: TaskSpec,
+        services: TaskServices,
+    ) -> Result<TrainerHandle, PluginError> {
+        let trainer = into_result((self.module.create_trainer())(spec, services.into_abi()))?;
+        Ok(TrainerHandle { trainer })
+    }
+}
+
+/// A live trainer, with the ABI's `RResult`s turned into `Result`s.
+/// Dropping it drops the trainer inside the plugin (never the library).
+pub struct TrainerHandle {
+    trainer: TrainerBox,
+}
+
+impl TrainerHandle {
+    pub fn step(&mut self, n: u64) -> Result<StepReport, PluginError> {
+        into_result(self.trainer.step(n))
+    }
+    pub fn evaluate(&mut self) -> Result<EvalReport, PluginError> {
+        into_result(self.trainer.evaluate())
+    }
+    pub fn save_checkpoint(&mut self, dir: &Path) -> Result<(), PluginError> {
+        into_result(
+            self.trainer
+                .save_checkpoint(RStr::from(dir.to_string_lossy().as_ref())),
+        )
+    }
+    pub fn load_checkpoint(&mut self, dir: &Path) -> Result<(), PluginError> {
+        into_result(
+            self.trainer
+                .load_checkpoint(RStr::from(dir.to_string_lossy().as_ref())),
+        )
+    }
+    pub fn memory(&self) -> Result<MemoryBreakdown, PluginError> {
+        into_result(self.trainer.memory())
+    }
+    pub fn total_steps(&self) -> Result<u64, PluginError> {
+        into_result(self.trainer.total_steps())
+    }
+}

@@ -1,0 +1,69 @@
+//! The host side of `HostServicesApi`: plugin log lines go into the host's
+//! `tracing` log (target `plugin`, with the plugin and task attached), and a
+//! shared flag tells the plugin when to stop.
+//!
+//! Plugins have their own copy of every Rust static, so their own `tracing`
+//! or `log` calls would never reach the host's subscriber; this callback is
+//! the way in.
+
+use abi_stable::{sabi_trait::TD_Opaque, std_types::RArc, std_types::RStr};
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use tli_plugin_api::{HostServices, HostServicesApi, HostServicesApi_TO, LogLevel};
+
+/// Services for one task.
+#[derive(Clone)]
+pub struct TaskServices {
+    plugin: String,
+    task_id: String,
+    cancelled: Arc<AtomicBool>,
+}
+
+impl TaskServices {
+    pub fn new(plugin: &str, task_id: &str) -> Self {
+        Self {
+            plugin: plugin.to_string(),
+            task_id: task_id.to_string(),
+            cancelled: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// A flag that, once set, makes `is_cancelled()` true for the plugin.
+    pub fn cancel_flag(&self) -> Arc<AtomicBool> {
+        self.cancelled.clone()
+    }
+
+    pub(crate) fn into_abi(self) -> HostServices {
+        HostServicesApi_TO::from_ptr(RArc::new(self), TD_Opaque)
+    }
+}
+
+impl HostServicesApi for TaskServices {
+    fn log(&self, level: LogLevel, message: RStr<'_>) {
+        // Called from inside a plugin frame: a panic here must not unwind
+        // into the plugin's extern "C" code (that aborts the process).
+        let _ = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let (plugin, task, message) = (&self.plugin, &self.task_id, message.as_str());
+            match level {
+                LogLevel::ERROR => {
+                    tracing::error!(target: "plugin", plugin = %plugin, task = %task, "{message}")
+                }
+                LogLevel::WARN => {
+                    tracing::warn!(target: "plugin", plugin = %plugin, task = %task, "{message}")
+                }
+                LogLevel::INFO => {
+                    tracing::info!(target: "plugin", plugin = %plugin, task = %task, "{message}")
+                }
+                LogLevel::DEBUG => {
+                    tracing::debug!(target: "plugin", plugin = %plugin, task = %task, "{message}")
+                }
+                _ => tracing::trace!(target: "plugin", plugin = %plugin, task = %task, "{message}"),
+            }
+        }));
+    }
+
+    fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Relaxed)
+    }
+}

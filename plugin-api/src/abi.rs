@@ -1,0 +1,89 @@
+//! The FFI surface itself: the root module every plugin exports, the trainer
+//! trait object and the host-services trait object.
+//!
+//! Plugin authors never implement these directly: they implement the safe
+//! traits in [`crate::plugin`] and call [`export_plugin!`](crate::export_plugin),
+//! which wraps every entry point in a panic guard.
+
+// abi_stable 0.11's `sabi_trait` expands to impls inside anonymous consts.
+#![allow(non_local_definitions)]
+
+use crate::types::{
+    DatasetShape, EvalReport, LogLevel, MemoryBreakdown, PluginError, PluginManifest, StepReport,
+    TaskSpec,
+};
+use abi_stable::{
+    declare_root_module_statics,
+    library::RootModule,
+    package_version_strings, sabi_trait,
+    sabi_types::VersionStrings,
+    std_types::{RArc, RBox, RResult, RStr, RString},
+    StableAbi,
+};
+
+/// A trainer living inside a plugin. Every method is called from one host
+/// thread at a time (the task's runner thread); a trainer is never shared.
+#[sabi_trait]
+pub trait AbiTrainer: Send {
+    /// Runs up to `n` optimization steps and returns what was done with metrics.
+    fn step(&mut self, n: u64) -> RResult<StepReport, PluginError>;
+    /// Evaluates on the validation split.
+    fn evaluate(&mut self) -> RResult<EvalReport, PluginError>;
+    /// Writes everything needed to continue exactly into the existing directory `dir`.
+    fn save_checkpoint(&mut self, dir: RStr<'_>) -> RResult<(), PluginError>;
+    /// Restores the state written by `save_checkpoint` from `dir`.
+    fn load_checkpoint(&mut self, dir: RStr<'_>) -> RResult<(), PluginError>;
+    /// Measured bytes currently held by this trainer's tensors.
+    fn memory(&self) -> RResult<MemoryBreakdown, PluginError>;
+    /// Steps completed over the trainer's whole life, including those restored
+    /// from a checkpoint.
+    #[sabi(last_prefix_field)]
+    fn total_steps(&self) -> RResult<u64, PluginError>;
+}
+
+/// A trainer as the host holds it.
+pub type TrainerBox = AbiTrainer_TO<'static, RBox<()>>;
+
+/// What the host offers to plugins. Implemented by the host; plugins call it
+/// through [`crate::plugin::Host`].
+#[sabi_trait]
+pub trait HostServicesApi: Send + Sync {
+    /// A log line, routed into the host's log with the plugin and task attached.
+    fn log(&self, level: LogLevel, message: RStr<'_>);
+    /// True once the host wants this trainer to stop as soon as it can.
+    #[sabi(last_prefix_field)]
+    fn is_cancelled(&self) -> bool;
+}
+
+/// Host services as handed to a plugin.
+pub type HostServices = HostServicesApi_TO<'static, RArc<()>>;
+
+/// The root module: the one symbol a plugin library exports.
+///
+/// A prefix type: later minors of the plugin API append fields after the
+/// last prefix field, and hosts read them as `Option`s.
+#[repr(C)]
+#[derive(StableAbi)]
+#[sabi(kind(Prefix(prefix_ref = PluginModuleRef)))]
+#[sabi(missing_field(panic))]
+pub struct PluginModule {
+    pub manifest: extern "C" fn() -> RResult<PluginManifest, PluginError>,
+    /// Validates a config JSON and returns it normalized (defaults filled in).
+    pub validate_config: extern "C" fn(config_json: RStr<'_>) -> RResult<RString, PluginError>,
+    /// Bytes a trainer for this config, dataset shape and device (`cpu`, `cuda:N`) will need.
+    pub estimate_memory: extern "C" fn(
+        config_json: RStr<'_>,
+        shape: DatasetShape,
+        device: RStr<'_>,
+    ) -> RResult<MemoryBreakdown, PluginError>,
+    #[sabi(last_prefix_field)]
+    pub create_trainer:
+        extern "C" fn(spec: TaskSpec, host: HostServices) -> RResult<TrainerBox, PluginError>,
+}
+
+impl RootModule for PluginModuleRef {
+    declare_root_module_statics! {PluginModuleRef}
+    const BASE_NAME: &'static str = "tli_plugin";
+    const NAME: &'static str = "tli_plugin";
+    const VERSION_STRINGS: VersionStrings = package_version_strings!();
+}

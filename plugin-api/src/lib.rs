@@ -1,0 +1,65 @@
+//! `tli-plugin-api`: the ABI contract between the tli host and its model
+//! plugins, and nothing else.
+//!
+//! * [`abi`]: the FFI surface (root module, trainer and host-services trait
+//!   objects), checked for layout by abi_stable at load time.
+//! * [`types`]: the plain data that crosses it (datasets as arrays, configs as
+//!   JSON, reports, errors).
+//! * [`plugin`]: the safe traits plugin authors implement, and
+//!   [`export_plugin!`], which wraps every entry point in a panic guard.
+//! * [`version`]: the plugin-API semver and the host's compatibility rule.
+//!
+//! See `docs/plugin-api.md` for the contract and the rules for evolving it.
+
+pub mod abi;
+mod guard;
+pub mod plugin;
+pub mod types;
+pub mod version;
+
+pub use abi::{
+    AbiTrainer, AbiTrainer_TO, HostServices, HostServicesApi, HostServicesApi_TO, PluginModule,
+    PluginModuleRef, TrainerBox,
+};
+pub use abi_stable;
+pub use guard::guarded;
+pub use plugin::{Host, Manifest, Plugin, Trainer};
+pub use types::*;
+pub use version::{check_compatible, PLUGIN_API_VERSION, VERSION_SYMBOL};
+
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::plugin::root_module;
+    pub use crate::version::version_marker;
+}
+
+/// Exports a [`Plugin`] implementation as a tli plugin library.
+///
+/// ```ignore
+/// struct MyPlugin;
+/// impl tli_plugin_api::Plugin for MyPlugin { /* … */ }
+/// tli_plugin_api::export_plugin!(MyPlugin);
+/// ```
+///
+/// This emits two symbols: `tli_plugin_api_version` (a NUL-terminated string
+/// the host reads before touching anything else) and abi_stable's root module
+/// whose every function is panic-guarded. The crate must depend on
+/// `abi_stable` directly (its attribute macro names `::abi_stable`).
+#[macro_export]
+macro_rules! export_plugin {
+    ($plugin:ty) => {
+        $crate::export_plugin!(@api_version $crate::PLUGIN_API_VERSION, $plugin);
+    };
+    // Declares another API version than the one compiled against. Exists only
+    // so tests can build a plugin that claims an incompatible version.
+    (@api_version $version:expr, $plugin:ty) => {
+        #[no_mangle]
+        #[allow(non_upper_case_globals)]
+        pub static tli_plugin_api_version: [u8; 32] = $crate::__private::version_marker($version);
+
+        #[::abi_stable::export_root_module]
+        pub fn tli_plugin_root_module() -> $crate::PluginModuleRef {
+            $crate::__private::root_module::<$plugin>($version)
+        }
+    };
+}

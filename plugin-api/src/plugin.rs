@@ -1,0 +1,247 @@
+//! The safe side of the contract: the traits a plugin author implements, the
+//! [`export_plugin!`](crate::export_plugin) macro, and the adapters that turn
+//! them into the FFI types of [`crate::abi`] with every call guarded against
+//! panics.
+
+use crate::abi::{AbiTrainer, AbiTrainer_TO, HostServices, PluginModule, PluginModuleRef};
+use crate::guard::{guarded, install_panic_hook};
+use crate::types::{
+    DatasetShape, ErrorCode, EvalReport, LogLevel, MemoryBreakdown, PluginError, PluginManifest,
+    StepReport, TaskSpec,
+};
+use abi_stable::{
+    prefix_type::PrefixTypeTrait,
+    sabi_trait::TD_Opaque,
+    std_types::{RResult, RStr, RString},
+};
+use std::mem::ManuallyDrop;
+use std::path::Path;
+use std::sync::OnceLock;
+
+/// What a plugin says about itself (the plugin-API version is added for you).
+#[derive(Clone, Debug)]
+pub struct Manifest {
+    pub name: String,
+    pub version: String,
+    pub family: String,
+    pub description: String,
+    /// JSON object.
+    pub default_config: String,
+    /// JSON Schema of the config.
+    pub config_schema: String,
+}
+
+/// A model family. Implement this on a unit struct and pass it to
+/// [`export_plugin!`](crate::export_plugin). Functions, not methods: a plugin
+/// holds no global state of its own; trainers hold the state.
+pub trait Plugin: 'static {
+    type Trainer: Trainer;
+
+    fn manifest() -> Manifest;
+    /// Parses and checks a config; returns it normalized with defaults filled in.
+    fn validate_config(config_json: &str) -> Result<String, PluginError>;
+    /// Bytes a trainer will need for this config, dataset shape and device.
+    fn estimate_memory(
+        config_json: &str,
+        shape: DatasetShape,
+        device: &str,
+    ) -> Result<MemoryBreakdown, PluginError>;
+    fn create_trainer(spec: TaskSpec, host: Host) -> Result<Self::Trainer, PluginError>;
+}
+
+/// One training run. Called from a single host thread at a time.
+pub trait Trainer: Send + 'static {
+    fn step(&mut self, n: u64) -> Result<StepReport, PluginError>;
+    fn evaluate(&mut self) -> Result<EvalReport, PluginError>;
+    fn save_checkpoint(&mut self, dir: &Path) -> Result<(), PluginError>;
+    fn load_checkpoint(&mut self, dir: &Path) -> Result<(), PluginError>;
+    fn memory(&self) -> Result<MemoryBreakdown, PluginError>;
+    fn total_steps(&self) -> u64;
+}
+
+/// The host's services as a plugin sees them.
+pub struct Host {
+    services: HostServices,
+}
+
+impl Host {
+    pub fn new(services: HostServices) -> Self {
+        Self { services }
+    }
+    pub fn log(&self, level: LogLevel, message: &str) {
+        self.services.log(level, RStr::from(message));
+    }
+    pub fn error(&self, message: &str) {
+        self.log(LogLevel::ERROR, message)
+    }
+    pub fn warn(&self, message: &str) {
+        self.log(LogLevel::WARN, message)
+    }
+    pub fn info(&self, message: &str) {
+        self.log(LogLevel::INFO, message)
+    }
+    pub fn debug(&self, message: &str) {
+        self.log(LogLevel::DEBUG, message)
+    }
+    /// True once the host wants the current `step` call to return early.
+    pub fn is_cancelled(&self) -> bool {
+        self.services.is_cancelled()
+    }
+}
+
+/// The plugin-API version this plugin declared (set once by `root_module`).
+static DECLARED_API_VERSION: OnceLock<&'static str> = OnceLock::new();
+
+/// Builds the root module for `P`. Called by [`export_plugin!`](crate::export_plugin).
+#[doc(hidden)]
+pub fn root_module<P: Plugin>(api_version: &'static str) -> PluginModuleRef {
+    install_panic_hook();
+    let _ = DECLARED_API_VERSION.set(api_version);
+    PluginModule {
+        manifest: manifest_shim::<P>,
+        validate_config: validate_config_shim::<P>,
+        estimate_memory: estimate_memory_shim::<P>,
+        create_trainer: create_trainer_shim::<P>,
+    }
+    .leak_into_prefix()
+}
+
+extern "C" fn manifest_shim<P: Plugin>() -> RResult<PluginManifest, PluginError> {
+    guarded("manifest", || {
+        let m = P::manifest();
+        let api_version = DECLARED_API_VERSION
+            .get()
+            .copied()
+            .unwrap_or(crate::PLUGIN_API_VERSION);
+        Ok(PluginManifest {
+            name: m.name.into(),
+            version: m.version.into(),
+            api_version: api_version.into(),
+            family: m.family.into(),
+            description: m.description.into(),
+            default_config: m.default_config.into(),
+            config_schema: m.config_schema.into(),
+        })
+    })
+}
+
+extern "C" fn validate_config_shim<P: Plugin>(
+    config_json: RStr<'_>,
+) -> RResult<RString, PluginError> {
+    guarded("validate_config", || {
+        P::validate_config(config_json.as_str()).map(RString::from)
+    })
+}
+
+extern "C" fn estimate_memory_shim<P: Plugin>(
+    config_json: RStr<'_>,
+    shape: DatasetShape,
+    device: RStr<'_>,
+) -> RResult<MemoryBreakdown, PluginError> {
+    guarded("estimate_memory", || {
+        P::estimate_memory(config_json.as_str(), shape, device.as_str())
+    })
+}
+
+extern "C" fn create_trainer_shim<P: Plugin>(
+    spec: TaskSpec,
+    host: HostServices,
+) -> RResult<crate::abi::TrainerBox, PluginError> {
+    guarded("create_trainer", || {
+        spec.dataset.check_consistent()?;
+        let trainer = P::create_trainer(spec, Host::new(host))?;
+        let guarded = GuardedTrainer {
+            inner: ManuallyDrop::new(trainer),
+            poisoned: OnceLock::new(),
+        };
+        Ok(AbiTrainer_TO::from_value(guarded, TD_Opaque))
+    })
+}
+
+/// Wraps a [`Trainer`] so that a panic in any method becomes a
+/// [`PluginError`] with code `PANIC`, after which the trainer is poisoned
+/// (every later call fails with `POISONED`): its state may be half-updated.
+struct GuardedTrainer<T: Trainer> {
+    inner: ManuallyDrop<T>,
+    poisoned: OnceLock<String>,
+}
+
+impl<T: Trainer> GuardedTrainer<T> {
+    fn check_poisoned(&self) -> Result<(), PluginError> {
+        match self.poisoned.get() {
+            Some(why) => Err(PluginError::new(
+                ErrorCode::POISONED,
+                format!("trainer unusable after an earlier panic ({why}); create a new one"),
+            )),
+            None => Ok(()),
+        }
+    }
+    fn call_mut<R>(
+        &mut self,
+        what: &str,
+        f: impl FnOnce(&mut T) -> Result<R, PluginError>,
+    ) -> RResult<R, PluginError> {
+        if let Err(e) = self.check_poisoned() {
+            return RResult::RErr(e);
+        }
+        let inner = &mut *self.inner;
+        let result = guarded(what, || f(inner));
+        self.poison_on_panic(result)
+    }
+    fn call_ref<R>(
+        &self,
+        what: &str,
+        f: impl FnOnce(&T) -> Result<R, PluginError>,
+    ) -> RResult<R, PluginError> {
+        if let Err(e) = self.check_poisoned() {
+            return RResult::RErr(e);
+        }
+        let result = guarded(what, || f(&self.inner));
+        self.poison_on_panic(result)
+    }
+    fn poison_on_panic<R>(&self, result: RResult<R, PluginError>) -> RResult<R, PluginError> {
+        if let RResult::RErr(e) = &result {
+            if e.code == ErrorCode::PANIC {
+                let _ = self.poisoned.set(e.message.to_string());
+            }
+        }
+        result
+    }
+}
+
+impl<T: Trainer> AbiTrainer for GuardedTrainer<T> {
+    fn step(&mut self, n: u64) -> RResult<StepReport, PluginError> {
+        self.call_mut("step", |t| t.step(n))
+    }
+    fn evaluate(&mut self) -> RResult<EvalReport, PluginError> {
+        self.call_mut("evaluate", |t| t.evaluate())
+    }
+    fn save_checkpoint(&mut self, dir: RStr<'_>) -> RResult<(), PluginError> {
+        self.call_mut("save_checkpoint", |t| {
+            t.save_checkpoint(Path::new(dir.as_str()))
+        })
+    }
+    fn load_checkpoint(&mut self, dir: RStr<'_>) -> RResult<(), PluginError> {
+        self.call_mut("load_checkpoint", |t| {
+            t.load_checkpoint(Path::new(dir.as_str()))
+        })
+    }
+    fn memory(&self) -> RResult<MemoryBreakdown, PluginError> {
+        self.call_ref("memory", |t| t.memory())
+    }
+    fn total_steps(&self) -> RResult<u64, PluginError> {
+        self.call_ref("total_steps", |t| Ok(t.total_steps()))
+    }
+}
+
+impl<T: Trainer> Drop for GuardedTrainer<T> {
+    fn drop(&mut self) {
+        // SAFETY: `inner` is never used again after this point.
+        let inner = unsafe { ManuallyDrop::take(&mut self.inner) };
+        // A panic while dropping must not unwind through the FFI drop shim.
+        let _ = guarded("drop", move || {
+            drop(inner);
+            Ok(())
+        });
+    }
+}

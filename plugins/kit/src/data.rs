@@ -1,0 +1,68 @@
+//! Dataset rows (as handed over the ABI) → tensors.
+
+use crate::errors::TchResultExt;
+use std::ops::Range;
+use tch::{Device, Tensor};
+use tli_plugin_api::{Dataset, PluginError};
+
+/// Which chronological split.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Split {
+    Train,
+    Validation,
+    Test,
+}
+
+/// Row range of a split.
+pub fn split_rows(dataset: &Dataset, split: Split) -> Range<usize> {
+    let s = dataset.splits;
+    match split {
+        Split::Train => 0..s.train_end as usize,
+        Split::Validation => s.valid_start as usize..s.valid_end as usize,
+        Split::Test => s.test_start as usize..dataset.rows(),
+    }
+}
+
+/// Feature rows `rows` as a `[n, features]` float tensor on `device`.
+pub fn features(
+    dataset: &Dataset,
+    rows: Range<usize>,
+    device: Device,
+) -> Result<Tensor, PluginError> {
+    let width = dataset.feature_names.len();
+    matrix(
+        &dataset.features[rows.start * width..rows.end * width],
+        width,
+        device,
+    )
+}
+
+/// Target column `column` of rows `rows` as a `[n, 1]` float tensor on `device`.
+pub fn target_column(
+    dataset: &Dataset,
+    rows: Range<usize>,
+    column: usize,
+    device: Device,
+) -> Result<Tensor, PluginError> {
+    let width = dataset.target_names.len();
+    if column >= width {
+        return Err(PluginError::invalid_config(format!(
+            "target column {column} requested but the dataset has {width} target(s): {:?}",
+            dataset
+                .target_names
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+        )));
+    }
+    let values: Vec<f32> = rows.map(|r| dataset.targets[r * width + column]).collect();
+    matrix(&values, 1, device)
+}
+
+fn matrix(values: &[f32], width: usize, device: Device) -> Result<Tensor, PluginError> {
+    let rows = if width == 0 { 0 } else { values.len() / width };
+    Tensor::f_from_slice(values)
+        .and_then(|t| t.f_reshape([rows as i64, width as i64]))
+        .and_then(|t| t.f_to_device(device))
+        .plugin_err("copying dataset rows to the device")
+}

@@ -1,0 +1,27 @@
+//! `tli-plugin-kit`: what tli model plugins share, so each plugin holds only
+//! its model and training loop.
+//!
+//! * [`errors`]: `tch` errors → [`PluginError`](tli_plugin_api::PluginError), out-of-memory recognised.
+//! * [`device`]: `cpu` / `cuda:N` strings → `tch::Device`, with availability checks.
+//! * [`rng`]: a small deterministic RNG whose state fits in a checkpoint
+//!   (libtorch's global generator is shared by every plugin in the process).
+//! * [`mlp`]: a multi-layer perceptron with seeded initialisation.
+//! * [`adam`]: Adam/AdamW with explicit state tensors, so a resumed run is
+//!   bit-identical to an uninterrupted one.
+//! * [`checkpoint`]: named tensors (safetensors) + a JSON state file.
+//! * [`data`]: dataset rows → tensors.
+
+pub mod adam;
+pub mod checkpoint;
+pub mod data;
+pub mod device;
+pub mod errors;
+pub mod mlp;
+pub mod rng;
+
+pub use errors::TchResultExt;
+
+/// Bytes held by a tensor's data (`numel × element size`).
+pub fn tensor_bytes(t: &tch::Tensor) -> u64 {
+    (t.numel() * t.kind().elt_size_in_bytes()) as u64
+}

@@ -1,0 +1,355 @@
+//! The tli template plugin: an MLP that forecasts a forward-return target from
+//! the features the host hands it, trained with AdamW on mean squared error.
+//!
+//! It is small on purpose and complete on purpose: config validation with a
+//! JSON Schema, a memory estimate that matches what it allocates, seeded and
+//! exactly resumable training, evaluation against a zero forecast, host
+//! logging and cancellation. Copy this crate to start a new plugin
+//! (docs/writing-a-plugin.md).
+
+mod config;
+
+use config::{LrSchedule, TemplateConfig};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use tch::{Device, Kind, Tensor};
+use tli_plugin_api::{
+    abi_stable::std_types::RArc, export_plugin, Dataset, DatasetShape, EvalReport, Host, Manifest,
+    MemoryBreakdown, Metric, Plugin, PluginError, StepReport, TaskSpec, Trainer,
+};
+use tli_plugin_kit::{
+    adam::{Adam, AdamConfig},
+    checkpoint,
+    data::{self, Split},
+    device::parse_device,
+    mlp::Mlp,
+    rng::Rng,
+    tensor_bytes, TchResultExt,
+};
+
+pub struct TemplatePlugin;
+
+export_plugin!(TemplatePlugin);
+
+const F32: u64 = 4;
+
+impl Plugin for TemplatePlugin {
+    type Trainer = TemplateTrainer;
+
+    fn manifest() -> Manifest {
+        Manifest {
+            name: "template".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            family: "mlp".into(),
+            description: "MLP forecaster of forward returns (the plugin to copy)".into(),
+            default_config: serde_json::to_string(&TemplateConfig::default())
+                .unwrap_or_else(|_| "{}".into()),
+            config_schema: TemplateConfig::schema().to_string(),
+        }
+    }
+
+    fn validate_config(config_json: &str) -> Result<String, PluginError> {
+        let config = TemplateConfig::parse(config_json)?;
+        serde_json::to_string(&config).map_err(|e| PluginError::other(e.to_string()))
+    }
+
+    fn estimate_memory(
+        config_json: &str,
+        shape: DatasetShape,
+        device: &str,
+    ) -> Result<MemoryBreakdown, PluginError> {
+        let config = TemplateConfig::parse(config_json)?;
+        parse_device(device)?;
+        let params = Mlp::parameter_count_for(&config.layer_sizes(shape.features as usize)) * F32;
+        Ok(MemoryBreakdown {
+            parameters: params,
+            gradients: params,
+            optimizer_state: 2 * params,
+            activations: data_bytes(shape) + batch_activation_bytes(&config, shape.features),
+        })
+    }
+
+    fn create_trainer(spec: TaskSpec, host: Host) -> Result<TemplateTrainer, PluginError> {
+        TemplateTrainer::new(spec, host)
+    }
+}
+
+/// Bytes of the dataset copies the trainer keeps on the device: all feature
+/// rows and one target column.
+fn data_bytes(shape: DatasetShape) -> u64 {
+    shape.rows * (shape.features + 1) * F32
+}
+
+/// Peak bytes of one batch's forward and backward pass (inputs, every layer's
+/// output, and a gradient of the same size for each).
+fn batch_activation_bytes(config: &TemplateConfig, features: u64) -> u64 {
+    let widths: u64 = config
+        .layer_sizes(features as usize)
+        .iter()
+        .map(|w| *w as u64)
+        .sum();
+    2 * config.batch_size as u64 * widths * F32
+}
+
+/// What `state.json` holds besides the tensors.
+#[derive(Serialize, Deserialize)]
+struct SavedState {
+    config: TemplateConfig,
+    steps: u64,
+    optimizer_steps: u64,
+    rng: Rng,
+}
+
+pub struct TemplateTrainer {
+    config: TemplateConfig,
+    host: Host,
+    device: Device,
+    max_steps: u64,
+    steps: u64,
+    rng: Rng,
+    model: Mlp,
+    optimizer: Adam,
+    /// All feature rows and the chosen target column, on the device.
+    features: Tensor,
+    targets: Tensor,
+    train_rows: u64,
+    shape: DatasetShape,
+    valid_rows: std::ops::Range<usize>,
+}
+
+impl TemplateTrainer {
+    fn new(spec: TaskSpec, host: Host) -> Result<Self, PluginError> {
+        let config = TemplateConfig::parse(&spec.config_json)?;
+        let device = parse_device(&spec.device)?;
+        let dataset: &RArc<Dataset> = &spec.dataset;
+        let shape = dataset.shape();
+        if shape.features == 0 {
+            return Err(PluginError::invalid_data(
+                "the dataset has no feature columns",
+            ));
+        }
+        let train = data::split_rows(dataset, Split::Train);
+        if train.len() < 2 {
+            return Err(PluginError::invalid_data(format!(
+                "the training split has {} row(s); at least 2 are needed",
+                train.len()
+            )));
+        }
+        let all = 0..dataset.rows();
+        let features = data::features(dataset, all.clone(), device)?;
+        let targets = data::target_column(dataset, all, config.target_index, device)?;
+
+        let rng = Rng::new(spec.seed);
+        let model = Mlp::new(
+            &config.layer_sizes(shape.features as usize),
+            &mut rng.fork(1),
+            device,
+        )?;
+        let optimizer = Adam::new(
+            AdamConfig {
+                learning_rate: config.learning_rate,
+                weight_decay: config.weight_decay,
+                ..AdamConfig::default()
+            },
+            &model.parameters(),
+        )?;
+        host.info(&format!(
+            "task {}: MLP {:?} with {} parameters on {} ({} training rows of {}, target {:?})",
+            spec.task_id,
+            config.layer_sizes(shape.features as usize),
+            model.parameter_count(),
+            spec.device,
+            train.len(),
+            dataset.symbol,
+            dataset
+                .target_names
+                .get(config.target_index)
+                .map(|s| s.as_str())
+                .unwrap_or("?"),
+        ));
+        Ok(Self {
+            train_rows: train.len() as u64,
+            shape,
+            valid_rows: data::split_rows(dataset, Split::Validation),
+            config,
+            host,
+            device,
+            max_steps: spec.max_steps.max(1),
+            steps: 0,
+            rng,
+            model,
+            optimizer,
+            features,
+            targets,
+        })
+    }
+
+    fn learning_rate(&self) -> f64 {
+        let base = self.config.learning_rate;
+        match self.config.lr_schedule {
+            LrSchedule::Constant => base,
+            LrSchedule::Cosine => {
+                let progress = (self.steps as f64 / self.max_steps as f64).min(1.0);
+                let floor = 0.1 * base;
+                floor + (base - floor) * 0.5 * (1.0 + (std::f64::consts::PI * progress).cos())
+            }
+        }
+    }
+
+    fn train_one_batch(&mut self) -> Result<f64, PluginError> {
+        let batch: Vec<i64> = (0..self.config.batch_size)
+            .map(|_| self.rng.below(self.train_rows) as i64)
+            .collect();
+        let index = Tensor::f_from_slice(&batch)
+            .and_then(|t| t.f_to_device(self.device))
+            .plugin_err("building a batch index")?;
+        let x = self
+            .features
+            .f_index_select(0, &index)
+            .plugin_err("gathering a batch")?;
+        let y = self
+            .targets
+            .f_index_select(0, &index)
+            .plugin_err("gathering a batch")?;
+        let prediction = self.model.forward(&x)?;
+        let loss = prediction
+            .f_mse_loss(&y, tch::Reduction::Mean)
+            .plugin_err("computing the loss")?;
+        loss.f_backward().plugin_err("backward pass")?;
+        let lr = self.learning_rate();
+        self.optimizer.apply(&self.model.parameters(), lr)?;
+        loss.f_double_value(&[]).plugin_err("reading the loss")
+    }
+
+    fn named_tensors(&self) -> Vec<(String, &Tensor)> {
+        let mut all = self.model.named_parameters();
+        all.extend(self.optimizer.named_state());
+        all
+    }
+}
+
+impl Trainer for TemplateTrainer {
+    fn step(&mut self, n: u64) -> Result<StepReport, PluginError> {
+        let mut loss_sum = 0.0;
+        let mut done = 0;
+        while done < n {
+            if self.host.is_cancelled() {
+                break;
+            }
+            loss_sum += self.train_one_batch()?;
+            self.steps += 1;
+            done += 1;
+        }
+        let mut metrics = vec![Metric::new("learning_rate", self.learning_rate())];
+        if done > 0 {
+            metrics.push(Metric::new("train_loss", loss_sum / done as f64));
+        }
+        Ok(StepReport {
+            steps_done: done,
+            metrics: metrics.into(),
+        })
+    }
+
+    fn evaluate(&mut self) -> Result<EvalReport, PluginError> {
+        let rows = self.valid_rows.clone();
+        if rows.is_empty() {
+            return Err(PluginError::invalid_data("the validation split is empty"));
+        }
+        let (start, len) = (rows.start as i64, rows.len() as i64);
+        let stats = tch::no_grad(|| -> Result<[f64; 4], tch::TchError> {
+            let x = self.features.f_narrow(0, start, len)?;
+            let y = self.targets.f_narrow(0, start, len)?;
+            let p = self
+                .model
+                .forward(&x)
+                .map_err(|e| tch::TchError::Torch(e.to_string()))?;
+            let mse = p
+                .f_mse_loss(&y, tch::Reduction::Mean)?
+                .f_double_value(&[])?;
+            let zero_mse = y.f_square()?.f_mean(Kind::Float)?.f_double_value(&[])?;
+            let hits = p
+                .f_sign()?
+                .f_eq_tensor(&y.f_sign()?)?
+                .f_to_kind(Kind::Float)?;
+            let hit_rate = hits.f_mean(Kind::Float)?.f_double_value(&[])?;
+            let corr = Tensor::f_cat(&[p.f_view([1, -1])?, y.f_view([1, -1])?], 0)?
+                .f_corrcoef()?
+                .f_double_value(&[0, 1])?;
+            Ok([mse, zero_mse, hit_rate, corr])
+        })
+        .plugin_err("evaluating on the validation split")?;
+        let [mse, zero_mse, hit_rate, corr] = stats;
+        self.host.debug(&format!(
+            "validation mse {mse:.6e} vs zero forecast {zero_mse:.6e}"
+        ));
+        Ok(EvalReport {
+            metrics: vec![
+                Metric::new("valid_mse", mse),
+                Metric::new("valid_mse_zero_forecast", zero_mse),
+                Metric::new("valid_skill", 1.0 - mse / zero_mse.max(f64::MIN_POSITIVE)),
+                Metric::new("valid_hit_rate", hit_rate),
+                Metric::new(
+                    "valid_correlation",
+                    if corr.is_finite() { corr } else { 0.0 },
+                ),
+            ]
+            .into(),
+        })
+    }
+
+    fn save_checkpoint(&mut self, dir: &Path) -> Result<(), PluginError> {
+        let state = SavedState {
+            config: self.config.clone(),
+            steps: self.steps,
+            optimizer_steps: self.optimizer.step,
+            rng: self.rng.clone(),
+        };
+        checkpoint::save(dir, &self.named_tensors(), &state)
+    }
+
+    fn load_checkpoint(&mut self, dir: &Path) -> Result<(), PluginError> {
+        let (tensors, state): (_, SavedState) = checkpoint::load(dir, self.device)?;
+        if state.config.layer_sizes(0) != self.config.layer_sizes(0) {
+            return Err(PluginError::io(format!(
+                "checkpoint in {} was written for hidden sizes {:?}, this trainer has {:?}",
+                dir.display(),
+                state.config.hidden_sizes,
+                self.config.hidden_sizes
+            )));
+        }
+        self.model.load_named(&tensors)?;
+        self.optimizer.load_named(&tensors, state.optimizer_steps)?;
+        self.steps = state.steps;
+        self.rng = state.rng;
+        Ok(())
+    }
+
+    fn memory(&self) -> Result<MemoryBreakdown, PluginError> {
+        let params: u64 = self
+            .model
+            .parameters()
+            .iter()
+            .map(|t| tensor_bytes(t))
+            .sum();
+        let grads: u64 = self
+            .model
+            .parameters()
+            .iter()
+            .map(|t| t.grad())
+            .filter(|g| g.defined())
+            .map(|g| tensor_bytes(&g))
+            .sum();
+        Ok(MemoryBreakdown {
+            parameters: params,
+            gradients: grads,
+            optimizer_state: self.optimizer.state_bytes(),
+            activations: tensor_bytes(&self.features)
+                + tensor_bytes(&self.targets)
+                + batch_activation_bytes(&self.config, self.shape.features),
+        })
+    }
+
+    fn total_steps(&self) -> u64 {
+        self.steps
+    }
+}
