@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, ContentArrangement, Table};
 use serde::Serialize;
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::Path;
 
 /// Runs the parsed command; the exit code is non-zero on any failure.
 pub fn run(cli: Cli) -> Result<()> {
@@ -28,7 +28,7 @@ pub fn run(cli: Cli) -> Result<()> {
     }
 }
 
-fn scan(plugin_dir: &PathBuf) -> Result<PluginRegistry> {
+fn scan(plugin_dir: &Path) -> Result<PluginRegistry> {
     Ok(PluginRegistry::scan(plugin_dir)?)
 }
 
@@ -91,7 +91,7 @@ fn listing(registry: &PluginRegistry) -> PluginListing<'_> {
     }
 }
 
-fn plugins_list(plugin_dir: &PathBuf, output: OutputFormat) -> Result<()> {
+fn plugins_list(plugin_dir: &Path, output: OutputFormat) -> Result<()> {
     let registry = scan(plugin_dir)?;
     let listing = listing(&registry);
     if output == OutputFormat::Json {
@@ -133,7 +133,7 @@ struct DoctorReport<'a> {
     plugins: PluginListing<'a>,
 }
 
-fn doctor(plugin_dir: &PathBuf, output: OutputFormat) -> Result<()> {
+fn doctor(plugin_dir: &Path, output: OutputFormat) -> Result<()> {
     let libtorch = libtorch_info::probe();
     let registry = scan(plugin_dir)?;
     let report = DoctorReport {
@@ -211,7 +211,7 @@ fn parse_config_arg(arg: &str) -> Result<(Option<String>, String)> {
     Ok((plugin, json))
 }
 
-fn train_local(plugin_dir: &PathBuf, args: &LocalArgs, output: OutputFormat) -> Result<()> {
+fn train_local(plugin_dir: &Path, args: &LocalArgs, output: OutputFormat) -> Result<()> {
     let configs = args
         .config
         .iter()

@@ -12,6 +12,7 @@
 
 use abi_stable::std_types::{RString, RVec};
 use tli_plugin_api::{Dataset, SplitBounds};
+use tli_plugin_kit::rng::Rng;
 
 /// Parameters of the synthetic series.
 #[derive(Clone, Copy, Debug)]
@@ -43,22 +44,12 @@ pub fn synthetic_ar_dataset(spec: SyntheticSpec) -> Dataset {
         seed,
     } = spec;
     let total = rows + lags + 1;
-    let mut state = seed ^ 0x5DEE_CE66_D1CE_4E5B;
-    let mut next_uniform = move || {
-        // SplitMix64 → (0, 1].
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64 + f64::EPSILON
-    };
+    let mut rng = Rng::new(seed);
     let sigma = 0.01;
     let mut returns = Vec::with_capacity(total);
     let mut previous = 0.0;
     for _ in 0..total {
-        let normal =
-            (-2.0 * next_uniform().ln()).sqrt() * (std::f64::consts::TAU * next_uniform()).cos();
-        previous = phi * previous + sigma * normal;
+        previous = phi * previous + sigma * rng.normal();
         returns.push(previous);
     }
 

@@ -60,7 +60,7 @@ pub fn target_column(
 }
 
 fn matrix(values: &[f32], width: usize, device: Device) -> Result<Tensor, PluginError> {
-    let rows = if width == 0 { 0 } else { values.len() / width };
+    let rows = values.len().checked_div(width).unwrap_or(0);
     Tensor::f_from_slice(values)
         .and_then(|t| t.f_reshape([rows as i64, width as i64]))
         .and_then(|t| t.f_to_device(device))
