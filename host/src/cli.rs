@@ -14,6 +14,10 @@ pub struct Cli {
     #[arg(long, env = "TLI_PLUGIN_DIR", global = true)]
     pub plugin_dir: Option<PathBuf>,
 
+    /// Extra contract specifications (TOML), added to the built-in ones. See docs/data.md.
+    #[arg(long, env = "TLI_CONTRACTS", global = true)]
+    pub contracts: Option<PathBuf>,
+
     /// Output format: tables for people, JSON (on stdout) for programs.
     #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Table, global = true)]
     pub output: OutputFormat,
@@ -42,6 +46,58 @@ pub enum Command {
         #[command(subcommand)]
         command: TrainCommand,
     },
+    /// Market data: generate, inspect and convert bar files; list contracts.
+    Data {
+        #[command(subcommand)]
+        command: DataCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum DataCommand {
+    /// Write deterministic synthetic bars for a listed contract as DBN.
+    Synth(SynthArgs),
+    /// Summarize bar files (DBN, Parquet, CSV): range, gaps, rolls, contract; checks every row.
+    Inspect {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Convert a bar file to another format (chosen by the destination's extension).
+    Convert {
+        #[arg(value_name = "FROM")]
+        source: PathBuf,
+        #[arg(value_name = "TO")]
+        destination: PathBuf,
+    },
+    /// List the known contract specifications.
+    Contracts,
+}
+
+#[derive(Args, Debug)]
+pub struct SynthArgs {
+    /// Parent symbol (quarterly contracts with rolls), e.g. ES.FUT, or a root for one instrument.
+    #[arg(long, default_value = "ES.FUT")]
+    pub symbol: String,
+    /// Bar interval: 1s, 1m, 1h or 1d.
+    #[arg(long, default_value = "1m")]
+    pub interval: String,
+    /// Number of bars of the front series.
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(2..=100_000_000))]
+    pub bars: u64,
+    /// First bar at or after this UTC date or time.
+    #[arg(long, default_value = "2024-01-02")]
+    pub start: String,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Correlation of consecutive standardized returns, in (-1, 1); 0 = nothing to predict.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub planted_strength: f64,
+    /// Write one instrument instead of quarterly contracts.
+    #[arg(long)]
+    pub single_contract: bool,
+    /// Output file: .dbn or .dbn.zst (or .parquet / .csv for the front series).
+    #[arg(long, short = 'O')]
+    pub out: PathBuf,
 }
 
 #[derive(Subcommand, Debug)]
@@ -52,7 +108,7 @@ pub enum PluginsCommand {
 
 #[derive(Subcommand, Debug)]
 pub enum TrainCommand {
-    /// Train plugins inside this process (no host) on the synthetic sample dataset.
+    /// Train plugins inside this process (no host), on a bar file or the synthetic AR(1) dataset.
     Local(LocalArgs),
 }
 
@@ -75,7 +131,26 @@ pub struct LocalArgs {
     /// `cpu` or `cuda:N`.
     #[arg(long, default_value = "cpu")]
     pub device: String,
-    /// Rows of the synthetic dataset.
+    /// Bar file to train on (DBN, Parquet or CSV), through the feature pipeline.
+    /// Without it: the synthetic AR(1) dataset.
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Feature pipeline settings as JSON (see docs/data.md), with --data.
+    #[arg(long, requires = "data")]
+    pub features: Option<String>,
+    /// Rows of the synthetic AR(1) dataset (without --data).
     #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(64..=10_000_000))]
     pub rows: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// clap's own consistency checks (argument ids, conflicts, defaults).
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
 }

@@ -1,5 +1,6 @@
 //! `tli-host`: the tli host process and command line.
 //!
+//! * [`data`]: market data in (DBN, Parquet, CSV), contracts, synthetic bars, features.
 //! * [`registry`]: finds, checks and loads plugin libraries; wraps their calls.
 //! * [`elf_check`]: refuses truncated or foreign files before `dlopen` sees them.
 //! * [`services`]: what the host offers plugins (logging, cancellation).
@@ -12,6 +13,7 @@
 
 pub mod cli;
 pub mod commands;
+pub mod data;
 pub mod elf_check;
 pub mod libtorch_info;
 pub mod local_train;

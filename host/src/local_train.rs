@@ -1,12 +1,11 @@
 //! `tli train local`: train plugins in this process, one after another, for
-//! N steps each, with progress shown. A plugin that fails (an error or a
+//! N steps each on one dataset, with progress shown. A plugin that fails (an error or a
 //! caught panic) is reported and the next one still trains.
 //!
 //! This is the offline path used by the demo and by plugin authors; jobs on
 //! a long-lived host go through the orchestrator instead.
 
 use crate::registry::{LoadedPlugin, PluginRegistry, TrainerHandle};
-use crate::sample_data::{synthetic_ar_dataset, SyntheticSpec};
 use crate::services::TaskServices;
 use abi_stable::std_types::RArc;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -26,7 +25,6 @@ pub struct LocalTrainRequest {
     pub configs: Vec<(Option<String>, String)>,
     pub seed: u64,
     pub device: String,
-    pub rows: usize,
     /// Draw progress bars (otherwise a line every 10%).
     pub interactive: bool,
 }
@@ -70,13 +68,12 @@ impl From<MemoryBreakdown> for MemoryBytes {
     }
 }
 
-/// Trains each requested plugin in turn on the synthetic sample dataset.
-pub fn run(registry: &PluginRegistry, request: &LocalTrainRequest) -> Vec<LocalRunReport> {
-    let dataset = RArc::new(synthetic_ar_dataset(SyntheticSpec {
-        rows: request.rows,
-        seed: request.seed,
-        ..SyntheticSpec::default()
-    }));
+/// Trains each requested plugin in turn on `dataset`.
+pub fn run(
+    registry: &PluginRegistry,
+    request: &LocalTrainRequest,
+    dataset: &RArc<Dataset>,
+) -> Vec<LocalRunReport> {
     request
         .plugins
         .iter()
@@ -98,7 +95,7 @@ pub fn run(registry: &PluginRegistry, request: &LocalTrainRequest) -> Vec<LocalR
                 memory_measured: None,
             };
             let outcome = match registry.get(name) {
-                Some(plugin) => train_one(plugin, &task_id, &dataset, request, &mut report),
+                Some(plugin) => train_one(plugin, &task_id, dataset, request, &mut report),
                 None => Err(format!(
                     "no plugin named {name:?} is loaded (loaded: {})",
                     registry.names().join(", ")

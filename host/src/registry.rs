@@ -32,13 +32,9 @@ pub const PLUGIN_SUFFIX: &str = ".so";
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
     #[error(
-        "plugin directory {dir} cannot be read: {source}; pass --plugin-dir or set TLI_PLUGIN_DIR"
+        "plugin directory {dir} cannot be read: {cause}; pass --plugin-dir or set TLI_PLUGIN_DIR"
     )]
-    DirUnreadable {
-        dir: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    DirUnreadable { dir: PathBuf, cause: std::io::Error },
 }
 
 /// A plugin's manifest with Rust types.
@@ -77,9 +73,9 @@ pub struct PluginRegistry {
 impl PluginRegistry {
     /// Loads every `libtli_plugin_*.so` in `dir`, in file-name order.
     pub fn scan(dir: &Path) -> Result<Self, RegistryError> {
-        let unreadable = |source| RegistryError::DirUnreadable {
+        let unreadable = |cause| RegistryError::DirUnreadable {
             dir: dir.to_path_buf(),
-            source,
+            cause,
         };
         let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
             .map_err(unreadable)?

@@ -11,7 +11,7 @@
 //! for jobs; it stays as the offline demo and test dataset.
 
 use abi_stable::std_types::{RString, RVec};
-use tli_plugin_api::{Dataset, SplitBounds};
+use tli_plugin_api::{ContractTerms, Dataset, SplitBounds};
 use tli_plugin_kit::rng::Rng;
 
 /// Parameters of the synthetic series.
@@ -60,12 +60,16 @@ pub fn synthetic_ar_dataset(spec: SyntheticSpec) -> Dataset {
         (train.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / train.len() as f64).sqrt()
     };
     let mut features = Vec::with_capacity(rows * lags);
+    let mut close = Vec::with_capacity(rows);
+    let mut log_price = 100f64.ln();
     let mut targets = Vec::with_capacity(rows);
     let mut timestamps = Vec::with_capacity(rows);
     const DAY_NS: i64 = 86_400_000_000_000;
     const START_NS: i64 = 946_684_800_000_000_000; // 2000-01-01T00:00:00Z
     for row in 0..rows {
         let t = row + lags; // index of the newest known return
+        log_price += returns[t];
+        close.push(log_price.exp());
         for lag in 0..lags {
             features.push((returns[t - lag] / scale) as f32);
         }
@@ -89,6 +93,14 @@ pub fn synthetic_ar_dataset(spec: SyntheticSpec) -> Dataset {
             valid_end: valid_end as u64,
             test_start: (valid_end + embargo) as u64,
         },
+        close: close.into(),
+        contract: ContractTerms {
+            root: RString::from("SYNTH"),
+            tick_size: 0.01,
+            point_value: 100.0,
+            currency: RString::from("USD"),
+        },
+        periods_per_year: 252.0,
     }
 }
 

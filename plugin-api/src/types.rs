@@ -197,6 +197,27 @@ pub struct SplitBounds {
     pub test_start: u64,
 }
 
+/// What a plugin needs to turn positions into money for one futures contract.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug, Default, PartialEq)]
+pub struct ContractTerms {
+    /// Contract root, e.g. `ES`.
+    pub root: RString,
+    /// Minimum price increment, in price units (ES: 0.25).
+    pub tick_size: f64,
+    /// Currency per 1.0 move of the price, per contract (ES: 50.0, so a tick is 12.50).
+    pub point_value: f64,
+    /// ISO currency code of `point_value`, e.g. `USD`.
+    pub currency: RString,
+}
+
+impl ContractTerms {
+    /// Currency value of one tick for one contract.
+    pub fn tick_value(&self) -> f64 {
+        self.tick_size * self.point_value
+    }
+}
+
 /// Features and targets for one symbol, as row-major `f32` matrices.
 #[repr(C)]
 #[derive(StableAbi, Clone, Debug, Default)]
@@ -212,6 +233,12 @@ pub struct Dataset {
     pub targets: RVec<f32>,
     pub target_names: RVec<RString>,
     pub splits: SplitBounds,
+    /// Raw (not normalized) close price of each row's bar, in price units:
+    /// what trading environments mark positions to.
+    pub close: RVec<f64>,
+    pub contract: ContractTerms,
+    /// Bars per year, for annualizing Sharpe and Sortino (252 for daily bars).
+    pub periods_per_year: f64,
 }
 
 impl Dataset {
@@ -239,6 +266,12 @@ impl Dataset {
             return Err(PluginError::invalid_data(format!(
                 "targets hold {} values, expected rows {rows} × {nt} targets",
                 self.targets.len()
+            )));
+        }
+        if self.close.len() != rows {
+            return Err(PluginError::invalid_data(format!(
+                "close holds {} prices for {rows} rows",
+                self.close.len()
             )));
         }
         let s = self.splits;

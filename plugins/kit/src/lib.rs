@@ -10,12 +10,16 @@
 //!   bit-identical to an uninterrupted one.
 //! * [`checkpoint`]: named tensors (safetensors) + a JSON state file.
 //! * [`data`]: dataset rows → tensors.
+//! * [`env`]: CartPole-v1 and a futures trading environment, vectorized, checkpointable.
+//! * [`metrics`]: Sharpe, Sortino, drawdown, turnover, hit rate; baselines.
 
 pub mod adam;
 pub mod checkpoint;
 pub mod data;
 pub mod device;
+pub mod env;
 pub mod errors;
+pub mod metrics;
 pub mod mlp;
 pub mod rng;
 

@@ -1,0 +1,74 @@
+//! What each `tli` subcommand does, and how its result is printed: a table
+//! for people or JSON on stdout for programs (logs and progress go to stderr).
+//!
+//! * [`plugins`]: `tli plugins list`, `tli doctor`
+//! * [`train`]: `tli train local`
+//! * [`data`]: `tli data synth|inspect|convert|contracts`
+
+mod data;
+mod plugins;
+mod train;
+
+use crate::cli::{Cli, Command, DataCommand, PluginsCommand, TrainCommand};
+use crate::registry::PluginRegistry;
+use anyhow::Result;
+use comfy_table::{presets::UTF8_FULL_CONDENSED, ContentArrangement, Table};
+use serde::Serialize;
+use std::path::Path;
+
+/// Runs the parsed command; the exit code is non-zero on any failure.
+pub fn run(cli: Cli) -> Result<()> {
+    let plugin_dir = cli
+        .plugin_dir
+        .clone()
+        .unwrap_or_else(crate::default_plugin_dir);
+    let contracts = cli.contracts.as_deref();
+    match &cli.command {
+        Command::Plugins {
+            command: PluginsCommand::List,
+        } => plugins::list(&plugin_dir, cli.output),
+        Command::Doctor => plugins::doctor(&plugin_dir, cli.output),
+        Command::Train {
+            command: TrainCommand::Local(args),
+        } => train::local(&plugin_dir, contracts, args, cli.output),
+        Command::Data { command } => match command {
+            DataCommand::Synth(args) => data::synth(contracts, args, cli.output),
+            DataCommand::Inspect { files } => data::inspect(contracts, files, cli.output),
+            DataCommand::Convert {
+                source,
+                destination,
+            } => data::convert(source, destination),
+            DataCommand::Contracts => data::contracts(contracts, cli.output),
+        },
+    }
+}
+
+fn scan(plugin_dir: &Path) -> Result<PluginRegistry> {
+    Ok(PluginRegistry::scan(plugin_dir)?)
+}
+
+fn print_json<T: Serialize>(value: &T) -> Result<()> {
+    let text = serde_json::to_string_pretty(value)?;
+    println!("{text}");
+    Ok(())
+}
+
+fn new_table(header: Vec<&str>) -> Table {
+    let mut table = Table::new();
+    table
+        .load_style(UTF8_FULL_CONDENSED)
+        .set_content_arrangement(ContentArrangement::Dynamic)
+        .set_header(header);
+    table
+}
+
+fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}

@@ -1,0 +1,170 @@
+//! `tli train local`: in-process training on the synthetic dataset or a bar file.
+
+use super::{human_bytes, new_table, print_json, scan};
+use crate::cli::{LocalArgs, OutputFormat};
+use crate::data::{self, contracts::ContractBook, features::FeatureConfig};
+use crate::local_train::{self, LocalTrainRequest};
+use crate::sample_data::{synthetic_ar_dataset, SyntheticSpec};
+use abi_stable::std_types::RArc;
+use anyhow::{bail, Context, Result};
+use std::io::IsTerminal;
+use std::path::Path;
+use tli_plugin_api::Dataset;
+
+/// The bar file through the feature pipeline, or the synthetic AR(1) dataset.
+fn dataset_for(contracts: Option<&Path>, args: &LocalArgs) -> Result<Dataset> {
+    let Some(path) = &args.data else {
+        return Ok(synthetic_ar_dataset(SyntheticSpec {
+            rows: args.rows as usize,
+            seed: args.seed,
+            ..SyntheticSpec::default()
+        }));
+    };
+    let config: FeatureConfig = match &args.features {
+        Some(json) => {
+            serde_json::from_str(json).context("--features is not a valid feature config")?
+        }
+        None => FeatureConfig::default(),
+    };
+    let table = data::read_bars(path)?;
+    let book = ContractBook::load(contracts)?;
+    let contract = book.lookup(&table.symbol)?;
+    Ok(data::features::build_dataset(&table, contract, &config)?)
+}
+
+/// Splits a `--config` value into (plugin, JSON text), reading `@file`s.
+fn parse_config_arg(arg: &str) -> Result<(Option<String>, String)> {
+    let trimmed = arg.trim_start();
+    let (plugin, value) = if trimmed.starts_with('{') || trimmed.starts_with('@') {
+        (None, trimmed)
+    } else {
+        match trimmed.split_once('=') {
+            Some((name, value)) => (Some(name.trim().to_string()), value.trim_start()),
+            None => bail!("--config {arg:?}: expected JSON, @file, PLUGIN=JSON or PLUGIN=@file"),
+        }
+    };
+    let json = match value.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path)
+            .with_context(|| format!("--config: cannot read config file {path}"))?,
+        None => value.to_string(),
+    };
+    serde_json::from_str::<serde_json::Value>(&json)
+        .with_context(|| format!("--config {arg:?} is not valid JSON"))?;
+    Ok((plugin, json))
+}
+
+pub(super) fn local(
+    plugin_dir: &Path,
+    contracts: Option<&Path>,
+    args: &LocalArgs,
+    output: OutputFormat,
+) -> Result<()> {
+    let configs = args
+        .config
+        .iter()
+        .map(|c| parse_config_arg(c))
+        .collect::<Result<Vec<_>>>()?;
+    let dataset = RArc::new(dataset_for(contracts, args)?);
+    eprintln!(
+        "dataset {}: {} rows x {} features ({} train / {} validation / {} test)",
+        dataset.symbol,
+        dataset.rows(),
+        dataset.feature_names.len(),
+        dataset.splits.train_end,
+        dataset.splits.valid_end - dataset.splits.valid_start,
+        dataset.rows() as u64 - dataset.splits.test_start
+    );
+    let registry = scan(plugin_dir)?;
+    if registry.loaded.is_empty() {
+        bail!(
+            "no plugins could be loaded from {} ({} refused); run `tli plugins list` for details",
+            plugin_dir.display(),
+            registry.refused.len()
+        );
+    }
+    let request = LocalTrainRequest {
+        plugins: args.plugins.clone(),
+        steps: args.steps,
+        slice: args.slice,
+        configs,
+        seed: args.seed,
+        device: args.device.clone(),
+        interactive: std::io::stderr().is_terminal(),
+    };
+    let reports = local_train::run(&registry, &request, &dataset);
+    if output == OutputFormat::Json {
+        print_json(&reports)?;
+    } else {
+        let mut table = new_table(vec![
+            "PLUGIN",
+            "STATUS",
+            "STEPS",
+            "STEPS/S",
+            "FIRST LOSS",
+            "FINAL LOSS",
+            "VALID SKILL",
+            "MEMORY (est/measured)",
+        ]);
+        for r in &reports {
+            let loss = |m: &std::collections::BTreeMap<String, f64>| {
+                m.get("train_loss")
+                    .map(|v| format!("{v:.4}"))
+                    .unwrap_or_else(|| "-".into())
+            };
+            let memory = match (r.memory_estimate, r.memory_measured) {
+                (Some(e), Some(m)) => {
+                    format!("{} / {}", human_bytes(e.total), human_bytes(m.total))
+                }
+                (Some(e), None) => format!("{} / -", human_bytes(e.total)),
+                _ => "-".into(),
+            };
+            table.add_row(vec![
+                r.plugin.clone(),
+                r.status.to_string(),
+                r.steps_done.to_string(),
+                format!("{:.0}", r.steps_per_second),
+                loss(&r.first_metrics),
+                loss(&r.final_metrics),
+                r.evaluation
+                    .get("valid_skill")
+                    .map(|v| format!("{v:.4}"))
+                    .unwrap_or_else(|| "-".into()),
+                memory,
+            ]);
+        }
+        println!("{table}");
+        for r in reports.iter().filter(|r| r.error.is_some()) {
+            println!(
+                "{} failed: {}",
+                r.plugin,
+                r.error.as_deref().unwrap_or_default()
+            );
+        }
+    }
+    let failed = reports.iter().filter(|r| r.error.is_some()).count();
+    if failed > 0 {
+        bail!("{failed} of {} training run(s) failed", reports.len());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::commands::human_bytes;
+
+    #[test]
+    fn config_args_are_routed_and_checked() {
+        assert_eq!(
+            parse_config_arg("{\"a\":1}").unwrap(),
+            (None, "{\"a\":1}".into())
+        );
+        let (p, j) = parse_config_arg("template={\"batch_size\": 8}").unwrap();
+        assert_eq!(p.as_deref(), Some("template"));
+        assert_eq!(j, "{\"batch_size\": 8}");
+        assert!(parse_config_arg("template={oops").is_err());
+        assert!(parse_config_arg("nonsense").is_err());
+        assert!(parse_config_arg("@/definitely/not/here.json").is_err());
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+    }
+}

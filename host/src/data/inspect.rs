@@ -1,0 +1,106 @@
+//! `tli data inspect FILE`: what a bar file holds, checked the same way
+//! training would read it.
+
+use super::contracts::ContractBook;
+use super::table::{Gap, Roll};
+use super::timefmt;
+use super::{read_bars, DataError, Format};
+use serde::Serialize;
+use std::path::Path;
+
+#[derive(Debug, Serialize)]
+pub struct Summary {
+    pub file: String,
+    pub format: String,
+    pub bytes: u64,
+    pub symbol: String,
+    /// The contract spec that applies …
+    pub contract: Option<String>,
+    /// … or why none does.
+    pub contract_error: Option<String>,
+    pub interval: String,
+    pub bars: usize,
+    pub first: String,
+    pub last: String,
+    pub low: f64,
+    pub high: f64,
+    pub last_close: f64,
+    pub total_volume: u64,
+    pub gap_count: usize,
+    /// The largest gaps, largest first (at most 5).
+    pub largest_gaps: Vec<GapText>,
+    pub rolls: Vec<RollText>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct GapText {
+    pub after: String,
+    pub before: String,
+    pub missing_bars: i64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RollText {
+    pub at: String,
+    pub from: String,
+    pub to: String,
+    pub ratio: f64,
+}
+
+pub fn summarize(path: &Path, contracts: &ContractBook) -> Result<Summary, DataError> {
+    let format = Format::from_path(path)?;
+    let bytes = std::fs::metadata(path)
+        .map_err(|e| DataError::io(path, e))?
+        .len();
+    let table = read_bars(path)?;
+    let mut gaps: Vec<Gap> = table.gaps();
+    let gap_count = gaps.len();
+    gaps.sort_by_key(|g| std::cmp::Reverse(g.missing_bars));
+    let fold = |init: f64, f: fn(f64, f64) -> f64, v: &[f64]| v.iter().copied().fold(init, f);
+    Ok(Summary {
+        file: path.display().to_string(),
+        format: format!("{format:?}").to_lowercase(),
+        bytes,
+        contract: contracts.lookup(&table.symbol).ok().map(|c| {
+            format!(
+                "{} ({}, {}): tick {} = {} {}",
+                c.root,
+                c.name,
+                c.exchange,
+                c.tick_size,
+                c.tick_value(),
+                c.currency
+            )
+        }),
+        contract_error: contracts.lookup(&table.symbol).err().map(|e| e.to_string()),
+        symbol: table.symbol.clone(),
+        interval: table.interval.name().to_string(),
+        bars: table.len(),
+        first: timefmt::format(table.ts[0]),
+        last: timefmt::format(table.ts[table.len() - 1]),
+        low: fold(f64::INFINITY, f64::min, &table.low),
+        high: fold(f64::NEG_INFINITY, f64::max, &table.high),
+        last_close: table.close[table.len() - 1],
+        total_volume: table.volume.iter().sum(),
+        gap_count,
+        largest_gaps: gaps
+            .iter()
+            .take(5)
+            .map(|g| GapText {
+                after: timefmt::format(g.after_ts),
+                before: timefmt::format(g.before_ts),
+                missing_bars: g.missing_bars,
+            })
+            .collect(),
+        rolls: table.rolls.iter().map(roll_text).collect(),
+    })
+}
+
+fn roll_text(r: &Roll) -> RollText {
+    RollText {
+        at: timefmt::format(r.ts),
+        from: r.from.clone(),
+        to: r.to.clone(),
+        ratio: r.ratio,
+    }
+}
