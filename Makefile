@@ -29,6 +29,8 @@ demo: build
 	$(TLI) doctor
 	$(TLI) plugins list
 	$(TLI) train local --plugin template --steps 400 --seed 42
+	$(TLI) data inspect data/samples/es_proxy_sp500_1d.dbn.zst
+	$(TLI) train local --plugin template --steps 300 --data data/samples/es_proxy_sp500_1d.dbn.zst
 
 ## bench: the benchmarks recorded in docs/benchmarks.md
 bench: build
