@@ -46,11 +46,61 @@ pub enum Command {
         #[command(subcommand)]
         command: TrainCommand,
     },
+    /// The training host: run jobs with the orchestrator, show their status.
+    Host {
+        #[command(subcommand)]
+        command: HostCommand,
+    },
     /// Market data: generate, inspect and convert bar files; list contracts.
     Data {
         #[command(subcommand)]
         command: DataCommand,
     },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum HostCommand {
+    /// Run the orchestrator in the foreground on a state directory: resume
+    /// interrupted tasks, submit the given jobs, run until every task is done.
+    /// SIGINT/SIGTERM checkpoint running tasks and exit (they resume next time).
+    Run(HostRunArgs),
+    /// Jobs and tasks recorded in a state directory (read-only; safe while a host runs).
+    Status {
+        #[arg(long, env = "TLI_STATE_DIR", default_value = ".tli")]
+        state_dir: PathBuf,
+        /// Only this job.
+        #[arg(long)]
+        job: Option<i64>,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct HostRunArgs {
+    /// Where the job store, checkpoints and the host lock live.
+    #[arg(long, env = "TLI_STATE_DIR", default_value = ".tli")]
+    pub state_dir: PathBuf,
+    /// Job spec files (JSON) to submit; see docs/orchestrator.md. Repeatable.
+    #[arg(long)]
+    pub submit: Vec<PathBuf>,
+    /// Admission strategy: sequential, parallel:N or auto.
+    #[arg(long, default_value = "auto")]
+    pub strategy: String,
+    /// Device memory budget, e.g. 512MiB or 8GiB. Default: half of RAM on cpu,
+    /// 90% of the device on cuda.
+    #[arg(long)]
+    pub memory_budget: Option<String>,
+    /// Safety margin added to every memory estimate.
+    #[arg(long, default_value_t = 0.1)]
+    pub margin: f64,
+    /// `cpu` or `cuda:N`.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Leave interrupted tasks alone instead of resuming them.
+    #[arg(long)]
+    pub no_resume: bool,
+    /// CPU cores to share among running tasks (default: all).
+    #[arg(long)]
+    pub cores: Option<usize>,
 }
 
 #[derive(Subcommand, Debug)]

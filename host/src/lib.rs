@@ -4,6 +4,7 @@
 //! * [`registry`]: finds, checks and loads plugin libraries; wraps their calls.
 //! * [`elf_check`]: refuses truncated or foreign files before `dlopen` sees them.
 //! * [`services`]: what the host offers plugins (logging, cancellation).
+//! * [`orchestrator`]: jobs, tasks, the store, checkpoints, the memory arbiter.
 //! * [`local_train`]: training plugins in-process for N steps (`tli train local`).
 //! * [`sample_data`]: the deterministic synthetic dataset used offline.
 //! * [`libtorch_info`]: which libtorch this process runs on, and CUDA.
@@ -17,6 +18,7 @@ pub mod data;
 pub mod elf_check;
 pub mod libtorch_info;
 pub mod local_train;
+pub mod orchestrator;
 pub mod registry;
 pub mod sample_data;
 pub mod services;

@@ -29,6 +29,15 @@ impl TaskServices {
         }
     }
 
+    /// Services whose cancellation flag is shared with the caller.
+    pub fn with_cancel_flag(plugin: &str, task_id: &str, cancelled: Arc<AtomicBool>) -> Self {
+        Self {
+            plugin: plugin.to_string(),
+            task_id: task_id.to_string(),
+            cancelled,
+        }
+    }
+
     /// A flag that, once set, makes `is_cancelled()` true for the plugin.
     pub fn cancel_flag(&self) -> Arc<AtomicBool> {
         self.cancelled.clone()

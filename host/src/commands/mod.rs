@@ -4,12 +4,14 @@
 //! * [`plugins`]: `tli plugins list`, `tli doctor`
 //! * [`train`]: `tli train local`
 //! * [`data`]: `tli data synth|inspect|convert|contracts`
+//! * [`host`]: `tli host run|status`
 
 mod data;
+mod host;
 mod plugins;
 mod train;
 
-use crate::cli::{Cli, Command, DataCommand, PluginsCommand, TrainCommand};
+use crate::cli::{Cli, Command, DataCommand, HostCommand, PluginsCommand, TrainCommand};
 use crate::registry::PluginRegistry;
 use anyhow::Result;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, ContentArrangement, Table};
@@ -31,6 +33,10 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Train {
             command: TrainCommand::Local(args),
         } => train::local(&plugin_dir, contracts, args, cli.output),
+        Command::Host { command } => match command {
+            HostCommand::Run(args) => host::run(&plugin_dir, contracts, args, cli.output),
+            HostCommand::Status { state_dir, job } => host::status(state_dir, *job, cli.output),
+        },
         Command::Data { command } => match command {
             DataCommand::Synth(args) => data::synth(contracts, args, cli.output),
             DataCommand::Inspect { files } => data::inspect(contracts, files, cli.output),

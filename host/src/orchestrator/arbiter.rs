@@ -1,0 +1,598 @@
+//! The memory arbiter: one per device, it decides which queued tasks may start
+//! now so that the memory reserved for running tasks never exceeds the
+//! device's budget.
+//!
+//! # Reservations
+//!
+//! Every task reserves `bytes` while it runs. Before its first slice the
+//! reservation is the caller's estimate plus a safety margin
+//! ([`Arbiter::with_margin`]: `ceil(estimate × (1 + margin))`, the margin kept
+//! to a millionth). After the first slice the caller reports the measured
+//! usage ([`Arbiter::update_measured`]); measured usage plus the same margin
+//! then *replaces* the reservation, which may shrink (letting more tasks in)
+//! or grow. A grown reservation is kept even when it takes the device over
+//! its budget (the task is already running; killing it is the caller's
+//! call), the overshoot is reported ([`Remeasure::OverBudget`]), and
+//! [`Arbiter::select`] starts nothing until enough has been released to be
+//! back within the budget.
+//!
+//! # Admission rules
+//!
+//! * **Never over budget by admission**: a task is started only if
+//!   `reserved + bytes ≤ budget`. Only re-measurement can take the device
+//!   over its budget, never `select`.
+//! * **Too big alone**: a task whose reservation alone exceeds the budget is
+//!   refused at submission ([`Arbiter::check_fits_alone`],
+//!   [`Arbiter::check_estimate`] → [`TooBig`]). Should one reach `select`
+//!   anyway it is ignored there (never started, never blocking others).
+//! * **Ordering**: candidates are considered by priority (higher first), then
+//!   submission order (older first), then task id.
+//! * **[`Strategy::Sequential`]**: at most one task running. The head of the
+//!   ordering starts when nothing runs (and it fits); nothing else does.
+//! * **[`Strategy::Parallel(n)`](Strategy::Parallel)**: at most `n` running,
+//!   and within the budget. Candidates are taken strictly in order and the
+//!   walk stops at the first one that does not fit: no backfill, so a big task
+//!   waits only for running tasks to drain, never for later ones.
+//!   `Parallel(0)` is treated as `Parallel(1)` (parsing refuses it).
+//! * **[`Strategy::Auto`]**: no count limit; pack as many as fit, in order,
+//!   *backfilling*: a candidate that does not fit is passed over and a later,
+//!   smaller one that fits is started. To keep big tasks from starving, each
+//!   candidate carries a **skip count**: every `select` call in which it is
+//!   passed over *and* some candidate behind it in the ordering is started
+//!   adds one. Once a candidate's skip count has reached `max_skips`
+//!   (default [`DEFAULT_MAX_SKIPS`] = 3) and it still does not fit, it becomes
+//!   the **blocking head**: nothing behind it in the ordering may start until
+//!   it has started; running tasks drain until it fits. Hence no task is ever
+//!   passed over more than `max_skips` times by tasks ranked behind it.
+//!   Tasks ranked *ahead* of it (a higher priority submitted later) still go
+//!   first: priority is respected, not overridden. `max_skips = 0` turns
+//!   backfill off (strict order, like `Parallel(∞)`).
+//!
+//! The arbiter is pure bookkeeping: no I/O, no threads, no clock. The caller
+//! serialises calls (one arbiter per device behind the orchestrator's lock),
+//! calls [`Arbiter::select`] whenever the queue or the reservations change,
+//! starts the tasks it returns, and calls [`Arbiter::release`] when a task
+//! ends (or when a queued task is cancelled, to drop its skip count).
+//!
+//! [`cpu_budget_from_meminfo`] (the only function with I/O, at the bottom)
+//! sizes the budget of the `cpu` device from `/proc/meminfo`.
+
+use super::TaskId;
+use std::collections::HashMap;
+use std::fmt;
+use std::str::FromStr;
+
+/// How many times a candidate may be passed over by later ones (under
+/// [`Strategy::Auto`]) before it blocks everything behind it.
+pub const DEFAULT_MAX_SKIPS: u32 = 3;
+
+/// The default fraction of `MemTotal` given to the `cpu` device.
+pub const DEFAULT_CPU_BUDGET_FRACTION: f64 = 0.5;
+
+/// The margin is kept in millionths so that [`Arbiter::with_margin`] is exact
+/// integer arithmetic (`0.1` is exactly 100 000 ppm; no `110.00000000000001`).
+const PPM: u128 = 1_000_000;
+
+/// How many tasks may share a device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strategy {
+    /// One task at a time.
+    Sequential,
+    /// At most this many at a time, in strict order, within the budget.
+    Parallel(usize),
+    /// As many as fit, backfilling smaller tasks without starving big ones.
+    Auto,
+}
+
+impl Strategy {
+    /// The most tasks this strategy lets run at once (`None`: no limit).
+    pub fn max_running(&self) -> Option<usize> {
+        match *self {
+            Strategy::Sequential => Some(1),
+            Strategy::Parallel(n) => Some(n.max(1)),
+            Strategy::Auto => None,
+        }
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Strategy::Sequential => f.write_str("sequential"),
+            Strategy::Parallel(n) => write!(f, "parallel:{n}"),
+            Strategy::Auto => f.write_str("auto"),
+        }
+    }
+}
+
+/// Why a strategy name did not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StrategyParseError {
+    /// Not one of the known names.
+    #[error("unknown strategy {0:?}: expected \"sequential\", \"parallel:N\" (N ≥ 1) or \"auto\"")]
+    Unknown(String),
+    /// `parallel` without `:N`, or `N` is not a number.
+    #[error("bad parallel count in {0:?}: expected \"parallel:N\" with N a whole number ≥ 1")]
+    BadCount(String),
+    /// `parallel:0`.
+    #[error("\"parallel:0\" would never run anything: the count must be at least 1")]
+    Zero,
+}
+
+impl FromStr for Strategy {
+    type Err = StrategyParseError;
+
+    /// `"sequential"`, `"parallel:4"`, `"auto"`; case-insensitive, surrounding
+    /// whitespace ignored.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let lower = s.trim().to_ascii_lowercase();
+        match lower.as_str() {
+            "sequential" => return Ok(Strategy::Sequential),
+            "auto" => return Ok(Strategy::Auto),
+            "parallel" => return Err(StrategyParseError::BadCount(s.to_string())),
+            _ => {}
+        }
+        let Some(count) = lower.strip_prefix("parallel:") else {
+            return Err(StrategyParseError::Unknown(s.to_string()));
+        };
+        match count.trim().parse::<usize>() {
+            Ok(0) => Err(StrategyParseError::Zero),
+            Ok(n) => Ok(Strategy::Parallel(n)),
+            Err(_) => Err(StrategyParseError::BadCount(s.to_string())),
+        }
+    }
+}
+
+/// A device and how many bytes tasks may reserve on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Budget {
+    /// The device's name, as shown to users (`cuda:0`, `cpu`).
+    pub device: String,
+    /// The bytes all running tasks together may reserve.
+    pub total_bytes: u64,
+}
+
+/// A queued task as the arbiter sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Candidate {
+    /// The task.
+    pub task: TaskId,
+    /// Higher first.
+    pub priority: i32,
+    /// Submission order, lower = older (first among equal priorities).
+    pub order: u64,
+    /// What it needs reserved: estimate + margin ([`Arbiter::with_margin`]).
+    pub bytes: u64,
+}
+
+/// A task whose reservation alone exceeds the device's budget.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "needs {} ({} bytes{}) but the {} budget is {} ({} bytes)",
+    format_bytes(*.needed),
+    .needed,
+    estimate_note(*.estimate, *.margin_ppm),
+    .device,
+    format_bytes(*.budget),
+    .budget
+)]
+pub struct TooBig {
+    /// The reservation asked for (estimate + margin).
+    pub needed: u64,
+    /// The estimate before the margin, when known.
+    pub estimate: Option<u64>,
+    /// The margin, in millionths of the estimate.
+    pub margin_ppm: u64,
+    /// The device.
+    pub device: String,
+    /// The device's whole budget.
+    pub budget: u64,
+}
+
+fn estimate_note(estimate: Option<u64>, margin_ppm: u64) -> String {
+    let pct = format_percent(margin_ppm);
+    match estimate {
+        Some(e) => format!(": estimate {} + {pct} margin", format_bytes(e)),
+        None => format!(", including the {pct} margin"),
+    }
+}
+
+fn format_percent(ppm: u64) -> String {
+    if ppm.is_multiple_of(10_000) {
+        format!("{}%", ppm / 10_000)
+    } else {
+        format!("{:.1}%", ppm as f64 / 10_000.0)
+    }
+}
+
+/// Bytes for people: `512 B`, `1.5 KiB`, `3.2 MiB`, `2.0 GiB` (one decimal,
+/// binary units, GiB the largest).
+pub fn format_bytes(bytes: u64) -> String {
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    const UNITS: [&str; 3] = ["KiB", "MiB", "GiB"];
+    let mut value = bytes as f64;
+    for (i, unit) in UNITS.iter().enumerate() {
+        value /= 1024.0;
+        // Move up a unit when one decimal would round to 1024.0.
+        if i == UNITS.len() - 1 || (value * 10.0).round() < 10_240.0 {
+            return format!("{value:.1} {unit}");
+        }
+    }
+    unreachable!("the loop returns at the last unit")
+}
+
+/// What [`Arbiter::update_measured`] did.
+#[must_use = "an over-budget device should be logged or acted on"]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Remeasure {
+    /// The task is not running on this arbiter; nothing changed.
+    NotRunning,
+    /// The reservation changed and the device is within its budget.
+    WithinBudget {
+        /// The task's reservation before.
+        previous: u64,
+        /// The task's reservation now (measured + margin).
+        now: u64,
+    },
+    /// The reservation grew past the budget; it is kept (the task runs), and
+    /// nothing new starts until the device is back within its budget.
+    OverBudget {
+        /// The task's reservation before.
+        previous: u64,
+        /// The task's reservation now (measured + margin).
+        now: u64,
+        /// How far all reservations together exceed the budget.
+        over_by: u64,
+    },
+}
+
+impl fmt::Display for Remeasure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Remeasure::NotRunning => f.write_str("task is not running"),
+            Remeasure::WithinBudget { previous, now } => write!(
+                f,
+                "reservation {} → {} ({previous} → {now} bytes), within budget",
+                format_bytes(previous),
+                format_bytes(now)
+            ),
+            Remeasure::OverBudget {
+                previous,
+                now,
+                over_by,
+            } => write!(
+                f,
+                "reservation {} → {} ({previous} → {now} bytes) takes the device over budget by {} ({over_by} bytes); no new task starts until it is back within",
+                format_bytes(previous),
+                format_bytes(now),
+                format_bytes(over_by)
+            ),
+        }
+    }
+}
+
+/// The admission bookkeeping of one device (see the module documentation).
+#[derive(Debug, Clone)]
+pub struct Arbiter {
+    strategy: Strategy,
+    budget: Budget,
+    margin_ppm: u64,
+    max_skips: u32,
+    /// Running tasks and their reservations, in start order.
+    running: Vec<(TaskId, u64)>,
+    /// Sum of `running` reservations (u128: re-measurement may overshoot).
+    reserved: u128,
+    /// Skip counts of queued tasks passed over at least once.
+    skips: HashMap<TaskId, u32>,
+}
+
+impl Arbiter {
+    /// An arbiter with nothing running. `margin_fraction` is the safety margin
+    /// added to estimates and measurements (`0.1` = 10 %); negative or
+    /// non-finite values count as 0, it is kept to a millionth and capped at
+    /// 1000 (100 000 %). `max_skips` starts at [`DEFAULT_MAX_SKIPS`].
+    pub fn new(strategy: Strategy, budget: Budget, margin_fraction: f64) -> Self {
+        let margin = if margin_fraction.is_finite() {
+            margin_fraction.clamp(0.0, 1000.0)
+        } else {
+            0.0
+        };
+        Arbiter {
+            strategy,
+            budget,
+            margin_ppm: (margin * PPM as f64).round() as u64,
+            max_skips: DEFAULT_MAX_SKIPS,
+            running: Vec::new(),
+            reserved: 0,
+            skips: HashMap::new(),
+        }
+    }
+
+    /// The same arbiter with another `max_skips` (see the module docs).
+    pub fn with_max_skips(mut self, max_skips: u32) -> Self {
+        self.max_skips = max_skips;
+        self
+    }
+
+    /// Changes `max_skips` (see the module docs).
+    pub fn set_max_skips(&mut self, max_skips: u32) {
+        self.max_skips = max_skips;
+    }
+
+    /// How often a candidate may be passed over before it blocks.
+    pub fn max_skips(&self) -> u32 {
+        self.max_skips
+    }
+
+    /// The strategy.
+    pub fn strategy(&self) -> Strategy {
+        self.strategy
+    }
+
+    /// The device and its budget.
+    pub fn budget(&self) -> &Budget {
+        &self.budget
+    }
+
+    /// The margin as a fraction (`0.1` = 10 %), after clamping.
+    pub fn margin_fraction(&self) -> f64 {
+        self.margin_ppm as f64 / PPM as f64
+    }
+
+    /// `estimate × (1 + margin)`, rounded up (saturating at `u64::MAX`).
+    pub fn with_margin(&self, estimate: u64) -> u64 {
+        let extra = (estimate as u128 * self.margin_ppm as u128).div_ceil(PPM);
+        u64::try_from(estimate as u128 + extra).unwrap_or(u64::MAX)
+    }
+
+    /// Refuses a reservation (estimate + margin) that exceeds the whole budget
+    /// even with nothing else running.
+    pub fn check_fits_alone(&self, bytes: u64) -> Result<(), TooBig> {
+        if bytes <= self.budget.total_bytes {
+            Ok(())
+        } else {
+            Err(self.too_big(bytes, None))
+        }
+    }
+
+    /// [`check_fits_alone`](Self::check_fits_alone) from the bare estimate:
+    /// returns the reservation (`with_margin(estimate)`) when it fits, and an
+    /// error naming the estimate and the margin when it does not.
+    pub fn check_estimate(&self, estimate: u64) -> Result<u64, TooBig> {
+        let bytes = self.with_margin(estimate);
+        if bytes <= self.budget.total_bytes {
+            Ok(bytes)
+        } else {
+            Err(self.too_big(bytes, Some(estimate)))
+        }
+    }
+
+    fn too_big(&self, needed: u64, estimate: Option<u64>) -> TooBig {
+        TooBig {
+            needed,
+            estimate,
+            margin_ppm: self.margin_ppm,
+            device: self.budget.device.clone(),
+            budget: self.budget.total_bytes,
+        }
+    }
+
+    /// Bytes reserved by running tasks (may exceed the budget only after
+    /// [`update_measured`](Self::update_measured) reported
+    /// [`Remeasure::OverBudget`]).
+    pub fn reserved(&self) -> u64 {
+        u64::try_from(self.reserved).unwrap_or(u64::MAX)
+    }
+
+    /// Budget minus reservations (0 when over budget).
+    pub fn free(&self) -> u64 {
+        u64::try_from((self.budget.total_bytes as u128).saturating_sub(self.reserved)).unwrap_or(0)
+    }
+
+    /// How far reservations exceed the budget (0 when within it).
+    pub fn over_budget_by(&self) -> u64 {
+        u64::try_from(
+            self.reserved
+                .saturating_sub(self.budget.total_bytes as u128),
+        )
+        .unwrap_or(u64::MAX)
+    }
+
+    /// Running tasks and their reservations, in start order.
+    pub fn running(&self) -> Vec<(TaskId, u64)> {
+        self.running.clone()
+    }
+
+    /// How many tasks are running.
+    pub fn running_count(&self) -> usize {
+        self.running.len()
+    }
+
+    /// Whether `task` is running (holds a reservation).
+    pub fn is_running(&self, task: TaskId) -> bool {
+        self.running.iter().any(|&(t, _)| t == task)
+    }
+
+    /// How many times the queued `task` has been passed over so far.
+    pub fn skip_count(&self, task: TaskId) -> u32 {
+        self.skips.get(&task).copied().unwrap_or(0)
+    }
+
+    /// Decides which of `queue` start now, reserves their bytes and returns
+    /// them in start order; the caller must then start exactly these. Tasks
+    /// already running or whose bytes exceed the whole budget are ignored.
+    /// Starts nothing while the device is over budget.
+    pub fn select(&mut self, queue: &[Candidate]) -> Vec<TaskId> {
+        let total = self.budget.total_bytes as u128;
+        if self.reserved > total || queue.is_empty() {
+            return Vec::new();
+        }
+        let limit = self.strategy.max_running();
+        if limit.is_some_and(|n| self.running.len() >= n) {
+            return Vec::new();
+        }
+
+        let mut ordered: Vec<&Candidate> = queue.iter().collect();
+        ordered.sort_unstable_by(|a, b| {
+            b.priority
+                .cmp(&a.priority)
+                .then(a.order.cmp(&b.order))
+                .then(a.task.cmp(&b.task))
+        });
+
+        // Sorted ids of running tasks: a queue of thousands meets tens running.
+        let mut running_ids: Vec<TaskId> = self.running.iter().map(|&(t, _)| t).collect();
+        running_ids.sort_unstable();
+        let backfill = self.strategy == Strategy::Auto;
+        let mut started = Vec::new();
+        // Candidates passed over so far in this call (Auto only).
+        let mut passed: Vec<TaskId> = Vec::new();
+        let mut last_started_at: Option<usize> = None;
+        for &c in &ordered {
+            if limit.is_some_and(|n| self.running.len() >= n) {
+                break;
+            }
+            if c.bytes as u128 > total {
+                continue;
+            }
+            let Err(slot) = running_ids.binary_search(&c.task) else {
+                continue; // already running (or listed twice)
+            };
+            if self.reserved + c.bytes as u128 <= total {
+                running_ids.insert(slot, c.task);
+                self.running.push((c.task, c.bytes));
+                self.reserved += c.bytes as u128;
+                self.skips.remove(&c.task);
+                started.push(c.task);
+                last_started_at = Some(passed.len());
+                continue;
+            }
+            // It does not fit.
+            if !backfill || self.skip_count(c.task) >= self.max_skips {
+                break; // strict order, or it is the blocking head
+            }
+            passed.push(c.task);
+        }
+        // Passed over while a later candidate started: one more skip each
+        // (once, even if the caller listed a task twice).
+        if let Some(n) = last_started_at {
+            passed.truncate(n);
+            passed.sort_unstable();
+            passed.dedup();
+            for task in passed {
+                *self.skips.entry(task).or_insert(0) += 1;
+            }
+        }
+        started
+    }
+
+    /// Frees `task`'s reservation (it ended) and forgets its skip count (so
+    /// call it for a cancelled queued task too). Unknown tasks: no-op.
+    pub fn release(&mut self, task: TaskId) {
+        if let Some(i) = self.running.iter().position(|&(t, _)| t == task) {
+            let (_, bytes) = self.running.remove(i);
+            self.reserved -= bytes as u128;
+        }
+        self.skips.remove(&task);
+    }
+
+    /// Replaces a running task's reservation by `measured_bytes` plus the
+    /// margin. A growth past the budget is kept and reported; `select` then
+    /// starts nothing until releases bring the device back within budget.
+    pub fn update_measured(&mut self, task: TaskId, measured_bytes: u64) -> Remeasure {
+        let now = self.with_margin(measured_bytes);
+        let Some(slot) = self.running.iter_mut().find(|(t, _)| *t == task) else {
+            return Remeasure::NotRunning;
+        };
+        let previous = std::mem::replace(&mut slot.1, now);
+        self.reserved = self.reserved - previous as u128 + now as u128;
+        match self.over_budget_by() {
+            0 => Remeasure::WithinBudget { previous, now },
+            over_by => Remeasure::OverBudget {
+                previous,
+                now,
+                over_by,
+            },
+        }
+    }
+}
+
+/// Why the `cpu` budget could not be sized.
+#[derive(Debug, thiserror::Error)]
+pub enum MeminfoError {
+    /// `/proc/meminfo` could not be read.
+    #[error("cannot read /proc/meminfo: {0}")]
+    Io(#[from] std::io::Error),
+    /// No parsable `MemTotal:` line.
+    #[error("/proc/meminfo has no parsable \"MemTotal: <n> kB\" line")]
+    NoMemTotal,
+    /// The fraction is not in (0, 1].
+    #[error("the cpu budget fraction must be in (0, 1], got {0}")]
+    BadFraction(f64),
+}
+
+/// `MemTotal` in bytes from the text of `/proc/meminfo` (`None` if absent).
+pub fn parse_meminfo_total(text: &str) -> Option<u64> {
+    let rest = text
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim();
+    let (number, unit) = match rest.split_once(char::is_whitespace) {
+        Some((n, u)) => (n, u.trim()),
+        None => (rest, ""),
+    };
+    let n: u64 = number.parse().ok()?;
+    let scale = match unit {
+        "kB" | "KB" | "kiB" | "KiB" => 1024,
+        "" | "B" => 1,
+        _ => return None,
+    };
+    n.checked_mul(scale)
+}
+
+/// The `cpu` device's budget: `fraction` (in (0, 1];
+/// [`DEFAULT_CPU_BUDGET_FRACTION`] = 0.5 by default) of `MemTotal` from
+/// `/proc/meminfo`, rounded down. The only function here that does I/O.
+pub fn cpu_budget_from_meminfo(fraction: f64) -> Result<u64, MeminfoError> {
+    if !(fraction > 0.0 && fraction <= 1.0) {
+        return Err(MeminfoError::BadFraction(fraction));
+    }
+    let text = std::fs::read_to_string("/proc/meminfo")?;
+    let total = parse_meminfo_total(&text).ok_or(MeminfoError::NoMemTotal)?;
+    Ok((total as f64 * fraction) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_bytes() {
+        assert_eq!(format_bytes(0), "0 B");
+        assert_eq!(format_bytes(1023), "1023 B");
+        assert_eq!(format_bytes(1536), "1.5 KiB");
+        assert_eq!(format_bytes(1024 * 1024 - 1), "1.0 MiB");
+        assert_eq!(format_bytes(2 << 30), "2.0 GiB");
+        assert_eq!(format_bytes(5000 << 30), "5000.0 GiB");
+    }
+
+    #[test]
+    fn parses_meminfo() {
+        let text = "MemFree:  10 kB\nMemTotal:       131891196 kB\n";
+        assert_eq!(parse_meminfo_total(text), Some(131_891_196 * 1024));
+        assert_eq!(parse_meminfo_total("MemFree: 1 kB\n"), None);
+        assert_eq!(parse_meminfo_total("MemTotal: x kB\n"), None);
+    }
+
+    #[test]
+    fn cpu_budget_is_positive_on_linux() {
+        let half = cpu_budget_from_meminfo(DEFAULT_CPU_BUDGET_FRACTION).expect("meminfo");
+        assert!(half > 0);
+        let all = cpu_budget_from_meminfo(1.0).expect("meminfo");
+        assert!(half <= all);
+        assert!(cpu_budget_from_meminfo(0.0).is_err());
+        assert!(cpu_budget_from_meminfo(f64::NAN).is_err());
+    }
+}

@@ -1,0 +1,40 @@
+//! The orchestrator: multi-model, multi-asset jobs run as tasks on runner
+//! threads, admitted by a device-memory arbiter, checkpointed atomically and
+//! recorded in a durable SQLite store so that a restarted host resumes them.
+//!
+//! * [`state`]: task states and the transitions allowed between them.
+//! * [`store`]: the SQLite store (jobs, tasks, transitions, metrics,
+//!   checkpoints, reservations), WAL with `synchronous=FULL`.
+//! * [`checkpoint`]: atomic checkpoint directories with checksums, fallback
+//!   to the previous good one, retention.
+//! * [`arbiter`]: per-device memory budget and admission (sequential,
+//!   parallel, auto-packed without starvation).
+//! * [`cuda`]: device memory from the CUDA runtime and libtorch's caching
+//!   allocator through a small C++ shim (reports "no CUDA" without a GPU).
+//! * [`job`]: job specifications (models × assets).
+//! * [`runner`]: the per-task thread (slices, stop requests, checkpoints).
+//! * [`engine`]: the [`Orchestrator`](engine::Orchestrator) tying it together.
+//! * [`progress`]: per-task and cost-weighted per-job progress.
+
+pub mod arbiter;
+pub mod checkpoint;
+pub mod cuda;
+pub mod engine;
+pub mod job;
+pub mod progress;
+pub mod runner;
+pub mod state;
+pub mod store;
+
+/// Row id of a job in the store.
+pub type JobId = i64;
+/// Row id of a task in the store.
+pub type TaskId = i64;
+
+/// Milliseconds since the Unix epoch (the store's time unit).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

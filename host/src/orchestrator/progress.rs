@@ -1,0 +1,112 @@
+//! Progress of tasks and jobs, computed from the store: per task steps done
+//! of its total, the latest metrics, its rate and ETA; per job the fraction
+//! done weighted by each task's estimated cost (steps × bytes it touches), so
+//! a slow, big model counts for what it costs.
+
+use super::state::TaskState;
+use super::store::{Store, StoreError, TaskRow};
+use super::JobId;
+use serde::Serialize;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TaskProgress {
+    pub task: i64,
+    pub plugin: String,
+    pub asset: String,
+    pub state: TaskState,
+    pub steps_done: u64,
+    pub total_steps: u64,
+    pub fraction: f64,
+    /// Steps per second since the task (last) started running; 0 if unknown.
+    pub steps_per_second: f64,
+    /// Seconds to go at that rate; `None` when unknown or finished.
+    pub eta_seconds: Option<f64>,
+    pub metrics: Vec<(String, f64)>,
+    pub error: Option<String>,
+    pub estimate_bytes: u64,
+    pub measured_bytes: Option<u64>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct JobProgress {
+    pub job: JobId,
+    pub name: String,
+    /// Σ cost_i · fraction_i / Σ cost_i.
+    pub weighted_fraction: f64,
+    pub tasks: Vec<TaskProgress>,
+}
+
+impl JobProgress {
+    pub fn is_finished(&self) -> bool {
+        self.tasks.iter().all(|t| t.state.is_finished())
+    }
+}
+
+pub fn job_progress(store: &Store, job: JobId) -> Result<Option<JobProgress>, StoreError> {
+    let Some(row) = store.job(job)? else {
+        return Ok(None);
+    };
+    let tasks = store.tasks_of(job)?;
+    let mut weighted = 0.0;
+    let mut weights = 0.0;
+    let mut out = Vec::with_capacity(tasks.len());
+    for t in &tasks {
+        let p = task_progress(store, t)?;
+        weighted += t.cost_weight * p.fraction;
+        weights += t.cost_weight;
+        out.push(p);
+    }
+    Ok(Some(JobProgress {
+        job,
+        name: row.name,
+        weighted_fraction: if weights > 0.0 {
+            weighted / weights
+        } else {
+            0.0
+        },
+        tasks: out,
+    }))
+}
+
+fn task_progress(store: &Store, t: &TaskRow) -> Result<TaskProgress, StoreError> {
+    let fraction = if t.state == TaskState::Completed {
+        1.0
+    } else {
+        (t.steps_done as f64 / t.total_steps.max(1) as f64).min(1.0)
+    };
+    // Rate since the last transition into `running`.
+    let transitions = store.transitions(t.id)?;
+    let since = transitions
+        .iter()
+        .rev()
+        .find(|x| x.to == TaskState::Running);
+    let (mut rate, mut eta) = (0.0, None);
+    if let (Some(since), true) = (since, t.state.is_active()) {
+        let start_steps = since
+            .reason
+            .strip_prefix("resumed from checkpoint step ")
+            .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0);
+        let seconds = (super::now_ms() - since.at_ms) as f64 / 1e3;
+        if seconds > 0.0 && t.steps_done > start_steps {
+            rate = (t.steps_done - start_steps) as f64 / seconds;
+            eta = Some(t.total_steps.saturating_sub(t.steps_done) as f64 / rate);
+        }
+    }
+    Ok(TaskProgress {
+        task: t.id,
+        plugin: t.plugin.clone(),
+        asset: t.asset.clone(),
+        state: t.state,
+        steps_done: t.steps_done,
+        total_steps: t.total_steps,
+        fraction,
+        steps_per_second: rate,
+        eta_seconds: eta,
+        metrics: store.latest_metrics(t.id)?,
+        error: t.error.clone(),
+        estimate_bytes: t.estimate_bytes,
+        measured_bytes: t.measured_bytes,
+    })
+}

@@ -1,0 +1,349 @@
+//! One OS thread per running task. The runner owns the task's trainer (tch
+//! tensors are `Send`, not `Sync`), drives `step(n)` in slices, and between
+//! slices checks for stop requests, records progress and metrics, reports
+//! measured memory once, and checkpoints on schedule. It records its own
+//! state transitions in the store and tells the scheduler when it is done.
+//!
+//! Resuming: at start the runner verifies the task's checkpoints newest
+//! first, skips (and forgets) corrupt or half-written ones, and loads the
+//! newest good one into a fresh trainer.
+
+use super::checkpoint;
+use super::job::CheckpointPolicy;
+use super::state::TaskState;
+use super::store::{Store, TaskRow};
+use super::TaskId;
+use crate::registry::{PluginRegistry, TrainerHandle};
+use crate::services::TaskServices;
+use abi_stable::std_types::RArc;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+use std::time::Instant;
+use tli_plugin_api::{Dataset, ErrorCode, PluginError, TaskSpec};
+
+/// What the scheduler asks of a running task (stored in an `AtomicU8`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum StopRequest {
+    None = 0,
+    /// Finish the slice, checkpoint, become `cancelled`.
+    Graceful = 1,
+    /// Return as soon as the plugin notices; no checkpoint; `cancelled`.
+    Forced = 2,
+    /// The host is shutting down: checkpoint, become `interrupted` (resumed at next start).
+    Shutdown = 3,
+}
+
+impl StopRequest {
+    pub fn load(flag: &AtomicU8) -> Self {
+        match flag.load(Ordering::Acquire) {
+            1 => Self::Graceful,
+            2 => Self::Forced,
+            3 => Self::Shutdown,
+            _ => Self::None,
+        }
+    }
+}
+
+/// How a runner ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    Completed,
+    Failed(String),
+    Cancelled,
+    Interrupted,
+    /// Re-queued after running out of memory (first time) — the scheduler
+    /// starts it again when memory allows.
+    Requeued(String),
+}
+
+#[derive(Debug)]
+pub enum RunnerEvent {
+    /// Measured bytes after the first slice (replaces the estimate).
+    Measured {
+        task: TaskId,
+        bytes: u64,
+    },
+    Finished {
+        task: TaskId,
+        outcome: Outcome,
+    },
+}
+
+/// Everything a runner thread needs.
+pub struct RunnerContext {
+    pub task: TaskRow,
+    pub registry: Arc<PluginRegistry>,
+    pub dataset: RArc<Dataset>,
+    pub store: Arc<Store>,
+    pub checkpoint_root: PathBuf,
+    pub policy: CheckpointPolicy,
+    pub slice_steps: u64,
+    pub stop: Arc<AtomicU8>,
+    /// Shared with the plugin's `is_cancelled()`.
+    pub plugin_cancel: Arc<AtomicBool>,
+    pub events: Sender<RunnerEvent>,
+    /// libtorch intra-op threads for this task's thread.
+    pub threads: i32,
+}
+
+/// Starts the runner thread.
+pub fn spawn(ctx: RunnerContext) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(format!("task-{}", ctx.task.id))
+        .spawn(move || {
+            let task = ctx.task.id;
+            let events = ctx.events.clone();
+            let outcome = run(&ctx);
+            let _ = events.send(RunnerEvent::Finished { task, outcome });
+        })
+}
+
+/// Out-of-memory failures a task may have before it fails for good.
+const OOM_REQUEUES: usize = 1;
+
+fn run(ctx: &RunnerContext) -> Outcome {
+    tch::set_num_threads(ctx.threads.max(1));
+    let mut runner = match Runner::start(ctx) {
+        Ok(r) => r,
+        Err(e) => return finish(ctx, Err(e), None),
+    };
+    let result = runner.train(ctx);
+    finish(ctx, result, Some(&mut runner))
+}
+
+/// Records the final transition for `result`.
+fn finish(
+    ctx: &RunnerContext,
+    result: Result<Outcome, PluginError>,
+    runner: Option<&mut Runner>,
+) -> Outcome {
+    let task = ctx.task.id;
+    let outcome = match result {
+        Ok(o) => o,
+        Err(e) if e.code == ErrorCode::OUT_OF_MEMORY => {
+            let earlier = ctx
+                .store
+                .transitions(task)
+                .map(|t| {
+                    t.iter()
+                        .filter(|t| t.reason.starts_with("out of memory"))
+                        .count()
+                })
+                .unwrap_or(0);
+            if earlier < OOM_REQUEUES {
+                Outcome::Requeued(format!("out of memory: {}; re-queued", e.message))
+            } else {
+                Outcome::Failed(format!("out of memory again: {}", e.message))
+            }
+        }
+        Err(e) => Outcome::Failed(e.to_string()),
+    };
+    let steps = runner.map(|r| r.steps).unwrap_or(0);
+    let (state, reason) = match &outcome {
+        Outcome::Completed => (TaskState::Completed, format!("completed {steps} steps")),
+        Outcome::Failed(why) => (TaskState::Failed, why.clone()),
+        Outcome::Cancelled => (TaskState::Cancelled, format!("stopped at step {steps}")),
+        Outcome::Interrupted => (
+            TaskState::Interrupted,
+            format!("host shut down at step {steps}"),
+        ),
+        Outcome::Requeued(why) => (TaskState::Queued, why.clone()),
+    };
+    transition(ctx, state, &reason);
+    outcome
+}
+
+fn transition(ctx: &RunnerContext, to: TaskState, reason: &str) {
+    if let Err(e) = ctx.store.transition(ctx.task.id, to, reason) {
+        // E.g. a forced stop already marked it cancelled after its deadline.
+        tracing::warn!(task = ctx.task.id, "state change to {to} not recorded: {e}");
+    }
+}
+
+struct Runner {
+    trainer: TrainerHandle,
+    steps: u64,
+    last_checkpoint_step: u64,
+    last_checkpoint_at: Instant,
+}
+
+impl Runner {
+    /// Creates the trainer and restores the newest good checkpoint.
+    fn start(ctx: &RunnerContext) -> Result<Runner, PluginError> {
+        let task = &ctx.task;
+        let plugin = ctx.registry.get(&task.plugin).ok_or_else(|| {
+            PluginError::other(format!(
+                "plugin {:?} is not loaded in this host",
+                task.plugin
+            ))
+        })?;
+        let label = format!("{}-{}", task.job_id, task.id);
+        let services =
+            TaskServices::with_cancel_flag(&task.plugin, &label, ctx.plugin_cancel.clone());
+        let spec = TaskSpec {
+            task_id: label.as_str().into(),
+            config_json: task.config_json.as_str().into(),
+            device: task.device.as_str().into(),
+            seed: task.seed,
+            max_steps: task.total_steps,
+            dataset: ctx.dataset.clone(),
+        };
+        let mut trainer = plugin.create_trainer(spec, services)?;
+        let (steps, note) = restore(ctx, &mut trainer)?;
+        let reason = match steps {
+            0 => format!("started{note}"),
+            n => format!("resumed from checkpoint step {n}{note}"),
+        };
+        ctx.store
+            .set_steps_done(task.id, steps)
+            .map_err(store_err)?;
+        transition(ctx, TaskState::Running, &reason);
+        Ok(Runner {
+            trainer,
+            steps,
+            last_checkpoint_step: steps,
+            last_checkpoint_at: Instant::now(),
+        })
+    }
+
+    fn train(&mut self, ctx: &RunnerContext) -> Result<Outcome, PluginError> {
+        let total = ctx.task.total_steps;
+        let mut measured = false;
+        while self.steps < total {
+            match StopRequest::load(&ctx.stop) {
+                StopRequest::None => {}
+                StopRequest::Forced => return Ok(Outcome::Cancelled),
+                StopRequest::Graceful => {
+                    self.checkpoint(ctx, "stop requested")?;
+                    return Ok(Outcome::Cancelled);
+                }
+                StopRequest::Shutdown => {
+                    self.checkpoint(ctx, "host shutting down")?;
+                    return Ok(Outcome::Interrupted);
+                }
+            }
+            let n = ctx.slice_steps.min(total - self.steps);
+            let report = self.trainer.step(n)?;
+            self.steps += report.steps_done;
+            let metrics: Vec<(String, f64)> = report
+                .metrics
+                .iter()
+                .map(|m| (m.name.to_string(), m.value))
+                .collect();
+            ctx.store
+                .record_progress(ctx.task.id, self.steps, &metrics)
+                .map_err(store_err)?;
+            if !measured {
+                measured = true;
+                let bytes = self.trainer.memory()?.total();
+                ctx.store
+                    .set_measured_bytes(ctx.task.id, bytes)
+                    .map_err(store_err)?;
+                let _ = ctx.events.send(RunnerEvent::Measured {
+                    task: ctx.task.id,
+                    bytes,
+                });
+            }
+            if report.steps_done == 0 && StopRequest::load(&ctx.stop) == StopRequest::None {
+                return Err(PluginError::other(format!(
+                    "the trainer made no progress when asked for {n} steps"
+                )));
+            }
+            if self.checkpoint_due(&ctx.policy) {
+                self.checkpoint(ctx, "scheduled")?;
+            }
+        }
+        let eval = self.trainer.evaluate()?;
+        let metrics: Vec<(String, f64)> = eval
+            .metrics
+            .iter()
+            .map(|m| (m.name.to_string(), m.value))
+            .collect();
+        ctx.store
+            .record_progress(ctx.task.id, self.steps, &metrics)
+            .map_err(store_err)?;
+        self.checkpoint(ctx, "final")?;
+        Ok(Outcome::Completed)
+    }
+
+    fn checkpoint_due(&self, policy: &CheckpointPolicy) -> bool {
+        let by_steps = policy
+            .every_steps
+            .is_some_and(|n| self.steps - self.last_checkpoint_step >= n);
+        let by_time = policy
+            .every_seconds
+            .is_some_and(|s| self.last_checkpoint_at.elapsed().as_secs_f64() >= s);
+        by_steps || by_time
+    }
+
+    /// Writes a checkpoint atomically, records it, prunes old ones.
+    fn checkpoint(&mut self, ctx: &RunnerContext, why: &str) -> Result<(), PluginError> {
+        if self.steps == self.last_checkpoint_step && self.steps > 0 && why != "final" {
+            return Ok(()); // nothing new since the last one
+        }
+        let task = ctx.task.id;
+        transition(
+            ctx,
+            TaskState::Checkpointing,
+            &format!("{why} checkpoint at step {}", self.steps),
+        );
+        let trainer = &mut self.trainer;
+        let saved = checkpoint::write_atomic(&ctx.checkpoint_root, self.steps, |dir: &Path| {
+            trainer.save_checkpoint(dir)
+        })
+        .map_err(|e| PluginError::io(format!("checkpoint at step {} failed: {e}", self.steps)))?;
+        let path = saved.dir.display().to_string();
+        let existing = ctx.store.checkpoints(task).map_err(store_err)?;
+        for old in existing.iter().filter(|c| c.path == path) {
+            ctx.store.remove_checkpoint(old.id).map_err(store_err)?;
+        }
+        ctx.store
+            .add_checkpoint(task, self.steps, &path, &saved.checksum)
+            .map_err(store_err)?;
+        let removed = checkpoint::prune(&ctx.checkpoint_root, ctx.policy.keep)
+            .map_err(|e| PluginError::io(format!("pruning old checkpoints: {e}")))?;
+        for row in ctx.store.checkpoints(task).map_err(store_err)? {
+            if removed.iter().any(|p| p.display().to_string() == row.path) {
+                ctx.store.remove_checkpoint(row.id).map_err(store_err)?;
+            }
+        }
+        self.last_checkpoint_step = self.steps;
+        self.last_checkpoint_at = Instant::now();
+        if why != "final" && why != "stop requested" && why != "host shutting down" {
+            transition(ctx, TaskState::Running, "checkpoint written");
+        }
+        Ok(())
+    }
+}
+
+/// Loads the newest checkpoint that verifies; returns its step (0 if none)
+/// and a note about refused ones for the transition reason.
+fn restore(ctx: &RunnerContext, trainer: &mut TrainerHandle) -> Result<(u64, String), PluginError> {
+    let rows = ctx.store.checkpoints(ctx.task.id).map_err(store_err)?;
+    let paths: Vec<PathBuf> = rows.iter().map(|r| PathBuf::from(&r.path)).collect();
+    let (good, refused) = checkpoint::latest_good(paths.iter().map(PathBuf::as_path));
+    let mut note = String::new();
+    for (path, why) in &refused {
+        tracing::warn!(
+            task = ctx.task.id,
+            "checkpoint {} refused: {why}",
+            path.display()
+        );
+        note.push_str(&format!("; checkpoint {} refused: {why}", path.display()));
+        for row in rows.iter().filter(|r| Path::new(&r.path) == path) {
+            ctx.store.remove_checkpoint(row.id).map_err(store_err)?;
+        }
+    }
+    let Some(dir) = good else {
+        return Ok((0, note));
+    };
+    trainer.load_checkpoint(&dir)?;
+    Ok((trainer.total_steps()?, note))
+}
+
+fn store_err(e: super::store::StoreError) -> PluginError {
+    PluginError::io(format!("job store: {e}"))
+}
