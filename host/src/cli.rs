@@ -101,6 +101,10 @@ pub struct HostRunArgs {
     /// CPU cores to share among running tasks (default: all).
     #[arg(long)]
     pub cores: Option<usize>,
+    /// Submit the jobs, print every task with its memory estimate, and exit
+    /// without running anything (the tasks stay queued in the state directory).
+    #[arg(long)]
+    pub plan: bool,
 }
 
 #[derive(Subcommand, Debug)]

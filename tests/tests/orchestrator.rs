@@ -339,3 +339,93 @@ fn a_task_too_big_for_the_budget_is_refused_at_submission() {
         .to_string();
     assert!(e.contains("learning_rate"), "{e}");
 }
+
+#[test]
+fn out_of_memory_requeues_once_then_fails_that_task_alone() {
+    let (state, plugins) = (tempfile::tempdir().unwrap(), plugins());
+    let h = host(state.path(), plugins.path(), Strategy::Auto, 1 << 30);
+    let s = spec(
+        r#"[{"plugin":"behaviour","steps":50,"config":{"oom_in_step_at":5}},{"plugin":"behaviour","steps":50}]"#,
+        ONE_ASSET,
+        r#"{"keep":1}"#,
+    );
+    let job = h.submit(&s).unwrap();
+    run(&h);
+    let tasks = h.store().tasks_of(job).unwrap();
+    assert_eq!(tasks[0].state, TaskState::Failed);
+    assert!(
+        tasks[0]
+            .error
+            .as_deref()
+            .unwrap()
+            .starts_with("out of memory again"),
+        "{:?}",
+        tasks[0].error
+    );
+    let transitions = h.store().transitions(tasks[0].id).unwrap();
+    assert!(
+        transitions
+            .iter()
+            .any(|t| t.to == TaskState::Queued && t.reason.contains("re-queued")),
+        "{transitions:?}"
+    );
+    assert_eq!(tasks[1].state, TaskState::Completed);
+}
+
+#[test]
+fn a_forced_stop_cancels_without_a_checkpoint_and_honours_its_deadline() {
+    let (state, plugins) = (tempfile::tempdir().unwrap(), plugins());
+    let h = host(state.path(), plugins.path(), Strategy::Auto, 1 << 30);
+    // A cooperative plugin: returns from step() as soon as it sees the cancel.
+    let cooperative = spec(
+        r#"[{"plugin":"behaviour","steps":100000,"config":{"sleep_ms_per_step":5}}]"#,
+        ONE_ASSET,
+        r#"{"every_steps":1000000,"every_seconds":1000000,"keep":1}"#,
+    );
+    let job = h.submit(&cooperative).unwrap();
+    let task = h.store().tasks_of(job).unwrap()[0].id;
+    while h.store().task(task).unwrap().unwrap().steps_done < 10 {
+        h.tick().unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let started = std::time::Instant::now();
+    h.stop_task(task, Some(Duration::from_secs(5))).unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "a cooperative plugin stops within a slice"
+    );
+    run(&h);
+    let row = h.store().task(task).unwrap().unwrap();
+    assert_eq!(row.state, TaskState::Cancelled);
+    assert!(
+        h.store().checkpoints(task).unwrap().is_empty(),
+        "a forced stop writes no checkpoint"
+    );
+
+    // A plugin that ignores the cancel: the deadline marks the task cancelled anyway.
+    let stubborn = spec(
+        r#"[{"plugin":"behaviour","steps":100000,"config":{"sleep_ms_per_step":20,"ignore_cancel":true}}]"#,
+        ONE_ASSET,
+        r#"{"keep":1}"#,
+    );
+    let job = h.submit(&stubborn).unwrap();
+    let task = h.store().tasks_of(job).unwrap()[0].id;
+    while h.store().task(task).unwrap().unwrap().state != TaskState::Running {
+        h.tick().unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let started = std::time::Instant::now();
+    h.stop_task(task, Some(Duration::from_millis(30))).unwrap();
+    assert!(started.elapsed() < Duration::from_millis(100) + Duration::from_millis(30));
+    let row = h.store().task(task).unwrap().unwrap();
+    assert_eq!(row.state, TaskState::Cancelled);
+    let last = h.store().transitions(task).unwrap().pop().unwrap();
+    assert!(
+        last.reason
+            .starts_with("forced stop: the plugin did not return within"),
+        "{}",
+        last.reason
+    );
+    run(&h); // the abandoned slice ends on its own; its reservation is then released
+    assert!(h.store().open_reservations().unwrap().is_empty());
+}

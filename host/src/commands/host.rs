@@ -117,6 +117,14 @@ pub(super) fn run(
             spec.models.len() * spec.assets.len()
         );
     }
+    if args.plan {
+        let jobs = all_progress(host.store(), None)?;
+        return if output == OutputFormat::Json {
+            print_json(&jobs)
+        } else {
+            print_plan(&jobs)
+        };
+    }
     install_signal_handlers();
     let shutdown = host.shutdown_flag();
     let mut last_print = Instant::now();
@@ -145,6 +153,31 @@ pub(super) fn run(
     } else if failed > 0 {
         bail!("{failed} task(s) failed");
     }
+    Ok(())
+}
+
+fn print_plan(jobs: &[JobProgress]) -> Result<()> {
+    let mut table = new_table(vec![
+        "JOB",
+        "TASK",
+        "PLUGIN",
+        "ASSET",
+        "STEPS",
+        "MEMORY ESTIMATE",
+    ]);
+    for job in jobs {
+        for t in &job.tasks {
+            table.add_row(vec![
+                job.job.to_string(),
+                t.task.to_string(),
+                t.plugin.clone(),
+                t.asset.clone(),
+                t.total_steps.to_string(),
+                super::human_bytes(t.estimate_bytes),
+            ]);
+        }
+    }
+    println!("{table}");
     Ok(())
 }
 

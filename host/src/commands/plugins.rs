@@ -91,6 +91,7 @@ struct DoctorReport<'a> {
     tli_version: &'static str,
     plugin_api_version: &'static str,
     libtorch: libtorch_info::LibtorchInfo,
+    cuda_memory: String,
     plugins: PluginListing<'a>,
 }
 
@@ -101,6 +102,7 @@ pub(super) fn doctor(plugin_dir: &Path, output: OutputFormat) -> Result<()> {
         tli_version: env!("CARGO_PKG_VERSION"),
         plugin_api_version: tli_plugin_api::PLUGIN_API_VERSION,
         libtorch,
+        cuda_memory: crate::orchestrator::cuda::describe(),
         plugins: listing(&registry),
     };
     if output == OutputFormat::Json {
@@ -121,6 +123,7 @@ pub(super) fn doctor(plugin_dir: &Path, output: OutputFormat) -> Result<()> {
         ("CUDA available", yes_no(lt.cuda_available).into()),
         ("CUDA devices", lt.cuda_devices.to_string()),
         ("cuDNN available", yes_no(lt.cudnn_available).into()),
+        ("CUDA memory", crate::orchestrator::cuda::describe()),
         ("intra-op threads", lt.intra_op_threads.to_string()),
         ("plugin dir", report.plugins.plugin_dir.clone()),
         (

@@ -396,15 +396,28 @@ impl Orchestrator {
     fn drain_events(&self) {
         let events: Vec<RunnerEvent> = lock(&self.events_rx).try_iter().collect();
         for event in events {
-            match event {
-                RunnerEvent::Measured { task, bytes } => {
-                    let mut arbiter = lock(&self.arbiter);
-                    let with_margin = arbiter.with_margin(bytes);
-                    let report = arbiter.update_measured(task, with_margin);
-                    tracing::debug!(task, bytes, "measured memory: {report:?}");
-                }
-                RunnerEvent::Finished { task, outcome } => self.reap(task, &outcome),
+            self.handle_event(event);
+        }
+    }
+
+    /// Waits up to `timeout` for a runner to report, so a freed slot is
+    /// refilled at once rather than at the next poll.
+    fn wait_for_event(&self, timeout: Duration) {
+        let event = lock(&self.events_rx).recv_timeout(timeout);
+        if let Ok(event) = event {
+            self.handle_event(event);
+        }
+    }
+
+    fn handle_event(&self, event: RunnerEvent) {
+        match event {
+            RunnerEvent::Measured { task, bytes } => {
+                let mut arbiter = lock(&self.arbiter);
+                let with_margin = arbiter.with_margin(bytes);
+                let report = arbiter.update_measured(task, with_margin);
+                tracing::debug!(task, bytes, "measured memory: {report}");
             }
+            RunnerEvent::Finished { task, outcome } => self.reap(task, &outcome),
         }
     }
 
@@ -460,7 +473,7 @@ impl Orchestrator {
             if queued == 0 && self.active_count() == 0 {
                 return Ok(());
             }
-            std::thread::sleep(poll);
+            self.wait_for_event(poll);
         }
     }
 

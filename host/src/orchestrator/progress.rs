@@ -25,6 +25,9 @@ pub struct TaskProgress {
     pub error: Option<String>,
     pub estimate_bytes: u64,
     pub measured_bytes: Option<u64>,
+    /// When it first started running, and when it last finished (ms since the epoch).
+    pub started_ms: Option<i64>,
+    pub finished_ms: Option<i64>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -108,5 +111,14 @@ fn task_progress(store: &Store, t: &TaskRow) -> Result<TaskProgress, StoreError>
         error: t.error.clone(),
         estimate_bytes: t.estimate_bytes,
         measured_bytes: t.measured_bytes,
+        started_ms: transitions
+            .iter()
+            .find(|x| x.to == TaskState::Running)
+            .map(|x| x.at_ms),
+        finished_ms: transitions
+            .iter()
+            .rev()
+            .find(|x| x.to.is_finished())
+            .map(|x| x.at_ms),
     })
 }

@@ -226,6 +226,9 @@ impl Runner {
                 }
             }
             let n = ctx.slice_steps.min(total - self.steps);
+            let before = (!measured)
+                .then(|| device_allocated(&ctx.task.device))
+                .flatten();
             let report = self.trainer.step(n)?;
             self.steps += report.steps_done;
             let metrics: Vec<(String, f64)> = report
@@ -238,7 +241,8 @@ impl Runner {
                 .map_err(store_err)?;
             if !measured {
                 measured = true;
-                let bytes = self.trainer.memory()?.total();
+                let bytes =
+                    measured_bytes(self.trainer.memory()?.total(), &ctx.task.device, before);
                 ctx.store
                     .set_measured_bytes(ctx.task.id, bytes)
                     .map_err(store_err)?;
@@ -346,4 +350,29 @@ fn restore(ctx: &RunnerContext, trainer: &mut TrainerHandle) -> Result<(u64, Str
 
 fn store_err(e: super::store::StoreError) -> PluginError {
     PluginError::io(format!("job store: {e}"))
+}
+
+/// Bytes allocated on a CUDA device by libtorch's caching allocator now.
+fn device_allocated(device: &str) -> Option<u64> {
+    let index = device.strip_prefix("cuda:")?.parse().ok()?;
+    super::cuda::allocator_stats(index)
+        .ok()
+        .map(|s| s.allocated)
+}
+
+/// What a task measurably uses after its first slice. CPU: the trainer's own
+/// tensor bytes. CUDA: also the caching allocator's growth of peak allocation
+/// over that slice (which catches temporaries the trainer does not count; it
+/// can include other tasks' concurrent growth, so it errs on the safe side).
+fn measured_bytes(tensor_bytes: u64, device: &str, allocated_before: Option<u64>) -> u64 {
+    let Some(before) = allocated_before else {
+        return tensor_bytes;
+    };
+    let Some(index) = device.strip_prefix("cuda:").and_then(|n| n.parse().ok()) else {
+        return tensor_bytes;
+    };
+    match super::cuda::allocator_stats(index) {
+        Ok(stats) => tensor_bytes.max(stats.allocated_peak.saturating_sub(before)),
+        Err(_) => tensor_bytes,
+    }
 }

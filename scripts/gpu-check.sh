@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# GPU check for the orchestrator: run on a CUDA machine whose python has torch 2.11.0.
+# Not part of CI. It
+#   1. shows `tli doctor` (libtorch, CUDA devices, allocator),
+#   2. plans a job of every installed plugin on cuda:0 (the template plugin with three
+#      memory-hungry configs) over two synthetic assets, to get each task's estimate,
+#   3. runs it under a budget that fits only about two tasks at once (strategy auto),
+#   4. prints estimated vs measured memory per task and the schedule (who ran when),
+#      and the largest number of tasks that ran at the same time.
+# Usage: scripts/gpu-check.sh            (after `make build`, or with TLI=/path/to/tli)
+# Binaries built on another machine find this machine's torch through LD_LIBRARY_PATH.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TLI=${TLI:-target/release/tli}
+PY=${PYTHON:-python3}
+DEVICE=${DEVICE:-cuda:0}     # DEVICE=cpu SMALL=1 checks the script itself on a machine without a GPU
+SMALL=${SMALL:-0}
+export DEVICE SMALL
+[ -x "$TLI" ] || { echo "gpu-check: $TLI not found: run 'make build' or set TLI" >&2; exit 2; }
+TORCH_DIR=$("$PY" -c 'import os, torch; print(os.path.dirname(torch.__file__))')
+export LD_LIBRARY_PATH="$TORCH_DIR/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+"$PY" -c 'import torch; print("gpu-check: torch", torch.__version__, "| CUDA", torch.version.cuda, "| devices", torch.cuda.device_count())'
+"$TLI" doctor
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+"$TLI" plugins list -o json > "$work/plugins.json"
+"$PY" - "$work" <<'PYEOF'
+import json, os, sys
+work = sys.argv[1]
+small = os.environ["SMALL"] == "1"
+plugins = [p["name"] for p in json.load(open(f"{work}/plugins.json"))["plugins"]]
+models = []
+for name in plugins:
+    if name == "template":
+        sizes = ([64, 64], [32, 32, 32], [128]) if small else ([4096, 4096], [2048, 2048, 2048], [8192])
+        for hidden in sizes:
+            models.append({"plugin": name, "steps": 40 if small else 200,
+                           "config": {"hidden_sizes": hidden, "batch_size": 256 if small else 8192}})
+    else:
+        models.append({"plugin": name, "steps": 40 if small else 200})
+rows = 2000 if small else 200000
+job = {"name": "gpu-check", "models": models,
+       "assets": [{"synthetic": {"rows": rows, "seed": 1}}, {"synthetic": {"rows": rows, "seed": 2}}],
+       "device": os.environ["DEVICE"], "checkpoint": {"every_steps": 100, "keep": 1}, "slice_steps": 20}
+json.dump(job, open(f"{work}/job.json", "w"))
+print("gpu-check: plugins", ", ".join(plugins), "->", len(models) * 2, "tasks")
+PYEOF
+
+"$TLI" host run --state-dir "$work/plan" --device "$DEVICE" --memory-budget 1TiB --plan \
+  --submit "$work/job.json" -o json > "$work/plan.json"
+BUDGET=$("$PY" -c '
+import json, sys, statistics
+est = sorted(t["estimate_bytes"] for j in json.load(open(sys.argv[1])) for t in j["tasks"])
+print(int(2.2 * statistics.median(est) * 1.1) + max(est) // 10)' "$work/plan.json")
+echo "gpu-check: budget $BUDGET bytes (about two tasks at once)"
+
+start=$(date +%s)
+"$TLI" host run --state-dir "$work/run" --device "$DEVICE" --memory-budget "$BUDGET" --strategy auto \
+  --submit "$work/job.json" -o json > "$work/result.json" || echo "gpu-check: some tasks failed (see table)"
+echo "gpu-check: run took $(( $(date +%s) - start )) s"
+
+"$PY" - "$work/result.json" "$BUDGET" <<'PYEOF'
+import json, sys
+jobs, budget = json.load(open(sys.argv[1])), int(sys.argv[2])
+tasks = [t for j in jobs for t in j["tasks"]]
+t0 = min((t["started_ms"] for t in tasks if t["started_ms"]), default=0)
+gib = lambda b: f"{b / 2**30:8.3f} GiB" if b is not None else "       -    "
+print(f"{'task':>4} {'plugin':10} {'state':10} {'estimate':>12} {'measured':>12} {'meas/est':>8} {'start s':>8} {'end s':>8}")
+for t in tasks:
+    est, meas = t["estimate_bytes"], t["measured_bytes"]
+    ratio = f"{meas / est:8.2f}" if meas and est else "       -"
+    s = (t["started_ms"] - t0) / 1e3 if t["started_ms"] else float("nan")
+    e = (t["finished_ms"] - t0) / 1e3 if t["finished_ms"] else float("nan")
+    print(f"{t['task']:>4} {t['plugin']:10} {t['state']:10} {gib(est)} {gib(meas)} {ratio} {s:8.1f} {e:8.1f}")
+    if t.get("error"):
+        print("      error:", t["error"])
+events = sorted([(t["started_ms"], 1) for t in tasks if t["started_ms"]] + [(t["finished_ms"], -1) for t in tasks if t["finished_ms"]])
+running = peak = 0
+for _, d in events:
+    running += d
+    peak = max(peak, running)
+print(f"budget {budget / 2**30:.3f} GiB; at most {peak} task(s) ran at the same time")
+PYEOF
+"$TLI" doctor | grep -i "cuda memory" || true
