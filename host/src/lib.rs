@@ -8,6 +8,7 @@
 //! * [`local_train`]: training plugins in-process for N steps (`tli train local`).
 //! * [`sample_data`]: the deterministic synthetic dataset used offline.
 //! * [`libtorch_info`]: which libtorch this process runs on, and CUDA.
+//! * [`units`]: byte sizes formatted and parsed for people.
 //! * [`cli`] and [`commands`]: the `tli` command line (clap) and its output.
 //!
 //! See docs/ARCHITECTURE.md for the whole map.
@@ -22,6 +23,7 @@ pub mod orchestrator;
 pub mod registry;
 pub mod sample_data;
 pub mod services;
+pub mod units;
 
 use std::path::PathBuf;
 

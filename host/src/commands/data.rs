@@ -1,10 +1,11 @@
 //! `tli data synth|inspect|convert|contracts`.
 
-use super::{human_bytes, new_table, print_json};
+use super::{new_table, print_json};
 use crate::cli::{OutputFormat, SynthArgs};
 use crate::data::{
     self, contracts::ContractBook, dbn_format, inspect, synth, timefmt, BarInterval, Format,
 };
+use crate::units::format_bytes;
 use anyhow::{anyhow, Context, Result};
 use std::path::{Path, PathBuf};
 
@@ -45,7 +46,7 @@ pub(super) fn synth(
     println!(
         "wrote {} ({}): {} contract(s), {} bars of {} {} from {} to {}, planted strength {}",
         args.out.display(),
-        human_bytes(summary.bytes),
+        format_bytes(summary.bytes),
         contract_bars.len(),
         summary.bars,
         summary.interval,
@@ -79,7 +80,7 @@ pub(super) fn inspect(
         let rows = [
             (
                 "file",
-                format!("{} ({}, {})", s.file, s.format, human_bytes(s.bytes)),
+                format!("{} ({}, {})", s.file, s.format, format_bytes(s.bytes)),
             ),
             ("symbol", s.symbol.clone()),
             ("contract", contract),

@@ -27,35 +27,6 @@ fn install_signal_handlers() {
     }
 }
 
-/// `512MiB`, `8GiB`, `1.5GB`, `1000000` → bytes.
-pub fn parse_bytes(text: &str) -> Result<u64> {
-    let t = text.trim();
-    let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    let value: f64 = number
-        .trim()
-        .parse()
-        .map_err(|_| anyhow!("{text:?} is not a size like 512MiB or 8GiB"))?;
-    let scale = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kb" => 1e3,
-        "kib" => 1024.0,
-        "m" | "mb" => 1e6,
-        "mib" => 1024.0 * 1024.0,
-        "g" | "gb" => 1e9,
-        "gib" => 1024.0 * 1024.0 * 1024.0,
-        "t" | "tb" => 1e12,
-        "tib" => 1024f64.powi(4),
-        other => {
-            bail!("{text:?}: unknown unit {other:?} (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)")
-        }
-    };
-    if !(value.is_finite() && value > 0.0) {
-        bail!("{text:?}: a size must be positive");
-    }
-    Ok((value * scale).round() as u64)
-}
-
 pub(super) fn run(
     plugin_dir: &Path,
     contracts: Option<&Path>,
@@ -69,7 +40,7 @@ pub(super) fn run(
     let budget_bytes = args
         .memory_budget
         .as_deref()
-        .map(parse_bytes)
+        .map(|t| crate::units::parse_bytes(t).map_err(|e| anyhow!(e)))
         .transpose()
         .context("--memory-budget")?;
     if !(0.0..=10.0).contains(&args.margin) {
@@ -106,7 +77,7 @@ pub(super) fn run(
         args.state_dir.display(),
         host.registry().loaded.len(),
         budget.device,
-        super::human_bytes(budget.total_bytes),
+        crate::units::format_bytes(budget.total_bytes),
         args.strategy
     );
     for spec in &specs {
@@ -173,7 +144,7 @@ fn print_plan(jobs: &[JobProgress]) -> Result<()> {
                 t.plugin.clone(),
                 t.asset.clone(),
                 t.total_steps.to_string(),
-                super::human_bytes(t.estimate_bytes),
+                crate::units::format_bytes(t.estimate_bytes),
             ]);
         }
     }
@@ -286,19 +257,5 @@ fn print_status(jobs: &[JobProgress]) {
             ]);
         }
         println!("{table}");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_bytes;
-
-    #[test]
-    fn sizes_parse() {
-        assert_eq!(parse_bytes("512MiB").unwrap(), 512 * 1024 * 1024);
-        assert_eq!(parse_bytes("1.5GB").unwrap(), 1_500_000_000);
-        assert_eq!(parse_bytes("1000").unwrap(), 1000);
-        assert!(parse_bytes("12 parsecs").is_err());
-        assert!(parse_bytes("-1GiB").is_err());
     }
 }

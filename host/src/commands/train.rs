@@ -1,10 +1,11 @@
 //! `tli train local`: in-process training on the synthetic dataset or a bar file.
 
-use super::{human_bytes, new_table, print_json, scan};
+use super::{new_table, print_json, scan};
 use crate::cli::{LocalArgs, OutputFormat};
 use crate::data::{self, contracts::ContractBook, features::FeatureConfig};
 use crate::local_train::{self, LocalTrainRequest};
 use crate::sample_data::{synthetic_ar_dataset, SyntheticSpec};
+use crate::units::format_bytes;
 use abi_stable::std_types::RArc;
 use anyhow::{bail, Context, Result};
 use std::io::IsTerminal;
@@ -113,9 +114,9 @@ pub(super) fn local(
             };
             let memory = match (r.memory_estimate, r.memory_measured) {
                 (Some(e), Some(m)) => {
-                    format!("{} / {}", human_bytes(e.total), human_bytes(m.total))
+                    format!("{} / {}", format_bytes(e.total), format_bytes(m.total))
                 }
-                (Some(e), None) => format!("{} / -", human_bytes(e.total)),
+                (Some(e), None) => format!("{} / -", format_bytes(e.total)),
                 _ => "-".into(),
             };
             table.add_row(vec![
@@ -151,7 +152,7 @@ pub(super) fn local(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::commands::human_bytes;
+    use crate::units::format_bytes;
 
     #[test]
     fn config_args_are_routed_and_checked() {
@@ -165,6 +166,6 @@ mod tests {
         assert!(parse_config_arg("template={oops").is_err());
         assert!(parse_config_arg("nonsense").is_err());
         assert!(parse_config_arg("@/definitely/not/here.json").is_err());
-        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(format_bytes(1536), "1.5 KiB");
     }
 }

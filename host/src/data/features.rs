@@ -185,7 +185,7 @@ pub fn build_dataset(
     config: &FeatureConfig,
 ) -> Result<Dataset, DataError> {
     let invalid =
-        |m: String| DataError::Contract(format!("feature pipeline for {}: {m}", table.symbol));
+        |m: String| DataError::Invalid(format!("feature pipeline for {}: {m}", table.symbol));
     config.check().map_err(invalid)?;
     let n = table.len();
     let lookback = config.lookback();

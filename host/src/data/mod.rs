@@ -40,8 +40,12 @@ pub enum DataError {
     },
     #[error("{file}: {problem}")]
     BadFile { file: PathBuf, problem: String },
+    /// No contract specification for a symbol.
     #[error("{0}")]
     Contract(String),
+    /// A request that cannot be met (a feature config, synthetic-data parameters).
+    #[error("{0}")]
+    Invalid(String),
 }
 
 impl DataError {

@@ -129,7 +129,7 @@ fn quarterly_contracts(root: &str, from: i64, to: i64) -> Vec<(String, i64)> {
 
 /// Generates the bars, per contract.
 pub fn generate(spec: &SynthSpec, contract: &ContractSpec) -> Result<Vec<ContractBars>, DataError> {
-    let bad = |m: String| DataError::Contract(format!("synthetic data: {m}"));
+    let bad = |m: String| DataError::Invalid(format!("synthetic data: {m}"));
     if spec.planted_strength.is_nan() || spec.planted_strength.abs() >= 1.0 {
         return Err(bad(format!(
             "planted strength {} must be in (-1, 1)",

@@ -58,6 +58,7 @@
 //! sizes the budget of the `cpu` device from `/proc/meminfo`.
 
 use super::TaskId;
+use crate::units::format_bytes;
 use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
@@ -203,24 +204,6 @@ fn format_percent(ppm: u64) -> String {
     } else {
         format!("{:.1}%", ppm as f64 / 10_000.0)
     }
-}
-
-/// Bytes for people: `512 B`, `1.5 KiB`, `3.2 MiB`, `2.0 GiB` (one decimal,
-/// binary units, GiB the largest).
-pub fn format_bytes(bytes: u64) -> String {
-    if bytes < 1024 {
-        return format!("{bytes} B");
-    }
-    const UNITS: [&str; 3] = ["KiB", "MiB", "GiB"];
-    let mut value = bytes as f64;
-    for (i, unit) in UNITS.iter().enumerate() {
-        value /= 1024.0;
-        // Move up a unit when one decimal would round to 1024.0.
-        if i == UNITS.len() - 1 || (value * 10.0).round() < 10_240.0 {
-            return format!("{value:.1} {unit}");
-        }
-    }
-    unreachable!("the loop returns at the last unit")
 }
 
 /// What [`Arbiter::update_measured`] did.

@@ -17,6 +17,7 @@
 //! calls return [`CudaError::NotBuilt`]. Note that [`mem_info`] (like any CUDA
 //! call) creates the device's primary CUDA context if there is none yet.
 
+use crate::units::format_bytes;
 use thiserror::Error;
 
 /// Free and total memory of one device, in bytes.
@@ -291,21 +292,6 @@ pub fn reset_peak(dev: usize) -> Result<(), CudaError> {
     }
 }
 
-/// Bytes for humans: "0 B", "512 B", "1.5 KiB", "139.8 GiB".
-pub fn format_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    if bytes < 1024 {
-        return format!("{bytes} B");
-    }
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit < UNITS.len() - 1 {
-        value /= 1024.0;
-        unit += 1;
-    }
-    format!("{value:.1} {}", UNITS[unit])
-}
-
 /// One line per device for `tli doctor`, e.g. "cuda:0 NVIDIA H200, 139.8 GiB
 /// total, 139.1 GiB free, allocator 0 B allocated / 0 B reserved"; or "no
 /// CUDA devices" / "no CUDA support in this build". Creates each device's
@@ -428,13 +414,5 @@ mod tests {
                 }
             );
         }
-    }
-
-    #[test]
-    fn bytes_are_formatted_for_humans() {
-        assert_eq!(format_bytes(0), "0 B");
-        assert_eq!(format_bytes(1023), "1023 B");
-        assert_eq!(format_bytes(1536), "1.5 KiB");
-        assert_eq!(format_bytes(150_118_227_968), "139.8 GiB");
     }
 }

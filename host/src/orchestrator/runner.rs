@@ -231,11 +231,7 @@ impl Runner {
                 .flatten();
             let report = self.trainer.step(n)?;
             self.steps += report.steps_done;
-            let metrics: Vec<(String, f64)> = report
-                .metrics
-                .iter()
-                .map(|m| (m.name.to_string(), m.value))
-                .collect();
+            let metrics = metric_pairs(&report.metrics);
             ctx.store
                 .record_progress(ctx.task.id, self.steps, &metrics)
                 .map_err(store_err)?;
@@ -261,11 +257,7 @@ impl Runner {
             }
         }
         let eval = self.trainer.evaluate()?;
-        let metrics: Vec<(String, f64)> = eval
-            .metrics
-            .iter()
-            .map(|m| (m.name.to_string(), m.value))
-            .collect();
+        let metrics = metric_pairs(&eval.metrics);
         ctx.store
             .record_progress(ctx.task.id, self.steps, &metrics)
             .map_err(store_err)?;
@@ -375,4 +367,11 @@ fn measured_bytes(tensor_bytes: u64, device: &str, allocated_before: Option<u64>
         Ok(stats) => tensor_bytes.max(stats.allocated_peak.saturating_sub(before)),
         Err(_) => tensor_bytes,
     }
+}
+
+fn metric_pairs(metrics: &[tli_plugin_api::Metric]) -> Vec<(String, f64)> {
+    metrics
+        .iter()
+        .map(|m| (m.name.to_string(), m.value))
+        .collect()
 }
