@@ -7,7 +7,7 @@
 CARGO ?= cargo
 TLI := target/release/tli
 
-.PHONY: all bootstrap build test demo bench lint fmt doctor
+.PHONY: all bootstrap proto-tools build test demo bench lint fmt doctor
 
 all: build
 
@@ -15,22 +15,24 @@ all: build
 bootstrap:
 	./scripts/bootstrap.sh
 
+## proto-tools: buf from the npm registry (lint and breaking-change checks of proto/tli/v1)
+proto-tools:
+	cd proto && npm ci --no-audit --no-fund --loglevel=error
+
 ## build: the tli binary and every plugin (and test fixture) library
 build: bootstrap
 	$(CARGO) build --release --workspace
 
 ## test: everything from scratch: bootstrap, build, formatting check, the whole test suite
-test: build
+test: build proto-tools
 	$(CARGO) fmt --all -- --check
 	$(CARGO) test --release --workspace
 
-## demo: load the plugins and train the template plugin on CPU with visible progress
+## demo: the main job: a host on the bundled sample data trains every installed model plugin
+##       on two assets, watched to completion; then the in-process trainer for comparison
 demo: build
-	$(TLI) doctor
-	$(TLI) plugins list
+	./scripts/demo.sh
 	$(TLI) train local --plugin template --steps 400 --seed 42
-	$(TLI) data inspect data/samples/es_proxy_sp500_1d.dbn.zst
-	$(TLI) train local --plugin template --steps 300 --data data/samples/es_proxy_sp500_1d.dbn.zst
 
 ## bench: the benchmarks recorded in docs/benchmarks.md
 bench: build

@@ -6,6 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 TORCH_VERSION="2.11.0"
+# The Python gRPC client test (tests/python) uses these, with reflection only.
+PY_TEST_PACKAGES=(grpcio==1.85.1 grpcio-reflection==1.85.1)
 VENV=".venv"
 PY="${PYTHON:-python3}"
 
@@ -23,6 +25,8 @@ sys.exit(0 if md.version("torch").split("+")[0] == sys.argv[1] else 1)
 PYEOF
 then
   link_libtorch
+  "$VENV/bin/python" -c "import grpc, grpc_reflection" 2>/dev/null \
+    || "$VENV/bin/python" -m pip install --disable-pip-version-check -q "${PY_TEST_PACKAGES[@]}"
   echo "bootstrap: torch $TORCH_VERSION already in $VENV" >&2
   exit 0
 fi
@@ -31,6 +35,6 @@ command -v "$PY" >/dev/null || { echo "bootstrap: $PY not found; install Python 
 echo "bootstrap: creating $VENV and installing torch==$TORCH_VERSION from PyPI (about 2.6 GB, once)" >&2
 "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install --disable-pip-version-check -q --upgrade pip
-"$VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off "torch==$TORCH_VERSION"
+"$VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off "torch==$TORCH_VERSION" "${PY_TEST_PACKAGES[@]}"
 link_libtorch
 echo "bootstrap: torch $("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("torch"))') at $(readlink "$VENV/libtorch")" >&2

@@ -18,6 +18,19 @@ pub struct Cli {
     #[arg(long, env = "TLI_CONTRACTS", global = true)]
     pub contracts: Option<PathBuf>,
 
+    /// Address of a `tli host serve` for the client commands (train start|watch|…, resources).
+    #[arg(
+        long,
+        env = "TLI_ENDPOINT",
+        default_value = "http://127.0.0.1:50051",
+        global = true
+    )]
+    pub endpoint: String,
+
+    /// Bearer token for a host that listens beyond loopback (or TLI_TOKEN).
+    #[arg(long, env = "TLI_TOKEN", global = true, hide_env_values = true)]
+    pub token: Option<String>,
+
     /// Output format: tables for people, JSON (on stdout) for programs.
     #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Table, global = true)]
     pub output: OutputFormat,
@@ -51,6 +64,10 @@ pub enum Command {
         #[command(subcommand)]
         command: HostCommand,
     },
+    /// Devices, memory budgets, reservations and measured usage of a running host.
+    Resources,
+    /// Print a shell completion script.
+    Completions { shell: clap_complete::Shell },
     /// Market data: generate, inspect and convert bar files; list contracts.
     Data {
         #[command(subcommand)]
@@ -60,6 +77,8 @@ pub enum Command {
 
 #[derive(Subcommand, Debug)]
 pub enum HostCommand {
+    /// Serve the gRPC API (tli.v1) and run jobs until SIGINT/SIGTERM.
+    Serve(ServeArgs),
     /// Run the orchestrator in the foreground on a state directory: resume
     /// interrupted tasks, submit the given jobs, run until every task is done.
     /// SIGINT/SIGTERM checkpoint running tasks and exit (they resume next time).
@@ -75,13 +94,31 @@ pub enum HostCommand {
 }
 
 #[derive(Args, Debug)]
-pub struct HostRunArgs {
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub host: HostOptions,
+    /// Address to listen on. Anything beyond loopback requires a token.
+    #[arg(long, default_value = "127.0.0.1:50051")]
+    pub listen: String,
+    /// File holding the bearer token clients must send (or TLI_SERVE_TOKEN).
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+    /// TLS certificate and key (PEM); both or neither.
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Seconds to wait for running tasks to checkpoint at shutdown.
+    #[arg(long, default_value_t = 30)]
+    pub shutdown_timeout: u64,
+}
+
+/// Options shared by `tli host run` and `tli host serve`.
+#[derive(Args, Debug, Clone)]
+pub struct HostOptions {
     /// Where the job store, checkpoints and the host lock live.
     #[arg(long, env = "TLI_STATE_DIR", default_value = ".tli")]
     pub state_dir: PathBuf,
-    /// Job spec files (JSON) to submit; see docs/orchestrator.md. Repeatable.
-    #[arg(long)]
-    pub submit: Vec<PathBuf>,
     /// Admission strategy: sequential, parallel:N or auto.
     #[arg(long, default_value = "auto")]
     pub strategy: String,
@@ -101,6 +138,15 @@ pub struct HostRunArgs {
     /// CPU cores to share among running tasks (default: all).
     #[arg(long)]
     pub cores: Option<usize>,
+}
+
+#[derive(Args, Debug)]
+pub struct HostRunArgs {
+    #[command(flatten)]
+    pub host: HostOptions,
+    /// Job spec files (JSON) to submit; see docs/orchestrator.md. Repeatable.
+    #[arg(long)]
+    pub submit: Vec<PathBuf>,
     /// Submit the jobs, print every task with its memory estimate, and exit
     /// without running anything (the tasks stay queued in the state directory).
     #[arg(long)]
@@ -162,8 +208,79 @@ pub enum PluginsCommand {
 
 #[derive(Subcommand, Debug)]
 pub enum TrainCommand {
+    /// Start a job on a running host (models × assets).
+    Start(StartArgs),
+    /// Follow a job with live progress bars until it finishes.
+    Watch { job: u64 },
+    /// A job's tasks, states, progress and latest metrics.
+    Status { job: u64 },
+    /// Jobs on the host, newest first, with filters.
+    List(ListArgs),
+    /// Stop a job (or one task): graceful with a checkpoint, or forced with a deadline.
+    Stop {
+        job: u64,
+        #[arg(long)]
+        task: Option<u64>,
+        #[arg(long)]
+        force: bool,
+        /// With --force: milliseconds before the task is marked cancelled anyway.
+        #[arg(long, default_value_t = 10_000)]
+        deadline_ms: u32,
+    },
+    /// Resume a job's cancelled, failed and interrupted tasks from their last checkpoints.
+    Resume { job: u64 },
     /// Train plugins inside this process (no host), on a bar file or the synthetic AR(1) dataset.
     Local(LocalArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct StartArgs {
+    /// A job spec file (JSON, docs/orchestrator.md); or build one with the flags below.
+    #[arg(long, conflicts_with_all = ["plugin", "asset"])]
+    pub spec: Option<PathBuf>,
+    /// Job name.
+    #[arg(long, default_value = "job")]
+    pub name: String,
+    /// Plugin to train; repeat for several models.
+    #[arg(long, short = 'p')]
+    pub plugin: Vec<String>,
+    /// Config per plugin as JSON or PLUGIN=JSON (as for `train local`).
+    #[arg(long)]
+    pub config: Vec<String>,
+    /// Asset: a bar file path on the host, or `synthetic:ROWS`. Repeatable.
+    #[arg(long, short = 'a')]
+    pub asset: Vec<String>,
+    #[arg(long, default_value_t = 1000)]
+    pub steps: u64,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Follow the job after starting it.
+    #[arg(long)]
+    pub watch: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ListArgs {
+    /// Only jobs with a task in this state (queued, running, completed, failed, cancelled, interrupted). Repeatable.
+    #[arg(long)]
+    pub state: Vec<String>,
+    #[arg(long)]
+    pub plugin: Option<String>,
+    #[arg(long)]
+    pub asset: Option<String>,
+    /// newest (default), oldest or name.
+    #[arg(long, default_value = "newest")]
+    pub sort: String,
+    #[arg(long, default_value_t = 20)]
+    pub page_size: u32,
+    /// Page token from a previous listing.
+    #[arg(long)]
+    pub page_token: Option<String>,
+    /// Follow page tokens until the end.
+    #[arg(long)]
+    pub all: bool,
 }
 
 #[derive(Args, Debug)]

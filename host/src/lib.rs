@@ -9,10 +9,12 @@
 //! * [`sample_data`]: the deterministic synthetic dataset used offline.
 //! * [`libtorch_info`]: which libtorch this process runs on, and CUDA.
 //! * [`units`]: byte sizes formatted and parsed for people.
+//! * [`api`]: the gRPC control API (`tli.v1`) over the orchestrator (`tli host serve`).
 //! * [`cli`] and [`commands`]: the `tli` command line (clap) and its output.
 //!
 //! See docs/ARCHITECTURE.md for the whole map.
 
+pub mod api;
 pub mod cli;
 pub mod commands;
 pub mod data;

@@ -123,3 +123,111 @@ pub fn json(output: &Output) -> serde_json::Value {
         )
     })
 }
+
+/// A `tli host serve` child process on a free loopback port.
+pub struct Server {
+    pub child: std::process::Child,
+    /// `127.0.0.1:PORT`
+    pub address: String,
+    /// Everything the server printed on stderr so far is collected here.
+    pub log: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Server {
+    /// Starts `tli host serve --listen 127.0.0.1:0` on `state_dir` with the
+    /// plugins in `plugin_dir`, and waits for its ready line.
+    pub fn start(plugin_dir: &Path, state_dir: &Path, extra: &[&str]) -> Self {
+        use std::io::BufRead;
+        let mut child = Command::new(tli_binary())
+            .args(["host", "serve", "--listen", "127.0.0.1:0", "--state-dir"])
+            .arg(state_dir)
+            .args(extra)
+            .env("TLI_PLUGIN_DIR", plugin_dir)
+            .env_remove("LD_LIBRARY_PATH")
+            .env("NO_COLOR", "1")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start tli host serve");
+        let stderr = child.stderr.take().expect("stderr");
+        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if let Some(rest) = line.split("listening on ").nth(1) {
+                    let address = rest
+                        .split_whitespace()
+                        .next()
+                        .unwrap_or_default()
+                        .to_string();
+                    let _ = tx.send(address);
+                }
+                if let Ok(mut l) = sink.lock() {
+                    l.push_str(&line);
+                    l.push('\n');
+                }
+            }
+        });
+        let address = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .unwrap_or_else(|_| {
+                panic!(
+                    "no ready line from tli host serve; it printed:\n{}",
+                    log.lock().map(|l| l.clone()).unwrap_or_default()
+                )
+            });
+        Self {
+            child,
+            address,
+            log,
+        }
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.address)
+    }
+
+    /// Runs the `tli` client against this server.
+    pub fn client(&self, args: &[&str]) -> Output {
+        self.client_with_env(args, &[])
+    }
+
+    pub fn client_with_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut command = Command::new(tli_binary());
+        command
+            .args(args)
+            .args(["--endpoint", &self.endpoint()])
+            .env_remove("LD_LIBRARY_PATH")
+            .env_remove("TLI_TOKEN")
+            .env("NO_COLOR", "1");
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        command.output().expect("run tli client")
+    }
+
+    /// SIGTERM, then wait; returns how long the server took to exit.
+    pub fn terminate(&mut self) -> std::time::Duration {
+        let started = std::time::Instant::now();
+        // SAFETY: sending a signal to our own child process.
+        unsafe { libc_kill(self.child.id() as i32, 15) };
+        let _ = self.child.wait();
+        started.elapsed()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, signal: i32) -> i32;
+}

@@ -1,7 +1,7 @@
 //! `tli host run` (the orchestrator in the foreground) and `tli host status`.
 
 use super::{new_table, print_json};
-use crate::cli::{HostRunArgs, OutputFormat};
+use crate::cli::{HostOptions, HostRunArgs, OutputFormat};
 use crate::orchestrator::engine::{HostConfig, Orchestrator};
 use crate::orchestrator::job::JobSpec;
 use crate::orchestrator::progress::{job_progress, JobProgress};
@@ -12,13 +12,13 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-static SIGNALLED: AtomicBool = AtomicBool::new(false);
+pub(super) static SIGNALLED: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(_: libc::c_int) {
     SIGNALLED.store(true, Ordering::SeqCst);
 }
 
-fn install_signal_handlers() {
+pub(super) fn install_signal_handlers() {
     let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
     // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
     unsafe {
@@ -27,25 +27,59 @@ fn install_signal_handlers() {
     }
 }
 
+/// Opens the orchestrator with the shared host options (`host run`, `host serve`).
+pub(super) fn open_host(
+    plugin_dir: &Path,
+    contracts: Option<&Path>,
+    opts: &HostOptions,
+) -> Result<Orchestrator> {
+    let strategy = opts
+        .strategy
+        .parse()
+        .map_err(|e| anyhow!("--strategy: {e}"))?;
+    let budget_bytes = opts
+        .memory_budget
+        .as_deref()
+        .map(|t| crate::units::parse_bytes(t).map_err(|e| anyhow!(e)))
+        .transpose()
+        .context("--memory-budget")?;
+    if !(0.0..=10.0).contains(&opts.margin) {
+        bail!("--margin {} must be between 0 and 10", opts.margin);
+    }
+    let cores = opts.cores.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
+    let host = Orchestrator::open(HostConfig {
+        state_dir: opts.state_dir.clone(),
+        plugin_dir: plugin_dir.to_path_buf(),
+        contracts: contracts.map(Path::to_path_buf),
+        strategy,
+        budget_bytes,
+        margin: opts.margin,
+        device: opts.device.clone(),
+        cores,
+        resume_interrupted: !opts.no_resume,
+    })?;
+    let budget = host.budget();
+    eprintln!(
+        "host: state {} · {} plugin(s) · {} budget {} · strategy {}",
+        opts.state_dir.display(),
+        host.registry().loaded.len(),
+        budget.device,
+        crate::units::format_bytes(budget.total_bytes),
+        opts.strategy
+    );
+    Ok(host)
+}
+
 pub(super) fn run(
     plugin_dir: &Path,
     contracts: Option<&Path>,
     args: &HostRunArgs,
     output: OutputFormat,
 ) -> Result<()> {
-    let strategy = args
-        .strategy
-        .parse()
-        .map_err(|e| anyhow!("--strategy: {e}"))?;
-    let budget_bytes = args
-        .memory_budget
-        .as_deref()
-        .map(|t| crate::units::parse_bytes(t).map_err(|e| anyhow!(e)))
-        .transpose()
-        .context("--memory-budget")?;
-    if !(0.0..=10.0).contains(&args.margin) {
-        bail!("--margin {} must be between 0 and 10", args.margin);
-    }
     let specs = args
         .submit
         .iter()
@@ -55,31 +89,7 @@ pub(super) fn run(
             JobSpec::from_json(&text).map_err(|e| anyhow!("{}: {e}", path.display()))
         })
         .collect::<Result<Vec<_>>>()?;
-    let cores = args.cores.unwrap_or_else(|| {
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1)
-    });
-    let host = Orchestrator::open(HostConfig {
-        state_dir: args.state_dir.clone(),
-        plugin_dir: plugin_dir.to_path_buf(),
-        contracts: contracts.map(Path::to_path_buf),
-        strategy,
-        budget_bytes,
-        margin: args.margin,
-        device: args.device.clone(),
-        cores,
-        resume_interrupted: !args.no_resume,
-    })?;
-    let budget = host.budget();
-    eprintln!(
-        "host: state {} · {} plugin(s) · {} budget {} · strategy {}",
-        args.state_dir.display(),
-        host.registry().loaded.len(),
-        budget.device,
-        crate::units::format_bytes(budget.total_bytes),
-        args.strategy
-    );
+    let host = open_host(plugin_dir, contracts, &args.host)?;
     for spec in &specs {
         let job = host.submit(spec)?;
         eprintln!(

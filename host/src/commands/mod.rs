@@ -5,10 +5,14 @@
 //! * [`train`]: `tli train local`
 //! * [`data`]: `tli data synth|inspect|convert|contracts`
 //! * [`host`]: `tli host run|status`
+//! * [`serve`]: `tli host serve` (the gRPC server)
+//! * [`remote`]: the gRPC client commands `tli train start|watch|status|list|stop|resume`, `tli resources`
 
 mod data;
 mod host;
 mod plugins;
+mod remote;
+mod serve;
 mod train;
 
 use crate::cli::{Cli, Command, DataCommand, HostCommand, PluginsCommand, TrainCommand};
@@ -33,8 +37,20 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Train {
             command: TrainCommand::Local(args),
         } => train::local(&plugin_dir, contracts, args, cli.output),
+        Command::Train { command } => remote::train(&cli, command),
+        Command::Resources => remote::resources(&cli),
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                *shell,
+                &mut <Cli as clap::CommandFactory>::command(),
+                "tli",
+                &mut std::io::stdout(),
+            );
+            Ok(())
+        }
         Command::Host { command } => match command {
             HostCommand::Run(args) => host::run(&plugin_dir, contracts, args, cli.output),
+            HostCommand::Serve(args) => serve::serve(&plugin_dir, contracts, args),
             HostCommand::Status { state_dir, job } => host::status(state_dir, *job, cli.output),
         },
         Command::Data { command } => match command {

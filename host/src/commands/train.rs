@@ -34,7 +34,7 @@ fn dataset_for(contracts: Option<&Path>, args: &LocalArgs) -> Result<Dataset> {
 }
 
 /// Splits a `--config` value into (plugin, JSON text), reading `@file`s.
-fn parse_config_arg(arg: &str) -> Result<(Option<String>, String)> {
+pub(super) fn parse_config_arg(arg: &str) -> Result<(Option<String>, String)> {
     let trimmed = arg.trim_start();
     let (plugin, value) = if trimmed.starts_with('{') || trimmed.starts_with('@') {
         (None, trimmed)

@@ -5,7 +5,8 @@
 //! were running become `interrupted` and (by default) resume from their last
 //! good checkpoint.
 //!
-//! Call [`Orchestrator::tick`] regularly (or [`Orchestrator::run_until_idle`]).
+//! Call [`Orchestrator::tick`] regularly (or [`Orchestrator::run_until_idle`]; a server
+//! uses [`Orchestrator::run_until_shutdown`]).
 
 use super::arbiter::{Arbiter, Budget, Candidate, Strategy};
 use super::job::{AssetSpec, JobSpec};
@@ -81,6 +82,17 @@ pub enum HostError {
     Registry(#[from] crate::registry::RegistryError),
     #[error("{0}")]
     Other(String),
+}
+
+/// A snapshot of the arbiter: see [`Orchestrator::resources`].
+#[derive(Clone, Debug)]
+pub struct Resources {
+    pub budget: Budget,
+    pub strategy: Strategy,
+    /// Bytes reserved by running tasks (with margin).
+    pub reserved_bytes: u64,
+    /// Running tasks and their reservations (with margin), in start order.
+    pub running: Vec<(TaskId, u64)>,
 }
 
 struct Active {
@@ -474,6 +486,38 @@ impl Orchestrator {
                 return Ok(());
             }
             self.wait_for_event(poll);
+        }
+    }
+
+    /// Runs scheduling rounds until the shutdown flag is raised (a server:
+    /// jobs arrive at any time, so an empty queue does not end it), then
+    /// checkpoints every running task (they become `interrupted`) and returns
+    /// once none is left. A failed round is logged and the loop goes on.
+    pub fn run_until_shutdown(
+        &self,
+        poll: Duration,
+        mut on_round: impl FnMut(&Self),
+    ) -> Result<(), HostError> {
+        while !self.shutdown.load(Ordering::Acquire) {
+            if let Err(e) = self.tick() {
+                tracing::error!("scheduling round failed: {e}");
+                std::thread::sleep(poll);
+            }
+            on_round(self);
+            self.wait_for_event(poll);
+        }
+        self.run_until_idle(poll, on_round)
+    }
+
+    /// The device's budget, strategy and current reservations (what the
+    /// arbiter holds; measured bytes are in the store's task rows).
+    pub fn resources(&self) -> Resources {
+        let arbiter = lock(&self.arbiter);
+        Resources {
+            budget: arbiter.budget().clone(),
+            strategy: arbiter.strategy(),
+            reserved_bytes: arbiter.reserved(),
+            running: arbiter.running(),
         }
     }
 

@@ -1,0 +1,195 @@
+//! The gRPC control API (`tli.v1`, see proto/tli/v1) over an
+//! [`Orchestrator`]: what `tli host serve` runs.
+//!
+//! * [`training`]: `TrainingService` (start, watch, status, list, stop, resume).
+//! * [`plugins`]: `PluginService` (the loaded and refused plugins).
+//! * [`resources`]: `ResourceService` (the device budget and reservations).
+//! * [`auth`]: the bearer-token interceptor.
+//! * [`convert`]: requests → job specs, progress → messages, errors → `Status`.
+//!
+//! [`router`] assembles everything (with gRPC health and reflection v1 and
+//! v1alpha) into a tonic router; the caller binds the listener and decides
+//! when to stop. A [`ShutdownSignal`] ends every `WatchTraining` stream and
+//! makes the services refuse new work, so that the server can stop without
+//! waiting for clients that watch forever.
+
+pub mod auth;
+pub mod convert;
+pub mod plugins;
+pub mod resources;
+pub mod training;
+
+use crate::orchestrator::engine::Orchestrator;
+use auth::Auth;
+use std::sync::Arc;
+use tli_proto::v1::plugin_service_server::PluginServiceServer;
+use tli_proto::v1::resource_service_server::ResourceServiceServer;
+use tli_proto::v1::training_service_server::TrainingServiceServer;
+use tokio::sync::watch;
+use tonic::server::NamedService;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::server::Router;
+use tonic::transport::{Identity, Server, ServerTlsConfig};
+use tonic::Status;
+use tonic_health::server::HealthReporter;
+use tonic_health::ServingStatus;
+
+/// Raised once when the host begins to shut down; services watch it.
+#[derive(Clone, Debug)]
+pub struct ShutdownSignal {
+    tx: Arc<watch::Sender<bool>>,
+}
+
+impl Default for ShutdownSignal {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ShutdownSignal {
+    pub fn new() -> Self {
+        Self {
+            tx: Arc::new(watch::channel(false).0),
+        }
+    }
+
+    /// Ends every watch stream and makes the services refuse new work.
+    pub fn trigger(&self) {
+        self.tx.send_replace(true);
+    }
+
+    pub fn is_triggered(&self) -> bool {
+        *self.tx.borrow()
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<bool> {
+        self.tx.subscribe()
+    }
+}
+
+/// The status of a request that arrives while the host shuts down.
+pub fn shutting_down() -> Status {
+    Status::unavailable("the host is shutting down; running tasks are being checkpointed")
+}
+
+/// Runs blocking orchestrator or store work off the async workers.
+pub(crate) async fn blocking<T, F>(f: F) -> Result<T, Status>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T, Status> + Send + 'static,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| Err(Status::internal(format!("request handler failed: {e}"))))
+}
+
+/// TLS material for the server, as PEM.
+#[derive(Clone)]
+pub struct TlsPem {
+    pub cert: Vec<u8>,
+    pub key: Vec<u8>,
+}
+
+/// How the server authenticates clients and encrypts connections.
+#[derive(Clone, Default)]
+pub struct ServerConfig {
+    /// When set, every RPC except health needs `authorization: Bearer <token>`.
+    pub token: Option<String>,
+    pub tls: Option<TlsPem>,
+}
+
+/// The names the health service reports, besides "" (the whole server).
+pub fn service_names() -> [&'static str; 3] {
+    [
+        <TrainingServiceServer<training::TrainingApi> as NamedService>::NAME,
+        <PluginServiceServer<plugins::PluginApi> as NamedService>::NAME,
+        <ResourceServiceServer<resources::ResourceApi> as NamedService>::NAME,
+    ]
+}
+
+/// Reports the server and every service as serving or not.
+pub async fn set_health(reporter: &HealthReporter, serving: bool) {
+    let status = if serving {
+        ServingStatus::Serving
+    } else {
+        ServingStatus::NotServing
+    };
+    reporter.set_service_status("", status).await;
+    for name in service_names() {
+        reporter.set_service_status(name, status).await;
+    }
+}
+
+/// Why a router could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("TLS: {0} (the certificate file must hold PEM certificates, the key file a PEM private key)")]
+    Tls(String),
+    #[error("reflection: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+}
+
+fn with_tls(builder: Server, tls: &TlsPem) -> Result<Server, BuildError> {
+    builder
+        .tls_config(ServerTlsConfig::new().identity(Identity::from_pem(&tls.cert, &tls.key)))
+        .map_err(|e| {
+            // tonic's Display is only "transport error"; the reason is in the sources.
+            let mut reasons = Vec::new();
+            let mut source = std::error::Error::source(&e);
+            while let Some(s) = source {
+                reasons.push(s.to_string());
+                source = s.source();
+            }
+            if reasons.is_empty() {
+                reasons.push(e.to_string());
+            }
+            BuildError::Tls(reasons.join(": "))
+        })
+}
+
+/// Checks that the certificate and key make a TLS server configuration
+/// (so a command can refuse bad files before it opens anything).
+pub fn check_tls(tls: &TlsPem) -> Result<(), BuildError> {
+    with_tls(Server::builder(), tls).map(|_| ())
+}
+
+/// The services, the health service (always without a token) and
+/// reflection, behind the token check when `config.token` is set. Health
+/// starts as SERVING for the server and each service.
+pub async fn router(
+    orchestrator: Arc<Orchestrator>,
+    shutdown: &ShutdownSignal,
+    config: &ServerConfig,
+) -> Result<(Router, HealthReporter), BuildError> {
+    let auth = match &config.token {
+        Some(token) => Auth::token(token),
+        None => Auth::none(),
+    };
+    let mut builder = Server::builder();
+    if let Some(tls) = &config.tls {
+        builder = with_tls(builder, tls)?;
+    }
+    let (reporter, health) = tonic_health::server::health_reporter();
+    set_health(&reporter, true).await;
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(tli_proto::v1::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_v1 = reflection().build_v1()?;
+    let reflection_v1alpha = reflection().build_v1alpha()?;
+    let training = training::TrainingApi::new(orchestrator.clone(), shutdown.clone());
+    let plugins = plugins::PluginApi::new(orchestrator.clone());
+    let resources = resources::ResourceApi::new(orchestrator);
+    let router = builder
+        .add_service(health)
+        .add_service(InterceptedService::new(reflection_v1, auth.clone()))
+        .add_service(InterceptedService::new(reflection_v1alpha, auth.clone()))
+        .add_service(TrainingServiceServer::with_interceptor(
+            training,
+            auth.clone(),
+        ))
+        .add_service(PluginServiceServer::with_interceptor(plugins, auth.clone()))
+        .add_service(ResourceServiceServer::with_interceptor(resources, auth));
+    Ok((router, reporter))
+}

@@ -1,0 +1,68 @@
+//! `ResourceService`: the host's device with its memory budget, admission
+//! strategy and reservations (per running task, with its measured bytes when
+//! known); on CUDA also the device's total and free memory.
+
+use super::{blocking, convert};
+use crate::orchestrator::cuda;
+use crate::orchestrator::engine::Orchestrator;
+use std::sync::Arc;
+use tli_proto::v1 as pb;
+use tli_proto::v1::resource_service_server::ResourceService;
+use tonic::{Request, Response, Status};
+
+pub struct ResourceApi {
+    orchestrator: Arc<Orchestrator>,
+}
+
+impl ResourceApi {
+    pub fn new(orchestrator: Arc<Orchestrator>) -> Self {
+        Self { orchestrator }
+    }
+}
+
+/// The device as a message (reads the store and, on CUDA, the runtime).
+pub fn device(orchestrator: &Orchestrator) -> Result<pb::Device, Status> {
+    let r = orchestrator.resources();
+    let store = orchestrator.store();
+    let mut reservations = Vec::with_capacity(r.running.len());
+    for (task, bytes) in &r.running {
+        let measured = store
+            .task(*task)
+            .map_err(convert::store_error)?
+            .and_then(|t| t.measured_bytes);
+        reservations.push(pb::Reservation {
+            task_id: convert::id_to_proto(*task),
+            reserved_bytes: *bytes,
+            measured_bytes: measured,
+        });
+    }
+    let cuda_info = r
+        .budget
+        .device
+        .strip_prefix("cuda:")
+        .and_then(|n| n.parse::<usize>().ok())
+        .and_then(|index| cuda::mem_info(index).ok());
+    Ok(pb::Device {
+        name: r.budget.device.clone(),
+        budget_bytes: r.budget.total_bytes,
+        reserved_bytes: r.reserved_bytes,
+        strategy: r.strategy.to_string(),
+        reservations,
+        total_bytes: cuda_info.as_ref().map(|i| i.total),
+        free_bytes: cuda_info.as_ref().map(|i| i.free),
+    })
+}
+
+#[tonic::async_trait]
+impl ResourceService for ResourceApi {
+    async fn get_resources(
+        &self,
+        _request: Request<pb::GetResourcesRequest>,
+    ) -> Result<Response<pb::GetResourcesResponse>, Status> {
+        let orchestrator = self.orchestrator.clone();
+        let device = blocking(move || device(&orchestrator)).await?;
+        Ok(Response::new(pb::GetResourcesResponse {
+            devices: vec![device],
+        }))
+    }
+}

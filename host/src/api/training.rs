@@ -1,0 +1,623 @@
+//! `TrainingService` over the orchestrator and its store: start a job,
+//! follow it (a server stream of progress, state changes and a final
+//! `finished`), read its status, list jobs with filters and pages, stop
+//! (gracefully or forced) and resume.
+//!
+//! Every call that touches the store or a plugin runs on tokio's blocking
+//! pool. A rejected request changes nothing: the request is converted and
+//! checked before [`Orchestrator::submit`], which stores nothing when it
+//! fails.
+//!
+//! Page tokens are 32 lowercase hex digits: the id of the last job of the
+//! previous page, then a 64-bit FNV-1a fingerprint of that id with the
+//! filters and order. Pages continue after that job in the full ordering, so
+//! jobs submitted meanwhile do not shift them; a token from other filters or
+//! made up is INVALID_ARGUMENT.
+
+use super::convert::{self, invalid, store_error};
+use super::{blocking, shutting_down, ShutdownSignal};
+use crate::orchestrator::engine::Orchestrator;
+use crate::orchestrator::progress::job_progress;
+use crate::orchestrator::state::TaskState;
+use crate::orchestrator::store::{JobRow, Store, TaskRow, TransitionRow};
+use crate::orchestrator::{JobId, TaskId};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tli_proto::v1 as pb;
+use tli_proto::v1::training_service_server::TrainingService;
+use tli_proto::v1::watch_training_response::Event;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+/// Jobs per page when the request leaves `page_size` at 0, and the most allowed.
+pub const DEFAULT_PAGE_SIZE: u32 = 50;
+pub const MAX_PAGE_SIZE: u32 = 1000;
+/// Watch intervals: 0 means the default; shorter ones are raised to the minimum.
+pub const DEFAULT_WATCH_INTERVAL_MS: u32 = 500;
+pub const MIN_WATCH_INTERVAL_MS: u32 = 50;
+/// A forced stop's deadline when the request leaves `deadline_ms` at 0.
+pub const DEFAULT_STOP_DEADLINE_MS: u32 = 10_000;
+
+pub struct TrainingApi {
+    orchestrator: Arc<Orchestrator>,
+    shutdown: ShutdownSignal,
+}
+
+impl TrainingApi {
+    pub fn new(orchestrator: Arc<Orchestrator>, shutdown: ShutdownSignal) -> Self {
+        Self {
+            orchestrator,
+            shutdown,
+        }
+    }
+
+    fn refuse_when_shutting_down(&self) -> Result<(), Status> {
+        if self.shutdown.is_triggered() {
+            Err(shutting_down())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+fn job_not_found(id: JobId) -> Status {
+    Status::not_found(format!("job {id} not found"))
+}
+
+/// A job and its progress as a message; `None` for an unknown id.
+fn load_job(store: &Store, id: JobId) -> Result<Option<pb::Job>, Status> {
+    let Some(row) = store.job(id).map_err(store_error)? else {
+        return Ok(None);
+    };
+    let Some(progress) = job_progress(store, id).map_err(store_error)? else {
+        return Ok(None);
+    };
+    Ok(Some(convert::job(&row, &progress)))
+}
+
+fn require_job(store: &Store, id: JobId) -> Result<pb::Job, Status> {
+    load_job(store, id)?.ok_or_else(|| job_not_found(id))
+}
+
+fn stoppable(state: TaskState) -> bool {
+    matches!(
+        state,
+        TaskState::Queued | TaskState::Running | TaskState::Checkpointing
+    )
+}
+
+/// "completed ×2, failed ×1", for messages.
+fn state_summary(tasks: &[TaskRow]) -> String {
+    TaskState::ALL
+        .iter()
+        .filter_map(|s| {
+            let n = tasks.iter().filter(|t| t.state == *s).count();
+            (n > 0).then(|| format!("{s} ×{n}", s = s.as_str()))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[tonic::async_trait]
+impl TrainingService for TrainingApi {
+    async fn start_training(
+        &self,
+        request: Request<pb::StartTrainingRequest>,
+    ) -> Result<Response<pb::StartTrainingResponse>, Status> {
+        self.refuse_when_shutting_down()?;
+        let spec = convert::job_spec(request.get_ref())?;
+        let host_device = self.orchestrator.budget().device;
+        if spec.device != host_device {
+            return Err(Status::failed_precondition(format!(
+                "device: this host runs tasks on {host_device}, not {}",
+                spec.device
+            )));
+        }
+        let orchestrator = self.orchestrator.clone();
+        let job = blocking(move || {
+            let id = orchestrator.submit(&spec).map_err(convert::submit_error)?;
+            require_job(orchestrator.store(), id)
+        })
+        .await?;
+        Ok(Response::new(pb::StartTrainingResponse { job: Some(job) }))
+    }
+
+    type WatchTrainingStream = ReceiverStream<Result<pb::WatchTrainingResponse, Status>>;
+
+    async fn watch_training(
+        &self,
+        request: Request<pb::WatchTrainingRequest>,
+    ) -> Result<Response<Self::WatchTrainingStream>, Status> {
+        let req = request.into_inner();
+        let job = convert::job_id_from_proto("job_id", req.job_id)?;
+        self.refuse_when_shutting_down()?;
+        let interval = Duration::from_millis(u64::from(match req.interval_ms {
+            0 => DEFAULT_WATCH_INTERVAL_MS,
+            n => n.max(MIN_WATCH_INTERVAL_MS),
+        }));
+        let orchestrator = self.orchestrator.clone();
+        blocking(move || {
+            orchestrator
+                .store()
+                .job(job)
+                .map_err(store_error)?
+                .map(|_| ())
+                .ok_or_else(|| job_not_found(job))
+        })
+        .await?;
+        let (tx, rx) = mpsc::channel(64);
+        tokio::spawn(watch_job(
+            self.orchestrator.clone(),
+            job,
+            interval,
+            self.shutdown.subscribe(),
+            tx,
+        ));
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn get_training_status(
+        &self,
+        request: Request<pb::GetTrainingStatusRequest>,
+    ) -> Result<Response<pb::GetTrainingStatusResponse>, Status> {
+        let job = convert::job_id_from_proto("job_id", request.get_ref().job_id)?;
+        let orchestrator = self.orchestrator.clone();
+        let job = blocking(move || require_job(orchestrator.store(), job)).await?;
+        Ok(Response::new(pb::GetTrainingStatusResponse {
+            job: Some(job),
+        }))
+    }
+
+    async fn list_training_jobs(
+        &self,
+        request: Request<pb::ListTrainingJobsRequest>,
+    ) -> Result<Response<pb::ListTrainingJobsResponse>, Status> {
+        let query = ListQuery::from_request(request.get_ref())?;
+        let orchestrator = self.orchestrator.clone();
+        let response = blocking(move || query.run(orchestrator.store())).await?;
+        Ok(Response::new(response))
+    }
+
+    async fn stop_training(
+        &self,
+        request: Request<pb::StopTrainingRequest>,
+    ) -> Result<Response<pb::StopTrainingResponse>, Status> {
+        let req = request.into_inner();
+        let job = convert::job_id_from_proto("job_id", req.job_id)?;
+        let forced = req.force.then(|| {
+            Duration::from_millis(u64::from(match req.deadline_ms {
+                0 => DEFAULT_STOP_DEADLINE_MS,
+                n => n,
+            }))
+        });
+        let orchestrator = self.orchestrator.clone();
+        // A forced stop blocks for up to its deadline.
+        let job = blocking(move || {
+            let store = orchestrator.store();
+            if store.job(job).map_err(store_error)?.is_none() {
+                return Err(job_not_found(job));
+            }
+            let tasks = store.tasks_of(job).map_err(store_error)?;
+            if req.task_id == 0 {
+                if !tasks.iter().any(|t| stoppable(t.state)) {
+                    return Err(Status::failed_precondition(format!(
+                        "job {job} has no queued or running task to stop ({})",
+                        state_summary(&tasks)
+                    )));
+                }
+                orchestrator
+                    .stop_job(job, forced)
+                    .map_err(convert::host_error)?;
+            } else {
+                let task_id: TaskId = convert::task_id_from_proto(job, req.task_id)?;
+                let Some(task) = tasks.iter().find(|t| t.id == task_id) else {
+                    return Err(Status::not_found(format!(
+                        "task {task_id} not found in job {job}"
+                    )));
+                };
+                if !stoppable(task.state) {
+                    return Err(Status::failed_precondition(format!(
+                        "task {task_id} of job {job} is {}; only queued or running tasks can be stopped",
+                        task.state.as_str()
+                    )));
+                }
+                orchestrator
+                    .stop_task(task_id, forced)
+                    .map_err(convert::host_error)?;
+            }
+            require_job(store, job)
+        })
+        .await?;
+        Ok(Response::new(pb::StopTrainingResponse { job: Some(job) }))
+    }
+
+    async fn resume_training(
+        &self,
+        request: Request<pb::ResumeTrainingRequest>,
+    ) -> Result<Response<pb::ResumeTrainingResponse>, Status> {
+        let job = convert::job_id_from_proto("job_id", request.get_ref().job_id)?;
+        self.refuse_when_shutting_down()?;
+        let orchestrator = self.orchestrator.clone();
+        let (job, resumed) = blocking(move || {
+            let store = orchestrator.store();
+            if store.job(job).map_err(store_error)?.is_none() {
+                return Err(job_not_found(job));
+            }
+            let resumed = orchestrator.resume_job(job).map_err(convert::host_error)?;
+            Ok((require_job(store, job)?, resumed))
+        })
+        .await?;
+        Ok(Response::new(pb::ResumeTrainingResponse {
+            job: Some(job),
+            resumed_tasks: u32::try_from(resumed).unwrap_or(u32::MAX),
+        }))
+    }
+}
+
+// ----- watching -------------------------------------------------------------
+
+fn event(e: Event) -> pb::WatchTrainingResponse {
+    pb::WatchTrainingResponse { event: Some(e) }
+}
+
+/// What one look at the store found: new state changes, then progress,
+/// then (when every task is finished) the job.
+struct Poll {
+    events: Vec<pb::WatchTrainingResponse>,
+    finished: Option<pb::Job>,
+    /// The last transition id seen per task.
+    seen: HashMap<TaskId, i64>,
+}
+
+fn poll_job(store: &Store, job: JobId, mut seen: HashMap<TaskId, i64>) -> Result<Poll, Status> {
+    let row: JobRow = store
+        .job(job)
+        .map_err(store_error)?
+        .ok_or_else(|| job_not_found(job))?;
+    // Progress first: every transition up to this moment is read below, so
+    // the state changes of a job that finished are sent before `finished`.
+    let progress = job_progress(store, job)
+        .map_err(store_error)?
+        .ok_or_else(|| job_not_found(job))?;
+    let mut changes: Vec<TransitionRow> = Vec::new();
+    for task in store.tasks_of(job).map_err(store_error)? {
+        let last = seen.get(&task.id).copied().unwrap_or(i64::MIN);
+        changes.extend(
+            store
+                .transitions(task.id)
+                .map_err(store_error)?
+                .into_iter()
+                .filter(|t| t.id > last),
+        );
+    }
+    changes.sort_by_key(|t| t.id);
+    let mut events = Vec::with_capacity(changes.len() + 1);
+    for change in &changes {
+        seen.insert(change.task_id, change.id);
+        events.push(event(Event::StateChanged(convert::state_changed(
+            job, change,
+        ))));
+    }
+    events.push(event(Event::Progress(convert::job_progress(&progress))));
+    let finished = progress
+        .is_finished()
+        .then(|| convert::job(&row, &progress));
+    Ok(Poll {
+        events,
+        finished,
+        seen,
+    })
+}
+
+/// Feeds one `WatchTraining` stream: every `interval` the job's new state
+/// changes (all of them on the first look) and its progress; `finished` and
+/// the end once every task is finished. Ends early when the client goes
+/// away, and with UNAVAILABLE when the host shuts down.
+async fn watch_job(
+    orchestrator: Arc<Orchestrator>,
+    job: JobId,
+    interval: Duration,
+    mut shutdown: watch::Receiver<bool>,
+    tx: mpsc::Sender<Result<pb::WatchTrainingResponse, Status>>,
+) {
+    let mut seen = HashMap::new();
+    'watch: loop {
+        let o = orchestrator.clone();
+        let poll = tokio::select! {
+            poll = blocking(move || poll_job(o.store(), job, seen)) => poll,
+            _ = shutdown.wait_for(|&s| s) => break 'watch,
+            _ = tx.closed() => return,
+        };
+        let poll = match poll {
+            Ok(poll) => poll,
+            Err(status) => {
+                let _ = tx.try_send(Err(status));
+                return;
+            }
+        };
+        seen = poll.seen;
+        let finished = poll.finished.map(|job| event(Event::Finished(job)));
+        let done = finished.is_some();
+        for item in poll.events.into_iter().chain(finished) {
+            tokio::select! {
+                sent = tx.send(Ok(item)) => if sent.is_err() { return },
+                _ = shutdown.wait_for(|&s| s) => break 'watch,
+            }
+        }
+        if done {
+            return;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = shutdown.wait_for(|&s| s) => break 'watch,
+            _ = tx.closed() => return,
+        }
+    }
+    // Shutting down (or the signal's owner is gone): end the stream now so
+    // the server need not wait for it.
+    let _ = tx.try_send(Err(shutting_down()));
+}
+
+// ----- listing --------------------------------------------------------------
+
+/// A checked `ListTrainingJobs` request.
+#[derive(Debug, Clone)]
+struct ListQuery {
+    /// Sorted, without duplicates.
+    states: Vec<TaskState>,
+    plugin: String,
+    asset: String,
+    after: i64,
+    before: i64,
+    order: pb::JobOrder,
+    page_size: usize,
+    /// The last job of the previous page.
+    after_job: Option<JobId>,
+}
+
+impl ListQuery {
+    fn from_request(req: &pb::ListTrainingJobsRequest) -> Result<Self, Status> {
+        let mut states = Vec::with_capacity(req.states.len());
+        for (i, &s) in req.states.iter().enumerate() {
+            let state = convert::state_from_proto(s).ok_or_else(|| {
+                invalid(format!(
+                    "states[{i}]: {s} is not a task state (TASK_STATE_QUEUED = 1 … TASK_STATE_INTERRUPTED = 7)"
+                ))
+            })?;
+            states.push(state);
+        }
+        states.sort_by_key(|s| convert::state_to_proto(Some(*s)) as i32);
+        states.dedup();
+        let order = match pb::JobOrder::try_from(req.order) {
+            Ok(pb::JobOrder::Unspecified) => pb::JobOrder::NewestFirst,
+            Ok(order) => order,
+            Err(_) => return Err(invalid(format!("order: {} is not a JobOrder", req.order))),
+        };
+        for (field, value) in [
+            ("created_after_unix_ms", req.created_after_unix_ms),
+            ("created_before_unix_ms", req.created_before_unix_ms),
+        ] {
+            if value < 0 {
+                return Err(invalid(format!(
+                    "{field}: {value} is negative (0 = no bound)"
+                )));
+            }
+        }
+        if req.created_after_unix_ms > 0
+            && req.created_before_unix_ms > 0
+            && req.created_after_unix_ms >= req.created_before_unix_ms
+        {
+            return Err(invalid(format!(
+                "created_after_unix_ms: {} is not before created_before_unix_ms {}",
+                req.created_after_unix_ms, req.created_before_unix_ms
+            )));
+        }
+        let page_size = match req.page_size {
+            0 => DEFAULT_PAGE_SIZE,
+            n if n <= MAX_PAGE_SIZE => n,
+            n => {
+                return Err(invalid(format!(
+                    "page_size: {n} is outside 1..={MAX_PAGE_SIZE}"
+                )))
+            }
+        };
+        let mut query = Self {
+            states,
+            plugin: req.plugin.clone(),
+            asset: req.asset.clone(),
+            after: req.created_after_unix_ms,
+            before: req.created_before_unix_ms,
+            order,
+            page_size: page_size as usize,
+            after_job: None,
+        };
+        query.after_job = query.parse_token(&req.page_token)?;
+        Ok(query)
+    }
+
+    /// FNV-1a (64 bit) of the anchor job, the filters and the order.
+    fn fingerprint(&self, anchor: JobId) -> u64 {
+        let states: Vec<&str> = self.states.iter().map(|s| s.as_str()).collect();
+        let text = format!(
+            "tli.v1.ListTrainingJobs\n{anchor}\n{}\n{}:{}\n{}:{}\n{}\n{}\n{}",
+            states.join(","),
+            self.plugin.len(),
+            self.plugin,
+            self.asset.len(),
+            self.asset,
+            self.after,
+            self.before,
+            self.order.as_str_name(),
+        );
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        for byte in text.bytes() {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        hash
+    }
+
+    fn token(&self, anchor: JobId) -> String {
+        format!("{anchor:016x}{:016x}", self.fingerprint(anchor))
+    }
+
+    fn parse_token(&self, token: &str) -> Result<Option<JobId>, Status> {
+        if token.is_empty() {
+            return Ok(None);
+        }
+        let foreign = || invalid("page_token: not a token from this server");
+        let well_formed = token.len() == 32
+            && token
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        if !well_formed {
+            return Err(foreign());
+        }
+        let anchor = u64::from_str_radix(&token[..16], 16).map_err(|_| foreign())?;
+        let check = u64::from_str_radix(&token[16..], 16).map_err(|_| foreign())?;
+        let anchor = i64::try_from(anchor).map_err(|_| foreign())?;
+        if check != self.fingerprint(anchor) {
+            return Err(invalid(
+                "page_token: not a token from this server for these filters and order \
+                 (send the same filters as for the first page)",
+            ));
+        }
+        Ok(Some(anchor))
+    }
+
+    fn matches_time(&self, job: &JobRow) -> bool {
+        (self.after == 0 || job.created_ms >= self.after)
+            && (self.before == 0 || job.created_ms < self.before)
+    }
+
+    fn matches_tasks(&self, tasks: &[TaskRow]) -> bool {
+        (self.states.is_empty() || tasks.iter().any(|t| self.states.contains(&t.state)))
+            && (self.plugin.is_empty() || tasks.iter().any(|t| t.plugin == self.plugin))
+            && (self.asset.is_empty() || tasks.iter().any(|t| t.asset == self.asset))
+    }
+
+    fn run(&self, store: &Store) -> Result<pb::ListTrainingJobsResponse, Status> {
+        let mut jobs = store.jobs().map_err(store_error)?;
+        match self.order {
+            pb::JobOrder::OldestFirst => jobs.sort_by_key(|j| j.id),
+            pb::JobOrder::Name => jobs.sort_by(|a, b| a.name.cmp(&b.name).then(a.id.cmp(&b.id))),
+            _ => jobs.sort_by_key(|j| std::cmp::Reverse(j.id)),
+        }
+        let start = match self.after_job {
+            None => 0,
+            Some(anchor) => {
+                jobs.iter().position(|j| j.id == anchor).ok_or_else(|| {
+                    invalid(format!(
+                        "page_token: refers to job {anchor}, which this server does not have"
+                    ))
+                })? + 1
+            }
+        };
+        let filter_tasks =
+            !self.states.is_empty() || !self.plugin.is_empty() || !self.asset.is_empty();
+        let mut page: Vec<&JobRow> = Vec::new();
+        let mut more = false;
+        for job in &jobs[start..] {
+            if !self.matches_time(job) {
+                continue;
+            }
+            if filter_tasks && !self.matches_tasks(&store.tasks_of(job.id).map_err(store_error)?) {
+                continue;
+            }
+            if page.len() == self.page_size {
+                more = true;
+                break;
+            }
+            page.push(job);
+        }
+        let next_page_token = match (more, page.last()) {
+            (true, Some(last)) => self.token(last.id),
+            _ => String::new(),
+        };
+        let mut out = Vec::with_capacity(page.len());
+        for row in page {
+            if let Some(progress) = job_progress(store, row.id).map_err(store_error)? {
+                out.push(convert::job(row, &progress));
+            }
+        }
+        Ok(pb::ListTrainingJobsResponse {
+            jobs: out,
+            next_page_token,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn query(page_token: &str) -> Result<ListQuery, Status> {
+        ListQuery::from_request(&pb::ListTrainingJobsRequest {
+            plugin: "behaviour".into(),
+            page_token: page_token.into(),
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn page_tokens_round_trip_and_are_checked() {
+        let q = query("").unwrap();
+        let token = q.token(42);
+        assert_eq!(token.len(), 32);
+        assert_eq!(query(&token).unwrap().after_job, Some(42));
+        for bad in ["x", "o10:abc", &token.to_uppercase(), &token[..31]] {
+            let e = query(bad).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument);
+            assert!(e.message().starts_with("page_token: "), "{}", e.message());
+        }
+        let other = ListQuery::from_request(&pb::ListTrainingJobsRequest {
+            plugin: "template".into(),
+            page_token: token,
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(other.message().starts_with("page_token: "));
+    }
+
+    #[test]
+    fn bad_list_requests_name_the_field() {
+        let cases = [
+            (
+                pb::ListTrainingJobsRequest {
+                    page_size: 5000,
+                    ..Default::default()
+                },
+                "page_size: 5000 is outside 1..=1000",
+            ),
+            (
+                pb::ListTrainingJobsRequest {
+                    states: vec![2, 0],
+                    ..Default::default()
+                },
+                "states[1]: ",
+            ),
+            (
+                pb::ListTrainingJobsRequest {
+                    order: 9,
+                    ..Default::default()
+                },
+                "order: 9 is not a JobOrder",
+            ),
+            (
+                pb::ListTrainingJobsRequest {
+                    created_after_unix_ms: 10,
+                    created_before_unix_ms: 5,
+                    ..Default::default()
+                },
+                "created_after_unix_ms: ",
+            ),
+        ];
+        for (req, prefix) in cases {
+            let e = ListQuery::from_request(&req).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument);
+            assert!(e.message().starts_with(prefix), "{}", e.message());
+        }
+    }
+}

@@ -1,0 +1,546 @@
+//! Building requests from the command line: `train start --spec FILE` or its
+//! flags, asset strings, state and sort names. Pure functions, unit-tested.
+
+use super::super::train::parse_config_arg;
+use crate::cli::StartArgs;
+use crate::orchestrator::job::JobSpec;
+use anyhow::{anyhow, bail, Context, Result};
+use std::path::Path;
+use tli_proto::v1::{
+    asset_spec, model_spec, AssetSpec, CheckpointPolicy, JobOrder, ModelSpec, PluginConfig,
+    StartTrainingRequest, SyntheticAsset, TaskState,
+};
+
+/// Seed of a synthetic asset when none is given (as in job spec files).
+const DEFAULT_SYNTHETIC_SEED: u64 = 1;
+
+/// The task states `--state` accepts, in lifecycle order.
+pub(super) const STATE_NAMES: [(&str, TaskState); 7] = [
+    ("queued", TaskState::Queued),
+    ("running", TaskState::Running),
+    ("checkpointing", TaskState::Checkpointing),
+    ("completed", TaskState::Completed),
+    ("failed", TaskState::Failed),
+    ("cancelled", TaskState::Cancelled),
+    ("interrupted", TaskState::Interrupted),
+];
+
+/// `queued`, `running`, … (any case) → the enum; anything else is an error
+/// that lists the valid names.
+pub(super) fn parse_state(name: &str) -> Result<TaskState> {
+    let wanted = name.trim().to_ascii_lowercase();
+    STATE_NAMES
+        .iter()
+        .find(|(n, _)| *n == wanted)
+        .map(|(_, s)| *s)
+        .ok_or_else(|| {
+            let valid: Vec<&str> = STATE_NAMES.iter().map(|(n, _)| *n).collect();
+            anyhow!(
+                "--state {name:?}: unknown state; use one of {}",
+                valid.join(", ")
+            )
+        })
+}
+
+/// The lower-case name of a task state as the wire carries it (an `i32`);
+/// `unspecified` for 0 and `unknown` for values this client does not know.
+pub(super) fn state_name(value: i32) -> &'static str {
+    match TaskState::try_from(value) {
+        Ok(TaskState::Unspecified) => "unspecified",
+        Ok(state) => STATE_NAMES
+            .iter()
+            .find(|(_, s)| *s == state)
+            .map_or("unknown", |(n, _)| n),
+        Err(_) => "unknown",
+    }
+}
+
+/// `--sort newest|oldest|name`.
+pub(super) fn parse_order(name: &str) -> Result<JobOrder> {
+    match name.trim().to_ascii_lowercase().as_str() {
+        "newest" => Ok(JobOrder::NewestFirst),
+        "oldest" => Ok(JobOrder::OldestFirst),
+        "name" => Ok(JobOrder::Name),
+        _ => bail!("--sort {name:?}: use newest, oldest or name"),
+    }
+}
+
+/// An `--asset` value: `synthetic:ROWS`, `synthetic:ROWS:SEED`, or a bar file
+/// path on the host (write `./synthetic:…` for a file with that name).
+pub(super) fn parse_asset(text: &str) -> Result<AssetSpec> {
+    let text = text.trim();
+    if text.is_empty() {
+        bail!("--asset: empty; give a bar file path, synthetic:ROWS or synthetic:ROWS:SEED");
+    }
+    let source = match text.strip_prefix("synthetic:") {
+        Some(rest) => {
+            let bad = || {
+                anyhow!("--asset {text:?}: expected synthetic:ROWS or synthetic:ROWS:SEED (whole numbers)")
+            };
+            let mut parts = rest.split(':');
+            let rows = parts.next().and_then(|r| r.parse::<u64>().ok());
+            let seed = match parts.next() {
+                None => Some(DEFAULT_SYNTHETIC_SEED),
+                Some(s) => s.parse::<u64>().ok(),
+            };
+            match (rows, seed, parts.next()) {
+                (Some(rows), Some(seed), None) => {
+                    asset_spec::Source::Synthetic(SyntheticAsset { rows, seed })
+                }
+                _ => return Err(bad()),
+            }
+        }
+        None => asset_spec::Source::DataPath(text.to_string()),
+    };
+    Ok(AssetSpec {
+        source: Some(source),
+    })
+}
+
+/// One model → the single-model form (`model`), several → `models`.
+fn set_models(request: &mut StartTrainingRequest, mut models: Vec<ModelSpec>) {
+    if models.len() == 1 {
+        request.model = models.pop();
+        request.models.clear();
+    } else {
+        request.model = None;
+        request.models = models;
+    }
+}
+
+fn plugin_model(plugin: &str, steps: u64, priority: i32, config_json: String) -> ModelSpec {
+    ModelSpec {
+        steps,
+        priority,
+        config: Some(model_spec::Config::Plugin(PluginConfig {
+            plugin: plugin.to_string(),
+            config_json,
+        })),
+    }
+}
+
+/// A JSON job spec (the format of `tli host run --submit`, see
+/// `orchestrator::job`) as a StartTrainingRequest. The spec's own checks run
+/// here, so a malformed file fails before anything is sent.
+pub(super) fn request_from_spec(text: &str) -> Result<StartTrainingRequest> {
+    let spec = JobSpec::from_json(text).map_err(|e| anyhow!(e))?;
+    // Features go over as the JSON that was written (absent = host defaults).
+    let raw: serde_json::Value = serde_json::from_str(text)?;
+    let features_json = raw
+        .get("features")
+        .filter(|v| !v.is_null())
+        .map(|v| v.to_string())
+        .unwrap_or_default();
+    let models = spec
+        .models
+        .iter()
+        .map(|m| {
+            let config = m.config.as_ref().map(|c| c.to_string()).unwrap_or_default();
+            plugin_model(&m.plugin, m.steps, m.priority, config)
+        })
+        .collect();
+    let assets = spec
+        .assets
+        .iter()
+        .map(|a| {
+            let source = match (&a.data, &a.synthetic) {
+                (Some(path), _) => asset_spec::Source::DataPath(path.to_string_lossy().into()),
+                (None, Some(s)) => asset_spec::Source::Synthetic(SyntheticAsset {
+                    rows: s.rows as u64,
+                    seed: s.seed,
+                }),
+                // JobSpec::check rejects this; keep the conversion total anyway.
+                (None, None) => bail!("assets: give exactly one of \"data\" or \"synthetic\""),
+            };
+            Ok(AssetSpec {
+                source: Some(source),
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let keep = u32::try_from(spec.checkpoint.keep)
+        .map_err(|_| anyhow!("checkpoint.keep: {} is too large", spec.checkpoint.keep))?;
+    let mut request = StartTrainingRequest {
+        name: spec.name.clone(),
+        assets,
+        seed: spec.seed,
+        device: spec.device.clone(),
+        checkpoint: Some(CheckpointPolicy {
+            every_steps: spec.checkpoint.every_steps.unwrap_or(0),
+            every_seconds: spec.checkpoint.every_seconds.unwrap_or(0.0),
+            keep,
+        }),
+        slice_steps: spec.slice_steps,
+        features_json,
+        ..Default::default()
+    };
+    set_models(&mut request, models);
+    Ok(request)
+}
+
+/// Reads and converts a `--spec` file.
+pub(super) fn request_from_spec_file(path: &Path) -> Result<StartTrainingRequest> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("--spec: cannot read {}", path.display()))?;
+    request_from_spec(&text).with_context(|| format!("--spec {}", path.display()))
+}
+
+/// `train start -p PLUGIN… -a ASSET… [--config …] [--steps N] …` as a request.
+/// A `--config` without a plugin name applies to every plugin, `PLUGIN=JSON`
+/// to that one (the last of each wins, as for `train local`).
+pub(super) fn request_from_flags(args: &StartArgs) -> Result<StartTrainingRequest> {
+    if args.plugin.is_empty() || args.asset.is_empty() {
+        bail!("give --spec FILE, or at least one --plugin and one --asset (a bar file, synthetic:ROWS or synthetic:ROWS:SEED)");
+    }
+    let configs = args
+        .config
+        .iter()
+        .map(|c| parse_config_arg(c))
+        .collect::<Result<Vec<_>>>()?;
+    for (name, _) in &configs {
+        if let Some(name) = name {
+            if !args.plugin.iter().any(|p| p == name) {
+                bail!(
+                    "--config {name}=…: {name:?} is not one of the --plugin values ({})",
+                    args.plugin.join(", ")
+                );
+            }
+        }
+    }
+    let config_for = |plugin: &str| {
+        let specific = configs
+            .iter()
+            .rev()
+            .find(|(n, _)| n.as_deref() == Some(plugin));
+        let general = configs.iter().rev().find(|(n, _)| n.is_none());
+        specific
+            .or(general)
+            .map(|(_, json)| json.clone())
+            .unwrap_or_default()
+    };
+    let models = args
+        .plugin
+        .iter()
+        .map(|p| plugin_model(p, args.steps, 0, config_for(p)))
+        .collect();
+    let assets = args
+        .asset
+        .iter()
+        .map(|a| parse_asset(a))
+        .collect::<Result<Vec<_>>>()?;
+    let mut request = StartTrainingRequest {
+        name: args.name.clone(),
+        assets,
+        seed: args.seed,
+        device: args.device.clone(),
+        ..Default::default()
+    };
+    set_models(&mut request, models);
+    Ok(request)
+}
+
+/// True for endpoints on this machine (then local relative paths mean the same
+/// files to the host).
+pub(super) fn is_loopback_endpoint(endpoint: &str) -> bool {
+    let rest = endpoint.split_once("://").map_or(endpoint, |(_, r)| r);
+    let authority = rest.split('/').next().unwrap_or("");
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
+    let host = if let Some(v6) = authority.strip_prefix('[') {
+        v6.split(']').next().unwrap_or("")
+    } else {
+        authority.split(':').next().unwrap_or("")
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// For a host on this machine, relative data paths that exist here are sent
+/// as absolute paths, so they mean the same file whatever directory the host
+/// was started in. Other paths go as written (the host resolves them).
+pub(super) fn absolutize_local_paths(request: &mut StartTrainingRequest, endpoint: &str) {
+    if !is_loopback_endpoint(endpoint) {
+        return;
+    }
+    let assets = request.assets.iter_mut();
+    for asset in assets {
+        if let Some(asset_spec::Source::DataPath(path)) = &mut asset.source {
+            let p = Path::new(path.as_str());
+            if p.is_relative() && p.exists() {
+                if let Ok(abs) = std::path::absolute(p) {
+                    *path = abs.to_string_lossy().into_owned();
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command, TrainCommand};
+    use clap::Parser;
+
+    fn plugin_of(m: &ModelSpec) -> (&str, &str) {
+        match &m.config {
+            Some(model_spec::Config::Plugin(p)) => (p.plugin.as_str(), p.config_json.as_str()),
+            other => panic!("not a plugin config: {other:?}"),
+        }
+    }
+
+    fn start_args(args: &[&str]) -> StartArgs {
+        let mut argv = vec!["tli", "train", "start"];
+        argv.extend_from_slice(args);
+        match Cli::try_parse_from(argv).unwrap().command {
+            Command::Train {
+                command: TrainCommand::Start(a),
+            } => a,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_spec_with_several_models_uses_the_multi_model_form() {
+        let spec = r#"{
+          "name": "sweep",
+          "models": [
+            {"plugin": "template", "steps": 200, "config": {"hidden_sizes": [8]}},
+            {"plugin": "other", "steps": 50, "priority": 2}
+          ],
+          "assets": [{"data": "bars/es.dbn.zst"}, {"synthetic": {"rows": 500, "seed": 9}}],
+          "seed": 7,
+          "device": "cuda:0",
+          "features": {"return_horizons": [1, 5]},
+          "checkpoint": {"every_steps": 100, "every_seconds": null, "keep": 2},
+          "slice_steps": 25
+        }"#;
+        let r = request_from_spec(spec).unwrap();
+        assert_eq!(r.name, "sweep");
+        assert!(r.model.is_none());
+        assert_eq!(r.models.len(), 2);
+        assert_eq!(
+            plugin_of(&r.models[0]),
+            ("template", r#"{"hidden_sizes":[8]}"#)
+        );
+        assert_eq!((r.models[0].steps, r.models[0].priority), (200, 0));
+        assert_eq!(plugin_of(&r.models[1]), ("other", ""));
+        assert_eq!((r.models[1].steps, r.models[1].priority), (50, 2));
+        assert_eq!(
+            r.assets[0].source,
+            Some(asset_spec::Source::DataPath("bars/es.dbn.zst".into()))
+        );
+        assert_eq!(
+            r.assets[1].source,
+            Some(asset_spec::Source::Synthetic(SyntheticAsset {
+                rows: 500,
+                seed: 9
+            }))
+        );
+        assert_eq!(
+            (r.seed, r.device.as_str(), r.slice_steps),
+            (7, "cuda:0", 25)
+        );
+        let c = r.checkpoint.unwrap();
+        assert_eq!((c.every_steps, c.every_seconds, c.keep), (100, 0.0, 2));
+        let features: serde_json::Value = serde_json::from_str(&r.features_json).unwrap();
+        assert_eq!(features, serde_json::json!({"return_horizons": [1, 5]}));
+    }
+
+    #[test]
+    fn a_spec_with_one_model_uses_the_single_model_form_and_defaults() {
+        let spec = r#"{"name":"one","models":[{"plugin":"template","steps":10}],
+                       "assets":[{"synthetic":{"rows":100}}]}"#;
+        let r = request_from_spec(spec).unwrap();
+        assert!(r.models.is_empty());
+        let m = r.model.as_ref().unwrap();
+        assert_eq!(plugin_of(m), ("template", ""));
+        assert_eq!(m.steps, 10);
+        assert_eq!(
+            r.assets[0].source,
+            Some(asset_spec::Source::Synthetic(SyntheticAsset {
+                rows: 100,
+                seed: 1
+            }))
+        );
+        // The spec defaults travel explicitly.
+        assert_eq!((r.seed, r.device.as_str(), r.slice_steps), (1, "cpu", 10));
+        let c = r.checkpoint.unwrap();
+        assert_eq!((c.every_steps, c.every_seconds, c.keep), (1000, 300.0, 3));
+        assert_eq!(r.features_json, "");
+    }
+
+    #[test]
+    fn bad_specs_fail_before_sending_and_name_the_field() {
+        let e = request_from_spec(
+            r#"{"name":"x","models":[{"plugin":"t","steps":0}],"assets":[{"synthetic":{"rows":100}}]}"#,
+        )
+        .unwrap_err();
+        assert!(format!("{e:#}").contains("models[0].steps"), "{e:#}");
+        assert!(request_from_spec("not json").is_err());
+        let e = request_from_spec_file(Path::new("/definitely/not/here.json")).unwrap_err();
+        assert!(format!("{e:#}").contains("cannot read"), "{e:#}");
+    }
+
+    #[test]
+    fn assets_parse() {
+        assert_eq!(
+            parse_asset("synthetic:100").unwrap().source,
+            Some(asset_spec::Source::Synthetic(SyntheticAsset {
+                rows: 100,
+                seed: 1
+            }))
+        );
+        assert_eq!(
+            parse_asset("synthetic:100:7").unwrap().source,
+            Some(asset_spec::Source::Synthetic(SyntheticAsset {
+                rows: 100,
+                seed: 7
+            }))
+        );
+        assert_eq!(
+            parse_asset("data/samples/es.dbn.zst").unwrap().source,
+            Some(asset_spec::Source::DataPath(
+                "data/samples/es.dbn.zst".into()
+            ))
+        );
+        assert_eq!(
+            parse_asset("./synthetic:5").unwrap().source,
+            Some(asset_spec::Source::DataPath("./synthetic:5".into()))
+        );
+        for bad in [
+            "synthetic:x",
+            "synthetic:",
+            "synthetic:10:y",
+            "synthetic:1:2:3",
+            " ",
+        ] {
+            let e = parse_asset(bad).unwrap_err().to_string();
+            assert!(e.contains("--asset"), "{bad}: {e}");
+        }
+        assert!(parse_asset("synthetic:x")
+            .unwrap_err()
+            .to_string()
+            .contains("synthetic:ROWS"));
+    }
+
+    #[test]
+    fn states_and_orders_parse() {
+        assert_eq!(parse_state("completed").unwrap(), TaskState::Completed);
+        assert_eq!(parse_state("RUNNING").unwrap(), TaskState::Running);
+        let e = parse_state("done").unwrap_err().to_string();
+        assert!(e.contains("\"done\""), "{e}");
+        assert!(
+            e.contains("queued, running, checkpointing, completed, failed, cancelled, interrupted"),
+            "{e}"
+        );
+        for (name, state) in STATE_NAMES {
+            assert_eq!(state_name(state as i32), name);
+            assert_eq!(parse_state(name).unwrap(), state);
+        }
+        assert_eq!(state_name(0), "unspecified");
+        assert_eq!(state_name(99), "unknown");
+        assert_eq!(parse_order("oldest").unwrap(), JobOrder::OldestFirst);
+        assert_eq!(parse_order("newest").unwrap(), JobOrder::NewestFirst);
+        assert_eq!(parse_order("name").unwrap(), JobOrder::Name);
+        assert!(parse_order("size").is_err());
+    }
+
+    #[test]
+    fn flags_build_either_form() {
+        let one = request_from_flags(&start_args(&[
+            "-p",
+            "template",
+            "-a",
+            "synthetic:200:3",
+            "--steps",
+            "40",
+            "--config",
+            r#"{"batch_size": 8}"#,
+            "--name",
+            "quick",
+        ]))
+        .unwrap();
+        assert!(one.models.is_empty());
+        let m = one.model.as_ref().unwrap();
+        assert_eq!(plugin_of(m), ("template", r#"{"batch_size": 8}"#));
+        assert_eq!(m.steps, 40);
+        assert_eq!(one.name, "quick");
+        assert_eq!((one.seed, one.device.as_str()), (1, "cpu"));
+        assert!(one.checkpoint.is_none());
+
+        let two = request_from_flags(&start_args(&[
+            "-p",
+            "a",
+            "-p",
+            "b",
+            "-a",
+            "x.dbn",
+            "-a",
+            "synthetic:100",
+            "--config",
+            r#"{"general": 1}"#,
+            "--config",
+            r#"b={"only_b": 2}"#,
+        ]))
+        .unwrap();
+        assert!(two.model.is_none());
+        assert_eq!(plugin_of(&two.models[0]), ("a", r#"{"general": 1}"#));
+        assert_eq!(plugin_of(&two.models[1]), ("b", r#"{"only_b": 2}"#));
+        assert_eq!(two.assets.len(), 2);
+
+        let e = request_from_flags(&start_args(&["-p", "a", "-a", "x", "--config", "c={}"]))
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("not one of the --plugin values"),
+            "{e}"
+        );
+        let e = request_from_flags(&start_args(&["-p", "a"])).unwrap_err();
+        assert!(e.to_string().contains("--spec FILE"), "{e}");
+        assert!(request_from_flags(&start_args(&["-p", "a", "-a", "synthetic:x"])).is_err());
+    }
+
+    #[test]
+    fn loopback_endpoints_are_recognised() {
+        for e in [
+            "http://127.0.0.1:50051",
+            "http://localhost:1",
+            "https://[::1]:443/",
+            "127.0.0.2:9",
+        ] {
+            assert!(is_loopback_endpoint(e), "{e}");
+        }
+        for e in [
+            "http://10.0.0.1:50051",
+            "https://gpu-box:50051",
+            "http://[fe80::1]:1",
+        ] {
+            assert!(!is_loopback_endpoint(e), "{e}");
+        }
+        let mut r = StartTrainingRequest {
+            assets: vec![
+                parse_asset("Cargo.toml").unwrap(),
+                parse_asset("not/here.dbn").unwrap(),
+            ],
+            ..Default::default()
+        };
+        absolutize_local_paths(&mut r, "http://10.1.1.1:1");
+        assert_eq!(
+            r.assets[0].source,
+            Some(asset_spec::Source::DataPath("Cargo.toml".into()))
+        );
+        absolutize_local_paths(&mut r, "http://127.0.0.1:50051");
+        match &r.assets[0].source {
+            Some(asset_spec::Source::DataPath(p)) => {
+                assert!(
+                    Path::new(p).is_absolute() && p.ends_with("Cargo.toml"),
+                    "{p}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            r.assets[1].source,
+            Some(asset_spec::Source::DataPath("not/here.dbn".into()))
+        );
+    }
+}

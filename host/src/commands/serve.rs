@@ -1,0 +1,252 @@
+//! `tli host serve`: the orchestrator behind the gRPC control API.
+//!
+//! The scheduling loop runs on its own thread
+//! ([`Orchestrator::run_until_shutdown`]); the gRPC server runs on a small
+//! tokio runtime. Listening beyond loopback requires a token (`--token-file`
+//! or `TLI_SERVE_TOKEN`); with a token every RPC but health must carry
+//! `authorization: Bearer <token>`. `--tls-cert`/`--tls-key` turn on TLS.
+//!
+//! When ready it prints one line to stderr:
+//! `tli host serve: listening on 127.0.0.1:50051 (token: required|not required, tls: on|off)`
+//! (the bound address, so `--listen 127.0.0.1:0` shows the real port).
+//!
+//! On SIGINT or SIGTERM: health turns NOT_SERVING, every watch stream ends,
+//! new work is refused, the server stops accepting connections, running tasks
+//! checkpoint and become `interrupted` (waiting up to `--shutdown-timeout`
+//! seconds), and the process exits 0. A second signal exits at once (130).
+
+use super::host::open_host;
+use crate::api::{self, ServerConfig, ShutdownSignal, TlsPem};
+use crate::cli::ServeArgs;
+use crate::orchestrator::engine::Orchestrator;
+use anyhow::{anyhow, bail, Context, Result};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::oneshot;
+use tokio_stream::wrappers::TcpListenerStream;
+
+/// How long the server may take to finish in-flight requests once the
+/// scheduling thread is done.
+const SERVER_STOP_GRACE: Duration = Duration::from_secs(5);
+
+pub(super) fn serve(plugin_dir: &Path, contracts: Option<&Path>, args: &ServeArgs) -> Result<()> {
+    let addr = resolve(&args.listen)?;
+    let token = configured_token(args)?;
+    if token.is_none() && !addr.ip().is_loopback() {
+        bail!(
+            "refusing to listen on {addr} without a token: pass --token-file FILE or set \
+             TLI_SERVE_TOKEN (clients send it with --token / TLI_TOKEN)"
+        );
+    }
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(TlsPem {
+            cert: std::fs::read(cert)
+                .with_context(|| format!("--tls-cert {}: cannot read", cert.display()))?,
+            key: std::fs::read(key)
+                .with_context(|| format!("--tls-key {}: cannot read", key.display()))?,
+        }),
+        (None, None) => None,
+        _ => bail!("--tls-cert and --tls-key go together"),
+    };
+    if let Some(tls) = &tls {
+        api::check_tls(tls).context("--tls-cert/--tls-key")?;
+    }
+    let config = ServerConfig { token, tls };
+
+    let listener =
+        std::net::TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
+    listener.set_nonblocking(true)?;
+    let local = listener.local_addr()?;
+
+    let orchestrator = Arc::new(open_host(plugin_dir, contracts, &args.host)?);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("tli-grpc")
+        .enable_all()
+        .build()
+        .context("cannot start the server runtime")?;
+    let shutdown_timeout = Duration::from_secs(args.shutdown_timeout);
+    let result = runtime.block_on(run(orchestrator, listener, local, config, shutdown_timeout));
+    // Blocking handlers still running (a forced stop's deadline) are not waited for.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    result
+}
+
+/// The address to bind: an `IP:PORT` or `HOST:PORT` (the first address it resolves to).
+fn resolve(listen: &str) -> Result<SocketAddr> {
+    listen
+        .to_socket_addrs()
+        .with_context(|| format!("--listen {listen}: not an address (IP:PORT or HOST:PORT)"))?
+        .next()
+        .ok_or_else(|| anyhow!("--listen {listen}: resolves to no address"))
+}
+
+/// The bearer token from `--token-file` (wins) or `TLI_SERVE_TOKEN`;
+/// surrounding whitespace is ignored and an empty variable counts as unset.
+fn configured_token(args: &ServeArgs) -> Result<Option<String>> {
+    let (token, origin) = if let Some(path) = &args.token_file {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("--token-file {}: cannot read", path.display()))?;
+        let token = text.trim().to_string();
+        if token.is_empty() {
+            bail!("--token-file {}: the file is empty", path.display());
+        }
+        warn_if_readable_by_others(path);
+        (token, format!("--token-file {}", path.display()))
+    } else {
+        match std::env::var("TLI_SERVE_TOKEN") {
+            Ok(t) if !t.trim().is_empty() => (t.trim().to_string(), "TLI_SERVE_TOKEN".into()),
+            Ok(_) | Err(std::env::VarError::NotPresent) => return Ok(None),
+            Err(std::env::VarError::NotUnicode(_)) => bail!("TLI_SERVE_TOKEN is not valid UTF-8"),
+        }
+    };
+    if !token.bytes().all(|b| b.is_ascii_graphic()) {
+        bail!(
+            "{origin}: the token must be printable ASCII without spaces (it travels in a header)"
+        );
+    }
+    Ok(Some(token))
+}
+
+fn warn_if_readable_by_others(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    if let Ok(meta) = std::fs::metadata(path) {
+        if meta.permissions().mode() & 0o077 != 0 {
+            eprintln!(
+                "warning: token file {} is readable by other users (chmod 600 it)",
+                path.display()
+            );
+        }
+    }
+}
+
+async fn run(
+    orchestrator: Arc<Orchestrator>,
+    listener: std::net::TcpListener,
+    local: SocketAddr,
+    config: ServerConfig,
+    shutdown_timeout: Duration,
+) -> Result<()> {
+    // Handlers first, so a signal right after the ready line is not lost.
+    let mut sigint = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    let mut sigterm = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+
+    let shutdown = ShutdownSignal::new();
+    let (router, health) = api::router(orchestrator.clone(), &shutdown, &config).await?;
+    let listener = tokio::net::TcpListener::from_std(listener)?;
+    let (stop_server, server_stopped) = oneshot::channel::<()>();
+    let mut server = tokio::spawn(router.serve_with_incoming_shutdown(
+        TcpListenerStream::new(listener),
+        async {
+            let _ = server_stopped.await;
+        },
+    ));
+
+    let (scheduler_done, mut scheduler) = oneshot::channel::<Result<(), String>>();
+    let scheduling = orchestrator.clone();
+    std::thread::Builder::new()
+        .name("tli-scheduler".into())
+        .spawn(move || {
+            let result = scheduling
+                .run_until_shutdown(Duration::from_millis(50), |_| {})
+                .map_err(|e| e.to_string());
+            let _ = scheduler_done.send(result);
+        })
+        .context("cannot start the scheduling thread")?;
+
+    eprintln!(
+        "tli host serve: listening on {local} (token: {}, tls: {})",
+        if config.token.is_some() {
+            "required"
+        } else {
+            "not required"
+        },
+        if config.tls.is_some() { "on" } else { "off" }
+    );
+
+    // Wait for a signal, or for the scheduler or the server to end on their own (a failure).
+    let mut failure: Option<anyhow::Error> = None;
+    let mut scheduler_result: Option<Result<(), String>> = None;
+    let mut server_result = None;
+    let why = tokio::select! {
+        _ = sigint.recv() => "SIGINT",
+        _ = sigterm.recv() => "SIGTERM",
+        r = &mut scheduler => {
+            let r = r.unwrap_or_else(|_| Err("the scheduling thread panicked".into()));
+            failure = Some(anyhow!("the scheduling loop stopped: {}", match &r {
+                Ok(()) => "without a shutdown request".to_string(),
+                Err(e) => e.clone(),
+            }));
+            scheduler_result = Some(r);
+            "scheduler stopped"
+        }
+        r = &mut server => {
+            failure = Some(match &r {
+                Ok(Ok(())) => anyhow!("the gRPC server stopped on its own"),
+                Ok(Err(e)) => anyhow!("the gRPC server failed: {e}"),
+                Err(e) => anyhow!("the gRPC server task failed: {e}"),
+            });
+            server_result = Some(r);
+            "server stopped"
+        }
+    };
+
+    // A second signal ends the process at once.
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = sigint.recv() => {}
+            _ = sigterm.recv() => {}
+        }
+        eprintln!("tli host serve: second signal: exiting without waiting for checkpoints");
+        std::process::exit(130);
+    });
+
+    api::set_health(&health, false).await;
+    shutdown.trigger();
+    orchestrator.shutdown_flag().store(true, Ordering::SeqCst);
+    eprintln!(
+        "tli host serve: {why}: shutting down; checkpointing {} running task(s) (up to {}s)",
+        orchestrator.active_count(),
+        shutdown_timeout.as_secs()
+    );
+    let _ = stop_server.send(());
+
+    if scheduler_result.is_none() {
+        match tokio::time::timeout(shutdown_timeout, &mut scheduler).await {
+            Ok(r) => {
+                let r = r.unwrap_or_else(|_| Err("the scheduling thread panicked".into()));
+                if let Err(e) = &r {
+                    failure.get_or_insert_with(|| anyhow!("scheduling loop: {e}"));
+                }
+            }
+            Err(_) => eprintln!(
+                "tli host serve: {} task(s) did not checkpoint within {}s; they resume from \
+                 their last checkpoint at the next start",
+                orchestrator.active_count(),
+                shutdown_timeout.as_secs()
+            ),
+        }
+    }
+    if server_result.is_none() {
+        match tokio::time::timeout(SERVER_STOP_GRACE, &mut server).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => eprintln!("tli host serve: server: {e}"),
+            Ok(Err(e)) => eprintln!("tli host serve: server task: {e}"),
+            Err(_) => eprintln!(
+                "tli host serve: open requests did not finish within {}s; closing them",
+                SERVER_STOP_GRACE.as_secs()
+            ),
+        }
+    }
+    match failure {
+        Some(e) => Err(e),
+        None => {
+            eprintln!("tli host serve: stopped");
+            Ok(())
+        }
+    }
+}

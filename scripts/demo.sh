@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The main job (`make demo`): start a tli host on a throw-away state directory, submit every
+# installed model plugin on the two bundled equity-index samples (S&P 500 and NASDAQ daily bars
+# as ES/NQ proxies), follow it to completion with live progress, print the final status table,
+# and shut the host down (SIGTERM: it checkpoints anything still running).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TLI=${TLI:-target/release/tli}
+STEPS=${STEPS:-300}
+state=$(mktemp -d)
+host_pid=""
+cleanup() {
+  if [ -n "$host_pid" ] && kill -0 "$host_pid" 2>/dev/null; then
+    kill -TERM "$host_pid" 2>/dev/null || true
+    wait "$host_pid" 2>/dev/null || true
+  fi
+  rm -rf "$state"
+}
+trap cleanup EXIT
+
+"$TLI" doctor
+"$TLI" plugins list
+"$TLI" data inspect data/samples/es_proxy_sp500_1d.dbn.zst
+
+echo "demo: starting the host"
+"$TLI" host serve --listen 127.0.0.1:0 --state-dir "$state/host" 2> "$state/host.log" &
+host_pid=$!
+address=""
+for _ in $(seq 1 600); do
+  address=$(sed -n 's/.*listening on \([^ ]*\).*/\1/p' "$state/host.log" | head -n 1)
+  [ -n "$address" ] && break
+  kill -0 "$host_pid" 2>/dev/null || { cat "$state/host.log" >&2; echo "demo: the host did not start" >&2; exit 1; }
+  sleep 0.1
+done
+[ -n "$address" ] || { cat "$state/host.log" >&2; echo "demo: no ready line from the host" >&2; exit 1; }
+export TLI_ENDPOINT="http://$address"
+echo "demo: host listening on $TLI_ENDPOINT"
+
+plugin_args=()
+for p in $("$TLI" plugins list -o json | python3 -c 'import json, sys; print(" ".join(p["name"] for p in json.load(sys.stdin)["plugins"]))'); do
+  plugin_args+=(-p "$p")
+done
+job=$("$TLI" train start --name demo "${plugin_args[@]}" \
+  -a data/samples/es_proxy_sp500_1d.dbn.zst -a data/samples/nq_proxy_nasdaq_1d.dbn.zst \
+  --steps "$STEPS" -o json | python3 -c 'import json, sys; print(json.load(sys.stdin)["job_id"])')
+echo "demo: job $job submitted (${#plugin_args[@]}/2 model(s) x 2 assets)"
+"$TLI" train watch "$job"
+"$TLI" train status "$job"
+"$TLI" resources
+echo "demo: shutting the host down"
+kill -TERM "$host_pid"
+wait "$host_pid"
+host_pid=""
+echo "demo: done"
