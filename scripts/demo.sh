@@ -19,7 +19,7 @@ cleanup() {
 trap cleanup EXIT
 
 "$TLI" doctor
-"$TLI" plugins list
+"$TLI" plugins list --local
 "$TLI" data inspect data/samples/es_proxy_sp500_1d.dbn.zst
 
 echo "demo: starting the host"
@@ -37,6 +37,7 @@ export TLI_ENDPOINT="http://$address"
 echo "demo: host listening on $TLI_ENDPOINT"
 
 plugin_args=()
+"$TLI" plugins list
 for p in $("$TLI" plugins list -o json | python3 -c 'import json, sys; print(" ".join(p["name"] for p in json.load(sys.stdin)["plugins"]))'); do
   plugin_args+=(-p "$p")
 done

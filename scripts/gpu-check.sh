@@ -24,7 +24,7 @@ export LD_LIBRARY_PATH="$TORCH_DIR/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-"$TLI" plugins list -o json > "$work/plugins.json"
+"$TLI" plugins list --local -o json > "$work/plugins.json"
 "$PY" - "$work" <<'PYEOF'
 import json, os, sys
 work = sys.argv[1]

@@ -202,8 +202,13 @@ pub struct SynthArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum PluginsCommand {
-    /// List loaded plugins, and files that were refused with the reason.
-    List,
+    /// The plugins a running host loaded, and files it refused with the reason
+    /// (or, with --local, those in the plugin directory, without a host).
+    List {
+        /// Scan the plugin directory here instead of asking the host.
+        #[arg(long)]
+        local: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]

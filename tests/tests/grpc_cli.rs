@@ -66,6 +66,19 @@ fn task_states(status: &serde_json::Value) -> Vec<String> {
 fn start_watch_status_list_stop_resume_complete() {
     let (plugins, state) = (plugins(), tempfile::tempdir().unwrap());
     let server = Server::start(plugins.path(), state.path(), &[]);
+    let listed = ok_json(&server.client(&["plugins", "list", "-o", "json"]));
+    let mut names: Vec<&str> = listed["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["behaviour", "template"],
+        "the host's plugins, over the API"
+    );
 
     // Three quick jobs for listing, then the one we follow.
     for name in ["alpha", "bravo", "charlie"] {

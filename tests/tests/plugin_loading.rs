@@ -14,7 +14,10 @@ fn incompatible_truncated_and_foreign_libraries_are_refused_while_others_load() 
     let foreign = dir.add(NOT_A_PLUGIN, "foreign");
     std::fs::write(dir.path().join("README.txt"), "not a library, not matched").unwrap();
 
-    let out = run_tli(dir.path(), &["plugins", "list", "--output", "json"]);
+    let out = run_tli(
+        dir.path(),
+        &["plugins", "list", "--local", "--output", "json"],
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     let listing = json(&out);
     let mut loaded: Vec<&str> = listing["plugins"]
@@ -62,7 +65,7 @@ fn incompatible_truncated_and_foreign_libraries_are_refused_while_others_load() 
     );
 
     // The table form prints one line per refused file: the file, then the reason.
-    let out = run_tli(dir.path(), &["plugins", "list"]);
+    let out = run_tli(dir.path(), &["plugins", "list", "--local"]);
     assert!(out.status.success());
     let text = stdout(&out);
     let refusal_lines: Vec<&str> = text.lines().filter(|l| l.starts_with("refused ")).collect();
@@ -77,7 +80,7 @@ fn incompatible_truncated_and_foreign_libraries_are_refused_while_others_load() 
 fn an_unreadable_plugin_directory_is_one_clear_error() {
     let out = run_tli(
         std::path::Path::new("/definitely/not/a/dir"),
-        &["plugins", "list"],
+        &["plugins", "list", "--local"],
     );
     assert!(!out.status.success());
     let err = stderr(&out);
@@ -93,7 +96,10 @@ fn two_files_with_the_same_plugin_name_load_once() {
     let dir = PluginDir::new();
     dir.add(TEMPLATE, "a_template");
     let second = dir.add(TEMPLATE, "b_template");
-    let listing = json(&run_tli(dir.path(), &["plugins", "list", "-o", "json"]));
+    let listing = json(&run_tli(
+        dir.path(),
+        &["plugins", "list", "--local", "-o", "json"],
+    ));
     assert_eq!(listing["plugins"].as_array().unwrap().len(), 1);
     let refused = &listing["refused"][0];
     assert_eq!(refused["path"].as_str(), second.to_str());

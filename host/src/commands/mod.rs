@@ -31,8 +31,11 @@ pub fn run(cli: Cli) -> Result<()> {
     let contracts = cli.contracts.as_deref();
     match &cli.command {
         Command::Plugins {
-            command: PluginsCommand::List,
+            command: PluginsCommand::List { local: true },
         } => plugins::list(&plugin_dir, cli.output),
+        Command::Plugins {
+            command: PluginsCommand::List { local: false },
+        } => remote::plugins(&cli),
         Command::Doctor => plugins::doctor(&plugin_dir, cli.output),
         Command::Train {
             command: TrainCommand::Local(args),

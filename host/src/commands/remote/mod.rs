@@ -151,6 +151,54 @@ pub(super) fn resources(cli: &Cli) -> Result<()> {
     })
 }
 
+/// `tli plugins list` against a running host; the JSON has the shape of
+/// `tli plugins list --local` (without the load times).
+pub(super) fn plugins(cli: &Cli) -> Result<()> {
+    let output = cli.output;
+    run(cli, |remote| async move {
+        let response = tli_proto::v1::plugin_service_client::PluginServiceClient::with_interceptor(
+            remote.channel.clone(),
+            remote.auth.clone(),
+        )
+        .list_plugins(tli_proto::v1::ListPluginsRequest {})
+        .await
+        .map_err(|s| api_error(&remote, s))?
+        .into_inner();
+        let parse = |text: &str| {
+            serde_json::from_str::<serde_json::Value>(text).unwrap_or(serde_json::Value::Null)
+        };
+        let listing = serde_json::json!({
+            "plugin_dir": response.plugin_dir,
+            "host_plugin_api": response.host_plugin_api,
+            "plugins": response.plugins.iter().map(|p| serde_json::json!({
+                "name": p.name, "version": p.version, "api_version": p.api_version, "family": p.family,
+                "description": p.description, "path": p.path,
+                "default_config": parse(&p.default_config_json), "config_schema": parse(&p.config_schema_json),
+            })).collect::<Vec<_>>(),
+            "refused": response.refused.iter().map(|r| serde_json::json!({"path": r.path, "reason": r.reason})).collect::<Vec<_>>(),
+        });
+        if output == OutputFormat::Json {
+            return print_json(&listing);
+        }
+        println!("plugin directory of the host: {}", response.plugin_dir);
+        let mut table = super::new_table(vec!["NAME", "VERSION", "API", "FAMILY", "DESCRIPTION"]);
+        for p in &response.plugins {
+            table.add_row(vec![
+                &p.name,
+                &p.version,
+                &p.api_version,
+                &p.family,
+                &p.description,
+            ]);
+        }
+        println!("{table}");
+        for r in &response.refused {
+            println!("refused {}: {}", r.path, r.reason);
+        }
+        Ok(())
+    })
+}
+
 /// Connects and runs one command on a small current-thread runtime (the
 /// arguments are checked before this, so mistakes show without a host).
 fn run<F, Fut>(cli: &Cli, command: F) -> Result<()>

@@ -1,0 +1,207 @@
+//! Load on the gRPC API (run with `cargo bench -p tli-host --bench api_load`
+//! after `cargo build --release --workspace`): 8 template tasks train while a
+//! client calls GetTrainingStatus every 20 ms, first alone, then with 50 more
+//! clients each holding a WatchTraining stream (100 ms interval). Reports the
+//! status-call latency percentiles and the training throughput (steps/s
+//! summed over tasks) in both phases — the slowdown the watchers cause.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tli_host::api::{self, ServerConfig, ShutdownSignal};
+use tli_host::orchestrator::arbiter::Strategy;
+use tli_host::orchestrator::engine::{HostConfig, Orchestrator};
+use tli_proto::v1 as pb;
+use tli_proto::v1::training_service_client::TrainingServiceClient;
+use tokio_stream::wrappers::TcpListenerStream;
+
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("bench executable path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps")
+        .to_path_buf()
+}
+
+fn steps_done(orchestrator: &Orchestrator, job: i64) -> u64 {
+    orchestrator
+        .store()
+        .tasks_of(job)
+        .map(|t| t.iter().map(|t| t.steps_done).sum())
+        .unwrap_or(0)
+}
+
+async fn phase(
+    client: &mut TrainingServiceClient<tonic::transport::Channel>,
+    orchestrator: &Orchestrator,
+    job: i64,
+    seconds: f64,
+) -> (Vec<f64>, f64) {
+    let mut latencies = Vec::new();
+    let start_steps = steps_done(orchestrator, job);
+    let started = Instant::now();
+    while started.elapsed().as_secs_f64() < seconds {
+        let t = Instant::now();
+        client
+            .get_training_status(pb::GetTrainingStatusRequest { job_id: job as u64 })
+            .await
+            .expect("status");
+        latencies.push(t.elapsed().as_secs_f64() * 1e3);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let rate =
+        (steps_done(orchestrator, job) - start_steps) as f64 / started.elapsed().as_secs_f64();
+    latencies.sort_by(|a, b| a.total_cmp(b));
+    (latencies, rate)
+}
+
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let library = profile_dir().join("libtli_plugin_template.so");
+    if !library.exists() {
+        eprintln!(
+            "{} is missing: run `cargo build --release --workspace` first",
+            library.display()
+        );
+        std::process::exit(2);
+    }
+    let plugins = tempfile::tempdir().expect("temp dir");
+    std::fs::copy(&library, plugins.path().join("libtli_plugin_template.so")).expect("copy plugin");
+    let state = tempfile::tempdir().expect("temp dir");
+    let orchestrator = Arc::new(
+        Orchestrator::open(HostConfig {
+            state_dir: state.path().to_path_buf(),
+            plugin_dir: plugins.path().to_path_buf(),
+            contracts: None,
+            strategy: Strategy::Auto,
+            budget_bytes: Some(1 << 32),
+            margin: 0.1,
+            device: "cpu".into(),
+            cores: 2,
+            resume_interrupted: false,
+        })
+        .expect("open host"),
+    );
+    let scheduling = orchestrator.clone();
+    let scheduler = std::thread::spawn(move || {
+        let _ = scheduling.run_until_shutdown(Duration::from_millis(20), |_| {});
+    });
+    let shutdown = ShutdownSignal::new();
+    let (router, _health) = api::router(
+        orchestrator.clone(),
+        &shutdown,
+        &ServerConfig {
+            token: None,
+            tls: None,
+        },
+    )
+    .await
+    .expect("router");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("address");
+    let mut stop = shutdown.subscribe();
+    tokio::spawn(router.serve_with_incoming_shutdown(
+        TcpListenerStream::new(listener),
+        async move {
+            let _ = stop.wait_for(|&s| s).await;
+        },
+    ));
+    let endpoint = format!("http://{addr}");
+    let mut client = TrainingServiceClient::connect(endpoint.clone())
+        .await
+        .expect("connect");
+    let assets = (1..=8)
+        .map(|seed| pb::AssetSpec {
+            source: Some(pb::asset_spec::Source::Synthetic(pb::SyntheticAsset {
+                rows: 4000,
+                seed,
+            })),
+        })
+        .collect();
+    let job = client
+        .start_training(pb::StartTrainingRequest {
+            name: "load".into(),
+            model: Some(pb::ModelSpec {
+                steps: 1_000_000,
+                priority: 0,
+                config: Some(pb::model_spec::Config::Plugin(pb::PluginConfig {
+                    plugin: "template".into(),
+                    config_json: r#"{"hidden_sizes":[64,64],"batch_size":256}"#.into(),
+                })),
+            }),
+            assets,
+            checkpoint: Some(pb::CheckpointPolicy {
+                every_steps: 0,
+                every_seconds: 0.0,
+                keep: 1,
+            }),
+            ..Default::default()
+        })
+        .await
+        .expect("start")
+        .into_inner()
+        .job
+        .expect("job")
+        .job_id as i64;
+    // Let all 8 runners start.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (alone, rate_alone) = phase(&mut client, &orchestrator, job, 8.0).await;
+
+    let mut watchers = Vec::new();
+    for _ in 0..50 {
+        let mut c = TrainingServiceClient::connect(endpoint.clone())
+            .await
+            .expect("connect");
+        watchers.push(tokio::spawn(async move {
+            let mut stream = c
+                .watch_training(pb::WatchTrainingRequest {
+                    job_id: job as u64,
+                    interval_ms: 100,
+                })
+                .await
+                .expect("watch")
+                .into_inner();
+            let mut events = 0u64;
+            while let Ok(Some(_)) = stream.message().await {
+                events += 1;
+            }
+            events
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (watched, rate_watched) = phase(&mut client, &orchestrator, job, 8.0).await;
+
+    println!("| phase | status calls | p50 | p99 | max | training steps/s (8 tasks) |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for (name, lat, rate) in [
+        ("no watchers", &alone, rate_alone),
+        ("50 watchers (100 ms)", &watched, rate_watched),
+    ] {
+        println!(
+            "| {name} | {} | {:.2} ms | {:.2} ms | {:.2} ms | {rate:.0} |",
+            lat.len(),
+            pct(lat, 0.5),
+            pct(lat, 0.99),
+            lat[lat.len() - 1]
+        );
+    }
+    println!();
+    println!(
+        "slowdown from the watchers: {:.1}%",
+        100.0 * (1.0 - rate_watched / rate_alone.max(1e-9))
+    );
+    shutdown.trigger();
+    orchestrator
+        .shutdown_flag()
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    for w in watchers {
+        let _ = w.await;
+    }
+    let _ = scheduler.join();
+}
