@@ -1,7 +1,7 @@
 //! Load on the gRPC API (run with `cargo bench -p tli-host --bench api_load`
 //! after `cargo build --release --workspace`): 8 template tasks train while a
 //! client calls GetTrainingStatus every 20 ms, first alone, then with 50 more
-//! clients each holding a WatchTraining stream (100 ms interval). Reports the
+//! clients each holding a WatchTraining stream (interval `WATCH_INTERVAL_MS`, default 100 ms). Reports the
 //! status-call latency percentiles and the training throughput (steps/s
 //! summed over tasks) in both phases — the slowdown the watchers cause.
 
@@ -153,6 +153,10 @@ async fn main() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (alone, rate_alone) = phase(&mut client, &orchestrator, job, 8.0).await;
 
+    let interval_ms: u32 = std::env::var("WATCH_INTERVAL_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
     let mut watchers = Vec::new();
     for _ in 0..50 {
         let mut c = TrainingServiceClient::connect(endpoint.clone())
@@ -162,7 +166,7 @@ async fn main() {
             let mut stream = c
                 .watch_training(pb::WatchTrainingRequest {
                     job_id: job as u64,
-                    interval_ms: 100,
+                    interval_ms,
                 })
                 .await
                 .expect("watch")
@@ -177,11 +181,12 @@ async fn main() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let (watched, rate_watched) = phase(&mut client, &orchestrator, job, 8.0).await;
 
+    let with_watchers = format!("50 watchers ({interval_ms} ms)");
     println!("| phase | status calls | p50 | p99 | max | training steps/s (8 tasks) |");
     println!("|---|---:|---:|---:|---:|---:|");
     for (name, lat, rate) in [
         ("no watchers", &alone, rate_alone),
-        ("50 watchers (100 ms)", &watched, rate_watched),
+        (with_watchers.as_str(), &watched, rate_watched),
     ] {
         println!(
             "| {name} | {} | {:.2} ms | {:.2} ms | {:.2} ms | {rate:.0} |",
