@@ -5,7 +5,9 @@
 //! status-call latency percentiles and the training throughput (steps/s
 //! summed over tasks) in both phases — the slowdown the watchers cause.
 
-use std::path::{Path, PathBuf};
+mod common;
+use common::profile_dir;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tli_host::api::{self, ServerConfig, ShutdownSignal};
@@ -14,14 +16,6 @@ use tli_host::orchestrator::engine::{HostConfig, Orchestrator};
 use tli_proto::v1 as pb;
 use tli_proto::v1::training_service_client::TrainingServiceClient;
 use tokio_stream::wrappers::TcpListenerStream;
-
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("bench executable path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps")
-        .to_path_buf()
-}
 
 fn steps_done(orchestrator: &Orchestrator, job: i64) -> u64 {
     orchestrator

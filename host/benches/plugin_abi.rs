@@ -9,21 +9,15 @@
 //!
 //! Prints a Markdown table for docs/benchmarks.md.
 
+mod common;
+use common::profile_dir;
+
 use abi_stable::std_types::RArc;
-use std::path::{Path, PathBuf};
 use std::time::Instant;
 use tli_host::registry::PluginRegistry;
 use tli_host::sample_data::{synthetic_ar_dataset, SyntheticSpec};
 use tli_host::services::TaskServices;
 use tli_plugin_api::TaskSpec;
-
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("bench executable path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps")
-        .to_path_buf()
-}
 
 fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(|a, b| a.total_cmp(b));

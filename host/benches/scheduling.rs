@@ -7,20 +7,14 @@
 //! Times come from the store (millisecond resolution), so the table gives
 //! means over many hand-overs as well as percentiles.
 
-use std::path::{Path, PathBuf};
+mod common;
+use common::profile_dir;
+
 use std::time::{Duration, Instant};
 use tli_host::orchestrator::arbiter::Strategy;
 use tli_host::orchestrator::engine::{HostConfig, Orchestrator};
 use tli_host::orchestrator::job::JobSpec;
 use tli_host::orchestrator::state::TaskState;
-
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("bench executable path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps")
-        .to_path_buf()
-}
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
