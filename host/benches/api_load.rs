@@ -1,7 +1,8 @@
 //! Load on the gRPC API (run with `cargo bench -p tli-host --bench api_load`
 //! after `cargo build --release --workspace`): 8 template tasks train while a
 //! client calls GetTrainingStatus every 20 ms, first alone, then with 50 more
-//! clients each holding a WatchTraining stream (interval `WATCH_INTERVAL_MS`, default 100 ms). Reports the
+//! clients each holding a WatchTraining stream (interval `WATCH_INTERVAL_MS`, default 100 ms; all streams of
+//! a job share one poller, see `host/src/api/watch_hub.rs`). Reports the
 //! status-call latency percentiles and the training throughput (steps/s
 //! summed over tasks) in both phases — the slowdown the watchers cause.
 
@@ -17,11 +18,13 @@ use tli_proto::v1 as pb;
 use tli_proto::v1::training_service_client::TrainingServiceClient;
 use tokio_stream::wrappers::TcpListenerStream;
 
+/// Steps done by the job's tasks (running ones' from memory, as the API sees them).
 fn steps_done(orchestrator: &Orchestrator, job: i64) -> u64 {
     orchestrator
-        .store()
-        .tasks_of(job)
-        .map(|t| t.iter().map(|t| t.steps_done).sum())
+        .job_progress(job)
+        .ok()
+        .flatten()
+        .map(|p| p.tasks.iter().map(|t| t.steps_done).sum())
         .unwrap_or(0)
 }
 

@@ -216,7 +216,12 @@ pub enum TrainCommand {
     /// Start a job on a running host (models × assets).
     Start(StartArgs),
     /// Follow a job with live progress bars until it finishes.
-    Watch { job: u64 },
+    Watch {
+        job: u64,
+        /// Milliseconds between progress updates at least (0: the host's default, 500).
+        #[arg(long, default_value_t = 0)]
+        interval_ms: u32,
+    },
     /// A job's tasks, states, progress and latest metrics.
     Status { job: u64 },
     /// Jobs on the host, newest first, with filters.

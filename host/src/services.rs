@@ -2,10 +2,15 @@
 //! `tracing` log (target `plugin`, with the plugin and task attached), and a
 //! shared flag tells the plugin when to stop.
 //!
+//! When the task runs under the orchestrator, lines at `info` and above also
+//! go to the job's watchers (through [`Live`]).
+//!
 //! Plugins have their own copy of every Rust static, so their own `tracing`
 //! or `log` calls would never reach the host's subscriber; this callback is
 //! the way in.
 
+use crate::orchestrator::live::Live;
+use crate::orchestrator::{JobId, TaskId};
 use abi_stable::{sabi_trait::TD_Opaque, std_types::RArc, std_types::RStr};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,6 +23,15 @@ pub struct TaskServices {
     plugin: String,
     task_id: String,
     cancelled: Arc<AtomicBool>,
+    watchers: Option<WatcherTap>,
+}
+
+/// Where a task's log lines go besides the host log.
+#[derive(Clone)]
+struct WatcherTap {
+    live: Arc<Live>,
+    job: JobId,
+    task: TaskId,
 }
 
 impl TaskServices {
@@ -26,6 +40,7 @@ impl TaskServices {
             plugin: plugin.to_string(),
             task_id: task_id.to_string(),
             cancelled: Arc::new(AtomicBool::new(false)),
+            watchers: None,
         }
     }
 
@@ -35,7 +50,14 @@ impl TaskServices {
             plugin: plugin.to_string(),
             task_id: task_id.to_string(),
             cancelled,
+            watchers: None,
         }
+    }
+
+    /// Also passes the task's log lines (info and above) to its job's watchers.
+    pub fn with_watchers(mut self, live: Arc<Live>, job: JobId, task: TaskId) -> Self {
+        self.watchers = Some(WatcherTap { live, job, task });
+        self
     }
 
     /// A flag that, once set, makes `is_cancelled()` true for the plugin.
@@ -68,6 +90,15 @@ impl HostServicesApi for TaskServices {
                     tracing::debug!(target: "plugin", plugin = %plugin, task = %task, "{message}")
                 }
                 _ => tracing::trace!(target: "plugin", plugin = %plugin, task = %task, "{message}"),
+            }
+            let level = match level {
+                LogLevel::ERROR => "error",
+                LogLevel::WARN => "warn",
+                LogLevel::INFO => "info",
+                _ => return,
+            };
+            if let Some(tap) = &self.watchers {
+                tap.live.log(tap.job, tap.task, plugin, level, message);
             }
         }));
     }

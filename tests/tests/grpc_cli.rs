@@ -443,3 +443,103 @@ fn sigterm_ends_watch_streams_checkpoints_and_exits_promptly() {
     );
     assert!(!store.checkpoints(task.id).unwrap().is_empty());
 }
+
+#[test]
+fn concurrent_watchers_each_get_every_state_change_and_the_plugin_log_lines() {
+    let (plugins, state) = (plugins(), tempfile::tempdir().unwrap());
+    let server = Server::start(plugins.path(), state.path(), &[]);
+    let job = job_id(&ok_json(&server.client(&[
+        "train",
+        "start",
+        "-p",
+        "behaviour",
+        "--config",
+        // ~4 s per task: log lines keep coming while the watchers join.
+        r#"{"sleep_ms_per_step":10,"log_every":20}"#,
+        "-a",
+        "synthetic:200:1",
+        "-a",
+        "synthetic:200:2",
+        "--steps",
+        "400",
+        "-o",
+        "json",
+    ])));
+    let job_arg = job.to_string();
+    // Four watchers at once, at different intervals: one feed serves them all.
+    let watchers: Vec<_> = ["100", "100", "250", "500"]
+        .into_iter()
+        .map(|interval| {
+            let server = &server;
+            let job_arg = job_arg.clone();
+            let args = vec![
+                "train".to_string(),
+                "watch".into(),
+                job_arg,
+                "--interval-ms".into(),
+                interval.into(),
+                "-o".into(),
+                "json".into(),
+            ];
+            let endpoint = server.endpoint();
+            std::thread::spawn(move || {
+                let out = std::process::Command::new(tli_binary())
+                    .args(&args)
+                    .args(["--endpoint", &endpoint])
+                    .env("NO_COLOR", "1")
+                    .output()
+                    .expect("run tli train watch");
+                assert!(out.status.success(), "{}", stderr(&out));
+                stdout(&out)
+            })
+        })
+        .collect();
+    let outputs: Vec<String> = watchers.into_iter().map(|w| w.join().unwrap()).collect();
+
+    let mut first_changes: Option<Vec<String>> = None;
+    for output in &outputs {
+        let events: Vec<serde_json::Value> = output
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect();
+        let kinds = |kind: &'static str| events.iter().filter(move |e| e["event"] == kind);
+        // Every state change once, in order: queued → running → completed per task.
+        let changes: Vec<String> = kinds("state_changed")
+            .map(|e| format!("{}:{}→{}", e["task_id"], e["from"], e["to"]))
+            .collect();
+        assert_eq!(
+            changes
+                .iter()
+                .filter(|c| c.ends_with("→\"completed\""))
+                .count(),
+            2,
+            "{changes:?}"
+        );
+        let mut unique = changes.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(
+            unique.len(),
+            changes.len(),
+            "a state change repeated: {changes:?}"
+        );
+        match &first_changes {
+            None => first_changes = Some(changes),
+            Some(first) => assert_eq!(first, &changes, "watchers disagree"),
+        }
+        // The plugin's log lines, tagged with their task and plugin.
+        let logs: Vec<&serde_json::Value> = kinds("log").collect();
+        assert!(
+            logs.iter().any(|l| l["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("behaviour reached step")
+                && l["plugin"] == "behaviour"
+                && l["task_id"].as_u64().unwrap() > 0),
+            "no plugin log line in {output}"
+        );
+        assert!(kinds("progress").count() >= 1, "{output}");
+        let last = events.last().unwrap();
+        assert_eq!(last["event"], "finished", "{output}");
+    }
+}

@@ -18,6 +18,7 @@ pub mod convert;
 pub mod plugins;
 pub mod resources;
 pub mod training;
+pub mod watch_hub;
 
 use crate::orchestrator::engine::Orchestrator;
 use auth::Auth;

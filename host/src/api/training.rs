@@ -1,6 +1,6 @@
 //! `TrainingService` over the orchestrator and its store: start a job,
-//! follow it (a server stream of progress, state changes and a final
-//! `finished`), read its status, list jobs with filters and pages, stop
+//! follow it (a server stream of progress, state changes, log lines and a
+//! final `finished`, see [`super::watch_hub`]), read its status, list jobs with filters and pages, stop
 //! (gracefully or forced) and resume.
 //!
 //! Every call that touches the store or a plugin runs on tokio's blocking
@@ -15,19 +15,17 @@
 //! made up is INVALID_ARGUMENT.
 
 use super::convert::{self, invalid, store_error};
+use super::watch_hub::WatchHub;
 use super::{blocking, shutting_down, ShutdownSignal};
 use crate::orchestrator::engine::Orchestrator;
-use crate::orchestrator::progress::job_progress;
 use crate::orchestrator::state::TaskState;
-use crate::orchestrator::store::{JobRow, Store, TaskRow, TransitionRow};
+use crate::orchestrator::store::{JobRow, TaskRow};
 use crate::orchestrator::{JobId, TaskId};
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tli_proto::v1 as pb;
 use tli_proto::v1::training_service_server::TrainingService;
-use tli_proto::v1::watch_training_response::Event;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
@@ -43,13 +41,16 @@ pub const DEFAULT_STOP_DEADLINE_MS: u32 = 10_000;
 pub struct TrainingApi {
     orchestrator: Arc<Orchestrator>,
     shutdown: ShutdownSignal,
+    watchers: Arc<WatchHub>,
 }
 
 impl TrainingApi {
     pub fn new(orchestrator: Arc<Orchestrator>, shutdown: ShutdownSignal) -> Self {
+        let watchers = WatchHub::new(orchestrator.clone(), shutdown.subscribe());
         Self {
             orchestrator,
             shutdown,
+            watchers,
         }
     }
 
@@ -67,18 +68,18 @@ fn job_not_found(id: JobId) -> Status {
 }
 
 /// A job and its progress as a message; `None` for an unknown id.
-fn load_job(store: &Store, id: JobId) -> Result<Option<pb::Job>, Status> {
-    let Some(row) = store.job(id).map_err(store_error)? else {
+fn load_job(o: &Orchestrator, id: JobId) -> Result<Option<pb::Job>, Status> {
+    let Some(row) = o.store().job(id).map_err(store_error)? else {
         return Ok(None);
     };
-    let Some(progress) = job_progress(store, id).map_err(store_error)? else {
+    let Some(progress) = o.job_progress(id).map_err(store_error)? else {
         return Ok(None);
     };
     Ok(Some(convert::job(&row, &progress)))
 }
 
-fn require_job(store: &Store, id: JobId) -> Result<pb::Job, Status> {
-    load_job(store, id)?.ok_or_else(|| job_not_found(id))
+fn require_job(o: &Orchestrator, id: JobId) -> Result<pb::Job, Status> {
+    load_job(o, id)?.ok_or_else(|| job_not_found(id))
 }
 
 fn stoppable(state: TaskState) -> bool {
@@ -118,7 +119,7 @@ impl TrainingService for TrainingApi {
         let orchestrator = self.orchestrator.clone();
         let job = blocking(move || {
             let id = orchestrator.submit(&spec).map_err(convert::submit_error)?;
-            require_job(orchestrator.store(), id)
+            require_job(&orchestrator, id)
         })
         .await?;
         Ok(Response::new(pb::StartTrainingResponse { job: Some(job) }))
@@ -148,13 +149,7 @@ impl TrainingService for TrainingApi {
         })
         .await?;
         let (tx, rx) = mpsc::channel(64);
-        tokio::spawn(watch_job(
-            self.orchestrator.clone(),
-            job,
-            interval,
-            self.shutdown.subscribe(),
-            tx,
-        ));
+        self.watchers.watch(job, interval, tx);
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 
@@ -164,7 +159,7 @@ impl TrainingService for TrainingApi {
     ) -> Result<Response<pb::GetTrainingStatusResponse>, Status> {
         let job = convert::job_id_from_proto("job_id", request.get_ref().job_id)?;
         let orchestrator = self.orchestrator.clone();
-        let job = blocking(move || require_job(orchestrator.store(), job)).await?;
+        let job = blocking(move || require_job(&orchestrator, job)).await?;
         Ok(Response::new(pb::GetTrainingStatusResponse {
             job: Some(job),
         }))
@@ -176,7 +171,7 @@ impl TrainingService for TrainingApi {
     ) -> Result<Response<pb::ListTrainingJobsResponse>, Status> {
         let query = ListQuery::from_request(request.get_ref())?;
         let orchestrator = self.orchestrator.clone();
-        let response = blocking(move || query.run(orchestrator.store())).await?;
+        let response = blocking(move || query.run(&orchestrator)).await?;
         Ok(Response::new(response))
     }
 
@@ -227,7 +222,7 @@ impl TrainingService for TrainingApi {
                     .stop_task(task_id, forced)
                     .map_err(convert::host_error)?;
             }
-            require_job(store, job)
+            require_job(&orchestrator, job)
         })
         .await?;
         Ok(Response::new(pb::StopTrainingResponse { job: Some(job) }))
@@ -246,7 +241,7 @@ impl TrainingService for TrainingApi {
                 return Err(job_not_found(job));
             }
             let resumed = orchestrator.resume_job(job).map_err(convert::host_error)?;
-            Ok((require_job(store, job)?, resumed))
+            Ok((require_job(&orchestrator, job)?, resumed))
         })
         .await?;
         Ok(Response::new(pb::ResumeTrainingResponse {
@@ -254,110 +249,6 @@ impl TrainingService for TrainingApi {
             resumed_tasks: u32::try_from(resumed).unwrap_or(u32::MAX),
         }))
     }
-}
-
-// ----- watching -------------------------------------------------------------
-
-fn event(e: Event) -> pb::WatchTrainingResponse {
-    pb::WatchTrainingResponse { event: Some(e) }
-}
-
-/// What one look at the store found: new state changes, then progress,
-/// then (when every task is finished) the job.
-struct Poll {
-    events: Vec<pb::WatchTrainingResponse>,
-    finished: Option<pb::Job>,
-    /// The last transition id seen per task.
-    seen: HashMap<TaskId, i64>,
-}
-
-fn poll_job(store: &Store, job: JobId, mut seen: HashMap<TaskId, i64>) -> Result<Poll, Status> {
-    let row: JobRow = store
-        .job(job)
-        .map_err(store_error)?
-        .ok_or_else(|| job_not_found(job))?;
-    // Progress first: every transition up to this moment is read below, so
-    // the state changes of a job that finished are sent before `finished`.
-    let progress = job_progress(store, job)
-        .map_err(store_error)?
-        .ok_or_else(|| job_not_found(job))?;
-    let mut changes: Vec<TransitionRow> = Vec::new();
-    for task in store.tasks_of(job).map_err(store_error)? {
-        let last = seen.get(&task.id).copied().unwrap_or(i64::MIN);
-        changes.extend(
-            store
-                .transitions(task.id)
-                .map_err(store_error)?
-                .into_iter()
-                .filter(|t| t.id > last),
-        );
-    }
-    changes.sort_by_key(|t| t.id);
-    let mut events = Vec::with_capacity(changes.len() + 1);
-    for change in &changes {
-        seen.insert(change.task_id, change.id);
-        events.push(event(Event::StateChanged(convert::state_changed(
-            job, change,
-        ))));
-    }
-    events.push(event(Event::Progress(convert::job_progress(&progress))));
-    let finished = progress
-        .is_finished()
-        .then(|| convert::job(&row, &progress));
-    Ok(Poll {
-        events,
-        finished,
-        seen,
-    })
-}
-
-/// Feeds one `WatchTraining` stream: every `interval` the job's new state
-/// changes (all of them on the first look) and its progress; `finished` and
-/// the end once every task is finished. Ends early when the client goes
-/// away, and with UNAVAILABLE when the host shuts down.
-async fn watch_job(
-    orchestrator: Arc<Orchestrator>,
-    job: JobId,
-    interval: Duration,
-    mut shutdown: watch::Receiver<bool>,
-    tx: mpsc::Sender<Result<pb::WatchTrainingResponse, Status>>,
-) {
-    let mut seen = HashMap::new();
-    'watch: loop {
-        let o = orchestrator.clone();
-        let poll = tokio::select! {
-            poll = blocking(move || poll_job(o.store(), job, seen)) => poll,
-            _ = shutdown.wait_for(|&s| s) => break 'watch,
-            _ = tx.closed() => return,
-        };
-        let poll = match poll {
-            Ok(poll) => poll,
-            Err(status) => {
-                let _ = tx.try_send(Err(status));
-                return;
-            }
-        };
-        seen = poll.seen;
-        let finished = poll.finished.map(|job| event(Event::Finished(job)));
-        let done = finished.is_some();
-        for item in poll.events.into_iter().chain(finished) {
-            tokio::select! {
-                sent = tx.send(Ok(item)) => if sent.is_err() { return },
-                _ = shutdown.wait_for(|&s| s) => break 'watch,
-            }
-        }
-        if done {
-            return;
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(interval) => {}
-            _ = shutdown.wait_for(|&s| s) => break 'watch,
-            _ = tx.closed() => return,
-        }
-    }
-    // Shutting down (or the signal's owner is gone): end the stream now so
-    // the server need not wait for it.
-    let _ = tx.try_send(Err(shutting_down()));
 }
 
 // ----- listing --------------------------------------------------------------
@@ -498,7 +389,8 @@ impl ListQuery {
             && (self.asset.is_empty() || tasks.iter().any(|t| t.asset == self.asset))
     }
 
-    fn run(&self, store: &Store) -> Result<pb::ListTrainingJobsResponse, Status> {
+    fn run(&self, o: &Orchestrator) -> Result<pb::ListTrainingJobsResponse, Status> {
+        let store = o.store();
         let mut jobs = store.jobs().map_err(store_error)?;
         match self.order {
             pb::JobOrder::OldestFirst => jobs.sort_by_key(|j| j.id),
@@ -538,7 +430,7 @@ impl ListQuery {
         };
         let mut out = Vec::with_capacity(page.len());
         for row in page {
-            if let Some(progress) = job_progress(store, row.id).map_err(store_error)? {
+            if let Some(progress) = o.job_progress(row.id).map_err(store_error)? {
                 out.push(convert::job(row, &progress));
             }
         }

@@ -10,6 +10,8 @@
 
 use super::arbiter::{Arbiter, Budget, Candidate, Strategy};
 use super::job::{AssetSpec, JobSpec};
+use super::live::Live;
+use super::progress::{job_progress_with, JobProgress};
 use super::runner::{self, Outcome, RunnerContext, RunnerEvent, StopRequest};
 use super::state::TaskState;
 use super::store::{NewTask, Store, TaskRow};
@@ -115,6 +117,7 @@ pub struct Orchestrator {
     events_rx: Mutex<Receiver<RunnerEvent>>,
     /// Set by a signal handler or `request_shutdown`.
     shutdown: Arc<AtomicBool>,
+    live: Arc<Live>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -166,11 +169,25 @@ impl Orchestrator {
             events_tx,
             events_rx: Mutex::new(events_rx),
             shutdown: Arc::new(AtomicBool::new(false)),
+            live: Arc::new(Live::new()),
         })
     }
 
     pub fn store(&self) -> &Arc<Store> {
         &self.store
+    }
+
+    /// Running tasks' latest progress and the plugins' log lines.
+    pub fn live(&self) -> &Arc<Live> {
+        &self.live
+    }
+
+    /// A job's progress with running tasks' latest steps and metrics.
+    pub fn job_progress(
+        &self,
+        job: super::JobId,
+    ) -> Result<Option<JobProgress>, super::store::StoreError> {
+        job_progress_with(&self.store, Some(&self.live), job)
     }
 
     pub fn registry(&self) -> &PluginRegistry {
@@ -384,6 +401,7 @@ impl Orchestrator {
             plugin_cancel: plugin_cancel.clone(),
             events: self.events_tx.clone(),
             threads,
+            live: self.live.clone(),
         };
         let handle = match runner::spawn(ctx) {
             Ok(h) => h,

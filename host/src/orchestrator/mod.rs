@@ -15,12 +15,15 @@
 //! * [`runner`]: the per-task thread (slices, stop requests, checkpoints).
 //! * [`engine`]: the [`Orchestrator`](engine::Orchestrator) tying it together.
 //! * [`progress`]: per-task and cost-weighted per-job progress.
+//! * [`live`]: running tasks' latest progress in memory, and plugin log
+//!   lines fanned out to watchers.
 
 pub mod arbiter;
 pub mod checkpoint;
 pub mod cuda;
 pub mod engine;
 pub mod job;
+pub mod live;
 pub mod progress;
 pub mod runner;
 pub mod state;

@@ -2,7 +2,11 @@
 //! of its total, the latest metrics, its rate and ETA; per job the fraction
 //! done weighted by each task's estimated cost (steps × bytes it touches), so
 //! a slow, big model counts for what it costs.
+//!
+//! Running tasks' step counts and metrics may be read from [`Live`] instead
+//! (fresher than the store, which runners update about once a second).
 
+use super::live::Live;
 use super::state::TaskState;
 use super::store::{Store, StoreError, TaskRow};
 use super::JobId;
@@ -45,7 +49,18 @@ impl JobProgress {
     }
 }
 
+/// A job's progress as the store records it.
 pub fn job_progress(store: &Store, job: JobId) -> Result<Option<JobProgress>, StoreError> {
+    job_progress_with(store, None, job)
+}
+
+/// A job's progress, with running tasks' steps and metrics from `live`
+/// where it has them.
+pub fn job_progress_with(
+    store: &Store,
+    live: Option<&Live>,
+    job: JobId,
+) -> Result<Option<JobProgress>, StoreError> {
     let Some(row) = store.job(job)? else {
         return Ok(None);
     };
@@ -54,7 +69,7 @@ pub fn job_progress(store: &Store, job: JobId) -> Result<Option<JobProgress>, St
     let mut weights = 0.0;
     let mut out = Vec::with_capacity(tasks.len());
     for t in &tasks {
-        let p = task_progress(store, t)?;
+        let p = task_progress(store, live, t)?;
         weighted += t.cost_weight * p.fraction;
         weights += t.cost_weight;
         out.push(p);
@@ -71,7 +86,27 @@ pub fn job_progress(store: &Store, job: JobId) -> Result<Option<JobProgress>, St
     }))
 }
 
-fn task_progress(store: &Store, t: &TaskRow) -> Result<TaskProgress, StoreError> {
+fn task_progress(
+    store: &Store,
+    live: Option<&Live>,
+    row: &TaskRow,
+) -> Result<TaskProgress, StoreError> {
+    let mut metrics = store.latest_metrics(row.id)?;
+    let mut t = row.clone();
+    if let Some(now) = live
+        .filter(|_| row.state.is_active())
+        .and_then(|l| l.get(row.id))
+    {
+        t.steps_done = now.steps_done;
+        for (name, value) in now.metrics {
+            match metrics.iter_mut().find(|(n, _)| *n == name) {
+                Some(slot) => slot.1 = value,
+                None => metrics.push((name, value)),
+            }
+        }
+        metrics.sort_by(|a, b| a.0.cmp(&b.0));
+    }
+    let t = &t;
     let fraction = if t.state == TaskState::Completed {
         1.0
     } else {
@@ -107,7 +142,7 @@ fn task_progress(store: &Store, t: &TaskRow) -> Result<TaskProgress, StoreError>
         fraction,
         steps_per_second: rate,
         eta_seconds: eta,
-        metrics: store.latest_metrics(t.id)?,
+        metrics,
         error: t.error.clone(),
         estimate_bytes: t.estimate_bytes,
         measured_bytes: t.measured_bytes,

@@ -1,7 +1,9 @@
 //! One OS thread per running task. The runner owns the task's trainer (tch
 //! tensors are `Send`, not `Sync`), drives `step(n)` in slices, and between
-//! slices checks for stop requests, records progress and metrics, reports
-//! measured memory once, and checkpoints on schedule. It records its own
+//! slices checks for stop requests, publishes progress and metrics (to
+//! [`Live`] after every slice; to the store about once a second, batched, and
+//! always before a checkpoint and at the end), reports measured memory once,
+//! and checkpoints on schedule. It records its own
 //! state transitions in the store and tells the scheduler when it is done.
 //!
 //! Resuming: at start the runner verifies the task's checkpoints newest
@@ -10,6 +12,7 @@
 
 use super::checkpoint;
 use super::job::CheckpointPolicy;
+use super::live::Live;
 use super::state::TaskState;
 use super::store::{Store, TaskRow};
 use super::TaskId;
@@ -20,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tli_plugin_api::{Dataset, ErrorCode, PluginError, TaskSpec};
 
 /// What the scheduler asks of a running task (stored in an `AtomicU8`).
@@ -87,7 +90,15 @@ pub struct RunnerContext {
     pub events: Sender<RunnerEvent>,
     /// libtorch intra-op threads for this task's thread.
     pub threads: i32,
+    /// Where progress and log lines go between store flushes.
+    pub live: Arc<Live>,
 }
+
+/// How often a runner writes its progress and metrics to the store at most.
+/// Every store write is an fsync'd transaction under the store's lock, which
+/// status and watch calls wait on; per-slice writes of many tasks made those
+/// calls slow (docs/benchmarks.md, gRPC API under load).
+pub const PROGRESS_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Starts the runner thread.
 pub fn spawn(ctx: RunnerContext) -> std::io::Result<std::thread::JoinHandle<()>> {
@@ -111,7 +122,9 @@ fn run(ctx: &RunnerContext) -> Outcome {
         Err(e) => return finish(ctx, Err(e), None),
     };
     let result = runner.train(ctx);
-    finish(ctx, result, Some(&mut runner))
+    let outcome = finish(ctx, result, Some(&mut runner));
+    ctx.live.forget(ctx.task.id);
+    outcome
 }
 
 /// Records the final transition for `result`.
@@ -141,7 +154,15 @@ fn finish(
         }
         Err(e) => Outcome::Failed(e.to_string()),
     };
-    let steps = runner.map(|r| r.steps).unwrap_or(0);
+    let steps = match runner {
+        Some(runner) => {
+            if let Err(e) = runner.flush_progress(ctx) {
+                tracing::warn!(task, "progress before the end not recorded: {e}");
+            }
+            runner.steps
+        }
+        None => 0,
+    };
     let (state, reason) = match &outcome {
         Outcome::Completed => (TaskState::Completed, format!("completed {steps} steps")),
         Outcome::Failed(why) => (TaskState::Failed, why.clone()),
@@ -168,6 +189,11 @@ struct Runner {
     steps: u64,
     last_checkpoint_step: u64,
     last_checkpoint_at: Instant,
+    /// Metrics per slice (step, metrics) not yet in the store.
+    unflushed: Vec<(u64, Vec<(String, f64)>)>,
+    /// Whether `steps` is ahead of the store.
+    steps_unflushed: bool,
+    last_flush: Instant,
 }
 
 impl Runner {
@@ -182,7 +208,8 @@ impl Runner {
         })?;
         let label = format!("{}-{}", task.job_id, task.id);
         let services =
-            TaskServices::with_cancel_flag(&task.plugin, &label, ctx.plugin_cancel.clone());
+            TaskServices::with_cancel_flag(&task.plugin, &label, ctx.plugin_cancel.clone())
+                .with_watchers(ctx.live.clone(), task.job_id, task.id);
         let spec = TaskSpec {
             task_id: label.as_str().into(),
             config_json: task.config_json.as_str().into(),
@@ -206,6 +233,9 @@ impl Runner {
             steps,
             last_checkpoint_step: steps,
             last_checkpoint_at: Instant::now(),
+            unflushed: Vec::new(),
+            steps_unflushed: false,
+            last_flush: Instant::now(),
         })
     }
 
@@ -232,9 +262,12 @@ impl Runner {
             let report = self.trainer.step(n)?;
             self.steps += report.steps_done;
             let metrics = metric_pairs(&report.metrics);
-            ctx.store
-                .record_progress(ctx.task.id, self.steps, &metrics)
-                .map_err(store_err)?;
+            ctx.live.update(ctx.task.id, self.steps, &metrics);
+            self.unflushed.push((self.steps, metrics));
+            self.steps_unflushed = true;
+            if self.last_flush.elapsed() >= PROGRESS_FLUSH_INTERVAL {
+                self.flush_progress(ctx)?;
+            }
             if !measured {
                 measured = true;
                 let bytes =
@@ -258,9 +291,9 @@ impl Runner {
         }
         let eval = self.trainer.evaluate()?;
         let metrics = metric_pairs(&eval.metrics);
-        ctx.store
-            .record_progress(ctx.task.id, self.steps, &metrics)
-            .map_err(store_err)?;
+        ctx.live.update(ctx.task.id, self.steps, &metrics);
+        self.unflushed.push((self.steps, metrics));
+        self.steps_unflushed = true;
         self.checkpoint(ctx, "final")?;
         Ok(Outcome::Completed)
     }
@@ -275,8 +308,23 @@ impl Runner {
         by_steps || by_time
     }
 
-    /// Writes a checkpoint atomically, records it, prunes old ones.
+    /// Writes the progress and metrics not yet in the store, in one transaction.
+    fn flush_progress(&mut self, ctx: &RunnerContext) -> Result<(), PluginError> {
+        if self.steps_unflushed {
+            ctx.store
+                .record_progress_batch(ctx.task.id, self.steps, &self.unflushed)
+                .map_err(store_err)?;
+            self.unflushed.clear();
+            self.steps_unflushed = false;
+        }
+        self.last_flush = Instant::now();
+        Ok(())
+    }
+
+    /// Writes a checkpoint atomically, records it, prunes old ones. The
+    /// store gets the progress first, so it never lags a checkpoint.
     fn checkpoint(&mut self, ctx: &RunnerContext, why: &str) -> Result<(), PluginError> {
+        self.flush_progress(ctx)?;
         if self.steps == self.last_checkpoint_step && self.steps > 0 && why != "final" {
             return Ok(()); // nothing new since the last one
         }

@@ -311,6 +311,17 @@ fn int(what: &'static str, value: u64) -> Result<i64, StoreError> {
     i64::try_from(value).map_err(|_| StoreError::OutOfRange { what, value })
 }
 
+fn transition_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TransitionRow> {
+    Ok(TransitionRow {
+        id: r.get(0)?,
+        task_id: r.get(1)?,
+        from: opt_state_at(r, 2)?,
+        to: state_at(r, 3)?,
+        reason: r.get(4)?,
+        at_ms: r.get(5)?,
+    })
+}
+
 fn state_at(row: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<TaskState> {
     let text: String = row.get(idx)?;
     TaskState::parse(&text).ok_or_else(|| {
@@ -676,16 +687,24 @@ impl Store {
             "SELECT id, task_id, from_state, to_state, reason, at_ms FROM transitions
              WHERE task_id = ?1 ORDER BY id",
         )?;
-        let rows = st.query_map([task], |r| {
-            Ok(TransitionRow {
-                id: r.get(0)?,
-                task_id: r.get(1)?,
-                from: opt_state_at(r, 2)?,
-                to: state_at(r, 3)?,
-                reason: r.get(4)?,
-                at_ms: r.get(5)?,
-            })
-        })?;
+        let rows = st.query_map([task], transition_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The state changes of all of a job's tasks with an id above `after`
+    /// (ids grow with time across tasks), oldest first.
+    pub fn job_transitions_after(
+        &self,
+        job: JobId,
+        after: i64,
+    ) -> Result<Vec<TransitionRow>, StoreError> {
+        let c = self.conn();
+        let mut st = c.prepare(
+            "SELECT t.id, t.task_id, t.from_state, t.to_state, t.reason, t.at_ms
+             FROM transitions t JOIN tasks k ON k.id = t.task_id
+             WHERE k.job_id = ?1 AND t.id > ?2 ORDER BY t.id",
+        )?;
+        let rows = st.query_map(params![job, after], transition_row)?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
@@ -725,6 +744,18 @@ impl Store {
         steps_done: u64,
         metrics: &[(String, f64)],
     ) -> Result<(), StoreError> {
+        self.record_progress_batch(task, steps_done, &[(steps_done, metrics.to_vec())])
+    }
+
+    /// Records that a task has done `steps_done` steps and the metrics
+    /// measured at several earlier steps (`(step, metrics)`), in one
+    /// transaction.
+    pub fn record_progress_batch(
+        &self,
+        task: TaskId,
+        steps_done: u64,
+        metrics_by_step: &[(u64, Vec<(String, f64)>)],
+    ) -> Result<(), StoreError> {
         let step = int("steps_done", steps_done)?;
         let mut c = self.conn();
         let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -740,9 +771,12 @@ impl Store {
             let mut insert = tx.prepare(
                 "INSERT INTO metrics (task_id, step, name, value, at_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
             )?;
-            for (name, value) in metrics {
-                let value = (!value.is_nan()).then_some(*value);
-                insert.execute(params![task, step, name, value, now])?;
+            for (at_step, metrics) in metrics_by_step {
+                let at_step = int("metric step", *at_step)?;
+                for (name, value) in metrics {
+                    let value = (!value.is_nan()).then_some(*value);
+                    insert.execute(params![task, at_step, name, value, now])?;
+                }
             }
         }
         tx.commit()?;

@@ -101,8 +101,8 @@ pub(super) fn train(cli: &Cli, command: &TrainCommand) -> Result<()> {
             let request = start_request(args, &normalize_endpoint(&cli.endpoint))?;
             run(cli, |remote| start(remote, request, args.watch, output))
         }
-        TrainCommand::Watch { job } => run(cli, |remote| async move {
-            watch::watch(&remote, *job, output).await
+        TrainCommand::Watch { job, interval_ms } => run(cli, |remote| async move {
+            watch::watch(&remote, *job, *interval_ms, output).await
         }),
         TrainCommand::Status { job } => run(cli, |remote| status(remote, *job, output)),
         TrainCommand::List(args) => {
@@ -405,7 +405,7 @@ async fn start(
         }
     }
     if watch {
-        watch::watch(&remote, job.job_id, output).await?;
+        watch::watch(&remote, job.job_id, 0, output).await?;
     }
     Ok(())
 }

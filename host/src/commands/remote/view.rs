@@ -64,6 +64,9 @@ pub(super) enum EventJson {
         level: String,
         message: String,
         at_unix_ms: i64,
+        /// 0 for a note from the host about the stream itself.
+        task_id: u64,
+        plugin: String,
     },
     Finished {
         job: JobJson,
@@ -165,6 +168,8 @@ impl From<&pb::watch_training_response::Event> for EventJson {
                 level: l.level.clone(),
                 message: l.message.clone(),
                 at_unix_ms: l.at_unix_ms,
+                task_id: l.task_id,
+                plugin: l.plugin.clone(),
             },
             Event::Finished(j) => Self::Finished { job: j.into() },
         }

@@ -27,12 +27,17 @@ const PLAIN_INTERVAL: Duration = Duration::from_secs(2);
 /// Resolution of the total bar (weighted_fraction × this).
 const TOTAL_SCALE: u64 = 1000;
 
-pub(super) async fn watch(remote: &Remote, job_id: u64, output: OutputFormat) -> Result<()> {
+pub(super) async fn watch(
+    remote: &Remote,
+    job_id: u64,
+    interval_ms: u32,
+    output: OutputFormat,
+) -> Result<()> {
     let mut stream = remote
         .training()
         .watch_training(WatchTrainingRequest {
             job_id,
-            interval_ms: 0,
+            interval_ms,
         })
         .await
         .map_err(|s| api_error(remote, s))?
@@ -165,7 +170,11 @@ impl WatchView {
             }
             Event::Log(l) => {
                 let level = if l.level.is_empty() { "info" } else { &l.level };
-                self.line(&format!("[{level}] {}", l.message));
+                let text = match l.task_id {
+                    0 => format!("[{level}] {}", l.message),
+                    task => format!("[{level}] task {task} ({}): {}", l.plugin, l.message),
+                };
+                self.line(&text);
             }
             Event::Finished(job) => return Ok(Some(job.into())),
         }
