@@ -115,7 +115,35 @@ pub fn spawn(ctx: RunnerContext) -> std::io::Result<std::thread::JoinHandle<()>>
 /// Out-of-memory failures a task may have before it fails for good.
 const OOM_REQUEUES: usize = 1;
 
+/// How much lower than the host's other threads runners are scheduled
+/// (Linux nice increment). Training saturates the cores; at equal priority a
+/// status call waited for time slices behind every busy trainer (tens of ms
+/// on 2 cores with 8 tasks, docs/benchmarks.md). Alone on a machine a
+/// runner still gets all the CPU it can use.
+pub const RUNNER_NICE: i32 = 10;
+
+/// Lowers the calling thread's priority by [`RUNNER_NICE`] (threads it
+/// starts, e.g. libtorch's, inherit it). Failure only costs responsiveness.
+fn lower_own_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: plain syscalls on the calling thread's own id.
+        let result = unsafe {
+            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+            let current = libc::getpriority(libc::PRIO_PROCESS, tid);
+            libc::setpriority(libc::PRIO_PROCESS, tid, current + RUNNER_NICE)
+        };
+        if result != 0 {
+            tracing::debug!(
+                "could not lower the runner's priority: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+}
+
 fn run(ctx: &RunnerContext) -> Outcome {
+    lower_own_priority();
     tch::set_num_threads(ctx.threads.max(1));
     let mut runner = match Runner::start(ctx) {
         Ok(r) => r,
