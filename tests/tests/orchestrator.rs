@@ -402,9 +402,10 @@ fn a_forced_stop_cancels_without_a_checkpoint_and_honours_its_deadline() {
         "a forced stop writes no checkpoint"
     );
 
-    // A plugin that ignores the cancel: the deadline marks the task cancelled anyway.
+    // A plugin that ignores the cancel: the deadline marks the task cancelled
+    // anyway, long before its 10-step slice (3 s) would end.
     let stubborn = spec(
-        r#"[{"plugin":"behaviour","steps":100000,"config":{"sleep_ms_per_step":20,"ignore_cancel":true}}]"#,
+        r#"[{"plugin":"behaviour","steps":100000,"config":{"sleep_ms_per_step":300,"ignore_cancel":true}}]"#,
         ONE_ASSET,
         r#"{"keep":1}"#,
     );
@@ -414,9 +415,15 @@ fn a_forced_stop_cancels_without_a_checkpoint_and_honours_its_deadline() {
         h.tick().unwrap();
         std::thread::sleep(Duration::from_millis(2));
     }
+    // `running` is recorded just before the first slice starts; a stop seen
+    // before it would end the task at step 0 without needing the deadline.
+    std::thread::sleep(Duration::from_millis(200));
     let started = std::time::Instant::now();
     h.stop_task(task, Some(Duration::from_millis(30))).unwrap();
-    assert!(started.elapsed() < Duration::from_millis(100) + Duration::from_millis(30));
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "the stop waited for the slice instead of the deadline"
+    );
     let row = h.store().task(task).unwrap().unwrap();
     assert_eq!(row.state, TaskState::Cancelled);
     let last = h.store().transitions(task).unwrap().pop().unwrap();
