@@ -12,7 +12,7 @@ use super::arbiter::{Arbiter, Budget, Candidate, Strategy};
 use super::job::{AssetSpec, JobSpec};
 use super::live::Live;
 use super::progress::{job_progress_with, JobProgress};
-use super::runner::{self, Outcome, RunnerContext, RunnerEvent, StopRequest};
+use super::runner::{self, DeviceOccupancy, Outcome, RunnerContext, RunnerEvent, StopRequest};
 use super::state::TaskState;
 use super::store::{NewTask, Store, TaskRow};
 use super::{JobId, TaskId};
@@ -118,6 +118,8 @@ pub struct Orchestrator {
     /// Set by a signal handler or `request_shutdown`.
     shutdown: Arc<AtomicBool>,
     live: Arc<Live>,
+    /// Runners on the host's device (for attributing allocator counters).
+    occupancy: Arc<DeviceOccupancy>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -170,6 +172,7 @@ impl Orchestrator {
             events_rx: Mutex::new(events_rx),
             shutdown: Arc::new(AtomicBool::new(false)),
             live: Arc::new(Live::new()),
+            occupancy: Arc::new(DeviceOccupancy::default()),
         })
     }
 
@@ -402,6 +405,7 @@ impl Orchestrator {
             events: self.events_tx.clone(),
             threads,
             live: self.live.clone(),
+            occupancy: self.occupancy.clone(),
         };
         let handle = match runner::spawn(ctx) {
             Ok(h) => h,

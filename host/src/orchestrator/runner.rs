@@ -20,7 +20,7 @@ use crate::registry::{PluginRegistry, TrainerHandle};
 use crate::services::TaskServices;
 use abi_stable::std_types::RArc;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -75,6 +75,40 @@ pub enum RunnerEvent {
     },
 }
 
+/// Which runners are on the device: the caching allocator's counters are
+/// per process, so a task's allocation can be read from them only while it
+/// is the only one running (no other started or ended meanwhile).
+#[derive(Debug, Default)]
+pub struct DeviceOccupancy {
+    running: AtomicUsize,
+    /// Runners entered so far (detects a start and end during a measurement).
+    entered: AtomicU64,
+}
+
+/// A runner's place on the device; leaves it when dropped.
+struct Occupant<'a>(&'a DeviceOccupancy);
+
+impl DeviceOccupancy {
+    fn enter(&self) -> Occupant<'_> {
+        self.running.fetch_add(1, Ordering::SeqCst);
+        self.entered.fetch_add(1, Ordering::SeqCst);
+        Occupant(self)
+    }
+
+    /// `Some(marker)` when exactly one runner is on the device; the same
+    /// marker later means nobody came or went in between.
+    fn alone(&self) -> Option<u64> {
+        (self.running.load(Ordering::SeqCst) == 1).then(|| self.entered.load(Ordering::SeqCst))
+    }
+}
+
+impl Drop for Occupant<'_> {
+    fn drop(&mut self) {
+        self.0.running.fetch_sub(1, Ordering::SeqCst);
+        self.0.entered.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
 /// Everything a runner thread needs.
 pub struct RunnerContext {
     pub task: TaskRow,
@@ -92,6 +126,8 @@ pub struct RunnerContext {
     pub threads: i32,
     /// Where progress and log lines go between store flushes.
     pub live: Arc<Live>,
+    /// Runners on this task's device.
+    pub occupancy: Arc<DeviceOccupancy>,
 }
 
 /// How often a runner writes its progress and metrics to the store at most.
@@ -143,6 +179,7 @@ fn lower_own_priority() {
 }
 
 fn run(ctx: &RunnerContext) -> Outcome {
+    let _on_device = ctx.occupancy.enter();
     lower_own_priority();
     tch::set_num_threads(ctx.threads.max(1));
     let mut runner = match Runner::start(ctx) {
@@ -284,9 +321,11 @@ impl Runner {
                 }
             }
             let n = ctx.slice_steps.min(total - self.steps);
-            let before = (!measured)
-                .then(|| device_allocated(&ctx.task.device))
-                .flatten();
+            // Measure the first slice on the allocator when alone on the device.
+            let alone = (!measured)
+                .then(|| ctx.occupancy.alone())
+                .flatten()
+                .filter(|_| restart_peak(&ctx.task.device));
             let report = self.trainer.step(n)?;
             self.steps += report.steps_done;
             let metrics = metric_pairs(&report.metrics);
@@ -298,8 +337,11 @@ impl Runner {
             }
             if !measured {
                 measured = true;
-                let bytes =
-                    measured_bytes(self.trainer.memory()?.total(), &ctx.task.device, before);
+                let tensor_bytes = self.trainer.memory()?.total();
+                let peak = alone
+                    .filter(|marker| ctx.occupancy.alone() == Some(*marker))
+                    .and_then(|_| device_peak(&ctx.task.device));
+                let bytes = peak.map_or(tensor_bytes, |peak| peak.max(tensor_bytes));
                 ctx.store
                     .set_measured_bytes(ctx.task.id, bytes)
                     .map_err(store_err)?;
@@ -421,28 +463,23 @@ fn store_err(e: super::store::StoreError) -> PluginError {
 }
 
 /// Bytes allocated on a CUDA device by libtorch's caching allocator now.
-fn device_allocated(device: &str) -> Option<u64> {
-    let index = device.strip_prefix("cuda:")?.parse().ok()?;
-    super::cuda::allocator_stats(index)
-        .ok()
-        .map(|s| s.allocated)
+fn cuda_index(device: &str) -> Option<usize> {
+    device.strip_prefix("cuda:")?.parse().ok()
 }
 
-/// What a task measurably uses after its first slice. CPU: the trainer's own
-/// tensor bytes. CUDA: also the caching allocator's growth of peak allocation
-/// over that slice (which catches temporaries the trainer does not count; it
-/// can include other tasks' concurrent growth, so it errs on the safe side).
-fn measured_bytes(tensor_bytes: u64, device: &str, allocated_before: Option<u64>) -> u64 {
-    let Some(before) = allocated_before else {
-        return tensor_bytes;
-    };
-    let Some(index) = device.strip_prefix("cuda:").and_then(|n| n.parse().ok()) else {
-        return tensor_bytes;
-    };
-    match super::cuda::allocator_stats(index) {
-        Ok(stats) => tensor_bytes.max(stats.allocated_peak.saturating_sub(before)),
-        Err(_) => tensor_bytes,
-    }
+/// Restarts the device's peak counters; false when it has none (CPU) or fails.
+fn restart_peak(device: &str) -> bool {
+    cuda_index(device).is_some_and(|i| super::cuda::reset_peak(i).is_ok())
+}
+
+/// The most bytes in tensors on the device since [`restart_peak`]. With the
+/// task alone on the device that is its own footprint: parameters, optimizer
+/// state and the slice's activations. Otherwise the plugin's own count of
+/// its tensors stands (the process-wide counters mix tasks).
+fn device_peak(device: &str) -> Option<u64> {
+    super::cuda::allocator_stats(cuda_index(device)?)
+        .ok()
+        .map(|s| s.allocated_peak)
 }
 
 fn metric_pairs(metrics: &[tli_plugin_api::Metric]) -> Vec<(String, f64)> {
@@ -450,4 +487,26 @@ fn metric_pairs(metrics: &[tli_plugin_api::Metric]) -> Vec<(String, f64)> {
         .iter()
         .map(|m| (m.name.to_string(), m.value))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DeviceOccupancy;
+
+    #[test]
+    fn a_runner_is_alone_only_while_nobody_else_comes_or_goes() {
+        let device = DeviceOccupancy::default();
+        assert_eq!(device.alone(), None, "nobody on the device");
+        let first = device.enter();
+        let marker = device.alone().expect("one runner");
+        assert_eq!(device.alone(), Some(marker), "nothing changed");
+        // Another runner comes and goes during the measurement: not alone throughout.
+        drop(device.enter());
+        assert_ne!(device.alone(), Some(marker));
+        let second = device.enter();
+        assert_eq!(device.alone(), None, "two runners");
+        drop(second);
+        drop(first);
+        assert_eq!(device.alone(), None);
+    }
 }
