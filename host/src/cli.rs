@@ -312,6 +312,9 @@ pub struct LocalArgs {
     /// `cpu` or `cuda:N`.
     #[arg(long, default_value = "cpu")]
     pub device: String,
+    /// libtorch intra-op threads (default: one per core).
+    #[arg(long, value_parser = clap::value_parser!(i32).range(1..=1024))]
+    pub threads: Option<i32>,
     /// Bar file to train on (DBN, Parquet or CSV), through the feature pipeline.
     /// Without it: the synthetic AR(1) dataset.
     #[arg(long)]

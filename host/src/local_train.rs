@@ -25,6 +25,8 @@ pub struct LocalTrainRequest {
     pub configs: Vec<(Option<String>, String)>,
     pub seed: u64,
     pub device: String,
+    /// libtorch intra-op threads (`None`: libtorch's default, one per core).
+    pub threads: Option<i32>,
     /// Draw progress bars (otherwise a line every 10%).
     pub interactive: bool,
 }
@@ -74,6 +76,9 @@ pub fn run(
     request: &LocalTrainRequest,
     dataset: &RArc<Dataset>,
 ) -> Vec<LocalRunReport> {
+    if let Some(threads) = request.threads {
+        tch::set_num_threads(threads.max(1));
+    }
     request
         .plugins
         .iter()
@@ -234,9 +239,10 @@ impl Progress {
     }
 
     fn update(&self, done: u64, metrics: &BTreeMap<String, f64>) {
+        // `train_loss` by convention; else the first metric that is a loss.
         let loss = metrics
-            .iter()
-            .find(|(k, _)| k.contains("loss"))
+            .get_key_value("train_loss")
+            .or_else(|| metrics.iter().find(|(k, _)| k.contains("loss")))
             .map(|(k, v)| format!("{k} {v:.4}"))
             .unwrap_or_default();
         match &self.bar {

@@ -90,6 +90,7 @@ pub(super) fn local(
         configs,
         seed: args.seed,
         device: args.device.clone(),
+        threads: args.threads,
         interactive: std::io::stderr().is_terminal(),
     };
     let reports = local_train::run(&registry, &request, &dataset);
