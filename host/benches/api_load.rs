@@ -16,7 +16,6 @@ use tli_host::orchestrator::arbiter::Strategy;
 use tli_host::orchestrator::engine::{HostConfig, Orchestrator};
 use tli_proto::v1 as pb;
 use tli_proto::v1::training_service_client::TrainingServiceClient;
-use tokio_stream::wrappers::TcpListenerStream;
 
 /// Steps done by the job's tasks (running ones' from memory, as the API sees them).
 fn steps_done(orchestrator: &Orchestrator, job: i64) -> u64 {
@@ -103,12 +102,11 @@ async fn main() {
         .expect("bind");
     let addr = listener.local_addr().expect("address");
     let mut stop = shutdown.subscribe();
-    tokio::spawn(router.serve_with_incoming_shutdown(
-        TcpListenerStream::new(listener),
-        async move {
+    tokio::spawn(
+        router.serve_with_incoming_shutdown(api::incoming(listener), async move {
             let _ = stop.wait_for(|&s| s).await;
-        },
-    ));
+        }),
+    );
     let endpoint = format!("http://{addr}");
     let mut client = TrainingServiceClient::connect(endpoint.clone())
         .await

@@ -48,7 +48,7 @@ fn wal_full_sync_foreign_keys_and_schema_version() {
     assert_eq!(p.synchronous, 2, "synchronous must be FULL");
     assert!(p.foreign_keys);
     assert!(p.busy_timeout_ms > 0);
-    assert_eq!(p.user_version, 1);
+    assert_eq!(p.user_version, 2);
     assert!(dir.path().join(DB_FILE).is_file());
     assert!(dir.path().join(LOCK_FILE).is_file());
 }
@@ -432,7 +432,7 @@ fn everything_survives_a_reopen() {
     assert_eq!(timeline.len(), 1);
     assert_eq!(timeline[0].id, res);
     assert!(timeline[0].released_ms.is_some());
-    assert_eq!(store.pragmas().unwrap().user_version, 1);
+    assert_eq!(store.pragmas().unwrap().user_version, 2);
 }
 
 #[test]
@@ -618,6 +618,30 @@ fn garbage_file_is_a_clear_error() {
 }
 
 #[test]
+fn a_version_1_store_gains_latest_metrics_from_its_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _job, ids) = store_with_job(dir.path(), 1);
+    let t = ids[0];
+    store
+        .record_progress(t, 10, &[(s("loss"), 1.0), (s("acc"), 0.1)])
+        .unwrap();
+    store.record_progress(t, 20, &[(s("loss"), 0.5)]).unwrap();
+    drop(store);
+    {
+        // What a version-1 host left behind: no latest_metrics table.
+        let conn = rusqlite::Connection::open(dir.path().join(DB_FILE)).unwrap();
+        conn.execute_batch("DROP TABLE latest_metrics; PRAGMA user_version = 1;")
+            .unwrap();
+    }
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(store.pragmas().unwrap().user_version, 2);
+    assert_eq!(
+        store.latest_metrics(t).unwrap(),
+        vec![(s("acc"), 0.1), (s("loss"), 0.5)]
+    );
+}
+
+#[test]
 fn newer_schema_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     drop(Store::open(dir.path()).unwrap());
@@ -631,7 +655,7 @@ fn newer_schema_is_refused() {
             err,
             StoreError::NewerSchema {
                 found: 9,
-                known: 1,
+                known: 2,
                 ..
             }
         ),
@@ -639,7 +663,7 @@ fn newer_schema_is_refused() {
     );
     let msg = err.to_string();
     assert!(
-        msg.contains("has schema version 9, this host knows up to 1"),
+        msg.contains("has schema version 9, this host knows up to 2"),
         "{msg}"
     );
     assert!(msg.contains(DB_FILE), "{msg}");

@@ -27,7 +27,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::oneshot;
-use tokio_stream::wrappers::TcpListenerStream;
 
 /// How long the server may take to finish in-flight requests once the
 /// scheduling thread is done.
@@ -140,7 +139,7 @@ async fn run(
     let listener = tokio::net::TcpListener::from_std(listener)?;
     let (stop_server, server_stopped) = oneshot::channel::<()>();
     let mut server = tokio::spawn(router.serve_with_incoming_shutdown(
-        TcpListenerStream::new(listener),
+        api::incoming(listener),
         async {
             let _ = server_stopped.await;
         },

@@ -219,7 +219,7 @@ fn serve(fake: Fake) -> String {
             let listener = tokio::net::TcpListener::from_std(listener).unwrap();
             tonic::transport::Server::builder()
                 .add_service(TrainingServiceServer::new(fake))
-                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+                .serve_with_incoming(crate::api::incoming(listener))
                 .await
                 .unwrap();
         });
