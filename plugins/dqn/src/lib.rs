@@ -1,0 +1,752 @@
+//! The tli DQN plugin: Double DQN (van Hasselt et al. 2016) with a target
+//! network (hard or Polyak updates), a uniform ring replay buffer, a linear
+//! ε-greedy schedule, Huber loss, global gradient-norm clipping, and optional
+//! dueling head and n-step returns. It trains on the futures trading
+//! environment over the dataset the host hands over (`"env": "trading"`, the
+//! default) or on CartPole-v1 (`"env": "cartpole"`) for validation.
+//!
+//! One `step` is one environment transition. With `num_envs` environments the
+//! trainer advances whole vector steps and carries the remainder: it keeps the
+//! cumulative number of transitions asked for and steps while its count is
+//! below it, so the state after a cumulative target is the same however the
+//! target was split across calls. `train_frequency`, `target_update_interval`,
+//! `learning_starts` and the ε schedule all count transitions.
+
+mod config;
+mod envs;
+mod eval;
+mod qnet;
+mod replay;
+
+pub use config::{DqnConfig, EnvKind};
+
+use envs::{EnvState, Envs, Finished, StepBuffers};
+use qnet::QNet;
+use replay::{NStep, Replay, Staging};
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+use std::path::Path;
+use tch::{Device, Kind, Tensor};
+use tli_plugin_api::{
+    abi_stable::std_types::RArc, export_plugin, Dataset, DatasetShape, EvalReport, Host, Manifest,
+    MemoryBreakdown, Metric, Plugin, PluginError, StepReport, TaskSpec, Trainer,
+};
+use tli_plugin_kit::{
+    adam::{Adam, AdamConfig},
+    checkpoint,
+    data::{self, Split},
+    device::parse_device,
+    rng::Rng,
+    tensor_bytes, TchResultExt,
+};
+
+pub struct DqnPlugin;
+
+export_plugin!(DqnPlugin);
+
+const F32: u64 = 4;
+/// Episodes in the `episodic_return_mean20` window.
+const RECENT: usize = 20;
+
+impl Plugin for DqnPlugin {
+    type Trainer = DqnTrainer;
+
+    fn manifest() -> Manifest {
+        Manifest {
+            name: "dqn".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            family: "dqn".into(),
+            description: "Double DQN (target network, replay, ε-greedy, Huber, dueling and \
+                          n-step options) on the trading environment or CartPole-v1"
+                .into(),
+            default_config: serde_json::to_string(&DqnConfig::trading_defaults())
+                .unwrap_or_else(|_| "{}".into()),
+            config_schema: DqnConfig::schema().to_string(),
+        }
+    }
+
+    fn validate_config(config_json: &str) -> Result<String, PluginError> {
+        let config = DqnConfig::parse(config_json)?;
+        serde_json::to_string(&config).map_err(|e| PluginError::other(e.to_string()))
+    }
+
+    fn estimate_memory(
+        config_json: &str,
+        shape: DatasetShape,
+        device: &str,
+    ) -> Result<MemoryBreakdown, PluginError> {
+        let config = DqnConfig::parse(config_json)?;
+        parse_device(device)?;
+        let (obs_dim, actions) = config.obs_and_actions(shape.features as usize);
+        let params = qnet::parameter_count(&qnet::layout(
+            obs_dim,
+            &config.hidden_sizes,
+            actions,
+            config.dueling,
+        )) * F32;
+        Ok(MemoryBreakdown {
+            // Online and target networks.
+            parameters: 2 * params,
+            gradients: params,
+            optimizer_state: 2 * params,
+            activations: replay::bytes_per_transition(obs_dim) * config.buffer_size as u64
+                + working_bytes(&config, obs_dim, actions),
+        })
+    }
+
+    fn create_trainer(spec: TaskSpec, host: Host) -> Result<DqnTrainer, PluginError> {
+        DqnTrainer::new(spec, host)
+    }
+}
+
+/// Peak bytes of one gradient step (three forward passes over a minibatch and
+/// one backward, each layer's output and its gradient) and, for trading, of
+/// one evaluation chunk.
+fn working_bytes(config: &DqnConfig, obs_dim: usize, actions: usize) -> u64 {
+    let widths = (obs_dim + config.hidden_sizes.iter().sum::<usize>() + actions) as u64;
+    let batch = 4 * 2 * config.batch_size as u64 * widths * F32;
+    let eval = match config.env {
+        EnvKind::Trading => eval::trading_eval_bytes(obs_dim, actions, &config.hidden_sizes),
+        EnvKind::Cartpole => 0,
+    };
+    batch.max(eval)
+}
+
+/// What `state.json` holds besides the tensors.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SavedState {
+    config: DqnConfig,
+    requested: u64,
+    env_steps: u64,
+    updates: u64,
+    optimizer_steps: u64,
+    explore_rng: Rng,
+    replay_rng: Rng,
+    envs: EnvState,
+    nstep: NStep,
+    replay_saved: bool,
+    replay_len: usize,
+    replay_pos: usize,
+    episodes: u64,
+    recent_returns: Vec<f64>,
+    recent_pnl: Vec<f64>,
+    valid_metrics: Option<Vec<(String, f64)>>,
+}
+
+/// Sums over the gradient steps of one `step` call.
+#[derive(Default)]
+struct CallStats {
+    updates: u64,
+    loss: Option<Tensor>,
+    q: Option<Tensor>,
+    grad_norm: Option<Tensor>,
+}
+
+impl CallStats {
+    fn add(slot: &mut Option<Tensor>, x: Tensor) -> Result<(), PluginError> {
+        *slot = Some(match slot.take() {
+            None => x,
+            Some(s) => s.f_add(&x).plugin_err("accumulating metrics")?,
+        });
+        Ok(())
+    }
+    fn mean(slot: &Option<Tensor>, n: u64) -> Result<Option<f64>, PluginError> {
+        match slot {
+            None => Ok(None),
+            Some(t) => Ok(Some(
+                t.f_double_value(&[]).plugin_err("reading metrics")? / n.max(1) as f64,
+            )),
+        }
+    }
+}
+
+pub struct DqnTrainer {
+    config: DqnConfig,
+    host: Host,
+    device: Device,
+    dataset: RArc<Dataset>,
+    max_steps: u64,
+    obs_dim: usize,
+    num_actions: usize,
+    online: QNet,
+    target: QNet,
+    optimizer: Adam,
+    envs: Envs,
+    /// Current observations, `num_envs × obs_dim`.
+    obs: Vec<f32>,
+    buffers: StepBuffers,
+    actions: Vec<u32>,
+    finished: Vec<Finished>,
+    replay: Replay,
+    nstep: NStep,
+    staging: Staging,
+    explore_rng: Rng,
+    replay_rng: Rng,
+    eval_seed: u64,
+    /// Transitions asked for so far (the sum of `steps_done`).
+    requested: u64,
+    /// Transitions made (≥ `requested`: whole vector steps).
+    env_steps: u64,
+    /// Gradient steps made.
+    updates: u64,
+    episodes: u64,
+    recent_returns: VecDeque<f64>,
+    recent_pnl: VecDeque<f64>,
+    /// The latest validation-split metrics (trading), reported by every `step`.
+    valid_metrics: Option<Vec<(String, f64)>>,
+    /// Env steps between those validation passes (0: none).
+    valid_interval: u64,
+}
+
+impl DqnTrainer {
+    fn new(spec: TaskSpec, host: Host) -> Result<Self, PluginError> {
+        let config = DqnConfig::parse(&spec.config_json)?;
+        let device = parse_device(&spec.device)?;
+        let dataset = spec.dataset.clone();
+        let root = Rng::new(spec.seed);
+        let env_seed = root.fork(10).next_u64();
+        let envs = match config.env {
+            EnvKind::Cartpole => Envs::cartpole(config.num_envs, env_seed)?,
+            EnvKind::Trading => {
+                if dataset.feature_names.is_empty() {
+                    return Err(PluginError::invalid_data(
+                        "the dataset has no feature columns",
+                    ));
+                }
+                Envs::trading(&dataset, config.trading.clone(), config.num_envs, env_seed)?
+            }
+        };
+        let (obs_dim, num_actions) = config.obs_and_actions(dataset.feature_names.len());
+        debug_assert_eq!(obs_dim, envs.obs_dim());
+        let layout = qnet::layout(obs_dim, &config.hidden_sizes, num_actions, config.dueling);
+        let online = QNet::new(&layout, &mut root.fork(1), device)?;
+        let target = QNet::new(&layout, &mut root.fork(2), device)?;
+        target.update_from(&online, 1.0)?;
+        init_gradients(&online)?;
+        let optimizer = Adam::new(
+            AdamConfig {
+                learning_rate: config.learning_rate,
+                eps: config.adam_eps,
+                ..AdamConfig::default()
+            },
+            &online.parameters(),
+        )?;
+        let valid_rows = data::split_rows(&dataset, Split::Validation).len();
+        let valid_interval = match config.env {
+            EnvKind::Trading if valid_rows > config.trading.window => config.valid_metrics_interval,
+            EnvKind::Trading => {
+                if config.valid_metrics_interval > 0 {
+                    host.warn(&format!(
+                        "the validation split has {valid_rows} rows, too few for window {}: \
+                         no validation metrics during training",
+                        config.trading.window
+                    ));
+                }
+                0
+            }
+            EnvKind::Cartpole => 0,
+        };
+        let n = config.num_envs;
+        let mut obs = vec![0.0; n * obs_dim];
+        envs.observe(&mut obs)?;
+        host.info(&format!(
+            "task {}: DQN on {:?}, {} env(s), obs {obs_dim}, {num_actions} actions, \
+             hidden {:?}{}{}, {} parameters, replay {} on {}",
+            spec.task_id,
+            config.env,
+            n,
+            config.hidden_sizes,
+            if config.dueling { ", dueling" } else { "" },
+            if config.n_step > 1 {
+                format!(", {}-step", config.n_step)
+            } else {
+                String::new()
+            },
+            qnet::parameter_count(&layout),
+            config.buffer_size,
+            spec.device,
+        ));
+        Ok(Self {
+            host,
+            device,
+            max_steps: spec.max_steps.max(1),
+            obs_dim,
+            num_actions,
+            online,
+            target,
+            optimizer,
+            envs,
+            obs,
+            buffers: StepBuffers::new(n, obs_dim),
+            actions: vec![0; n],
+            finished: Vec::new(),
+            replay: Replay::new(config.buffer_size, obs_dim),
+            nstep: NStep::new(config.n_step, config.gamma, n),
+            staging: Staging::default(),
+            explore_rng: root.fork(3),
+            replay_rng: root.fork(4),
+            eval_seed: root.fork(5).next_u64(),
+            requested: 0,
+            env_steps: 0,
+            updates: 0,
+            episodes: 0,
+            recent_returns: VecDeque::new(),
+            recent_pnl: VecDeque::new(),
+            valid_metrics: None,
+            valid_interval,
+            dataset,
+            config,
+        })
+    }
+
+    /// ε after `env_steps` transitions: linear from the initial to the final
+    /// value over `exploration_fraction` of the task's step budget.
+    fn epsilon(&self) -> f64 {
+        let c = &self.config;
+        let span = c.exploration_fraction * self.max_steps as f64;
+        let progress = if span > 0.0 {
+            (self.env_steps as f64 / span).min(1.0)
+        } else {
+            1.0
+        };
+        c.exploration_initial_eps + (c.exploration_final_eps - c.exploration_initial_eps) * progress
+    }
+
+    /// The learning rate after `env_steps` transitions (linear decay to
+    /// `lr_final_fraction` of the initial rate over the task's step budget).
+    fn learning_rate(&self) -> f64 {
+        let c = &self.config;
+        let progress = (self.env_steps as f64 / self.max_steps as f64).min(1.0);
+        c.learning_rate * (1.0 - (1.0 - c.lr_final_fraction) * progress)
+    }
+
+    /// Picks actions: random before `learning_starts`, then ε-greedy per environment.
+    fn choose_actions(&mut self) -> Result<(), PluginError> {
+        let n = self.config.num_envs;
+        let a = self.num_actions as u64;
+        let warmup = self.env_steps < self.config.learning_starts;
+        let eps = self.epsilon();
+        let mut greedy = Vec::new();
+        for i in 0..n {
+            if warmup || self.explore_rng.uniform() < eps {
+                self.actions[i] = self.explore_rng.below(a) as u32;
+            } else {
+                greedy.push(i);
+            }
+        }
+        if greedy.is_empty() {
+            return Ok(());
+        }
+        let q = eval::q_values(&self.online, &self.obs, n, self.device)?;
+        let a = self.num_actions;
+        for i in greedy {
+            self.actions[i] = eval::argmax(&q[i * a..(i + 1) * a]);
+        }
+        Ok(())
+    }
+
+    /// One vector step, then whatever target updates, gradient steps and
+    /// validation passes fall due at the new transition count.
+    fn vector_step(&mut self, stats: &mut CallStats) -> Result<(), PluginError> {
+        self.choose_actions()?;
+        let (n, d) = (self.config.num_envs, self.obs_dim);
+        self.envs
+            .step(&self.actions, &mut self.buffers, &mut self.finished)?;
+        let b = &self.buffers;
+        for i in 0..n {
+            let done = b.terminated[i] || b.truncated[i];
+            self.nstep.add(
+                &mut self.replay,
+                i,
+                &self.obs[i * d..(i + 1) * d],
+                self.actions[i],
+                b.rewards[i],
+                &b.next_obs[i * d..(i + 1) * d],
+                b.terminated[i],
+                done,
+            );
+        }
+        std::mem::swap(&mut self.obs, &mut self.buffers.obs);
+        for f in self.finished.drain(..) {
+            self.episodes += 1;
+            push_recent(&mut self.recent_returns, f.episode_return);
+            if let Some(pnl) = f.pnl {
+                push_recent(&mut self.recent_pnl, pnl);
+            }
+        }
+        let before = self.env_steps;
+        self.env_steps += n as u64;
+        let due = |interval: u64| self.env_steps / interval - before / interval;
+
+        let c = &self.config;
+        let target_updates = due(c.target_update_interval);
+        let rounds = if self.env_steps > c.learning_starts {
+            due(c.train_frequency)
+        } else {
+            0
+        };
+        let valid_due = self.valid_interval > 0 && due(self.valid_interval) > 0;
+        let gradient_steps = rounds * c.gradient_steps;
+        let tau = c.tau;
+        for _ in 0..target_updates.min(if tau >= 1.0 { 1 } else { u64::MAX }) {
+            self.target.update_from(&self.online, tau)?;
+        }
+        for _ in 0..gradient_steps {
+            if self.replay.len() >= self.config.batch_size {
+                self.gradient_step(stats)?;
+            }
+        }
+        if valid_due {
+            let comparison = eval::trading_split(
+                &self.online,
+                &self.dataset,
+                Split::Validation,
+                &self.config.trading,
+                self.device,
+            )?;
+            let (s, bh) = (&comparison.strategy, &comparison.buy_and_hold);
+            self.valid_metrics = Some(vec![
+                ("valid_sharpe".into(), s.sharpe),
+                ("valid_max_drawdown".into(), s.max_drawdown),
+                ("valid_total_pnl".into(), s.total_pnl),
+                ("valid_bh_sharpe".into(), bh.sharpe),
+                ("valid_bh_max_drawdown".into(), bh.max_drawdown),
+            ]);
+        }
+        Ok(())
+    }
+
+    /// One Double-DQN update on a uniform minibatch.
+    fn gradient_step(&mut self, stats: &mut CallStats) -> Result<(), PluginError> {
+        let c = &self.config;
+        let batch = self.replay.sample(
+            &mut self.replay_rng,
+            c.batch_size,
+            &mut self.staging,
+            self.device,
+        )?;
+        let ctx = "computing the TD target";
+        let target = tch::no_grad(|| -> Result<Tensor, PluginError> {
+            let q_target = self.target.forward(&batch.next_obs)?;
+            let next_value = if c.double_q {
+                let best = self
+                    .online
+                    .forward(&batch.next_obs)?
+                    .f_argmax(1, true)
+                    .plugin_err(ctx)?;
+                q_target.f_gather(1, &best, false).plugin_err(ctx)?
+            } else {
+                q_target.f_max_dim(1, true).plugin_err(ctx)?.0
+            };
+            next_value
+                .f_squeeze_dim(1)
+                .and_then(|v| v.f_mul(&batch.discounts))
+                .and_then(|v| v.f_add(&batch.returns))
+                .plugin_err(ctx)
+        })?;
+        let ctx = "computing the loss";
+        let q = self
+            .online
+            .forward(&batch.obs)?
+            .f_gather(1, &batch.actions, false)
+            .and_then(|q| q.f_squeeze_dim(1))
+            .plugin_err(ctx)?;
+        let loss = q
+            .f_huber_loss(&target, tch::Reduction::Mean, c.huber_delta)
+            .plugin_err(ctx)?;
+        loss.f_backward().plugin_err("backward pass")?;
+        let params = self.online.parameters();
+        let norm = clip_gradients(&params, c.max_grad_norm)?;
+        self.optimizer.apply(&params, self.learning_rate())?;
+        self.updates += 1;
+        stats.updates += 1;
+        CallStats::add(&mut stats.loss, loss.detach())?;
+        CallStats::add(
+            &mut stats.q,
+            q.detach().f_mean(Kind::Float).plugin_err(ctx)?,
+        )?;
+        CallStats::add(&mut stats.grad_norm, norm)?;
+        Ok(())
+    }
+
+    fn step_metrics(&self, stats: &CallStats) -> Result<Vec<Metric>, PluginError> {
+        let mut m = vec![
+            Metric::new("epsilon", self.epsilon()),
+            Metric::new("learning_rate", self.learning_rate()),
+            Metric::new("episodes", self.episodes as f64),
+            Metric::new("env_steps", self.env_steps as f64),
+            Metric::new("gradient_steps", self.updates as f64),
+            Metric::new("replay_size", self.replay.len() as f64),
+        ];
+        if let Some(loss) = CallStats::mean(&stats.loss, stats.updates)? {
+            m.push(Metric::new("train_loss", loss));
+            m.push(Metric::new("td_loss", loss));
+        }
+        if let Some(q) = CallStats::mean(&stats.q, stats.updates)? {
+            m.push(Metric::new("q_mean", q));
+        }
+        if let Some(g) = CallStats::mean(&stats.grad_norm, stats.updates)? {
+            m.push(Metric::new("grad_norm", g));
+        }
+        if !self.recent_returns.is_empty() {
+            m.push(Metric::new(
+                "episodic_return_mean20",
+                mean(&self.recent_returns),
+            ));
+        }
+        if !self.recent_pnl.is_empty() {
+            m.push(Metric::new("episodic_pnl_mean20", mean(&self.recent_pnl)));
+        }
+        if let Some(valid) = &self.valid_metrics {
+            m.extend(valid.iter().map(|(k, v)| Metric::new(k, *v)));
+        }
+        Ok(m)
+    }
+
+    fn saved_state(&self) -> SavedState {
+        SavedState {
+            config: self.config.clone(),
+            requested: self.requested,
+            env_steps: self.env_steps,
+            updates: self.updates,
+            optimizer_steps: self.optimizer.step,
+            explore_rng: self.explore_rng.clone(),
+            replay_rng: self.replay_rng.clone(),
+            envs: self.envs.state(),
+            nstep: self.nstep.clone(),
+            replay_saved: self.config.checkpoint_replay,
+            replay_len: self.replay.len(),
+            replay_pos: self.replay.pos(),
+            episodes: self.episodes,
+            recent_returns: self.recent_returns.iter().copied().collect(),
+            recent_pnl: self.recent_pnl.iter().copied().collect(),
+            valid_metrics: self.valid_metrics.clone(),
+        }
+    }
+}
+
+fn push_recent(window: &mut VecDeque<f64>, x: f64) {
+    if window.len() == RECENT {
+        window.pop_front();
+    }
+    window.push_back(x);
+}
+
+fn mean(x: &VecDeque<f64>) -> f64 {
+    x.iter().sum::<f64>() / x.len().max(1) as f64
+}
+
+/// Gives every parameter a (zero) gradient tensor, so the measured memory
+/// includes gradients from the start and nothing is allocated later.
+fn init_gradients(net: &QNet) -> Result<(), PluginError> {
+    let ctx = "allocating gradients";
+    let mut total: Option<Tensor> = None;
+    for p in net.parameters() {
+        let zero = p
+            .f_sum(Kind::Float)
+            .and_then(|s| s.f_mul_scalar(0.0))
+            .plugin_err(ctx)?;
+        total = Some(match total {
+            None => zero,
+            Some(t) => t.f_add(&zero).plugin_err(ctx)?,
+        });
+    }
+    match total {
+        Some(t) => t.f_backward().plugin_err(ctx),
+        None => Ok(()),
+    }
+}
+
+/// Scales the gradients so that their global L2 norm is at most `max_norm`
+/// (as `torch.nn.utils.clip_grad_norm_`: coefficient `max / (norm + 1e-6)`,
+/// capped at 1); `max_norm = 0` leaves them alone. Returns the norm before
+/// clipping, as a scalar tensor (no device synchronisation).
+fn clip_gradients(params: &[&Tensor], max_norm: f64) -> Result<Tensor, PluginError> {
+    let ctx = "clipping gradients";
+    tch::no_grad(|| {
+        let grads: Vec<Tensor> = params
+            .iter()
+            .map(|p| p.grad())
+            .filter(|g| g.defined())
+            .collect();
+        let norms = grads
+            .iter()
+            .map(|g| g.f_norm())
+            .collect::<Result<Vec<_>, _>>()
+            .plugin_err(ctx)?;
+        let total = Tensor::f_stack(&norms, 0)
+            .and_then(|t| t.f_norm())
+            .plugin_err(ctx)?;
+        if max_norm > 0.0 {
+            let coef = total
+                .f_add_scalar(1e-6)
+                .and_then(|t| t.f_reciprocal())
+                .and_then(|t| t.f_mul_scalar(max_norm))
+                .and_then(|t| t.f_clamp_max(1.0))
+                .plugin_err(ctx)?;
+            for mut g in grads {
+                g.f_mul_(&coef).map(drop).plugin_err(ctx)?;
+            }
+        }
+        Ok(total)
+    })
+}
+
+impl Trainer for DqnTrainer {
+    fn step(&mut self, n: u64) -> Result<StepReport, PluginError> {
+        let start = self.requested;
+        let goal = start + n;
+        let mut stats = CallStats::default();
+        let mut cancelled = false;
+        while self.env_steps < goal {
+            if self.host.is_cancelled() {
+                cancelled = true;
+                break;
+            }
+            self.vector_step(&mut stats)?;
+        }
+        let done = if cancelled {
+            self.env_steps.saturating_sub(start).min(n)
+        } else {
+            n
+        };
+        self.requested = start + done;
+        Ok(StepReport {
+            steps_done: done,
+            metrics: self.step_metrics(&stats)?.into(),
+        })
+    }
+
+    fn evaluate(&mut self) -> Result<EvalReport, PluginError> {
+        let mut metrics = Vec::new();
+        match self.config.env {
+            EnvKind::Cartpole => {
+                let returns = eval::cartpole_returns(
+                    &self.online,
+                    self.config.eval_episodes,
+                    self.eval_seed,
+                    self.device,
+                )?;
+                let m = returns.iter().sum::<f64>() / returns.len().max(1) as f64;
+                let min = returns.iter().copied().fold(f64::INFINITY, f64::min);
+                metrics.push(Metric::new("eval_return_mean", m));
+                metrics.push(Metric::new("eval_return_min", min));
+            }
+            EnvKind::Trading => {
+                let mut any = false;
+                for (split, prefix) in [(Split::Validation, "valid_"), (Split::Test, "test_")] {
+                    match eval::trading_split(
+                        &self.online,
+                        &self.dataset,
+                        split,
+                        &self.config.trading,
+                        self.device,
+                    ) {
+                        Ok(c) => {
+                            any = true;
+                            metrics.extend(eval::split_metrics(&c, prefix));
+                        }
+                        Err(e) => self.host.warn(&format!("not evaluated: {}", e.message)),
+                    }
+                }
+                if !any {
+                    return Err(PluginError::invalid_data(
+                        "neither the validation nor the test split is long enough to evaluate",
+                    ));
+                }
+            }
+        }
+        Ok(EvalReport {
+            metrics: metrics.into(),
+        })
+    }
+
+    fn save_checkpoint(&mut self, dir: &Path) -> Result<(), PluginError> {
+        let replay_tensors = if self.config.checkpoint_replay {
+            self.replay.to_tensors()?
+        } else {
+            Vec::new()
+        };
+        let mut named: Vec<(String, &Tensor)> = Vec::new();
+        for (prefix, net) in [("online.", &self.online), ("target.", &self.target)] {
+            named.extend(
+                net.named_parameters()
+                    .into_iter()
+                    .map(|(n, t)| (format!("{prefix}{n}"), t)),
+            );
+        }
+        named.extend(self.optimizer.named_state());
+        named.extend(replay_tensors.iter().map(|(n, t)| (n.clone(), t)));
+        checkpoint::save(dir, &named, &self.saved_state())
+    }
+
+    fn load_checkpoint(&mut self, dir: &Path) -> Result<(), PluginError> {
+        let (tensors, state): (_, SavedState) = checkpoint::load(dir, self.device)?;
+        let differing = self.config.differing_keys(&state.config);
+        if !differing.is_empty() {
+            return Err(PluginError::io(format!(
+                "checkpoint in {} was written with a different config: {}",
+                dir.display(),
+                differing.join("; ")
+            )));
+        }
+        self.nstep.check_compatible(&state.nstep, self.obs_dim)?;
+        if state.env_steps < state.requested {
+            return Err(PluginError::io(format!(
+                "checkpoint counters are inconsistent: {} transitions made, {} asked for",
+                state.env_steps, state.requested
+            )));
+        }
+        // The environment check (data fingerprint, sizes) comes before any change.
+        self.envs.restore(state.envs)?;
+        self.online.load_named(&tensors, "online.")?;
+        self.target.load_named(&tensors, "target.")?;
+        self.optimizer.load_named(&tensors, state.optimizer_steps)?;
+        if state.replay_saved {
+            self.replay
+                .load(&tensors, state.replay_len, state.replay_pos)?;
+        } else {
+            self.host.warn(
+                "checkpoint holds no replay buffer (checkpoint_replay = false): training \
+                 resumes with an empty buffer and differs from an uninterrupted run",
+            );
+            self.replay.clear();
+        }
+        self.envs.observe(&mut self.obs)?;
+        self.nstep = state.nstep;
+        self.requested = state.requested;
+        self.env_steps = state.env_steps;
+        self.updates = state.updates;
+        self.explore_rng = state.explore_rng;
+        self.replay_rng = state.replay_rng;
+        self.episodes = state.episodes;
+        self.recent_returns = state.recent_returns.into_iter().collect();
+        self.recent_pnl = state.recent_pnl.into_iter().collect();
+        self.valid_metrics = state.valid_metrics;
+        Ok(())
+    }
+
+    fn memory(&self) -> Result<MemoryBreakdown, PluginError> {
+        let bytes = |ts: Vec<&Tensor>| ts.into_iter().map(tensor_bytes).sum::<u64>();
+        let grads: u64 = self
+            .online
+            .parameters()
+            .iter()
+            .map(|t| t.grad())
+            .filter(|g| g.defined())
+            .map(|g| tensor_bytes(&g))
+            .sum();
+        Ok(MemoryBreakdown {
+            parameters: bytes(self.online.parameters()) + bytes(self.target.parameters()),
+            gradients: grads,
+            optimizer_state: self.optimizer.state_bytes(),
+            activations: self.replay.bytes()
+                + working_bytes(&self.config, self.obs_dim, self.num_actions),
+        })
+    }
+
+    fn total_steps(&self) -> u64 {
+        self.requested
+    }
+}
