@@ -5,6 +5,8 @@
 //! The tests need the whole workspace built first (`make test` does
 //! `cargo build --release --workspace` before `cargo test --release`).
 
+pub mod trainers;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

@@ -11,65 +11,14 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
+use tli_e2e_tests::trainers::*;
 use tli_e2e_tests::*;
-use tli_host::registry::{LoadedPlugin, PluginRegistry, TrainerHandle};
-use tli_host::sample_data::{synthetic_ar_dataset, SyntheticSpec};
+use tli_host::registry::{LoadedPlugin, PluginRegistry};
 use tli_host::services::TaskServices;
-use tli_plugin_api::{Dataset, ErrorCode, Metric, TaskSpec};
-
-/// One libtorch intra-op thread on this test's thread (CI budget is one core).
-fn one_thread() {
-    // SAFETY: plain libtorch call with no pointers.
-    unsafe { torch_sys::at_set_num_threads(1) };
-}
+use tli_plugin_api::{Dataset, ErrorCode};
 
 fn registry() -> (PluginDir, PluginRegistry) {
-    let dir = PluginDir::new();
-    dir.add(DQN, "dqn");
-    let registry = PluginRegistry::scan(dir.path()).unwrap();
-    assert!(registry.refused.is_empty(), "{:?}", registry.refused);
-    (dir, registry)
-}
-
-fn synthetic(rows: usize) -> RArc<Dataset> {
-    RArc::new(synthetic_ar_dataset(SyntheticSpec {
-        rows,
-        ..SyntheticSpec::default()
-    }))
-}
-
-fn spec(config: &str, seed: u64, max_steps: u64, dataset: &RArc<Dataset>) -> TaskSpec {
-    TaskSpec {
-        task_id: format!("dqn-{seed}").as_str().into(),
-        config_json: config.into(),
-        device: "cpu".into(),
-        seed,
-        max_steps,
-        dataset: dataset.clone(),
-    }
-}
-
-fn trainer(
-    plugin: &LoadedPlugin,
-    config: &str,
-    seed: u64,
-    max_steps: u64,
-    dataset: &RArc<Dataset>,
-) -> TrainerHandle {
-    let config = plugin.validate_config(config).unwrap();
-    plugin
-        .create_trainer(
-            spec(&config, seed, max_steps, dataset),
-            TaskServices::new("dqn", "t"),
-        )
-        .unwrap()
-}
-
-fn as_map(metrics: &[Metric]) -> BTreeMap<String, f64> {
-    metrics
-        .iter()
-        .map(|m| (m.name.to_string(), m.value))
-        .collect()
+    registry_of(DQN, "dqn")
 }
 
 /// N+M in one trainer equals N, save, a fresh trainer, load, M: the last
@@ -252,7 +201,10 @@ fn memory_estimate_matches_the_created_trainer() {
         let config = dqn.validate_config(config).unwrap();
         let estimate = dqn.estimate_memory(&config, data.shape(), "cpu").unwrap();
         let t = dqn
-            .create_trainer(spec(&config, 1, 1000, &data), TaskServices::new("dqn", "m"))
+            .create_trainer(
+                task_spec(&config, 1, 1000, &data),
+                TaskServices::new("dqn", "m"),
+            )
             .unwrap();
         let measured = t.memory().unwrap();
         let (e, m) = (estimate.total() as f64, measured.total() as f64);
@@ -302,7 +254,7 @@ fn cancellation_stops_between_vector_steps() {
     let flag = Arc::new(AtomicBool::new(false));
     let mut t = dqn
         .create_trainer(
-            spec(&config, 1, 1000, &data),
+            task_spec(&config, 1, 1000, &data),
             TaskServices::with_cancel_flag("dqn", "c", flag.clone()),
         )
         .unwrap();
@@ -335,7 +287,7 @@ fn curve() {
     let data = synthetic(rows);
     let started = Instant::now();
     let config = dqn.validate_config(&config).unwrap();
-    let mut task = spec(&config, seed, steps, &data);
+    let mut task = task_spec(&config, seed, steps, &data);
     task.device = device.as_str().into();
     let mut t = dqn
         .create_trainer(task, TaskServices::new("dqn", "curve"))

@@ -12,65 +12,15 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
+use tli_e2e_tests::trainers::*;
 use tli_e2e_tests::*;
 use tli_host::registry::{LoadedPlugin, PluginRegistry, TrainerHandle};
 use tli_host::sample_data::{synthetic_ar_dataset, SyntheticSpec};
 use tli_host::services::TaskServices;
-use tli_plugin_api::{Dataset, ErrorCode, Metric, TaskSpec};
-
-/// One libtorch intra-op thread on this test's thread (CI budget is one core).
-fn one_thread() {
-    // SAFETY: plain libtorch call with no pointers.
-    unsafe { torch_sys::at_set_num_threads(1) };
-}
+use tli_plugin_api::{Dataset, ErrorCode};
 
 fn registry() -> (PluginDir, PluginRegistry) {
-    let dir = PluginDir::new();
-    dir.add(PPO, "ppo");
-    let registry = PluginRegistry::scan(dir.path()).unwrap();
-    assert!(registry.refused.is_empty(), "{:?}", registry.refused);
-    (dir, registry)
-}
-
-fn synthetic(rows: usize) -> RArc<Dataset> {
-    RArc::new(synthetic_ar_dataset(SyntheticSpec {
-        rows,
-        ..SyntheticSpec::default()
-    }))
-}
-
-fn spec(config: &str, seed: u64, max_steps: u64, dataset: &RArc<Dataset>) -> TaskSpec {
-    TaskSpec {
-        task_id: format!("ppo-{seed}").as_str().into(),
-        config_json: config.into(),
-        device: "cpu".into(),
-        seed,
-        max_steps,
-        dataset: dataset.clone(),
-    }
-}
-
-fn trainer(
-    plugin: &LoadedPlugin,
-    config: &str,
-    seed: u64,
-    max_steps: u64,
-    dataset: &RArc<Dataset>,
-) -> TrainerHandle {
-    let config = plugin.validate_config(config).unwrap();
-    plugin
-        .create_trainer(
-            spec(&config, seed, max_steps, dataset),
-            TaskServices::new("ppo", "t"),
-        )
-        .unwrap()
-}
-
-fn as_map(metrics: &[Metric]) -> BTreeMap<String, f64> {
-    metrics
-        .iter()
-        .map(|m| (m.name.to_string(), m.value))
-        .collect()
+    registry_of(PPO, "ppo")
 }
 
 /// Trains `steps` in calls of `slice`; returns the last call's metrics.
@@ -291,7 +241,10 @@ fn memory_estimate_matches_the_created_trainer() {
         let config = ppo.validate_config(config).unwrap();
         let estimate = ppo.estimate_memory(&config, data.shape(), "cpu").unwrap();
         let mut t = ppo
-            .create_trainer(spec(&config, 1, 1000, &data), TaskServices::new("ppo", "m"))
+            .create_trainer(
+                task_spec(&config, 1, 1000, &data),
+                TaskServices::new("ppo", "m"),
+            )
             .unwrap();
         for _ in 0..2 {
             let measured = t.memory().unwrap();
@@ -341,11 +294,14 @@ fn bad_configs_are_refused_with_the_key_named() {
     let tiny = synthetic(200);
     let config = ppo.validate_config("{}").unwrap();
     let error = ppo
-        .create_trainer(spec(&config, 1, 10, &tiny), TaskServices::new("ppo", "x"))
+        .create_trainer(
+            task_spec(&config, 1, 10, &tiny),
+            TaskServices::new("ppo", "x"),
+        )
         .err()
         .expect("too few rows must be refused");
     assert_eq!(error.code, ErrorCode::INVALID_DATA, "{error}");
-    let mut bad_device = spec(&config, 1, 10, &synthetic(2_000));
+    let mut bad_device = task_spec(&config, 1, 10, &synthetic(2_000));
     bad_device.device = "tpu:0".into();
     let error = ppo
         .create_trainer(bad_device, TaskServices::new("ppo", "x"))
@@ -366,7 +322,7 @@ fn cancellation_stops_between_vector_steps() {
     let flag = Arc::new(AtomicBool::new(false));
     let mut t = ppo
         .create_trainer(
-            spec(&config, 1, 1000, &data),
+            task_spec(&config, 1, 1000, &data),
             TaskServices::with_cancel_flag("ppo", "c", flag.clone()),
         )
         .unwrap();

@@ -1,0 +1,74 @@
+//! Driving one plugin's trainers in-process through the host's registry, as
+//! the plugin tests do: a registry holding just that plugin, task specs on a
+//! synthetic dataset, trainers from checked configs, metrics as a map.
+
+use crate::PluginDir;
+use abi_stable::std_types::RArc;
+use std::collections::BTreeMap;
+use tli_host::registry::{LoadedPlugin, PluginRegistry, TrainerHandle};
+use tli_host::sample_data::{synthetic_ar_dataset, SyntheticSpec};
+use tli_host::services::TaskServices;
+use tli_plugin_api::{Dataset, Metric, TaskSpec};
+
+/// One libtorch intra-op thread on the calling thread (CI budget: one core).
+pub fn one_thread() {
+    // SAFETY: plain libtorch call with no pointers.
+    unsafe { torch_sys::at_set_num_threads(1) };
+}
+
+/// A registry that loaded library `lib_name` as plugin `name` and nothing else.
+pub fn registry_of(lib_name: &str, name: &str) -> (PluginDir, PluginRegistry) {
+    let dir = PluginDir::new();
+    dir.add(lib_name, name);
+    let registry = PluginRegistry::scan(dir.path()).expect("scan the plugin directory");
+    assert!(registry.refused.is_empty(), "{:?}", registry.refused);
+    (dir, registry)
+}
+
+/// The synthetic AR(1) dataset (a planted predictable component) with `rows` rows.
+pub fn synthetic(rows: usize) -> RArc<Dataset> {
+    RArc::new(synthetic_ar_dataset(SyntheticSpec {
+        rows,
+        ..SyntheticSpec::default()
+    }))
+}
+
+/// A CPU task of `max_steps` steps with an already checked `config`.
+pub fn task_spec(config: &str, seed: u64, max_steps: u64, dataset: &RArc<Dataset>) -> TaskSpec {
+    TaskSpec {
+        task_id: format!("test-{seed}").as_str().into(),
+        config_json: config.into(),
+        device: "cpu".into(),
+        seed,
+        max_steps,
+        dataset: dataset.clone(),
+    }
+}
+
+/// A trainer of `plugin` for `config` (checked by the plugin first).
+pub fn trainer(
+    plugin: &LoadedPlugin,
+    config: &str,
+    seed: u64,
+    max_steps: u64,
+    dataset: &RArc<Dataset>,
+) -> TrainerHandle {
+    let config = plugin
+        .validate_config(config)
+        .unwrap_or_else(|e| panic!("config {config} refused: {e}"));
+    let name = plugin.manifest.name.clone();
+    plugin
+        .create_trainer(
+            task_spec(&config, seed, max_steps, dataset),
+            TaskServices::new(&name, "t"),
+        )
+        .unwrap_or_else(|e| panic!("trainer of {name} not created: {e}"))
+}
+
+/// Metrics by name.
+pub fn as_map(metrics: &[Metric]) -> BTreeMap<String, f64> {
+    metrics
+        .iter()
+        .map(|m| (m.name.to_string(), m.value))
+        .collect()
+}
