@@ -7,20 +7,11 @@
 //! settings and `{}` the trading ones.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use tli_plugin_api::PluginError;
-use tli_plugin_kit::env::TradingConfig;
+use tli_plugin_kit::{config, env::TradingConfig};
 
-/// Which environment the agent trains on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EnvKind {
-    /// The futures trading environment over the dataset the host hands over.
-    Trading,
-    /// CartPole-v1 (the dataset is ignored).
-    Cartpole,
-}
-
+pub use tli_plugin_kit::rl::EnvKind;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DqnConfig {
@@ -178,53 +169,9 @@ impl DqnConfig {
     /// Parses JSON (missing keys take the defaults of the chosen `env`) and
     /// checks every range.
     pub fn parse(json: &str) -> Result<Self, PluginError> {
-        let json = if json.trim().is_empty() { "{}" } else { json };
-        let bad = |e: String| PluginError::invalid_config(format!("dqn config: {e}"));
-        let user: Value = serde_json::from_str(json).map_err(|e| bad(e.to_string()))?;
-        let Value::Object(user) = user else {
-            return Err(bad("expected a JSON object".into()));
-        };
-        let env = match user.get("env") {
-            None => EnvKind::Trading,
-            Some(v) => serde_json::from_value(v.clone())
-                .map_err(|_| bad(format!("env: {v} is not one of \"trading\", \"cartpole\"")))?,
-        };
-        let defaults =
-            serde_json::to_value(Self::defaults_for(env)).map_err(|e| bad(e.to_string()))?;
-        let Value::Object(defaults) = defaults else {
-            return Err(bad("defaults are not an object".into()));
-        };
-        let overlay = |keys: &mut dyn Iterator<Item = (&String, &Value)>| {
-            let mut merged = defaults.clone();
-            for (key, value) in keys {
-                match (merged.get_mut(key), value) {
-                    (Some(Value::Object(base)), Value::Object(over)) if key == "trading" => {
-                        merge_into(base, over.clone())
-                    }
-                    _ => {
-                        merged.insert(key.clone(), value.clone());
-                    }
-                }
-            }
-            serde_json::from_value::<Self>(Value::Object(merged))
-        };
-        let config = match overlay(&mut user.iter()) {
-            Ok(config) => config,
-            Err(e) => {
-                // serde's message lacks the key for type errors: find the key
-                // whose value alone makes the defaults fail.
-                let culprit = user
-                    .iter()
-                    .find(|kv| overlay(&mut std::iter::once(*kv)).is_err())
-                    .map(|(k, _)| k.clone());
-                return Err(match culprit {
-                    Some(key) if !e.to_string().contains("unknown field") || key == "trading" => {
-                        bad(format!("{key}: {e}"))
-                    }
-                    _ => bad(e.to_string()),
-                });
-            }
-        };
+        let config = config::parse_layered("dqn", json, &["trading"], |user| {
+            Ok(Self::defaults_for(EnvKind::of_config(user)?))
+        })?;
         config.check()?;
         Ok(config)
     }
@@ -344,22 +291,6 @@ impl DqnConfig {
         }
     }
 
-    /// Keys whose values differ between two configs (for refusing a checkpoint).
-    pub fn differing_keys(&self, other: &Self) -> Vec<String> {
-        let (Ok(Value::Object(a)), Ok(Value::Object(b))) =
-            (serde_json::to_value(self), serde_json::to_value(other))
-        else {
-            return vec!["<unserializable>".into()];
-        };
-        a.iter()
-            .filter(|(k, v)| b.get(*k) != Some(v))
-            .map(|(k, v)| {
-                let saved = b.get(k).unwrap_or(&Value::Null);
-                format!("{k} (checkpoint {saved}, this trainer {v})")
-            })
-            .collect()
-    }
-
     pub fn schema() -> Value {
         let t = Self::trading_defaults();
         let c = Self::cartpole_defaults();
@@ -430,13 +361,6 @@ impl DqnConfig {
                 "valid_metrics_interval": int("valid_metrics_interval", 0, u64::MAX / 2)
             }
         })
-    }
-}
-
-/// Lays `over`'s keys onto `base` (one level).
-fn merge_into(base: &mut Map<String, Value>, over: Map<String, Value>) {
-    for (k, v) in over {
-        base.insert(k, v);
     }
 }
 

@@ -12,28 +12,28 @@
 //! target was split across calls. `train_frequency`, `target_update_interval`,
 //! `learning_starts` and the ε schedule all count transitions.
 
+mod checkpointing;
 mod config;
-mod envs;
 mod eval;
+mod metrics;
 mod qnet;
 mod replay;
 
 pub use config::{DqnConfig, EnvKind};
 
-use envs::{EnvState, Envs, Finished, StepBuffers};
+use metrics::{push_recent, CallStats};
 use qnet::QNet;
 use replay::{NStep, Replay, Staging};
-use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::path::Path;
 use tch::{Device, Kind, Tensor};
 use tli_plugin_api::{
     abi_stable::std_types::RArc, export_plugin, Dataset, DatasetShape, EvalReport, Host, Manifest,
-    MemoryBreakdown, Metric, Plugin, PluginError, StepReport, TaskSpec, Trainer,
+    MemoryBreakdown, Plugin, PluginError, StepReport, TaskSpec, Trainer,
 };
+use tli_plugin_kit::rl::{Finished, StepBuffers, VecEnv as Envs};
 use tli_plugin_kit::{
     adam::{Adam, AdamConfig},
-    checkpoint,
     data::{self, Split},
     device::parse_device,
     rng::Rng,
@@ -59,15 +59,14 @@ impl Plugin for DqnPlugin {
             description: "Double DQN (target network, replay, ε-greedy, Huber, dueling and \
                           n-step options) on the trading environment or CartPole-v1"
                 .into(),
-            default_config: serde_json::to_string(&DqnConfig::trading_defaults())
-                .unwrap_or_else(|_| "{}".into()),
+            default_config: tli_plugin_kit::config::default_json(&DqnConfig::trading_defaults()),
             config_schema: DqnConfig::schema().to_string(),
         }
     }
 
     fn validate_config(config_json: &str) -> Result<String, PluginError> {
         let config = DqnConfig::parse(config_json)?;
-        serde_json::to_string(&config).map_err(|e| PluginError::other(e.to_string()))
+        tli_plugin_kit::config::to_json(&config)
     }
 
     fn estimate_memory(
@@ -110,55 +109,6 @@ fn working_bytes(config: &DqnConfig, obs_dim: usize, actions: usize) -> u64 {
         EnvKind::Cartpole => 0,
     };
     batch.max(eval)
-}
-
-/// What `state.json` holds besides the tensors.
-#[derive(Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SavedState {
-    config: DqnConfig,
-    requested: u64,
-    env_steps: u64,
-    updates: u64,
-    optimizer_steps: u64,
-    explore_rng: Rng,
-    replay_rng: Rng,
-    envs: EnvState,
-    nstep: NStep,
-    replay_saved: bool,
-    replay_len: usize,
-    replay_pos: usize,
-    episodes: u64,
-    recent_returns: Vec<f64>,
-    recent_pnl: Vec<f64>,
-    valid_metrics: Option<Vec<(String, f64)>>,
-}
-
-/// Sums over the gradient steps of one `step` call.
-#[derive(Default)]
-struct CallStats {
-    updates: u64,
-    loss: Option<Tensor>,
-    q: Option<Tensor>,
-    grad_norm: Option<Tensor>,
-}
-
-impl CallStats {
-    fn add(slot: &mut Option<Tensor>, x: Tensor) -> Result<(), PluginError> {
-        *slot = Some(match slot.take() {
-            None => x,
-            Some(s) => s.f_add(&x).plugin_err("accumulating metrics")?,
-        });
-        Ok(())
-    }
-    fn mean(slot: &Option<Tensor>, n: u64) -> Result<Option<f64>, PluginError> {
-        match slot {
-            None => Ok(None),
-            Some(t) => Ok(Some(
-                t.f_double_value(&[]).plugin_err("reading metrics")? / n.max(1) as f64,
-            )),
-        }
-    }
 }
 
 pub struct DqnTrainer {
@@ -352,7 +302,7 @@ impl DqnTrainer {
         self.choose_actions()?;
         let (n, d) = (self.config.num_envs, self.obs_dim);
         self.envs
-            .step(&self.actions, &mut self.buffers, &mut self.finished)?;
+            .step_buffers(&self.actions, &mut self.buffers, &mut self.finished)?;
         let b = &self.buffers;
         for i in 0..n {
             let done = b.terminated[i] || b.truncated[i];
@@ -469,72 +419,6 @@ impl DqnTrainer {
         CallStats::add(&mut stats.grad_norm, norm)?;
         Ok(())
     }
-
-    fn step_metrics(&self, stats: &CallStats) -> Result<Vec<Metric>, PluginError> {
-        let mut m = vec![
-            Metric::new("epsilon", self.epsilon()),
-            Metric::new("learning_rate", self.learning_rate()),
-            Metric::new("episodes", self.episodes as f64),
-            Metric::new("env_steps", self.env_steps as f64),
-            Metric::new("gradient_steps", self.updates as f64),
-            Metric::new("replay_size", self.replay.len() as f64),
-        ];
-        if let Some(loss) = CallStats::mean(&stats.loss, stats.updates)? {
-            m.push(Metric::new("train_loss", loss));
-            m.push(Metric::new("td_loss", loss));
-        }
-        if let Some(q) = CallStats::mean(&stats.q, stats.updates)? {
-            m.push(Metric::new("q_mean", q));
-        }
-        if let Some(g) = CallStats::mean(&stats.grad_norm, stats.updates)? {
-            m.push(Metric::new("grad_norm", g));
-        }
-        if !self.recent_returns.is_empty() {
-            m.push(Metric::new(
-                "episodic_return_mean20",
-                mean(&self.recent_returns),
-            ));
-        }
-        if !self.recent_pnl.is_empty() {
-            m.push(Metric::new("episodic_pnl_mean20", mean(&self.recent_pnl)));
-        }
-        if let Some(valid) = &self.valid_metrics {
-            m.extend(valid.iter().map(|(k, v)| Metric::new(k, *v)));
-        }
-        Ok(m)
-    }
-
-    fn saved_state(&self) -> SavedState {
-        SavedState {
-            config: self.config.clone(),
-            requested: self.requested,
-            env_steps: self.env_steps,
-            updates: self.updates,
-            optimizer_steps: self.optimizer.step,
-            explore_rng: self.explore_rng.clone(),
-            replay_rng: self.replay_rng.clone(),
-            envs: self.envs.state(),
-            nstep: self.nstep.clone(),
-            replay_saved: self.config.checkpoint_replay,
-            replay_len: self.replay.len(),
-            replay_pos: self.replay.pos(),
-            episodes: self.episodes,
-            recent_returns: self.recent_returns.iter().copied().collect(),
-            recent_pnl: self.recent_pnl.iter().copied().collect(),
-            valid_metrics: self.valid_metrics.clone(),
-        }
-    }
-}
-
-fn push_recent(window: &mut VecDeque<f64>, x: f64) {
-    if window.len() == RECENT {
-        window.pop_front();
-    }
-    window.push_back(x);
-}
-
-fn mean(x: &VecDeque<f64>) -> f64 {
-    x.iter().sum::<f64>() / x.len().max(1) as f64
 }
 
 /// Gives every parameter a (zero) gradient tensor, so the measured memory
@@ -619,112 +503,17 @@ impl Trainer for DqnTrainer {
     }
 
     fn evaluate(&mut self) -> Result<EvalReport, PluginError> {
-        let mut metrics = Vec::new();
-        match self.config.env {
-            EnvKind::Cartpole => {
-                let returns = eval::cartpole_returns(
-                    &self.online,
-                    self.config.eval_episodes,
-                    self.eval_seed,
-                    self.device,
-                )?;
-                let m = returns.iter().sum::<f64>() / returns.len().max(1) as f64;
-                let min = returns.iter().copied().fold(f64::INFINITY, f64::min);
-                metrics.push(Metric::new("eval_return_mean", m));
-                metrics.push(Metric::new("eval_return_min", min));
-            }
-            EnvKind::Trading => {
-                let mut any = false;
-                for (split, prefix) in [(Split::Validation, "valid_"), (Split::Test, "test_")] {
-                    match eval::trading_split(
-                        &self.online,
-                        &self.dataset,
-                        split,
-                        &self.config.trading,
-                        self.device,
-                    ) {
-                        Ok(c) => {
-                            any = true;
-                            metrics.extend(eval::split_metrics(&c, prefix));
-                        }
-                        Err(e) => self.host.warn(&format!("not evaluated: {}", e.message)),
-                    }
-                }
-                if !any {
-                    return Err(PluginError::invalid_data(
-                        "neither the validation nor the test split is long enough to evaluate",
-                    ));
-                }
-            }
-        }
         Ok(EvalReport {
-            metrics: metrics.into(),
+            metrics: self.evaluation()?.into(),
         })
     }
 
     fn save_checkpoint(&mut self, dir: &Path) -> Result<(), PluginError> {
-        let replay_tensors = if self.config.checkpoint_replay {
-            self.replay.to_tensors()?
-        } else {
-            Vec::new()
-        };
-        let mut named: Vec<(String, &Tensor)> = Vec::new();
-        for (prefix, net) in [("online.", &self.online), ("target.", &self.target)] {
-            named.extend(
-                net.named_parameters()
-                    .into_iter()
-                    .map(|(n, t)| (format!("{prefix}{n}"), t)),
-            );
-        }
-        named.extend(self.optimizer.named_state());
-        named.extend(replay_tensors.iter().map(|(n, t)| (n.clone(), t)));
-        checkpoint::save(dir, &named, &self.saved_state())
+        self.save_to(dir)
     }
 
     fn load_checkpoint(&mut self, dir: &Path) -> Result<(), PluginError> {
-        let (tensors, state): (_, SavedState) = checkpoint::load(dir, self.device)?;
-        let differing = self.config.differing_keys(&state.config);
-        if !differing.is_empty() {
-            return Err(PluginError::io(format!(
-                "checkpoint in {} was written with a different config: {}",
-                dir.display(),
-                differing.join("; ")
-            )));
-        }
-        self.nstep.check_compatible(&state.nstep, self.obs_dim)?;
-        if state.env_steps < state.requested {
-            return Err(PluginError::io(format!(
-                "checkpoint counters are inconsistent: {} transitions made, {} asked for",
-                state.env_steps, state.requested
-            )));
-        }
-        // The environment check (data fingerprint, sizes) comes before any change.
-        self.envs.restore(state.envs)?;
-        self.online.load_named(&tensors, "online.")?;
-        self.target.load_named(&tensors, "target.")?;
-        self.optimizer.load_named(&tensors, state.optimizer_steps)?;
-        if state.replay_saved {
-            self.replay
-                .load(&tensors, state.replay_len, state.replay_pos)?;
-        } else {
-            self.host.warn(
-                "checkpoint holds no replay buffer (checkpoint_replay = false): training \
-                 resumes with an empty buffer and differs from an uninterrupted run",
-            );
-            self.replay.clear();
-        }
-        self.envs.observe(&mut self.obs)?;
-        self.nstep = state.nstep;
-        self.requested = state.requested;
-        self.env_steps = state.env_steps;
-        self.updates = state.updates;
-        self.explore_rng = state.explore_rng;
-        self.replay_rng = state.replay_rng;
-        self.episodes = state.episodes;
-        self.recent_returns = state.recent_returns.into_iter().collect();
-        self.recent_pnl = state.recent_pnl.into_iter().collect();
-        self.valid_metrics = state.valid_metrics;
-        Ok(())
+        self.load_from(dir)
     }
 
     fn memory(&self) -> Result<MemoryBreakdown, PluginError> {

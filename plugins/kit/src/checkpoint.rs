@@ -59,3 +59,17 @@ pub fn load<S: DeserializeOwned>(
         .plugin_err("moving checkpoint tensors to the device")?;
     Ok((tensors, state))
 }
+
+/// Refuses a checkpoint in `dir` whose `what` (a config, hidden sizes, …)
+/// differs from the trainer's: an I/O error listing `differing` when it is
+/// not empty.
+pub fn refuse_mismatch(dir: &Path, what: &str, differing: &[String]) -> Result<(), PluginError> {
+    if differing.is_empty() {
+        return Ok(());
+    }
+    Err(PluginError::io(format!(
+        "checkpoint in {} was written with a different {what}: {}",
+        dir.display(),
+        differing.join("; ")
+    )))
+}

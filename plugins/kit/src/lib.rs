@@ -9,18 +9,24 @@
 //! * [`adam`]: Adam/AdamW with explicit state tensors, so a resumed run is
 //!   bit-identical to an uninterrupted one.
 //! * [`checkpoint`]: named tensors (safetensors) + a JSON state file.
+//! * [`config`]: JSON config layered over defaults, normalized JSON, and the
+//!   keys a checkpoint's config differs in.
 //! * [`data`]: dataset rows → tensors.
 //! * [`env`]: CartPole-v1 and a futures trading environment, vectorized, checkpointable.
 //! * [`metrics`]: Sharpe, Sortino, drawdown, turnover, hit rate; baselines.
+//! * [`rl`]: what the RL plugins share: one environment wrapper over CartPole
+//!   and trading, greedy CartPole evaluation, a greedy walk over a trading split.
 
 pub mod adam;
 pub mod checkpoint;
+pub mod config;
 pub mod data;
 pub mod device;
 pub mod env;
 pub mod errors;
 pub mod metrics;
 pub mod mlp;
+pub mod rl;
 pub mod rng;
 
 pub use errors::TchResultExt;

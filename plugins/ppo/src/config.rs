@@ -7,20 +7,11 @@
 //! [`TradingConfig`] defaults). Unknown keys are refused.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use tli_plugin_api::PluginError;
-use tli_plugin_kit::env::TradingConfig;
+use tli_plugin_kit::{config, env::TradingConfig};
 
-/// Which environment to train on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum EnvKind {
-    /// The kit's futures trading environment over the dataset the host hands over.
-    Trading,
-    /// The kit's CartPole-v1 (the dataset is ignored).
-    Cartpole,
-}
-
+pub use tli_plugin_kit::rl::EnvKind;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PpoConfig {
@@ -149,43 +140,9 @@ impl PpoConfig {
 
     /// Parses JSON (missing keys take the defaults of its `env`) and checks every range.
     pub fn parse(json: &str) -> Result<Self, PluginError> {
-        let invalid = |e: String| PluginError::invalid_config(format!("ppo config: {e}"));
-        let json = if json.trim().is_empty() { "{}" } else { json };
-        let user: Value = serde_json::from_str(json).map_err(|e| invalid(e.to_string()))?;
-        let Value::Object(user) = user else {
-            return Err(invalid(format!("expected a JSON object, got {user}")));
-        };
-        let env = match user.get("env") {
-            None => EnvKind::Trading,
-            Some(v) => serde_json::from_value(v.clone()).map_err(|_| {
-                invalid(format!(
-                    "env: {v} is not an environment; use \"trading\" or \"cartpole\""
-                ))
-            })?,
-        };
-        let Value::Object(defaults) =
-            serde_json::to_value(Self::defaults_for(env)).map_err(|e| invalid(e.to_string()))?
-        else {
-            return Err(invalid("defaults did not serialize to an object".into()));
-        };
-        let mut merged = defaults.clone();
-        for (key, value) in user.clone() {
-            overlay(&mut merged, key, value);
-        }
-        let config: Self = match serde_json::from_value(Value::Object(merged)) {
-            Ok(c) => c,
-            Err(e) => {
-                // Name the key: the first one that fails on its own.
-                for (key, value) in user {
-                    let mut one = defaults.clone();
-                    overlay(&mut one, key.clone(), value);
-                    if let Err(e) = serde_json::from_value::<Self>(Value::Object(one)) {
-                        return Err(invalid(format!("{key}: {e}")));
-                    }
-                }
-                return Err(invalid(e.to_string()));
-            }
-        };
+        let config = config::parse_layered("ppo", json, &["trading"], |user| {
+            Ok(Self::defaults_for(EnvKind::of_config(user)?))
+        })?;
         config.check()?;
         Ok(config)
     }
@@ -336,27 +293,6 @@ impl PpoConfig {
         s
     }
 
-    /// Keys whose values differ from `other` (for refusing foreign checkpoints).
-    pub fn differing_keys(&self, other: &Self) -> Vec<String> {
-        let (Ok(Value::Object(a)), Ok(Value::Object(b))) =
-            (serde_json::to_value(self), serde_json::to_value(other))
-        else {
-            return vec!["<config>".into()];
-        };
-        let mut keys: Vec<String> = a
-            .iter()
-            .filter(|(k, v)| b.get(*k) != Some(v))
-            .map(|(k, v)| {
-                format!(
-                    "{k} (checkpoint {v}, here {})",
-                    b.get(k).unwrap_or(&Value::Null)
-                )
-            })
-            .collect();
-        keys.sort();
-        keys
-    }
-
     pub fn schema() -> Value {
         let d = Self::trading();
         let c = Self::cartpole();
@@ -408,20 +344,6 @@ impl PpoConfig {
             },
             "examples": [serde_json::to_value(c).unwrap_or(Value::Null)]
         })
-    }
-}
-
-/// Sets `key` in `config`; a `trading` object is merged key by key.
-fn overlay(config: &mut Map<String, Value>, key: String, value: Value) {
-    match (key.as_str(), value, config.get_mut("trading")) {
-        ("trading", Value::Object(sub), Some(Value::Object(base))) => {
-            for (k, v) in sub {
-                base.insert(k, v);
-            }
-        }
-        (_, value, _) => {
-            config.insert(key, value);
-        }
     }
 }
 
@@ -485,7 +407,7 @@ mod tests {
         let a = PpoConfig::cartpole();
         let mut b = a.clone();
         b.hidden_sizes = vec![32];
-        let keys = a.differing_keys(&b);
+        let keys = tli_plugin_kit::config::differing_keys(&a, &b);
         assert_eq!(keys.len(), 1);
         assert!(keys[0].starts_with("hidden_sizes"), "{keys:?}");
     }

@@ -1,32 +1,21 @@
 //! Greedy (argmax) evaluation of the policy: CartPole episodes, and a walk
-//! through a whole trading split compared with buy-and-hold.
+//! through a whole trading split compared with buy-and-hold — the kit's
+//! [`rl::eval`](tli_plugin_kit::rl::eval) driven by the actor's logits.
 //!
 //! Nothing here touches training state: evaluation environments are fresh,
 //! seeded from the task seed, and no training RNG is drawn from.
 
 use crate::net::TanhMlp;
 use tch::{Device, Kind, Tensor};
-use tli_plugin_api::{Dataset, Metric, PluginError};
+use tli_plugin_api::{Dataset, PluginError};
 use tli_plugin_kit::{
-    data::{split_rows, Split},
-    env::{TradingConfig, VecCartPole},
-    metrics::{compare_with_baselines, BaselineComparison, CostTerms},
-    TchResultExt,
+    data::Split, env::TradingConfig, metrics::BaselineComparison, rl::eval as rl_eval, TchResultExt,
 };
+
+pub use rl_eval::{cartpole_metrics, walk_metrics};
 
 /// Decision rows per forward pass in the trading walk.
 pub const TRADING_CHUNK: usize = 256;
-
-/// Index of the largest value (the first on ties).
-pub fn argmax(row: &[f32]) -> usize {
-    let mut best = 0;
-    for (i, v) in row.iter().enumerate() {
-        if *v > row[best] {
-            best = i;
-        }
-    }
-    best
-}
 
 /// Logits of `actor` for `obs` (`n × obs_dim`, row-major) as a flat `Vec`.
 pub fn logits(
@@ -59,72 +48,14 @@ pub fn cartpole_returns(
     seed: u64,
     device: Device,
 ) -> Result<Vec<f64>, PluginError> {
-    use tli_plugin_kit::env::cartpole::OBS_DIM;
-    let mut env = VecCartPole::new(episodes, seed)?;
-    let mut obs = vec![0f32; episodes * OBS_DIM];
-    env.observe(&mut obs)?;
-    let (mut rewards, mut term, mut trunc) = (
-        vec![0f32; episodes],
-        vec![false; episodes],
-        vec![false; episodes],
-    );
-    let mut returns: Vec<Option<f64>> = vec![None; episodes];
-    let mut actions = vec![0u32; episodes];
-    while returns.iter().any(Option::is_none) {
-        let l = logits(actor, &obs, OBS_DIM, device)?;
-        for (a, row) in actions.iter_mut().zip(l.chunks_exact(2)) {
-            *a = argmax(row) as u32;
-        }
-        env.step(&actions, &mut obs, &mut rewards, &mut term, &mut trunc)?;
-        for ep in env.drain_completed() {
-            returns[ep.env].get_or_insert(ep.episode_return);
-        }
-    }
-    Ok(returns.into_iter().flatten().collect())
+    rl_eval::cartpole_returns(episodes, seed, |obs, rows| {
+        logits(actor, obs, obs.len() / rows, device)
+    })
 }
 
-/// `eval_return_mean`, `_std`, `_min`, `_max` of greedy CartPole episodes.
-pub fn cartpole_metrics(returns: &[f64]) -> Vec<Metric> {
-    let n = returns.len().max(1) as f64;
-    let mean = returns.iter().sum::<f64>() / n;
-    let var = returns.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / n;
-    let min = returns.iter().copied().fold(f64::INFINITY, f64::min);
-    let max = returns.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    vec![
-        Metric::new("eval_return_mean", mean),
-        Metric::new("eval_return_std", var.sqrt()),
-        Metric::new("eval_return_min", min),
-        Metric::new("eval_return_max", max),
-        Metric::new("eval_episodes", returns.len() as f64),
-    ]
-}
-
-/// The observation the trading environment shows at dataset row `row` with
-/// `position` held (feature rows `row − window + 1 ..= row`, oldest first, then
-/// `position / max_contracts`), written into `out`.
-pub fn trading_observation(
-    dataset: &Dataset,
-    config: &TradingConfig,
-    row: usize,
-    position: i32,
-    out: &mut [f32],
-) {
-    let width = dataset.feature_names.len();
-    let first = (row + 1 - config.window) * width;
-    let (head, tail) = out.split_at_mut(out.len() - 1);
-    head.copy_from_slice(&dataset.features[first..first + head.len()]);
-    tail[0] = position as f32 / config.max_contracts as f32;
-}
-
-/// The greedy policy walked through split `split` from its first row with a
-/// full window to its last decision, starting flat, each decision seeing the
-/// position the previous one chose — exactly as the trading environment would
-/// run one episode over the whole split — and its P&L beside buy-and-hold.
-/// `None` when the split is too short for one decision.
-///
-/// Every decision row is evaluated for every possible incoming position in
-/// one batched forward pass per [`TRADING_CHUNK`] rows; the sequential
-/// part (which position is actually held) is then a lookup.
+/// The greedy policy walked through split `split` (see
+/// [`rl_eval::trading_walk`]), [`TRADING_CHUNK`] decision rows per forward
+/// pass. `None` when the split is too short for one decision.
 pub fn trading_walk(
     actor: &TanhMlp,
     dataset: &Dataset,
@@ -132,65 +63,17 @@ pub fn trading_walk(
     config: &TradingConfig,
     device: Device,
 ) -> Result<Option<BaselineComparison>, PluginError> {
-    let rows = split_rows(dataset, split);
-    let window = config.window;
-    if rows.len() < window + 1 {
-        return Ok(None);
-    }
-    let periods = rows.len() - window;
-    let first_decision = rows.start + window - 1;
-    let max = config.max_contracts as i32;
-    let positions_k = (2 * max + 1) as usize;
-    let obs_dim = window * dataset.feature_names.len() + 1;
-    let mut positions = Vec::with_capacity(periods);
-    let mut held = 0i32;
-    let mut obs = Vec::new();
-    for chunk_start in (0..periods).step_by(TRADING_CHUNK) {
-        let chunk = TRADING_CHUNK.min(periods - chunk_start);
-        obs.resize(positions_k * chunk * obs_dim, 0.0);
-        for k in 0..positions_k {
-            for j in 0..chunk {
-                let at = (k * chunk + j) * obs_dim;
-                trading_observation(
-                    dataset,
-                    config,
-                    first_decision + chunk_start + j,
-                    k as i32 - max,
-                    &mut obs[at..at + obs_dim],
-                );
-            }
-        }
-        let l = logits(actor, &obs, obs_dim, device)?;
-        let actions = positions_k;
-        for j in 0..chunk {
-            let k = (held + max) as usize;
-            let at = (k * chunk + j) * actions;
-            held = argmax(&l[at..at + actions]) as i32 - max;
-            positions.push(held as f64);
-        }
-    }
-    let close = &dataset.close[first_decision..first_decision + periods + 1];
-    let terms = CostTerms::from_contract(
-        &dataset.contract,
-        config.commission_per_contract,
-        config.slippage_ticks,
-    )?;
-    compare_with_baselines(close, &positions, terms, dataset.periods_per_year, None).map(Some)
-}
-
-/// Strategy and buy-and-hold metrics of a walk, named `{prefix}sharpe`,
-/// `{prefix}bh_sharpe`, … (the flat baseline is all zeros and left out).
-pub fn walk_metrics(walk: &BaselineComparison, prefix: &str) -> Vec<Metric> {
-    let mut out = walk.strategy.metrics(prefix);
-    out.extend(walk.buy_and_hold.metrics(&format!("{prefix}bh_")));
-    out
+    rl_eval::trading_walk(dataset, split, config, TRADING_CHUNK, |obs, rows| {
+        logits(actor, obs, obs.len() / rows, device)
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use tli_plugin_api::{ContractTerms, SplitBounds};
-    use tli_plugin_kit::{env::VecTradingEnv, rng::Rng};
+    use tli_plugin_kit::rl::eval::{argmax, trading_observation};
+    use tli_plugin_kit::{data::split_rows, env::VecTradingEnv, rng::Rng};
 
     fn market(rows: usize, width: usize) -> Dataset {
         let mut rng = Rng::new(11);

@@ -18,7 +18,6 @@
 //! the checkpoint, so a resumed run is bit-identical on the CPU.
 
 mod config;
-mod env;
 mod eval;
 mod net;
 mod rollout;
@@ -47,15 +46,14 @@ impl Plugin for PpoPlugin {
             version: env!("CARGO_PKG_VERSION").into(),
             family: "ppo".into(),
             description: "PPO (clipped, GAE, discrete actions) on the futures trading environment or CartPole-v1".into(),
-            default_config: serde_json::to_string(&PpoConfig::trading())
-                .unwrap_or_else(|_| "{}".into()),
+            default_config: tli_plugin_kit::config::default_json(&PpoConfig::trading()),
             config_schema: PpoConfig::schema().to_string(),
         }
     }
 
     fn validate_config(config_json: &str) -> Result<String, PluginError> {
         let config = PpoConfig::parse(config_json)?;
-        serde_json::to_string(&config).map_err(|e| PluginError::other(e.to_string()))
+        tli_plugin_kit::config::to_json(&config)
     }
 
     fn estimate_memory(

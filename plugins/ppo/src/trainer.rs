@@ -1,7 +1,10 @@
 //! The PPO trainer: rollouts, updates, metrics, evaluation, checkpoints.
 
+mod checkpointing;
+mod metrics;
+mod update;
+
 use crate::config::{EnvKind, PpoConfig};
-use crate::env::{Env, EnvState};
 use crate::eval;
 use crate::net::ActorCritic;
 use crate::rollout::{rollout_bytes, Batch, Rollout};
@@ -13,6 +16,7 @@ use tli_plugin_api::{
     abi_stable::std_types::RArc, Dataset, EvalReport, Host, MemoryBreakdown, Metric, PluginError,
     StepReport, TaskSpec, Trainer,
 };
+use tli_plugin_kit::rl::{EnvState, VecEnv as Env};
 use tli_plugin_kit::{
     adam::{Adam, AdamConfig},
     checkpoint,
@@ -76,24 +80,6 @@ struct Counters {
     transitions: u64,
     updates: u64,
     episodes: u64,
-}
-
-/// What `state.json` holds besides the tensors.
-#[derive(Serialize, Deserialize)]
-struct SavedState {
-    config: PpoConfig,
-    counters: Counters,
-    optimizer_steps: u64,
-    rng: Rng,
-    env: EnvState,
-    rollout_filled: usize,
-    recent_returns: Vec<f64>,
-    recent_pnl: Vec<f64>,
-    last_update: Option<UpdateStats>,
-    reward_scale: f64,
-    obs_dim: usize,
-    valid_walk: Vec<(String, f64)>,
-    valid_walk_at: u64,
 }
 
 pub struct PpoTrainer {
@@ -274,30 +260,6 @@ impl PpoTrainer {
         Ok(trainer)
     }
 
-    /// Trading: walks the validation split with the current policy and keeps
-    /// the metrics `step` reports.
-    fn walk_validation(&mut self) -> Result<(), PluginError> {
-        if self.config.env != EnvKind::Trading {
-            return Ok(());
-        }
-        const KEEP: [&str; 5] = [
-            "valid_sharpe",
-            "valid_max_drawdown",
-            "valid_total_pnl",
-            "valid_bh_sharpe",
-            "valid_bh_max_drawdown",
-        ];
-        self.valid_walk = self
-            .trading_walk(Split::Validation)?
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|m| KEEP.contains(&m.name.as_str()) && m.value.is_finite())
-            .map(|m| (m.name.to_string(), m.value))
-            .collect();
-        self.valid_walk_at = self.counters.transitions;
-        Ok(())
-    }
-
     /// Fraction of the schedule left before the rollout now being collected
     /// (CleanRL: `1 − (iteration − 1) / num_iterations`), in `[0, 1]`.
     fn schedule_left(&self) -> f64 {
@@ -401,257 +363,6 @@ impl PpoTrainer {
         }
         Ok(())
     }
-
-    /// PPO update epochs over the full rollout, then clears it.
-    fn update(&mut self) -> Result<(), PluginError> {
-        let c = self.config.clone();
-        let lr = self.learning_rate();
-        let clip = c.clip_coef * self.clip_scale();
-        let vf_clip = c.vf_clip_coef * self.clip_scale();
-        let (_, next_values) = self.policy(&self.obs)?;
-        let (adv, returns) = self.rollout.advantages(&next_values, c.gamma, c.gae_lambda);
-        let explained = explained_variance(&self.rollout.values, &returns);
-        let batch = Batch::new(&self.rollout, &adv, &returns, self.device)?;
-        let n = c.batch_size();
-        let mb = c.minibatch_size();
-        let params = self.net.parameters();
-        let mut sums = UpdateStats::default();
-        let mut minibatches = 0usize;
-        let mut epochs = 0usize;
-        let mut index: Vec<i64> = (0..n as i64).collect();
-        for _ in 0..c.update_epochs {
-            // Fisher–Yates with the kit Rng.
-            for i in (1..n).rev() {
-                let j = self.rng.below(i as u64 + 1) as usize;
-                index.swap(i, j);
-            }
-            let mut last_kl = 0.0;
-            for chunk in index.chunks(mb) {
-                let s = minibatch_step(&self.net, &batch, chunk, &c, clip, vf_clip, self.device)?;
-                if !s[0].is_finite() {
-                    return Err(PluginError::other(format!(
-                        "PPO update {} diverged: the loss is {} (try a lower learning_rate \
-                         or reward_scale)",
-                        self.counters.updates + 1,
-                        s[0]
-                    )));
-                }
-                let grad_norm = clip_grad_norm(&params, c.max_grad_norm)?;
-                self.optimizer.apply(&params, lr)?;
-                sums.loss += s[0];
-                sums.policy_loss += s[1];
-                sums.value_loss += s[2];
-                sums.entropy += s[3];
-                sums.approx_kl += s[4];
-                sums.clip_fraction += s[5];
-                sums.grad_norm += grad_norm;
-                last_kl = s[4];
-                minibatches += 1;
-            }
-            epochs += 1;
-            if c.target_kl.is_some_and(|t| last_kl > t) {
-                break;
-            }
-        }
-        let k = minibatches.max(1) as f64;
-        self.last_update = Some(UpdateStats {
-            loss: sums.loss / k,
-            policy_loss: sums.policy_loss / k,
-            value_loss: sums.value_loss / k,
-            entropy: sums.entropy / k,
-            approx_kl: sums.approx_kl / k,
-            clip_fraction: sums.clip_fraction / k,
-            grad_norm: sums.grad_norm / k,
-            explained_variance: explained,
-            learning_rate: lr,
-            clip_coef: clip,
-            epochs: epochs as f64,
-        });
-        self.rollout.filled = 0;
-        self.counters.updates += 1;
-        let every = self.config.valid_metrics_interval;
-        if every == 0 || self.counters.transitions / every > self.valid_walk_at / every {
-            self.walk_validation()?;
-        }
-        Ok(())
-    }
-
-    fn trading_walk(&self, split: Split) -> Result<Option<Vec<Metric>>, PluginError> {
-        let prefix = match split {
-            Split::Train => "train_",
-            Split::Validation => "valid_",
-            Split::Test => "test_",
-        };
-        Ok(eval::trading_walk(
-            &self.net.actor,
-            &self.dataset,
-            split,
-            &self.config.trading,
-            self.device,
-        )?
-        .map(|w| eval::walk_metrics(&w, prefix)))
-    }
-
-    fn step_metrics(&self) -> Vec<Metric> {
-        let mut m = Vec::new();
-        if let Some(u) = &self.last_update {
-            m.extend([
-                Metric::new("train_loss", u.loss),
-                Metric::new("policy_loss", u.policy_loss),
-                Metric::new("value_loss", u.value_loss),
-                Metric::new("entropy", u.entropy),
-                Metric::new("approx_kl", u.approx_kl),
-                Metric::new("clip_fraction", u.clip_fraction),
-                Metric::new("grad_norm", u.grad_norm),
-                Metric::new("explained_variance", u.explained_variance),
-                Metric::new("update_epochs_run", u.epochs),
-            ]);
-        }
-        m.push(Metric::new("learning_rate", self.learning_rate()));
-        m.push(Metric::new(
-            "clip_coef",
-            self.config.clip_coef * self.clip_scale(),
-        ));
-        if let Some(r) = mean(self.recent_returns.iter().copied()) {
-            m.push(Metric::new("episodic_return_mean20", r));
-        }
-        if let Some(p) = mean(self.recent_pnl.iter().copied()) {
-            m.push(Metric::new("episodic_pnl_mean20", p));
-        }
-        m.push(Metric::new("episodes", self.counters.episodes as f64));
-        m.push(Metric::new("env_steps", self.counters.transitions as f64));
-        m.push(Metric::new("updates", self.counters.updates as f64));
-        if self.config.env == EnvKind::Trading {
-            m.extend(self.valid_walk.iter().map(|(k, v)| Metric::new(k, *v)));
-            m.push(Metric::new(
-                "valid_metrics_env_steps",
-                self.valid_walk_at as f64,
-            ));
-        }
-        m
-    }
-
-    fn named_tensors(&self) -> Vec<(String, &Tensor)> {
-        let mut all = self.net.named_parameters();
-        all.extend(self.optimizer.named_state());
-        all
-    }
-}
-
-/// One minibatch: losses, backward pass. Returns `[loss, policy, value,
-/// entropy, approx_kl, clip_fraction]`.
-fn minibatch_step(
-    net: &ActorCritic,
-    batch: &Batch,
-    rows: &[i64],
-    c: &PpoConfig,
-    clip: f64,
-    vf_clip: f64,
-    device: Device,
-) -> Result<[f64; 6], PluginError> {
-    (|| -> Result<[f64; 6], tch::TchError> {
-        let idx = Tensor::f_from_slice(rows)?.f_to_device(device)?;
-        let obs = batch.obs.f_index_select(0, &idx)?;
-        let actions = batch.actions.f_index_select(0, &idx)?;
-        let old_logp = batch.log_probs.f_index_select(0, &idx)?;
-        let old_values = batch.values.f_index_select(0, &idx)?;
-        let returns = batch.returns.f_index_select(0, &idx)?;
-        let mut adv = batch.advantages.f_index_select(0, &idx)?;
-        if c.norm_adv && rows.len() > 1 {
-            let std = adv.f_std(true)?;
-            adv = adv
-                .f_sub(&adv.f_mean(Kind::Float)?)?
-                .f_div(&std.f_add_scalar(1e-8)?)?;
-        }
-        let (logp_all, value) = net.forward(&obs)?;
-        let logp = logp_all
-            .f_gather(1, &actions.f_unsqueeze(1)?, false)?
-            .f_squeeze_dim(1)?;
-        let entropy = logp_all
-            .f_exp()?
-            .f_mul(&logp_all)?
-            .f_sum_dim_intlist(-1, false, Kind::Float)?
-            .f_mean(Kind::Float)?
-            .f_neg()?;
-        let log_ratio = logp.f_sub(&old_logp)?;
-        let ratio = log_ratio.f_exp()?;
-        let (approx_kl, clip_fraction) = tch::no_grad(|| -> Result<(f64, f64), tch::TchError> {
-            // http://joschu.net/blog/kl-approx.html (k3), as CleanRL logs it.
-            let kl = ratio
-                .f_sub_scalar(1.0)?
-                .f_sub(&log_ratio)?
-                .f_mean(Kind::Float)?
-                .f_double_value(&[])?;
-            let frac = ratio
-                .f_sub_scalar(1.0)?
-                .f_abs()?
-                .f_gt(clip)?
-                .f_to_kind(Kind::Float)?
-                .f_mean(Kind::Float)?
-                .f_double_value(&[])?;
-            Ok((kl, frac))
-        })?;
-        let pg1 = adv.f_neg()?.f_mul(&ratio)?;
-        let pg2 = adv
-            .f_neg()?
-            .f_mul(&ratio.f_clamp(1.0 - clip, 1.0 + clip)?)?;
-        let policy_loss = pg1.f_maximum(&pg2)?.f_mean(Kind::Float)?;
-        let unclipped = value.f_sub(&returns)?.f_square()?;
-        let value_loss = if c.clip_vloss {
-            let clipped = old_values
-                .f_add(&value.f_sub(&old_values)?.f_clamp(-vf_clip, vf_clip)?)?
-                .f_sub(&returns)?
-                .f_square()?;
-            unclipped
-                .f_maximum(&clipped)?
-                .f_mean(Kind::Float)?
-                .f_mul_scalar(0.5)?
-        } else {
-            unclipped.f_mean(Kind::Float)?.f_mul_scalar(0.5)?
-        };
-        let loss = policy_loss
-            .f_sub(&entropy.f_mul_scalar(c.ent_coef)?)?
-            .f_add(&value_loss.f_mul_scalar(c.vf_coef)?)?;
-        loss.f_backward()?;
-        Ok([
-            loss.f_double_value(&[])?,
-            policy_loss.f_double_value(&[])?,
-            value_loss.f_double_value(&[])?,
-            entropy.f_double_value(&[])?,
-            approx_kl,
-            clip_fraction,
-        ])
-    })()
-    .plugin_err("PPO minibatch update")
-}
-
-/// Scales all gradients together so their global L2 norm is at most `max`
-/// (`torch.nn.utils.clip_grad_norm_`); returns the norm before clipping.
-fn clip_grad_norm(params: &[&Tensor], max: f64) -> Result<f64, PluginError> {
-    tch::no_grad(|| -> Result<f64, tch::TchError> {
-        let grads: Vec<Tensor> = params
-            .iter()
-            .map(|p| p.grad())
-            .filter(|g| g.defined())
-            .collect();
-        let norms = grads
-            .iter()
-            .map(|g| g.f_square()?.f_sum(Kind::Float))
-            .collect::<Result<Vec<_>, _>>()?;
-        let total = Tensor::f_stack(&norms, 0)?
-            .f_sum(Kind::Float)?
-            .f_sqrt()?
-            .f_double_value(&[])?;
-        let coef = max / (total + 1e-6);
-        if coef < 1.0 {
-            for g in &grads {
-                let mut g = g.shallow_clone();
-                let _ = g.f_mul_scalar_(coef)?;
-            }
-        }
-        Ok(total)
-    })
-    .plugin_err("clipping gradients")
 }
 
 impl Trainer for PpoTrainer {
@@ -683,102 +394,17 @@ impl Trainer for PpoTrainer {
     }
 
     fn evaluate(&mut self) -> Result<EvalReport, PluginError> {
-        let metrics = match self.config.env {
-            EnvKind::Cartpole => {
-                let returns = eval::cartpole_returns(
-                    &self.net.actor,
-                    EVAL_EPISODES,
-                    self.eval_seed,
-                    self.device,
-                )?;
-                eval::cartpole_metrics(&returns)
-            }
-            EnvKind::Trading => {
-                let mut m = Vec::new();
-                for split in [Split::Validation, Split::Test] {
-                    match self.trading_walk(split)? {
-                        Some(w) => m.extend(w),
-                        None => self.host.warn(&format!(
-                            "the {split:?} split is too short for one decision with window {}",
-                            self.config.trading.window
-                        )),
-                    }
-                }
-                if m.is_empty() {
-                    return Err(PluginError::invalid_data(format!(
-                        "the validation and test splits are both shorter than window {} + 1 rows",
-                        self.config.trading.window
-                    )));
-                }
-                m
-            }
-        };
         Ok(EvalReport {
-            metrics: metrics.into(),
+            metrics: self.evaluation()?.into(),
         })
     }
 
     fn save_checkpoint(&mut self, dir: &Path) -> Result<(), PluginError> {
-        let rollout = self.rollout.to_tensors()?;
-        let mut tensors = self.named_tensors();
-        tensors.extend(rollout.iter().map(|(n, t)| (n.clone(), t)));
-        let state = SavedState {
-            config: self.config.clone(),
-            counters: self.counters.clone(),
-            optimizer_steps: self.optimizer.step,
-            rng: self.rng.clone(),
-            env: self.env.state(),
-            rollout_filled: self.rollout.filled,
-            recent_returns: self.recent_returns.iter().copied().collect(),
-            recent_pnl: self.recent_pnl.iter().copied().collect(),
-            last_update: self.last_update.clone(),
-            reward_scale: self.reward_scale,
-            obs_dim: self.obs_dim,
-            valid_walk: self.valid_walk.clone(),
-            valid_walk_at: self.valid_walk_at,
-        };
-        checkpoint::save(dir, &tensors, &state)
+        self.save_to(dir)
     }
 
     fn load_checkpoint(&mut self, dir: &Path) -> Result<(), PluginError> {
-        let (tensors, state): (_, SavedState) = checkpoint::load(dir, self.device)?;
-        let differing = state.config.differing_keys(&self.config);
-        if !differing.is_empty() {
-            return Err(PluginError::io(format!(
-                "checkpoint in {} was written with a different PPO config: {}",
-                dir.display(),
-                differing.join("; ")
-            )));
-        }
-        if state.obs_dim != self.obs_dim {
-            return Err(PluginError::io(format!(
-                "checkpoint in {} has observation width {}, this trainer {} (different dataset features?)",
-                dir.display(),
-                state.obs_dim,
-                self.obs_dim
-            )));
-        }
-        if state.reward_scale.to_bits() != self.reward_scale.to_bits() {
-            return Err(PluginError::io(format!(
-                "checkpoint in {} used reward scale {}, this trainer {} (different dataset?)",
-                dir.display(),
-                state.reward_scale,
-                self.reward_scale
-            )));
-        }
-        self.net.load_named(&tensors)?;
-        self.optimizer.load_named(&tensors, state.optimizer_steps)?;
-        self.rollout.load(&tensors, state.rollout_filled)?;
-        self.env.restore(state.env)?;
-        self.env.observe(&mut self.obs)?;
-        self.counters = state.counters;
-        self.rng = state.rng;
-        self.recent_returns = state.recent_returns.into_iter().collect();
-        self.recent_pnl = state.recent_pnl.into_iter().collect();
-        self.last_update = state.last_update;
-        self.valid_walk = state.valid_walk;
-        self.valid_walk_at = state.valid_walk_at;
-        Ok(())
+        self.load_from(dir)
     }
 
     fn memory(&self) -> Result<MemoryBreakdown, PluginError> {

@@ -42,15 +42,14 @@ impl Plugin for TemplatePlugin {
             version: env!("CARGO_PKG_VERSION").into(),
             family: "mlp".into(),
             description: "MLP forecaster of forward returns (the plugin to copy)".into(),
-            default_config: serde_json::to_string(&TemplateConfig::default())
-                .unwrap_or_else(|_| "{}".into()),
+            default_config: tli_plugin_kit::config::default_json(&TemplateConfig::default()),
             config_schema: TemplateConfig::schema().to_string(),
         }
     }
 
     fn validate_config(config_json: &str) -> Result<String, PluginError> {
         let config = TemplateConfig::parse(config_json)?;
-        serde_json::to_string(&config).map_err(|e| PluginError::other(e.to_string()))
+        tli_plugin_kit::config::to_json(&config)
     }
 
     fn estimate_memory(
@@ -310,12 +309,14 @@ impl Trainer for TemplateTrainer {
     fn load_checkpoint(&mut self, dir: &Path) -> Result<(), PluginError> {
         let (tensors, state): (_, SavedState) = checkpoint::load(dir, self.device)?;
         if state.config.layer_sizes(0) != self.config.layer_sizes(0) {
-            return Err(PluginError::io(format!(
-                "checkpoint in {} was written for hidden sizes {:?}, this trainer has {:?}",
-                dir.display(),
-                state.config.hidden_sizes,
-                self.config.hidden_sizes
-            )));
+            checkpoint::refuse_mismatch(
+                dir,
+                "architecture",
+                &[format!(
+                    "hidden sizes {:?}, this trainer has {:?}",
+                    state.config.hidden_sizes, self.config.hidden_sizes
+                )],
+            )?;
         }
         self.model.load_named(&tensors)?;
         self.optimizer.load_named(&tensors, state.optimizer_steps)?;

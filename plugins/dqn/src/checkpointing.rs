@@ -1,0 +1,118 @@
+//! DQN checkpoints: both networks, the optimizer, the replay buffer (unless
+//! `checkpoint_replay` is off) and every counter and RNG, so that a resumed
+//! run is identical to an uninterrupted one.
+
+use crate::replay::NStep;
+use crate::{DqnConfig, DqnTrainer};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use tch::Tensor;
+use tli_plugin_api::PluginError;
+use tli_plugin_kit::{checkpoint, rl::EnvState, rng::Rng};
+
+/// What `state.json` holds besides the tensors.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SavedState {
+    config: DqnConfig,
+    requested: u64,
+    env_steps: u64,
+    updates: u64,
+    optimizer_steps: u64,
+    explore_rng: Rng,
+    replay_rng: Rng,
+    envs: EnvState,
+    nstep: NStep,
+    replay_saved: bool,
+    replay_len: usize,
+    replay_pos: usize,
+    episodes: u64,
+    recent_returns: Vec<f64>,
+    recent_pnl: Vec<f64>,
+    valid_metrics: Option<Vec<(String, f64)>>,
+}
+
+impl DqnTrainer {
+    fn saved_state(&self) -> SavedState {
+        SavedState {
+            config: self.config.clone(),
+            requested: self.requested,
+            env_steps: self.env_steps,
+            updates: self.updates,
+            optimizer_steps: self.optimizer.step,
+            explore_rng: self.explore_rng.clone(),
+            replay_rng: self.replay_rng.clone(),
+            envs: self.envs.state(),
+            nstep: self.nstep.clone(),
+            replay_saved: self.config.checkpoint_replay,
+            replay_len: self.replay.len(),
+            replay_pos: self.replay.pos(),
+            episodes: self.episodes,
+            recent_returns: self.recent_returns.iter().copied().collect(),
+            recent_pnl: self.recent_pnl.iter().copied().collect(),
+            valid_metrics: self.valid_metrics.clone(),
+        }
+    }
+
+    pub(crate) fn save_to(&mut self, dir: &Path) -> Result<(), PluginError> {
+        let replay_tensors = if self.config.checkpoint_replay {
+            self.replay.to_tensors()?
+        } else {
+            Vec::new()
+        };
+        let mut named: Vec<(String, &Tensor)> = Vec::new();
+        for (prefix, net) in [("online.", &self.online), ("target.", &self.target)] {
+            named.extend(
+                net.named_parameters()
+                    .into_iter()
+                    .map(|(n, t)| (format!("{prefix}{n}"), t)),
+            );
+        }
+        named.extend(self.optimizer.named_state());
+        named.extend(replay_tensors.iter().map(|(n, t)| (n.clone(), t)));
+        checkpoint::save(dir, &named, &self.saved_state())
+    }
+
+    pub(crate) fn load_from(&mut self, dir: &Path) -> Result<(), PluginError> {
+        let (tensors, state): (_, SavedState) = checkpoint::load(dir, self.device)?;
+        checkpoint::refuse_mismatch(
+            dir,
+            "config",
+            &tli_plugin_kit::config::differing_keys(&state.config, &self.config),
+        )?;
+        self.nstep.check_compatible(&state.nstep, self.obs_dim)?;
+        if state.env_steps < state.requested {
+            return Err(PluginError::io(format!(
+                "checkpoint counters are inconsistent: {} transitions made, {} asked for",
+                state.env_steps, state.requested
+            )));
+        }
+        // The environment check (data fingerprint, sizes) comes before any change.
+        self.envs.restore(state.envs)?;
+        self.online.load_named(&tensors, "online.")?;
+        self.target.load_named(&tensors, "target.")?;
+        self.optimizer.load_named(&tensors, state.optimizer_steps)?;
+        if state.replay_saved {
+            self.replay
+                .load(&tensors, state.replay_len, state.replay_pos)?;
+        } else {
+            self.host.warn(
+                "checkpoint holds no replay buffer (checkpoint_replay = false): training \
+                 resumes with an empty buffer and differs from an uninterrupted run",
+            );
+            self.replay.clear();
+        }
+        self.envs.observe(&mut self.obs)?;
+        self.nstep = state.nstep;
+        self.requested = state.requested;
+        self.env_steps = state.env_steps;
+        self.updates = state.updates;
+        self.explore_rng = state.explore_rng;
+        self.replay_rng = state.replay_rng;
+        self.episodes = state.episodes;
+        self.recent_returns = state.recent_returns.into_iter().collect();
+        self.recent_pnl = state.recent_pnl.into_iter().collect();
+        self.valid_metrics = state.valid_metrics;
+        Ok(())
+    }
+}

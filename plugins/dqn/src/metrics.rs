@@ -1,0 +1,126 @@
+//! What the DQN trainer reports: per-call training metrics (loss, Q, gradient
+//! norm averaged over the call's gradient steps; recent episode returns) and
+//! the greedy evaluation.
+
+use crate::{eval, DqnTrainer, EnvKind, RECENT};
+use std::collections::VecDeque;
+use tch::Tensor;
+use tli_plugin_api::{Metric, PluginError};
+use tli_plugin_kit::{data::Split, TchResultExt};
+
+/// Sums over the gradient steps of one `step` call.
+#[derive(Default)]
+pub(crate) struct CallStats {
+    pub updates: u64,
+    pub loss: Option<Tensor>,
+    pub q: Option<Tensor>,
+    pub grad_norm: Option<Tensor>,
+}
+
+impl CallStats {
+    pub fn add(slot: &mut Option<Tensor>, x: Tensor) -> Result<(), PluginError> {
+        *slot = Some(match slot.take() {
+            None => x,
+            Some(s) => s.f_add(&x).plugin_err("accumulating metrics")?,
+        });
+        Ok(())
+    }
+    fn mean(slot: &Option<Tensor>, n: u64) -> Result<Option<f64>, PluginError> {
+        match slot {
+            None => Ok(None),
+            Some(t) => Ok(Some(
+                t.f_double_value(&[]).plugin_err("reading metrics")? / n.max(1) as f64,
+            )),
+        }
+    }
+}
+
+impl DqnTrainer {
+    pub(crate) fn step_metrics(&self, stats: &CallStats) -> Result<Vec<Metric>, PluginError> {
+        let mut m = vec![
+            Metric::new("epsilon", self.epsilon()),
+            Metric::new("learning_rate", self.learning_rate()),
+            Metric::new("episodes", self.episodes as f64),
+            Metric::new("env_steps", self.env_steps as f64),
+            Metric::new("gradient_steps", self.updates as f64),
+            Metric::new("replay_size", self.replay.len() as f64),
+        ];
+        if let Some(loss) = CallStats::mean(&stats.loss, stats.updates)? {
+            m.push(Metric::new("train_loss", loss));
+            m.push(Metric::new("td_loss", loss));
+        }
+        if let Some(q) = CallStats::mean(&stats.q, stats.updates)? {
+            m.push(Metric::new("q_mean", q));
+        }
+        if let Some(g) = CallStats::mean(&stats.grad_norm, stats.updates)? {
+            m.push(Metric::new("grad_norm", g));
+        }
+        if !self.recent_returns.is_empty() {
+            m.push(Metric::new(
+                "episodic_return_mean20",
+                mean(&self.recent_returns),
+            ));
+        }
+        if !self.recent_pnl.is_empty() {
+            m.push(Metric::new("episodic_pnl_mean20", mean(&self.recent_pnl)));
+        }
+        if let Some(valid) = &self.valid_metrics {
+            m.extend(valid.iter().map(|(k, v)| Metric::new(k, *v)));
+        }
+        Ok(m)
+    }
+
+    /// Greedy evaluation: CartPole episodes, or the validation and test splits.
+    pub(crate) fn evaluation(&mut self) -> Result<Vec<Metric>, PluginError> {
+        let mut metrics = Vec::new();
+        match self.config.env {
+            EnvKind::Cartpole => {
+                let returns = eval::cartpole_returns(
+                    &self.online,
+                    self.config.eval_episodes,
+                    self.eval_seed,
+                    self.device,
+                )?;
+                let m = returns.iter().sum::<f64>() / returns.len().max(1) as f64;
+                let min = returns.iter().copied().fold(f64::INFINITY, f64::min);
+                metrics.push(Metric::new("eval_return_mean", m));
+                metrics.push(Metric::new("eval_return_min", min));
+            }
+            EnvKind::Trading => {
+                let mut any = false;
+                for (split, prefix) in [(Split::Validation, "valid_"), (Split::Test, "test_")] {
+                    match eval::trading_split(
+                        &self.online,
+                        &self.dataset,
+                        split,
+                        &self.config.trading,
+                        self.device,
+                    ) {
+                        Ok(c) => {
+                            any = true;
+                            metrics.extend(eval::split_metrics(&c, prefix));
+                        }
+                        Err(e) => self.host.warn(&format!("not evaluated: {}", e.message)),
+                    }
+                }
+                if !any {
+                    return Err(PluginError::invalid_data(
+                        "neither the validation nor the test split is long enough to evaluate",
+                    ));
+                }
+            }
+        }
+        Ok(metrics)
+    }
+}
+
+pub(crate) fn push_recent(window: &mut VecDeque<f64>, x: f64) {
+    if window.len() == RECENT {
+        window.pop_front();
+    }
+    window.push_back(x);
+}
+
+fn mean(x: &VecDeque<f64>) -> f64 {
+    x.iter().sum::<f64>() / x.len().max(1) as f64
+}
