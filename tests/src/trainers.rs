@@ -72,3 +72,56 @@ pub fn as_map(metrics: &[Metric]) -> BTreeMap<String, f64> {
         .map(|m| (m.name.to_string(), m.value))
         .collect()
 }
+
+/// Checkpoint equivalence: N+M steps in one trainer equal N steps, a
+/// checkpoint, a fresh trainer that loads it, and M steps — the last call's
+/// step metrics and the evaluation agree exactly — and one `step(N+M)` call
+/// evaluates the same. Returns the straight run's last step metrics and its
+/// evaluation for further checks.
+pub fn assert_resumes_exactly(
+    plugin: &LoadedPlugin,
+    config: &str,
+    data: &RArc<Dataset>,
+    n: u64,
+    m: u64,
+) -> (BTreeMap<String, f64>, BTreeMap<String, f64>) {
+    let total = n + m;
+    let mut straight = trainer(plugin, config, 3, total, data);
+    assert_eq!(straight.step(n).expect("step").steps_done, n);
+    let last = straight.step(m).expect("step");
+    assert_eq!(last.steps_done, m);
+    assert_eq!(straight.total_steps().expect("total steps"), total);
+    let expected_eval = as_map(&straight.evaluate().expect("evaluate").metrics);
+    let expected_step = as_map(&last.metrics);
+    assert!(
+        expected_step.contains_key("train_loss"),
+        "no gradient step happened in the last call: {expected_step:?}"
+    );
+
+    let mut one_call = trainer(plugin, config, 3, total, data);
+    one_call.step(total).expect("step");
+    assert_eq!(
+        as_map(&one_call.evaluate().expect("evaluate").metrics),
+        expected_eval
+    );
+
+    let ckpt = tempfile::tempdir().expect("temporary directory");
+    let mut first = trainer(plugin, config, 3, total, data);
+    first.step(n).expect("step");
+    first
+        .save_checkpoint(ckpt.path())
+        .expect("save a checkpoint");
+    drop(first);
+    let mut resumed = trainer(plugin, config, 3, total, data);
+    resumed
+        .load_checkpoint(ckpt.path())
+        .expect("load the checkpoint");
+    assert_eq!(resumed.total_steps().expect("total steps"), n);
+    let after = resumed.step(m).expect("step");
+    assert_eq!(as_map(&after.metrics), expected_step);
+    assert_eq!(
+        as_map(&resumed.evaluate().expect("evaluate").metrics),
+        expected_eval
+    );
+    (expected_step, expected_eval)
+}

@@ -6,53 +6,18 @@
 //! Needs `cargo build --release -p tli-plugin-dqn` first (the test loads
 //! `target/release/libtli_plugin_dqn.so`).
 
-use abi_stable::std_types::RArc;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use tli_e2e_tests::trainers::*;
 use tli_e2e_tests::*;
-use tli_host::registry::{LoadedPlugin, PluginRegistry};
+use tli_host::registry::PluginRegistry;
 use tli_host::services::TaskServices;
-use tli_plugin_api::{Dataset, ErrorCode};
+use tli_plugin_api::ErrorCode;
 
 fn registry() -> (PluginDir, PluginRegistry) {
     registry_of(DQN, "dqn")
-}
-
-/// N+M in one trainer equals N, save, a fresh trainer, load, M: the last
-/// call's step metrics and the evaluation agree exactly; one `step(N+M)`
-/// call evaluates the same as well.
-fn check_resume(plugin: &LoadedPlugin, config: &str, data: &RArc<Dataset>, n: u64, m: u64) {
-    let total = n + m;
-    let mut straight = trainer(plugin, config, 3, total, data);
-    assert_eq!(straight.step(n).unwrap().steps_done, n);
-    let last = straight.step(m).unwrap();
-    assert_eq!(last.steps_done, m);
-    assert_eq!(straight.total_steps().unwrap(), total);
-    let expected_eval = as_map(&straight.evaluate().unwrap().metrics);
-    let expected_step = as_map(&last.metrics);
-    assert!(
-        expected_step.contains_key("train_loss"),
-        "no gradient step happened in the last call: {expected_step:?}"
-    );
-
-    let mut one_call = trainer(plugin, config, 3, total, data);
-    one_call.step(total).unwrap();
-    assert_eq!(as_map(&one_call.evaluate().unwrap().metrics), expected_eval);
-
-    let ckpt = tempfile::tempdir().unwrap();
-    let mut first = trainer(plugin, config, 3, total, data);
-    first.step(n).unwrap();
-    first.save_checkpoint(ckpt.path()).unwrap();
-    drop(first);
-    let mut resumed = trainer(plugin, config, 3, total, data);
-    resumed.load_checkpoint(ckpt.path()).unwrap();
-    assert_eq!(resumed.total_steps().unwrap(), n);
-    let after = resumed.step(m).unwrap();
-    assert_eq!(as_map(&after.metrics), expected_step);
-    assert_eq!(as_map(&resumed.evaluate().unwrap().metrics), expected_eval);
 }
 
 #[test]
@@ -65,13 +30,13 @@ fn cartpole_resumes_exactly_from_a_checkpoint() {
     let base = r#"{"env": "cartpole", "num_envs": 3, "hidden_sizes": [32, 32],
         "learning_starts": 100, "train_frequency": 4, "gradient_steps": 2,
         "target_update_interval": 50, "buffer_size": 400, "batch_size": 16}"#;
-    check_resume(dqn, base, &data, 250, 170);
+    assert_resumes_exactly(dqn, base, &data, 250, 170);
     // Dueling head, 3-step returns, Polyak target updates, plain (not double) Q.
     let options = r#"{"env": "cartpole", "num_envs": 2, "hidden_sizes": [16],
         "dueling": true, "n_step": 3, "tau": 0.1, "target_update_interval": 4,
         "double_q": false, "learning_starts": 64, "train_frequency": 3,
         "buffer_size": 1000, "batch_size": 8}"#;
-    check_resume(dqn, options, &data, 131, 90);
+    assert_resumes_exactly(dqn, options, &data, 131, 90);
 }
 
 #[test]
@@ -84,7 +49,7 @@ fn trading_resumes_exactly_from_a_checkpoint() {
         "train_frequency": 2, "target_update_interval": 25, "buffer_size": 300,
         "batch_size": 16, "n_step": 2, "valid_metrics_interval": 100,
         "trading": {"window": 4, "episode_len": 64}}"#;
-    check_resume(dqn, config, &data, 123, 200);
+    assert_resumes_exactly(dqn, config, &data, 123, 200);
 }
 
 #[test]
