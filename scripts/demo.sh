@@ -7,6 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 TLI=${TLI:-target/release/tli}
 STEPS=${STEPS:-300}
+RL_STEPS=${RL_STEPS:-5000}
 state=$(mktemp -d)
 host_pid=""
 cleanup() {
@@ -36,15 +37,21 @@ done
 export TLI_ENDPOINT="http://$address"
 echo "demo: host listening on $TLI_ENDPOINT"
 
-plugin_args=()
 "$TLI" plugins list
-for p in $("$TLI" plugins list -o json | python3 -c 'import json, sys; print(" ".join(p["name"] for p in json.load(sys.stdin)["plugins"]))'); do
-  plugin_args+=(-p "$p")
-done
-job=$("$TLI" train start --name demo "${plugin_args[@]}" \
-  -a data/samples/es_proxy_sp500_1d.dbn.zst -a data/samples/nq_proxy_nasdaq_1d.dbn.zst \
-  --steps "$STEPS" -o json | python3 -c 'import json, sys; print(json.load(sys.stdin)["job_id"])')
-echo "demo: job $job submitted (${#plugin_args[@]}/2 model(s) x 2 assets)"
+# Every installed plugin on both assets: forecasters for STEPS steps, the RL agents (whose first
+# updates need a few thousand environment steps) for RL_STEPS.
+"$TLI" plugins list -o json | STEPS="$STEPS" RL_STEPS="$RL_STEPS" python3 -c '
+import json, os, sys
+names = [p["name"] for p in json.load(sys.stdin)["plugins"]]
+rl = {"dqn", "ppo"}
+models = [{"plugin": n, "steps": int(os.environ["RL_STEPS" if n in rl else "STEPS"])} for n in names]
+json.dump({"name": "demo", "models": models,
+           "assets": [{"data": "data/samples/es_proxy_sp500_1d.dbn.zst"},
+                      {"data": "data/samples/nq_proxy_nasdaq_1d.dbn.zst"}],
+           "slice_steps": 50}, open(sys.argv[1], "w"))
+print(len(models))' "$state/job.json" > "$state/models"
+job=$("$TLI" train start --spec "$state/job.json" -o json | python3 -c 'import json, sys; print(json.load(sys.stdin)["job_id"])')
+echo "demo: job $job submitted ($(cat "$state/models") model(s) x 2 assets)"
 "$TLI" train watch "$job"
 "$TLI" train status "$job"
 "$TLI" resources
