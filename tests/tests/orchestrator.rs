@@ -436,3 +436,40 @@ fn a_forced_stop_cancels_without_a_checkpoint_and_honours_its_deadline() {
     run(&h); // the abandoned slice ends on its own; its reservation is then released
     assert!(h.store().open_reservations().unwrap().is_empty());
 }
+
+#[test]
+fn a_forced_stop_of_a_job_waits_one_deadline_for_all_its_tasks() {
+    let (state, plugins) = (tempfile::tempdir().unwrap(), plugins());
+    let h = host(state.path(), plugins.path(), Strategy::Auto, 1 << 30);
+    // Two plugins that ignore the cancel, each in a 10-step slice of 3 s.
+    let stubborn = spec(
+        r#"[{"plugin":"behaviour","steps":100000,"config":{"sleep_ms_per_step":300,"ignore_cancel":true}}]"#,
+        r#"[{"synthetic":{"rows":600,"seed":1}},{"synthetic":{"rows":600,"seed":2}}]"#,
+        r#"{"keep":1}"#,
+    );
+    let job = h.submit(&stubborn).unwrap();
+    while !h
+        .store()
+        .tasks_of(job)
+        .unwrap()
+        .iter()
+        .all(|t| t.state == TaskState::Running)
+    {
+        h.tick().unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    std::thread::sleep(Duration::from_millis(200)); // both inside their first slice
+    let started = std::time::Instant::now();
+    h.stop_job(job, Some(Duration::from_millis(800))).unwrap();
+    // One deadline for the job, not one per task (that would be 1.6 s or more).
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "stopping took {:?}",
+        started.elapsed()
+    );
+    for task in h.store().tasks_of(job).unwrap() {
+        assert_eq!(task.state, TaskState::Cancelled);
+    }
+    run(&h);
+    assert!(h.store().open_reservations().unwrap().is_empty());
+}

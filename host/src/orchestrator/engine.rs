@@ -549,52 +549,72 @@ impl Orchestrator {
     /// `cancelled` even if the plugin has not returned (its thread is then
     /// left to end on its own; its memory stays reserved until it does).
     pub fn stop_task(&self, task: TaskId, forced: Option<Duration>) -> Result<(), HostError> {
-        let state = self
+        self.stop_tasks(&[task], forced)
+    }
+
+    /// Stops every task of a job (see [`stop_task`](Self::stop_task)). A
+    /// forced stop tells all of them at once and waits one deadline in all.
+    pub fn stop_job(&self, job: JobId, forced: Option<Duration>) -> Result<(), HostError> {
+        let tasks: Vec<TaskId> = self
             .store
-            .task(task)?
-            .ok_or_else(|| HostError::Other(format!("no task {task}")))?
-            .state;
-        if state == TaskState::Queued && !lock(&self.active).contains_key(&task) {
-            self.store
-                .transition(task, TaskState::Cancelled, "stopped before it started")?;
-            return Ok(());
-        }
-        let Some((stop, cancel)) = lock(&self.active)
-            .get(&task)
-            .map(|a| (a.stop.clone(), a.plugin_cancel.clone()))
-        else {
-            return Ok(()); // not running: nothing to stop
-        };
-        match forced {
-            None => stop.store(StopRequest::Graceful as u8, Ordering::Release),
-            Some(deadline) => {
-                stop.store(StopRequest::Forced as u8, Ordering::Release);
-                cancel.store(true, Ordering::Release);
-                let until = Instant::now() + deadline;
-                while Instant::now() < until && lock(&self.active).contains_key(&task) {
-                    self.drain_events();
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                if lock(&self.active).contains_key(&task) {
-                    let _ = self.store.transition(
-                        task,
-                        TaskState::Cancelled,
-                        &format!(
-                            "forced stop: the plugin did not return within {:.1}s",
-                            deadline.as_secs_f64()
-                        ),
-                    );
+            .tasks_of(job)?
+            .into_iter()
+            .filter(|t| !t.state.is_finished())
+            .map(|t| t.id)
+            .collect();
+        self.stop_tasks(&tasks, forced)
+    }
+
+    fn stop_tasks(&self, tasks: &[TaskId], forced: Option<Duration>) -> Result<(), HostError> {
+        let mut signalled = Vec::new();
+        for &task in tasks {
+            let state = self
+                .store
+                .task(task)?
+                .ok_or_else(|| HostError::Other(format!("no task {task}")))?
+                .state;
+            if state == TaskState::Queued && !lock(&self.active).contains_key(&task) {
+                self.store
+                    .transition(task, TaskState::Cancelled, "stopped before it started")?;
+                continue;
+            }
+            let Some((stop, cancel)) = lock(&self.active)
+                .get(&task)
+                .map(|a| (a.stop.clone(), a.plugin_cancel.clone()))
+            else {
+                continue; // not running: nothing to stop
+            };
+            match forced {
+                None => stop.store(StopRequest::Graceful as u8, Ordering::Release),
+                Some(_) => {
+                    stop.store(StopRequest::Forced as u8, Ordering::Release);
+                    cancel.store(true, Ordering::Release);
+                    signalled.push(task);
                 }
             }
         }
-        Ok(())
-    }
-
-    /// Stops every task of a job (see [`stop_task`](Self::stop_task)).
-    pub fn stop_job(&self, job: JobId, forced: Option<Duration>) -> Result<(), HostError> {
-        for task in self.store.tasks_of(job)? {
-            if !task.state.is_finished() {
-                self.stop_task(task.id, forced)?;
+        let Some(deadline) = forced else {
+            return Ok(());
+        };
+        let until = Instant::now() + deadline;
+        let still_running = |tasks: &[TaskId]| {
+            let active = lock(&self.active);
+            tasks.iter().any(|t| active.contains_key(t))
+        };
+        while Instant::now() < until && still_running(&signalled) {
+            self.drain_events();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        for task in signalled {
+            if lock(&self.active).contains_key(&task) {
+                let _ = self.store.transition(
+                    task,
+                    TaskState::Cancelled,
+                    &format!(
+                        "forced stop: the plugin did not return within {:.1}s",
+                        deadline.as_secs_f64()
+                    ),
+                );
             }
         }
         Ok(())
