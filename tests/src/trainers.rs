@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use tli_host::registry::{LoadedPlugin, PluginRegistry, TrainerHandle};
 use tli_host::sample_data::{synthetic_ar_dataset, SyntheticSpec};
 use tli_host::services::TaskServices;
-use tli_plugin_api::{Dataset, Metric, TaskSpec};
+use tli_plugin_api::{Dataset, MemoryBreakdown, Metric, TaskSpec};
 
 /// One libtorch intra-op thread on the calling thread (CI budget: one core).
 pub fn one_thread() {
@@ -124,4 +124,45 @@ pub fn assert_resumes_exactly(
         expected_eval
     );
     (expected_step, expected_eval)
+}
+
+/// Each `(config, key)` is refused as INVALID_CONFIG with a message naming
+/// `key`; a normalized config validates to itself; the manifest's default
+/// config is valid and its schema refuses unknown keys.
+pub fn assert_config_checks(plugin: &LoadedPlugin, refused: &[(&str, &str)], normal: &str) {
+    for (config, key) in refused {
+        let error = plugin
+            .validate_config(config)
+            .expect_err("a bad config was accepted");
+        assert_eq!(
+            error.code,
+            tli_plugin_api::ErrorCode::INVALID_CONFIG,
+            "{config}"
+        );
+        assert!(error.message.contains(key), "{config}: {error}");
+    }
+    let normalized = plugin.validate_config(normal).expect("a good config");
+    assert_eq!(
+        plugin
+            .validate_config(&normalized)
+            .expect("normalized config"),
+        normalized
+    );
+    plugin
+        .validate_config(&plugin.manifest.default_config.to_string())
+        .expect("the manifest's default config");
+    assert_eq!(plugin.manifest.config_schema["additionalProperties"], false);
+}
+
+/// The trainer's measured tensor bytes are within 25% of `estimate`, with
+/// gradients and optimizer state among them.
+pub fn assert_estimate_close(config: &str, estimate: &MemoryBreakdown, t: &TrainerHandle) {
+    let measured = t.memory().expect("memory");
+    let (e, m) = (estimate.total() as f64, measured.total() as f64);
+    eprintln!("estimate {e} bytes, measured {m} bytes");
+    assert!(
+        (e - m).abs() <= 0.25 * m,
+        "{config}: estimate {estimate:?} vs measured {measured:?}"
+    );
+    assert!(measured.gradients > 0 && measured.optimizer_state > 0);
 }

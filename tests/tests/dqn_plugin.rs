@@ -171,13 +171,7 @@ fn memory_estimate_matches_the_created_trainer() {
                 TaskServices::new("dqn", "m"),
             )
             .unwrap();
-        let measured = t.memory().unwrap();
-        let (e, m) = (estimate.total() as f64, measured.total() as f64);
-        assert!(
-            (e - m).abs() <= 0.25 * m,
-            "{config}: estimate {estimate:?} vs measured {measured:?}"
-        );
-        assert!(measured.gradients > 0 && measured.optimizer_state > 0);
+        assert_estimate_close(&config, &estimate, &t);
     }
 }
 
@@ -185,7 +179,7 @@ fn memory_estimate_matches_the_created_trainer() {
 fn bad_configs_are_refused_with_the_key_named() {
     let (_dir, registry) = registry();
     let dqn = registry.get("dqn").unwrap();
-    for (config, key) in [
+    let refused = [
         (r#"{"gamma": 2}"#, "gamma"),
         (r#"{"env": "pong"}"#, "env"),
         (r#"{"batch_size": 0}"#, "batch_size"),
@@ -194,17 +188,8 @@ fn bad_configs_are_refused_with_the_key_named() {
         (r#"{"trading": {"episode_len": 0}}"#, "episode_len"),
         (r#"{"dueling": true, "hidden_sizes": []}"#, "dueling"),
         (r#"[1, 2]"#, "object"),
-    ] {
-        let error = dqn.validate_config(config).unwrap_err();
-        assert_eq!(error.code, ErrorCode::INVALID_CONFIG, "{config}");
-        assert!(error.message.contains(key), "{config}: {error}");
-    }
-    // The normalized config validates to itself, and the manifest's default is valid.
-    let normalized = dqn.validate_config(r#"{"env": "cartpole"}"#).unwrap();
-    assert_eq!(dqn.validate_config(&normalized).unwrap(), normalized);
-    dqn.validate_config(&dqn.manifest.default_config.to_string())
-        .unwrap();
-    assert_eq!(dqn.manifest.config_schema["additionalProperties"], false);
+    ];
+    assert_config_checks(dqn, &refused, r#"{"env": "cartpole"}"#);
 }
 
 #[test]

@@ -228,14 +228,7 @@ fn memory_estimate_matches_the_created_trainer() {
             )
             .unwrap();
         for _ in 0..2 {
-            let measured = t.memory().unwrap();
-            let (e, m) = (estimate.total() as f64, measured.total() as f64);
-            eprintln!("estimate {e} bytes, measured {m} bytes");
-            assert!(
-                (e - m).abs() <= 0.25 * m,
-                "{config}: estimate {estimate:?} vs measured {measured:?}"
-            );
-            assert!(measured.gradients > 0 && measured.optimizer_state > 0);
+            assert_estimate_close(&config, &estimate, &t);
             // Measured again after training (gradients and buffers in use).
             t.step(300).unwrap();
         }
@@ -247,7 +240,7 @@ fn memory_estimate_matches_the_created_trainer() {
 fn bad_configs_are_refused_with_the_key_named() {
     let (_dir, registry) = registry();
     let ppo = registry.get("ppo").unwrap();
-    for (config, key) in [
+    let refused = [
         (r#"{"gamma": 2}"#, "gamma"),
         (r#"{"env": "pong"}"#, "env"),
         (r#"{"num_envs": 0}"#, "num_envs"),
@@ -259,17 +252,8 @@ fn bad_configs_are_refused_with_the_key_named() {
         (r#"{"trading": {"max_contracts": 1000}}"#, "max_contracts"),
         (r#"{"hidden_sizes": []}"#, "hidden_sizes"),
         (r#"[1, 2]"#, "object"),
-    ] {
-        let error = ppo.validate_config(config).unwrap_err();
-        assert_eq!(error.code, ErrorCode::INVALID_CONFIG, "{config}");
-        assert!(error.message.contains(key), "{config}: {error}");
-    }
-    // The normalized config validates to itself, and the manifest's default is valid.
-    let normalized = ppo.validate_config(r#"{"env": "cartpole"}"#).unwrap();
-    assert_eq!(ppo.validate_config(&normalized).unwrap(), normalized);
-    ppo.validate_config(&ppo.manifest.default_config.to_string())
-        .unwrap();
-    assert_eq!(ppo.manifest.config_schema["additionalProperties"], false);
+    ];
+    assert_config_checks(ppo, &refused, r#"{"env": "cartpole"}"#);
 
     // A dataset too short for one trading episode, and an unknown device.
     let tiny = synthetic(200);
