@@ -7,7 +7,7 @@
 CARGO ?= cargo
 TLI := target/release/tli
 
-.PHONY: all bootstrap proto-tools build test demo bench lint fmt doctor
+.PHONY: all bootstrap proto-tools build test demo bench lint fmt doctor install
 
 all: build
 
@@ -23,9 +23,11 @@ proto-tools:
 build: bootstrap
 	$(CARGO) build --release --workspace
 
-## test: everything from scratch: bootstrap, build, formatting check, the whole test suite
+## test: everything from scratch: bootstrap, build, formatting check, clippy on every target
+##       (warnings as errors, the [workspace.lints] of Cargo.toml included), the whole test suite
 test: build proto-tools
 	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 	$(CARGO) test --release --workspace
 
 ## demo: the main job: a host on the bundled sample data trains every installed model plugin
@@ -34,11 +36,16 @@ demo: build
 	./scripts/demo.sh
 	$(TLI) train local --plugin template --steps 400 --seed 42
 
+## install: tli into PREFIX/bin, stripped plugins into PREFIX/lib/tli/plugins (found without flags)
+PREFIX ?= /usr/local
+install: build
+	./scripts/install.sh "$(PREFIX)"
+
 ## bench: the benchmarks recorded in docs/benchmarks.md
 bench: build
 	$(CARGO) bench -p tli-host --bench plugin_abi
 
-## lint: clippy on every target, warnings as errors
+## lint: clippy on every target, warnings as errors (also part of `make test`)
 lint: bootstrap
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 

@@ -6,14 +6,14 @@
 //! status-call latency percentiles and the training throughput (steps/s
 //! summed over tasks) in both phases — the slowdown the watchers cause.
 
-mod common;
-use common::profile_dir;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tli_host::api::{self, ServerConfig, ShutdownSignal};
+use tli_host::api::ServerConfig;
 use tli_host::orchestrator::arbiter::Strategy;
-use tli_host::orchestrator::engine::{HostConfig, Orchestrator};
+use tli_host::orchestrator::engine::{Orchestrator, OrchestratorConfig};
+use tli_host::testing::{
+    orchestrator_config, plugin_model, synthetic_asset, ApiServer, PluginDir, TEMPLATE,
+};
 use tli_proto::v1 as pb;
 use tli_proto::v1::training_service_client::TrainingServiceClient;
 
@@ -57,79 +57,37 @@ fn pct(sorted: &[f64], p: f64) -> f64 {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let library = profile_dir().join("libtli_plugin_template.so");
-    if !library.exists() {
-        eprintln!(
-            "{} is missing: run `cargo build --release --workspace` first",
-            library.display()
-        );
-        std::process::exit(2);
-    }
-    let plugins = tempfile::tempdir().expect("temp dir");
-    std::fs::copy(&library, plugins.path().join("libtli_plugin_template.so")).expect("copy plugin");
+    let plugins = PluginDir::with(&[(TEMPLATE, "template")]);
     let state = tempfile::tempdir().expect("temp dir");
     let orchestrator = Arc::new(
-        Orchestrator::open(HostConfig {
-            state_dir: state.path().to_path_buf(),
-            plugin_dir: plugins.path().to_path_buf(),
-            contracts: None,
-            strategy: Strategy::Auto,
-            budget_bytes: Some(1 << 32),
-            margin: 0.1,
-            device: "cpu".into(),
-            cores: 2,
+        Orchestrator::open(OrchestratorConfig {
             resume_interrupted: false,
+            ..orchestrator_config(state.path(), plugins.path(), Strategy::Auto, 1 << 32)
         })
         .expect("open host"),
     );
-    let scheduling = orchestrator.clone();
-    let scheduler = std::thread::spawn(move || {
-        let _ = scheduling.run_until_shutdown(Duration::from_millis(20), |_| {});
-    });
-    let shutdown = ShutdownSignal::new();
-    let (router, _health) = api::router(
+    let mut server = ApiServer::start(
         orchestrator.clone(),
-        &shutdown,
+        Duration::from_millis(20),
         &ServerConfig {
             token: None,
             tls: None,
         },
     )
-    .await
-    .expect("router");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("address");
-    let mut stop = shutdown.subscribe();
-    tokio::spawn(
-        router.serve_with_incoming_shutdown(api::incoming(listener), async move {
-            let _ = stop.wait_for(|&s| s).await;
-        }),
-    );
-    let endpoint = format!("http://{addr}");
+    .await;
+    let endpoint = server.endpoint();
     let mut client = TrainingServiceClient::connect(endpoint.clone())
         .await
         .expect("connect");
-    let assets = (1..=8)
-        .map(|seed| pb::AssetSpec {
-            source: Some(pb::asset_spec::Source::Synthetic(pb::SyntheticAsset {
-                rows: 4000,
-                seed,
-            })),
-        })
-        .collect();
+    let assets = (1..=8).map(|seed| synthetic_asset(4000, seed)).collect();
     let job = client
         .start_training(pb::StartTrainingRequest {
             name: "load".into(),
-            model: Some(pb::ModelSpec {
-                steps: 1_000_000,
-                priority: 0,
-                config: Some(pb::model_spec::Config::Plugin(pb::PluginConfig {
-                    plugin: "template".into(),
-                    config_json: r#"{"hidden_sizes":[64,64],"batch_size":256}"#.into(),
-                })),
-            }),
+            model: Some(plugin_model(
+                "template",
+                1_000_000,
+                r#"{"hidden_sizes":[64,64],"batch_size":256}"#,
+            )),
             assets,
             checkpoint: Some(pb::CheckpointPolicy {
                 every_steps: 0,
@@ -196,12 +154,9 @@ async fn main() {
         "slowdown from the watchers: {:.1}%",
         100.0 * (1.0 - rate_watched / rate_alone.max(1e-9))
     );
-    shutdown.trigger();
-    orchestrator
-        .shutdown_flag()
-        .store(true, std::sync::atomic::Ordering::SeqCst);
+    server.signal_shutdown();
     for w in watchers {
         let _ = w.await;
     }
-    let _ = scheduler.join();
+    server.stop();
 }

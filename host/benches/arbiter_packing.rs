@@ -4,8 +4,9 @@
 //! 500 tasks are queued at time 0 on one device; their reservations are drawn
 //! log-uniformly between 1 % and 60 % of the budget, their durations are
 //! `100 × sqrt(size / budget) × U(0.5, 1.5)` time units (a seeded splitmix64,
-//! no RNG crate). An event-driven simulation (select; advance to the next
-//! completion; release; repeat) runs the queue under Sequential, Parallel(4)
+//! `tli_host::testing::SplitMix64`, as in the arbiter's property tests). An
+//! event-driven simulation (select; advance to the next completion; release;
+//! repeat) runs the queue under Sequential, Parallel(4)
 //! and Auto and reports the time-averaged fraction of the budget reserved
 //! (utilization), the makespan, the mean and maximum wait (start − submission)
 //! and the largest skip count any task reached. Then the mean wall-clock time
@@ -17,29 +18,12 @@ use std::hint::black_box;
 use std::time::Instant;
 use tli_host::orchestrator::arbiter::{Arbiter, Budget, Candidate, Strategy};
 use tli_host::orchestrator::TaskId;
+use tli_host::testing::SplitMix64 as Rng;
 
 const TASKS: usize = 500;
 const BUDGET: u64 = 80 << 30; // 80 GiB
 const SELECT_QUEUE: usize = 1000;
 const SELECT_RUNS: usize = 2000;
-
-/// splitmix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
 
 struct Task {
     bytes: u64,
@@ -77,7 +61,7 @@ fn arbiter(strategy: Strategy) -> Arbiter {
     Arbiter::new(
         strategy,
         Budget {
-            device: "cuda:0".to_string(),
+            device: tli_plugin_api::Device::Cuda(0),
             total_bytes: BUDGET,
         },
         0.0,

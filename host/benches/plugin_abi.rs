@@ -9,15 +9,12 @@
 //!
 //! Prints a Markdown table for docs/benchmarks.md.
 
-mod common;
-use common::profile_dir;
-
 use abi_stable::std_types::RArc;
 use std::time::Instant;
+use tli_data::synthetic_ar::{synthetic_ar_dataset, SyntheticArSpec};
 use tli_host::registry::PluginRegistry;
-use tli_host::sample_data::{synthetic_ar_dataset, SyntheticSpec};
 use tli_host::services::TaskServices;
-use tli_plugin_api::TaskSpec;
+use tli_host::testing::{cpu_task, library, synthetic, BEHAVIOUR, TEMPLATE};
 
 fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(|a, b| a.total_cmp(b));
@@ -25,16 +22,10 @@ fn median(mut xs: Vec<f64>) -> f64 {
 }
 
 fn main() {
-    let libs = ["tli_plugin_template", "tli_fixture_behaviour"];
+    let libs = [TEMPLATE, BEHAVIOUR];
     for lib in libs {
-        let path = profile_dir().join(format!("lib{lib}.so"));
-        if !path.exists() {
-            eprintln!(
-                "{} is missing: run `cargo build --release --workspace` first",
-                path.display()
-            );
-            std::process::exit(2);
-        }
+        // Built? (Otherwise this panics, saying how to build it.)
+        library(lib);
     }
     let work = tempfile::tempdir().expect("temporary directory");
 
@@ -47,11 +38,8 @@ fn main() {
         std::fs::create_dir_all(&dir).expect("create plugin dir");
         for lib in libs {
             let short = lib.rsplit('_').next().unwrap_or(lib);
-            std::fs::copy(
-                profile_dir().join(format!("lib{lib}.so")),
-                dir.join(format!("libtli_plugin_{short}.so")),
-            )
-            .expect("copy plugin");
+            std::fs::copy(library(lib), dir.join(format!("libtli_plugin_{short}.so")))
+                .expect("copy plugin");
         }
         let started = Instant::now();
         let registry = PluginRegistry::scan(&dir).expect("scan");
@@ -68,17 +56,7 @@ fn main() {
 
     // step(1) on a do-nothing trainer.
     let behaviour = registry.get("behaviour").expect("behaviour plugin");
-    let spec = TaskSpec {
-        task_id: "bench".into(),
-        config_json: "{}".into(),
-        device: "cpu".into(),
-        seed: 0,
-        max_steps: u64::MAX,
-        dataset: RArc::new(synthetic_ar_dataset(SyntheticSpec {
-            rows: 64,
-            ..SyntheticSpec::default()
-        })),
-    };
+    let spec = cpu_task("bench", "{}", 0, u64::MAX, &synthetic(64));
     let mut trainer = behaviour
         .create_trainer(spec.clone(), TaskServices::new("behaviour", "bench"))
         .expect("trainer");
@@ -100,7 +78,7 @@ fn main() {
     let config = template.validate_config("{}").expect("config");
     let mut spec = spec;
     spec.config_json = config.into();
-    spec.dataset = RArc::new(synthetic_ar_dataset(SyntheticSpec::default()));
+    spec.dataset = RArc::new(synthetic_ar_dataset(SyntheticArSpec::default()));
     let mut mlp = template
         .create_trainer(spec, TaskServices::new("template", "bench"))
         .expect("trainer");

@@ -7,45 +7,28 @@
 //! Times come from the store (millisecond resolution), so the table gives
 //! means over many hand-overs as well as percentiles.
 
-mod common;
-use common::profile_dir;
-
 use std::time::{Duration, Instant};
 use tli_host::orchestrator::arbiter::Strategy;
-use tli_host::orchestrator::engine::{HostConfig, Orchestrator};
+use tli_host::orchestrator::engine::{Orchestrator, OrchestratorConfig};
 use tli_host::orchestrator::job::JobSpec;
 use tli_host::orchestrator::state::TaskState;
+use tli_host::orchestrator::store::Store;
+use tli_host::testing::{orchestrator_config, PluginDir, BEHAVIOUR};
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
 fn main() {
-    let library = profile_dir().join("libtli_fixture_behaviour.so");
-    if !library.exists() {
-        eprintln!(
-            "{} is missing: run `cargo build --release --workspace` first",
-            library.display()
-        );
-        std::process::exit(2);
-    }
-    let plugins = tempfile::tempdir().expect("temp dir");
-    std::fs::copy(&library, plugins.path().join("libtli_plugin_behaviour.so"))
-        .expect("copy plugin");
+    let plugins = PluginDir::with(&[(BEHAVIOUR, "behaviour")]);
     println!("| poll interval | hand-overs | mean | p50 | p99 | max | wall time per task |");
     println!("|---|---:|---:|---:|---:|---:|---:|");
     for poll_ms in [1u64, 50] {
         let state = tempfile::tempdir().expect("temp dir");
-        let host = Orchestrator::open(HostConfig {
-            state_dir: state.path().to_path_buf(),
-            plugin_dir: plugins.path().to_path_buf(),
-            contracts: None,
-            strategy: Strategy::Sequential,
-            budget_bytes: Some(1 << 30),
-            margin: 0.1,
-            device: "cpu".into(),
+        let host = Orchestrator::open(OrchestratorConfig {
             cores: 1,
             resume_interrupted: false,
+            ..orchestrator_config(state.path(), plugins.path(), Strategy::Sequential, 1 << 30)
         })
         .expect("open host");
         let tasks = 100;
@@ -62,7 +45,7 @@ fn main() {
         host.run_until_idle(Duration::from_millis(poll_ms), |_| {})
             .expect("run");
         let wall = started.elapsed();
-        let store = host.store();
+        let store = Store::open_read_only(host.state_dir()).expect("store");
         let rows = store.tasks_of(job).expect("tasks");
         assert!(rows.iter().all(|t| t.state == TaskState::Completed));
         let mut timeline = store.reservation_timeline().expect("timeline");

@@ -2,6 +2,7 @@
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
+use tli_plugin_api::Device;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -131,7 +132,7 @@ pub struct HostOptions {
     pub margin: f64,
     /// `cpu` or `cuda:N`.
     #[arg(long, default_value = "cpu")]
-    pub device: String,
+    pub device: Device,
     /// Leave interrupted tasks alone instead of resuming them.
     #[arg(long)]
     pub no_resume: bool,
@@ -221,6 +222,9 @@ pub enum TrainCommand {
         /// Milliseconds between progress updates at least (0: the host's default, 500).
         #[arg(long, default_value_t = 0)]
         interval_ms: u32,
+        /// Also show running tasks' routine checkpoints (running ⇄ checkpointing).
+        #[arg(long, short = 'v')]
+        verbose: bool,
     },
     /// A job's tasks, states, progress and latest metrics.
     Status { job: u64 },
@@ -262,13 +266,16 @@ pub struct StartArgs {
     pub asset: Vec<String>,
     #[arg(long, default_value_t = 1000)]
     pub steps: u64,
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = crate::orchestrator::job::DEFAULT_SEED)]
     pub seed: u64,
     #[arg(long, default_value = "cpu")]
-    pub device: String,
+    pub device: Device,
     /// Follow the job after starting it.
     #[arg(long)]
     pub watch: bool,
+    /// With --watch: also show running tasks' routine checkpoints.
+    #[arg(long, short = 'v', requires = "watch")]
+    pub verbose: bool,
 }
 
 #[derive(Args, Debug)]
@@ -311,7 +318,7 @@ pub struct LocalArgs {
     pub seed: u64,
     /// `cpu` or `cuda:N`.
     #[arg(long, default_value = "cpu")]
-    pub device: String,
+    pub device: Device,
     /// libtorch intra-op threads (default: one per core).
     #[arg(long, value_parser = clap::value_parser!(i32).range(1..=1024))]
     pub threads: Option<i32>,

@@ -1,46 +1,52 @@
 //! `tli-host`: the tli host process and command line.
 //!
-//! * [`data`]: market data in (DBN, Parquet, CSV), contracts, synthetic bars, features.
 //! * [`registry`]: finds, checks and loads plugin libraries; wraps their calls.
 //! * [`elf_check`]: refuses truncated or foreign files before `dlopen` sees them.
+//! * [`error_chain`]: an error and its causes as one line for people.
 //! * [`services`]: what the host offers plugins (logging, cancellation).
 //! * [`orchestrator`]: jobs, tasks, the store, checkpoints, the memory arbiter.
 //! * [`local_train`]: training plugins in-process for N steps (`tli train local`).
-//! * [`sample_data`]: the deterministic synthetic dataset used offline.
+//! * [`plugin_configs`]: `--config` values and which one applies to which plugin.
 //! * [`libtorch_info`]: which libtorch this process runs on, and CUDA.
-//! * [`units`]: byte sizes formatted and parsed for people.
+//! * [`byte_size`]: byte sizes formatted and parsed for people.
 //! * [`api`]: the gRPC control API (`tli.v1`) over the orchestrator (`tli host serve`).
-//! * [`cli`] and [`commands`]: the `tli` command line (clap) and its output.
+//! * [`testing`]: fixtures shared by the integration tests and the benchmarks.
+//! * [`cli`] and [`commands`]: the `tli` command line (clap) and its output;
+//!   [`stdout`]: command output that ends quietly on a closed pipe.
 //!
 //! See docs/ARCHITECTURE.md for the whole map.
 
 pub mod api;
 pub mod cli;
 pub mod commands;
-pub mod data;
 pub mod elf_check;
+pub mod error_chain;
 pub mod libtorch_info;
 pub mod local_train;
 pub mod orchestrator;
+pub mod plugin_configs;
 pub mod registry;
-pub mod sample_data;
 pub mod services;
-pub mod units;
+pub mod stdout;
+pub mod testing;
+pub mod byte_size;
 
 use std::path::PathBuf;
 
 /// Where plugins are looked for when neither `--plugin-dir` nor
-/// `TLI_PLUGIN_DIR` is given: `<dir of tli>/plugins` if it exists, else the
-/// directory of the `tli` binary itself (where cargo puts the plugins it builds).
+/// `TLI_PLUGIN_DIR` is given, next to the `tli` binary: `plugins/` if it
+/// exists, else `../lib/tli/plugins` (the layout of `make install`) if it
+/// exists, else the binary's own directory (where cargo builds the plugins).
 pub fn default_plugin_dir() -> PathBuf {
     let exe_dir = std::env::current_exe()
         .ok()
         .and_then(|p| p.parent().map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from("."));
-    let nested = exe_dir.join("plugins");
-    if nested.is_dir() {
-        nested
-    } else {
-        exe_dir
-    }
+    [
+        exe_dir.join("plugins"),
+        exe_dir.join("../lib/tli/plugins"),
+    ]
+    .into_iter()
+    .find(|dir| dir.is_dir())
+    .unwrap_or(exe_dir)
 }

@@ -6,13 +6,14 @@
 //! a long-lived host go through the orchestrator instead.
 
 use crate::registry::{LoadedPlugin, PluginRegistry, TrainerHandle};
+use crate::plugin_configs::PluginConfigs;
 use crate::services::TaskServices;
 use abi_stable::std_types::RArc;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::Instant;
-use tli_plugin_api::{Dataset, MemoryBreakdown, Metric, PluginError, TaskSpec};
+use tli_plugin_api::{Dataset, Device, MemoryBreakdown, Metric, PluginError, TaskSpec};
 
 /// What to train.
 #[derive(Clone, Debug)]
@@ -21,10 +22,10 @@ pub struct LocalTrainRequest {
     pub steps: u64,
     /// Steps per `step(n)` call.
     pub slice: u64,
-    /// Plugin name → config JSON; `None` key = for every plugin.
-    pub configs: Vec<(Option<String>, String)>,
+    /// The `--config` values (which applies to which plugin: [`PluginConfigs`]).
+    pub configs: PluginConfigs,
     pub seed: u64,
-    pub device: String,
+    pub device: Device,
     /// libtorch intra-op threads (`None`: libtorch's default, one per core).
     pub threads: Option<i32>,
     /// Draw progress bars (otherwise a line every 10%).
@@ -119,19 +120,10 @@ pub fn run(
 }
 
 fn config_for(request: &LocalTrainRequest, plugin: &LoadedPlugin) -> String {
-    let specific = request
+    request
         .configs
-        .iter()
-        .rev()
-        .find(|(name, _)| name.as_deref() == Some(plugin.name()));
-    let general = request
-        .configs
-        .iter()
-        .rev()
-        .find(|(name, _)| name.is_none());
-    specific
-        .or(general)
-        .map(|(_, json)| json.clone())
+        .for_plugin(plugin.name())
+        .map(str::to_string)
         .unwrap_or_else(|| plugin.manifest.default_config.to_string())
 }
 
@@ -148,14 +140,14 @@ fn train_one(
         .map_err(|e| fail("invalid config", e))?;
     report.memory_estimate = Some(
         plugin
-            .estimate_memory(&config, dataset.shape(), &request.device)
+            .estimate_memory(&config, dataset.shape(), &request.device.to_string())
             .map_err(|e| fail("estimate_memory", e))?
             .into(),
     );
     let spec = TaskSpec {
         task_id: task_id.into(),
         config_json: config.into(),
-        device: request.device.as_str().into(),
+        device: request.device.to_string().into(),
         seed: request.seed,
         max_steps: request.steps,
         dataset: dataset.clone(),

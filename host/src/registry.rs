@@ -37,9 +37,10 @@ pub enum RegistryError {
     DirUnreadable { dir: PathBuf, cause: std::io::Error },
 }
 
-/// A plugin's manifest with Rust types.
+/// A plugin's manifest as the host keeps it: read once from the ABI form
+/// ([`tli_plugin_api::PluginManifest`]), configs and schema parsed as JSON.
 #[derive(Clone, Debug, Serialize)]
-pub struct ManifestInfo {
+pub struct ParsedManifest {
     pub name: String,
     pub version: String,
     pub api_version: String,
@@ -52,7 +53,7 @@ pub struct ManifestInfo {
 /// A plugin that loaded.
 pub struct LoadedPlugin {
     pub path: PathBuf,
-    pub manifest: ManifestInfo,
+    pub manifest: ParsedManifest,
     pub load_time: Duration,
     module: PluginModuleRef,
 }
@@ -154,7 +155,7 @@ fn load_plugin(path: &Path) -> Result<LoadedPlugin, String> {
     let parse_json = |what: &str, text: &str| {
         serde_json::from_str(text).map_err(|e| format!("its {what} is not valid JSON: {e}"))
     };
-    let manifest = ManifestInfo {
+    let manifest = ParsedManifest {
         default_config: parse_json("default config", &manifest.default_config)?,
         config_schema: parse_json("config schema", &manifest.config_schema)?,
         name: manifest.name.into_string(),

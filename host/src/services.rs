@@ -3,14 +3,12 @@
 //! shared flag tells the plugin when to stop.
 //!
 //! When the task runs under the orchestrator, lines at `info` and above also
-//! go to the job's watchers (through [`Live`]).
+//! go to a [`TaskLogSink`] (the orchestrator's: the job's watchers).
 //!
 //! Plugins have their own copy of every Rust static, so their own `tracing`
 //! or `log` calls would never reach the host's subscriber; this callback is
 //! the way in.
 
-use crate::orchestrator::live::Live;
-use crate::orchestrator::{JobId, TaskId};
 use abi_stable::{sabi_trait::TD_Opaque, std_types::RArc, std_types::RStr};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,15 +21,13 @@ pub struct TaskServices {
     plugin: String,
     task_id: String,
     cancelled: Arc<AtomicBool>,
-    watchers: Option<WatcherTap>,
+    sink: Option<Arc<dyn TaskLogSink>>,
 }
 
-/// Where a task's log lines go besides the host log.
-#[derive(Clone)]
-struct WatcherTap {
-    live: Arc<Live>,
-    job: JobId,
-    task: TaskId,
+/// Where a task's log lines at `info` and above go besides the host log.
+pub trait TaskLogSink: Send + Sync {
+    /// One line; `level` is `error`, `warn` or `info`.
+    fn log_line(&self, plugin: &str, level: &'static str, message: &str);
 }
 
 impl TaskServices {
@@ -40,7 +36,7 @@ impl TaskServices {
             plugin: plugin.to_string(),
             task_id: task_id.to_string(),
             cancelled: Arc::new(AtomicBool::new(false)),
-            watchers: None,
+            sink: None,
         }
     }
 
@@ -50,13 +46,13 @@ impl TaskServices {
             plugin: plugin.to_string(),
             task_id: task_id.to_string(),
             cancelled,
-            watchers: None,
+            sink: None,
         }
     }
 
-    /// Also passes the task's log lines (info and above) to its job's watchers.
-    pub fn with_watchers(mut self, live: Arc<Live>, job: JobId, task: TaskId) -> Self {
-        self.watchers = Some(WatcherTap { live, job, task });
+    /// Also passes the task's log lines (info and above) to `sink`.
+    pub fn with_log_sink(mut self, sink: Arc<dyn TaskLogSink>) -> Self {
+        self.sink = Some(sink);
         self
     }
 
@@ -97,8 +93,8 @@ impl HostServicesApi for TaskServices {
                 LogLevel::INFO => "info",
                 _ => return,
             };
-            if let Some(tap) = &self.watchers {
-                tap.live.log(tap.job, tap.task, plugin, level, message);
+            if let Some(sink) = &self.sink {
+                sink.log_line(plugin, level, message);
             }
         }));
     }

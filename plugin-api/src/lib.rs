@@ -3,6 +3,7 @@
 //!
 //! * [`abi`]: the FFI surface (root module, trainer and host-services trait
 //!   objects), checked for layout by abi_stable at load time.
+//! * [`device`]: the device string (`cpu`, `cuda:N`) parsed once, as [`Device`].
 //! * [`types`]: the plain data that crosses it (datasets as arrays, configs as
 //!   JSON, reports, errors).
 //! * [`plugin`]: the safe traits plugin authors implement, and
@@ -12,6 +13,7 @@
 //! See `docs/plugin-api.md` for the contract and the rules for evolving it.
 
 pub mod abi;
+pub mod device;
 mod guard;
 pub mod plugin;
 pub mod types;
@@ -22,6 +24,7 @@ pub use abi::{
     PluginModuleRef, TrainerBox,
 };
 pub use abi_stable;
+pub use device::{Device, DeviceParseError};
 pub use guard::guarded;
 pub use plugin::{Host, Manifest, Plugin, Trainer};
 pub use types::*;

@@ -1,6 +1,7 @@
-//! Helpers for the end-to-end tests: locate the built `tli` binary and plugin
-//! libraries (cargo puts them next to each other in `target/<profile>`),
-//! assemble throw-away plugin directories from them, and run `tli`.
+//! Helpers for the end-to-end tests (one binary, `tests/e2e/main.rs`): locate
+//! the built `tli` binary and plugin libraries (cargo puts them next to each
+//! other in `target/<profile>`), assemble throw-away plugin directories from
+//! them, run `tli`, and serve with it.
 //!
 //! The tests need the whole workspace built first (`make test` does
 //! `cargo build --release --workspace` before `cargo test --release`).
@@ -10,83 +11,20 @@ pub mod trainers;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// `target/<profile>`, derived from this test executable's own path
-/// (`target/<profile>/deps/<test>-<hash>`).
-pub fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.parent()
-        .and_then(Path::parent)
-        .map(Path::to_path_buf)
-        .expect("test executable lives in target/<profile>/deps")
-}
-
-/// A built artifact in `target/<profile>`, or a panic that says how to build it.
-pub fn artifact(file_name: &str) -> PathBuf {
-    let path = profile_dir().join(file_name);
-    assert!(
-        path.exists(),
-        "{} is missing: build the workspace first (cargo build --release --workspace, or make test)",
-        path.display()
-    );
-    path
-}
+// Artifact location and plugin directories are shared with the host's own
+// tests and benchmarks (one definition, in `tli_host::testing`).
+pub use tli_host::testing::{
+    artifact, library, profile_dir, PluginDir, BEHAVIOUR, DQN, FUTURE_API, NOT_A_PLUGIN, PPO,
+    TEMPLATE,
+};
 
 pub fn tli_binary() -> PathBuf {
     artifact("tli")
 }
 
-/// Library file of a workspace cdylib by its crate lib name.
-pub fn library(lib_name: &str) -> PathBuf {
-    artifact(&format!("lib{lib_name}.so"))
-}
-
-pub const TEMPLATE: &str = "tli_plugin_template";
-pub const DQN: &str = "tli_plugin_dqn";
-pub const PPO: &str = "tli_plugin_ppo";
-pub const BEHAVIOUR: &str = "tli_fixture_behaviour";
-pub const FUTURE_API: &str = "tli_fixture_future_api";
-pub const NOT_A_PLUGIN: &str = "tli_fixture_not_a_plugin";
-
-/// A temporary plugin directory filled with copies of built libraries.
-pub struct PluginDir {
-    dir: tempfile::TempDir,
-}
-
-impl PluginDir {
-    pub fn new() -> Self {
-        Self {
-            dir: tempfile::tempdir().expect("temporary directory"),
-        }
-    }
-
-    pub fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    /// Copies library `lib_name` in as `libtli_plugin_<as_name>.so`.
-    pub fn add(&self, lib_name: &str, as_name: &str) -> PathBuf {
-        let target = self.file(as_name);
-        std::fs::copy(library(lib_name), &target).expect("copy plugin library");
-        target
-    }
-
-    /// Adds the first `keep` bytes of library `lib_name`, as a truncated download would leave it.
-    pub fn add_truncated(&self, lib_name: &str, as_name: &str, keep: usize) -> PathBuf {
-        let bytes = std::fs::read(library(lib_name)).expect("read plugin library");
-        let target = self.file(as_name);
-        std::fs::write(&target, &bytes[..keep.min(bytes.len())]).expect("write truncated copy");
-        target
-    }
-
-    fn file(&self, as_name: &str) -> PathBuf {
-        self.path().join(format!("libtli_plugin_{as_name}.so"))
-    }
-}
-
-impl Default for PluginDir {
-    fn default() -> Self {
-        Self::new()
-    }
+/// The template and behaviour plugins (the orchestrator's and the CLI's tests).
+pub fn template_and_behaviour() -> PluginDir {
+    PluginDir::with(&[(TEMPLATE, "template"), (BEHAVIOUR, "behaviour")])
 }
 
 /// Runs `tli` with `args` against `plugin_dir`, without `LD_LIBRARY_PATH`
@@ -126,6 +64,19 @@ pub fn json(output: &Output) -> serde_json::Value {
             stderr(output)
         )
     })
+}
+
+/// Stdout as JSON of a run that must have succeeded (exit code and both
+/// streams in the panic message otherwise).
+pub fn ok_json(out: &Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "exit {:?}\n{}\n{}",
+        out.status.code(),
+        stdout(out),
+        stderr(out)
+    );
+    json(out)
 }
 
 /// A `tli host serve` child process on a free loopback port.

@@ -6,9 +6,13 @@ use crate::PluginDir;
 use abi_stable::std_types::RArc;
 use std::collections::BTreeMap;
 use tli_host::registry::{LoadedPlugin, PluginRegistry, TrainerHandle};
-use tli_host::sample_data::{synthetic_ar_dataset, SyntheticSpec};
 use tli_host::services::TaskServices;
+use tli_host::testing::cpu_task;
 use tli_plugin_api::{Dataset, MemoryBreakdown, Metric, TaskSpec};
+
+/// The synthetic AR(1) dataset (a planted predictable component) with `rows`
+/// rows, as the host's benchmarks use it.
+pub use tli_host::testing::synthetic;
 
 /// One libtorch intra-op thread on the calling thread (CI budget: one core).
 pub fn one_thread() {
@@ -25,24 +29,9 @@ pub fn registry_of(lib_name: &str, name: &str) -> (PluginDir, PluginRegistry) {
     (dir, registry)
 }
 
-/// The synthetic AR(1) dataset (a planted predictable component) with `rows` rows.
-pub fn synthetic(rows: usize) -> RArc<Dataset> {
-    RArc::new(synthetic_ar_dataset(SyntheticSpec {
-        rows,
-        ..SyntheticSpec::default()
-    }))
-}
-
-/// A CPU task of `max_steps` steps with an already checked `config`.
+/// A CPU task `test-<seed>` of `max_steps` steps with an already checked `config`.
 pub fn task_spec(config: &str, seed: u64, max_steps: u64, dataset: &RArc<Dataset>) -> TaskSpec {
-    TaskSpec {
-        task_id: format!("test-{seed}").as_str().into(),
-        config_json: config.into(),
-        device: "cpu".into(),
-        seed,
-        max_steps,
-        dataset: dataset.clone(),
-    }
+    cpu_task(&format!("test-{seed}"), config, seed, max_steps, dataset)
 }
 
 /// A trainer of `plugin` for `config` (checked by the plugin first).

@@ -15,6 +15,7 @@
 
 pub mod auth;
 pub mod convert;
+pub mod job_request;
 pub mod plugins;
 pub mod resources;
 pub mod training;
@@ -133,19 +134,8 @@ pub enum BuildError {
 fn with_tls(builder: Server, tls: &TlsPem) -> Result<Server, BuildError> {
     builder
         .tls_config(ServerTlsConfig::new().identity(Identity::from_pem(&tls.cert, &tls.key)))
-        .map_err(|e| {
-            // tonic's Display is only "transport error"; the reason is in the sources.
-            let mut reasons = Vec::new();
-            let mut source = std::error::Error::source(&e);
-            while let Some(s) = source {
-                reasons.push(s.to_string());
-                source = s.source();
-            }
-            if reasons.is_empty() {
-                reasons.push(e.to_string());
-            }
-            BuildError::Tls(reasons.join(": "))
-        })
+        // tonic's Display is only "transport error"; the reason is in the sources.
+        .map_err(|e| BuildError::Tls(crate::error_chain::error_chain(&e)))
 }
 
 /// Checks that the certificate and key make a TLS server configuration

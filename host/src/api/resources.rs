@@ -22,28 +22,23 @@ impl ResourceApi {
 
 /// The device as a message (reads the store and, on CUDA, the runtime).
 pub fn device(orchestrator: &Orchestrator) -> Result<pb::Device, Status> {
-    let r = orchestrator.resources();
-    let store = orchestrator.store();
-    let mut reservations = Vec::with_capacity(r.running.len());
-    for (task, bytes) in &r.running {
-        let measured = store
-            .task(*task)
-            .map_err(convert::store_error)?
-            .and_then(|t| t.measured_bytes);
-        reservations.push(pb::Reservation {
-            task_id: convert::id_to_proto(*task),
-            reserved_bytes: *bytes,
-            measured_bytes: measured,
-        });
-    }
+    let r = orchestrator.resources().map_err(convert::store_error)?;
+    let reservations = r
+        .running
+        .iter()
+        .map(|held| pb::Reservation {
+            task_id: convert::id_to_proto(held.task),
+            reserved_bytes: held.reserved_bytes,
+            measured_bytes: held.measured_bytes,
+        })
+        .collect();
     let cuda_info = r
         .budget
         .device
-        .strip_prefix("cuda:")
-        .and_then(|n| n.parse::<usize>().ok())
+        .cuda_index()
         .and_then(|index| cuda::mem_info(index).ok());
     Ok(pb::Device {
-        name: r.budget.device.clone(),
+        name: r.budget.device.to_string(),
         budget_bytes: r.budget.total_bytes,
         reserved_bytes: r.reserved_bytes,
         strategy: r.strategy.to_string(),

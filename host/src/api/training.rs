@@ -15,12 +15,12 @@
 //! made up is INVALID_ARGUMENT.
 
 use super::convert::{self, invalid, store_error};
+use super::job_request;
 use super::watch_hub::WatchHub;
 use super::{blocking, shutting_down, ShutdownSignal};
 use crate::orchestrator::engine::Orchestrator;
-use crate::orchestrator::state::TaskState;
-use crate::orchestrator::store::{JobRow, TaskRow};
-use crate::orchestrator::{JobId, TaskId};
+use crate::orchestrator::listing::{JobOrder, JobQuery};
+use crate::orchestrator::JobId;
 use std::sync::Arc;
 use std::time::Duration;
 use tli_proto::v1 as pb;
@@ -67,38 +67,12 @@ fn job_not_found(id: JobId) -> Status {
     Status::not_found(format!("job {id} not found"))
 }
 
-/// A job and its progress as a message; `None` for an unknown id.
-fn load_job(o: &Orchestrator, id: JobId) -> Result<Option<pb::Job>, Status> {
-    let Some(row) = o.store().job(id).map_err(store_error)? else {
-        return Ok(None);
-    };
-    let Some(progress) = o.job_progress(id).map_err(store_error)? else {
-        return Ok(None);
-    };
-    Ok(Some(convert::job(&row, &progress)))
-}
-
+/// A job and its progress as a message, NOT_FOUND for an unknown id.
 fn require_job(o: &Orchestrator, id: JobId) -> Result<pb::Job, Status> {
-    load_job(o, id)?.ok_or_else(|| job_not_found(id))
-}
-
-fn stoppable(state: TaskState) -> bool {
-    matches!(
-        state,
-        TaskState::Queued | TaskState::Running | TaskState::Checkpointing
-    )
-}
-
-/// "completed ×2, failed ×1", for messages.
-fn state_summary(tasks: &[TaskRow]) -> String {
-    TaskState::ALL
-        .iter()
-        .filter_map(|s| {
-            let n = tasks.iter().filter(|t| t.state == *s).count();
-            (n > 0).then(|| format!("{s} ×{n}", s = s.as_str()))
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
+    o.job_view(id)
+        .map_err(store_error)?
+        .map(|view| convert::job_view(&view))
+        .ok_or_else(|| job_not_found(id))
 }
 
 #[tonic::async_trait]
@@ -108,7 +82,7 @@ impl TrainingService for TrainingApi {
         request: Request<pb::StartTrainingRequest>,
     ) -> Result<Response<pb::StartTrainingResponse>, Status> {
         self.refuse_when_shutting_down()?;
-        let spec = convert::job_spec(request.get_ref())?;
+        let spec = job_request::job_spec(request.get_ref())?;
         let host_device = self.orchestrator.budget().device;
         if spec.device != host_device {
             return Err(Status::failed_precondition(format!(
@@ -141,7 +115,6 @@ impl TrainingService for TrainingApi {
         let orchestrator = self.orchestrator.clone();
         blocking(move || {
             orchestrator
-                .store()
                 .job(job)
                 .map_err(store_error)?
                 .map(|_| ())
@@ -188,40 +161,15 @@ impl TrainingService for TrainingApi {
             }))
         });
         let orchestrator = self.orchestrator.clone();
+        let task = match req.task_id {
+            0 => None,
+            id => Some(convert::task_id_from_proto(job, id)?),
+        };
         // A forced stop blocks for up to its deadline.
         let job = blocking(move || {
-            let store = orchestrator.store();
-            if store.job(job).map_err(store_error)?.is_none() {
-                return Err(job_not_found(job));
-            }
-            let tasks = store.tasks_of(job).map_err(store_error)?;
-            if req.task_id == 0 {
-                if !tasks.iter().any(|t| stoppable(t.state)) {
-                    return Err(Status::failed_precondition(format!(
-                        "job {job} has no queued or running task to stop ({})",
-                        state_summary(&tasks)
-                    )));
-                }
-                orchestrator
-                    .stop_job(job, forced)
-                    .map_err(convert::host_error)?;
-            } else {
-                let task_id: TaskId = convert::task_id_from_proto(job, req.task_id)?;
-                let Some(task) = tasks.iter().find(|t| t.id == task_id) else {
-                    return Err(Status::not_found(format!(
-                        "task {task_id} not found in job {job}"
-                    )));
-                };
-                if !stoppable(task.state) {
-                    return Err(Status::failed_precondition(format!(
-                        "task {task_id} of job {job} is {}; only queued or running tasks can be stopped",
-                        task.state.as_str()
-                    )));
-                }
-                orchestrator
-                    .stop_task(task_id, forced)
-                    .map_err(convert::host_error)?;
-            }
+            orchestrator
+                .stop(job, task, forced)
+                .map_err(convert::orchestrator_error)?;
             require_job(&orchestrator, job)
         })
         .await?;
@@ -236,11 +184,9 @@ impl TrainingService for TrainingApi {
         self.refuse_when_shutting_down()?;
         let orchestrator = self.orchestrator.clone();
         let (job, resumed) = blocking(move || {
-            let store = orchestrator.store();
-            if store.job(job).map_err(store_error)?.is_none() {
-                return Err(job_not_found(job));
-            }
-            let resumed = orchestrator.resume_job(job).map_err(convert::host_error)?;
+            let resumed = orchestrator
+                .resume_job(job)
+                .map_err(convert::orchestrator_error)?;
             Ok((require_job(&orchestrator, job)?, resumed))
         })
         .await?;
@@ -253,19 +199,12 @@ impl TrainingService for TrainingApi {
 
 // ----- listing --------------------------------------------------------------
 
-/// A checked `ListTrainingJobs` request.
+/// A checked `ListTrainingJobs` request: the orchestrator's query, and the
+/// page token's encoding of where a page continues.
 #[derive(Debug, Clone)]
 struct ListQuery {
-    /// Sorted, without duplicates.
-    states: Vec<TaskState>,
-    plugin: String,
-    asset: String,
-    after: i64,
-    before: i64,
-    order: pb::JobOrder,
-    page_size: usize,
-    /// The last job of the previous page.
-    after_job: Option<JobId>,
+    /// States sorted and without duplicates (the token's fingerprint needs one spelling).
+    query: JobQuery,
 }
 
 impl ListQuery {
@@ -282,8 +221,9 @@ impl ListQuery {
         states.sort_by_key(|s| convert::state_to_proto(Some(*s)) as i32);
         states.dedup();
         let order = match pb::JobOrder::try_from(req.order) {
-            Ok(pb::JobOrder::Unspecified) => pb::JobOrder::NewestFirst,
-            Ok(order) => order,
+            Ok(pb::JobOrder::Unspecified | pb::JobOrder::NewestFirst) => JobOrder::NewestFirst,
+            Ok(pb::JobOrder::OldestFirst) => JobOrder::OldestFirst,
+            Ok(pb::JobOrder::Name) => JobOrder::Name,
             Err(_) => return Err(invalid(format!("order: {} is not a JobOrder", req.order))),
         };
         for (field, value) in [
@@ -314,33 +254,41 @@ impl ListQuery {
                 )))
             }
         };
-        let mut query = Self {
-            states,
-            plugin: req.plugin.clone(),
-            asset: req.asset.clone(),
-            after: req.created_after_unix_ms,
-            before: req.created_before_unix_ms,
-            order,
-            page_size: page_size as usize,
-            after_job: None,
+        let mut list = Self {
+            query: JobQuery {
+                states,
+                plugin: req.plugin.clone(),
+                asset: req.asset.clone(),
+                created_after_ms: req.created_after_unix_ms,
+                created_before_ms: req.created_before_unix_ms,
+                order,
+                page_size: page_size as usize,
+                after_job: None,
+            },
         };
-        query.after_job = query.parse_token(&req.page_token)?;
-        Ok(query)
+        list.query.after_job = list.parse_token(&req.page_token)?;
+        Ok(list)
     }
 
     /// FNV-1a (64 bit) of the anchor job, the filters and the order.
     fn fingerprint(&self, anchor: JobId) -> u64 {
-        let states: Vec<&str> = self.states.iter().map(|s| s.as_str()).collect();
+        let q = &self.query;
+        let states: Vec<&str> = q.states.iter().map(|s| s.as_str()).collect();
+        let order = match q.order {
+            JobOrder::NewestFirst => pb::JobOrder::NewestFirst,
+            JobOrder::OldestFirst => pb::JobOrder::OldestFirst,
+            JobOrder::Name => pb::JobOrder::Name,
+        };
         let text = format!(
             "tli.v1.ListTrainingJobs\n{anchor}\n{}\n{}:{}\n{}:{}\n{}\n{}\n{}",
             states.join(","),
-            self.plugin.len(),
-            self.plugin,
-            self.asset.len(),
-            self.asset,
-            self.after,
-            self.before,
-            self.order.as_str_name(),
+            q.plugin.len(),
+            q.plugin,
+            q.asset.len(),
+            q.asset,
+            q.created_after_ms,
+            q.created_before_ms,
+            order.as_str_name(),
         );
         let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
         for byte in text.bytes() {
@@ -378,64 +326,16 @@ impl ListQuery {
         Ok(Some(anchor))
     }
 
-    fn matches_time(&self, job: &JobRow) -> bool {
-        (self.after == 0 || job.created_ms >= self.after)
-            && (self.before == 0 || job.created_ms < self.before)
-    }
-
-    fn matches_tasks(&self, tasks: &[TaskRow]) -> bool {
-        (self.states.is_empty() || tasks.iter().any(|t| self.states.contains(&t.state)))
-            && (self.plugin.is_empty() || tasks.iter().any(|t| t.plugin == self.plugin))
-            && (self.asset.is_empty() || tasks.iter().any(|t| t.asset == self.asset))
-    }
-
     fn run(&self, o: &Orchestrator) -> Result<pb::ListTrainingJobsResponse, Status> {
-        let store = o.store();
-        let mut jobs = store.jobs().map_err(store_error)?;
-        match self.order {
-            pb::JobOrder::OldestFirst => jobs.sort_by_key(|j| j.id),
-            pb::JobOrder::Name => jobs.sort_by(|a, b| a.name.cmp(&b.name).then(a.id.cmp(&b.id))),
-            _ => jobs.sort_by_key(|j| std::cmp::Reverse(j.id)),
-        }
-        let start = match self.after_job {
-            None => 0,
-            Some(anchor) => {
-                jobs.iter().position(|j| j.id == anchor).ok_or_else(|| {
-                    invalid(format!(
-                        "page_token: refers to job {anchor}, which this server does not have"
-                    ))
-                })? + 1
-            }
-        };
-        let filter_tasks =
-            !self.states.is_empty() || !self.plugin.is_empty() || !self.asset.is_empty();
-        let mut page: Vec<&JobRow> = Vec::new();
-        let mut more = false;
-        for job in &jobs[start..] {
-            if !self.matches_time(job) {
-                continue;
-            }
-            if filter_tasks && !self.matches_tasks(&store.tasks_of(job.id).map_err(store_error)?) {
-                continue;
-            }
-            if page.len() == self.page_size {
-                more = true;
-                break;
-            }
-            page.push(job);
-        }
-        let next_page_token = match (more, page.last()) {
-            (true, Some(last)) => self.token(last.id),
+        let page = o
+            .list_jobs(&self.query)
+            .map_err(convert::orchestrator_error)?;
+        let next_page_token = match (page.more, page.jobs.last()) {
+            (true, Some(last)) => self.token(last.row.id),
             _ => String::new(),
         };
-        let mut out = Vec::with_capacity(page.len());
-        for row in page {
-            if let Some(progress) = o.job_progress(row.id).map_err(store_error)? {
-                out.push(convert::job(row, &progress));
-            }
-        }
         Ok(pb::ListTrainingJobsResponse {
-            jobs: out,
+            jobs: page.jobs.iter().map(convert::job_view).collect(),
             next_page_token,
         })
     }
@@ -458,7 +358,7 @@ mod tests {
         let q = query("").unwrap();
         let token = q.token(42);
         assert_eq!(token.len(), 32);
-        assert_eq!(query(&token).unwrap().after_job, Some(42));
+        assert_eq!(query(&token).unwrap().query.after_job, Some(42));
         for bad in ["x", "o10:abc", &token.to_uppercase(), &token[..31]] {
             let e = query(bad).unwrap_err();
             assert_eq!(e.code(), tonic::Code::InvalidArgument);

@@ -3,7 +3,7 @@
 //! However many clients watch a job, one feed task reads it: every interval
 //! (the shortest any of its watchers asked for) it reads the job's new state
 //! changes from the store and its progress (running tasks' steps and metrics
-//! from memory, [`Live`](crate::orchestrator::live::Live)), and broadcasts
+//! from memory, [`LiveProgress`](crate::orchestrator::live::LiveProgress)), and broadcasts
 //! them; in between it forwards the job's plugin log lines as they come.
 //! The feed ends when the job has finished or nobody watches any more.
 //!
@@ -357,16 +357,15 @@ struct JobSnapshot {
 }
 
 fn read_job(o: &Orchestrator, job: JobId, after_change: i64) -> Result<JobSnapshot, Status> {
-    let store = o.store();
     let not_found = || Status::not_found(format!("job {job} not found"));
-    let row = store.job(job).map_err(store_error)?.ok_or_else(not_found)?;
+    let row = o.job(job).map_err(store_error)?.ok_or_else(not_found)?;
     // Progress first: every state change up to this moment is read below,
     // so a finished job's changes all go out before `finished`.
     let progress = o
         .job_progress(job)
         .map_err(store_error)?
         .ok_or_else(not_found)?;
-    let changes = store
+    let changes = o
         .job_transitions_after(job, after_change)
         .map_err(store_error)?
         .iter()

@@ -2,12 +2,10 @@
 
 use super::{new_table, print_json};
 use crate::cli::{OutputFormat, SynthArgs};
-use crate::data::{
-    self, contracts::ContractBook, dbn_format, inspect, synth, timefmt, BarInterval, Format,
-};
-use crate::units::format_bytes;
+use crate::byte_size::format_bytes;
 use anyhow::{anyhow, Context, Result};
 use std::path::{Path, PathBuf};
+use tli_data::{contracts::ContractBook, dbn_format, inspect, synth, timefmt, BarInterval, Format};
 
 pub(super) fn synth(
     contracts: Option<&Path>,
@@ -30,7 +28,7 @@ pub(super) fn synth(
         Format::Dbn if !spec.single_contract => {
             dbn_format::write_parent(&args.out, &spec.symbol, spec.interval, &contract_bars)?
         }
-        _ if contract_bars.len() == 1 => data::write_bars(&args.out, &contract_bars[0].table)?,
+        _ if contract_bars.len() == 1 => tli_data::write_bars(&args.out, &contract_bars[0].table)?,
         _ => {
             return Err(anyhow!(
                 "{}: several contracts only fit a DBN file; use .dbn/.dbn.zst or --single-contract",
@@ -43,7 +41,7 @@ pub(super) fn synth(
     if output == OutputFormat::Json {
         return print_json(&summary);
     }
-    println!(
+    crate::outln!(
         "wrote {} ({}): {} contract(s), {} bars of {} {} from {} to {}, planted strength {}",
         args.out.display(),
         format_bytes(summary.bytes),
@@ -97,7 +95,7 @@ pub(super) fn inspect(
         for (k, v) in rows {
             table.add_row(vec![k.to_string(), v]);
         }
-        println!("{table}");
+        crate::outln!("{table}");
     }
     Ok(())
 }
@@ -126,8 +124,8 @@ fn roll_text(s: &inspect::Summary) -> String {
 
 pub(super) fn convert(input: &Path, output: &Path) -> Result<()> {
     Format::from_path(output)?;
-    let table = data::read_bars(input)?;
-    data::write_bars(output, &table)?;
+    let table = tli_data::read_bars(input)?;
+    tli_data::write_bars(output, &table)?;
     eprintln!(
         "wrote {} bars of {} to {}",
         table.len(),
@@ -163,6 +161,6 @@ pub(super) fn contracts(contracts: Option<&Path>, output: OutputFormat) -> Resul
             c.session.clone(),
         ]);
     }
-    println!("{table}");
+    crate::outln!("{table}");
     Ok(())
 }

@@ -1,10 +1,14 @@
 //! `tli host run` (the orchestrator in the foreground) and `tli host status`.
 
+use super::render::print_job;
+use super::view::{HostJobJson, JobJson, WireState};
 use super::{new_table, print_json};
+use crate::api::convert;
 use crate::cli::{HostOptions, HostRunArgs, OutputFormat};
-use crate::orchestrator::engine::{HostConfig, Orchestrator};
+use crate::orchestrator::engine::{Orchestrator, OrchestratorConfig};
 use crate::orchestrator::job::JobSpec;
-use crate::orchestrator::progress::{job_progress, JobProgress};
+use crate::orchestrator::listing::JobView;
+use crate::orchestrator::progress::job_progress;
 use crate::orchestrator::state::TaskState;
 use crate::orchestrator::store::Store;
 use anyhow::{anyhow, bail, Context, Result};
@@ -40,7 +44,7 @@ pub(super) fn open_host(
     let budget_bytes = opts
         .memory_budget
         .as_deref()
-        .map(|t| crate::units::parse_bytes(t).map_err(|e| anyhow!(e)))
+        .map(|t| crate::byte_size::parse_bytes(t).map_err(|e| anyhow!(e)))
         .transpose()
         .context("--memory-budget")?;
     if !(0.0..=10.0).contains(&opts.margin) {
@@ -51,14 +55,14 @@ pub(super) fn open_host(
             .map(|n| n.get())
             .unwrap_or(1)
     });
-    let host = Orchestrator::open(HostConfig {
+    let host = Orchestrator::open(OrchestratorConfig {
         state_dir: opts.state_dir.clone(),
         plugin_dir: plugin_dir.to_path_buf(),
         contracts: contracts.map(Path::to_path_buf),
         strategy,
         budget_bytes,
         margin: opts.margin,
-        device: opts.device.clone(),
+        device: opts.device,
         cores,
         resume_interrupted: !opts.no_resume,
     })?;
@@ -68,7 +72,7 @@ pub(super) fn open_host(
         opts.state_dir.display(),
         host.registry().loaded.len(),
         budget.device,
-        crate::units::format_bytes(budget.total_bytes),
+        crate::byte_size::format_bytes(budget.total_bytes),
         opts.strategy
     );
     Ok(host)
@@ -99,9 +103,9 @@ pub(super) fn run(
         );
     }
     if args.plan {
-        let jobs = all_progress(host.store(), None)?;
+        let jobs = shown_jobs(host.all_job_views()?);
         return if output == OutputFormat::Json {
-            print_json(&jobs)
+            print_host_json(&jobs)
         } else {
             print_plan(&jobs)
         };
@@ -115,19 +119,19 @@ pub(super) fn run(
         }
         if last_print.elapsed() >= Duration::from_secs(2) {
             last_print = Instant::now();
-            print_progress_lines(h.store());
+            print_progress_lines(h);
         }
     })?;
-    let jobs = all_progress(host.store(), None)?;
+    let jobs = shown_jobs(host.all_job_views()?);
     if output == OutputFormat::Json {
-        print_json(&jobs)?;
+        print_host_json(&jobs)?;
     } else {
         print_status(&jobs);
     }
     let failed: usize = jobs
         .iter()
-        .flat_map(|j| &j.tasks)
-        .filter(|t| t.state == TaskState::Failed)
+        .flat_map(|j| &j.progress.tasks)
+        .filter(|t| t.state == WireState::Known(TaskState::Failed))
         .count();
     if SIGNALLED.load(Ordering::SeqCst) {
         eprintln!("host stopped by signal; running tasks were checkpointed and resume at the next `tli host run`");
@@ -137,7 +141,22 @@ pub(super) fn run(
     Ok(())
 }
 
-fn print_plan(jobs: &[JobProgress]) -> Result<()> {
+/// Jobs as the client shows them (one conversion for `host` and `train`
+/// commands: the same task table and the same task JSON).
+fn shown_jobs(views: Vec<JobView>) -> Vec<JobJson> {
+    views
+        .iter()
+        .map(|v| JobJson::from(&convert::job_view(v)))
+        .collect()
+}
+
+/// `host run|status -o json`: a list of jobs whose tasks have the shape of
+/// `tli train status -o json`'s.
+fn print_host_json(jobs: &[JobJson]) -> Result<()> {
+    print_json(&jobs.iter().map(HostJobJson::from).collect::<Vec<_>>())
+}
+
+fn print_plan(jobs: &[JobJson]) -> Result<()> {
     let mut table = new_table(vec![
         "JOB",
         "TASK",
@@ -147,26 +166,26 @@ fn print_plan(jobs: &[JobProgress]) -> Result<()> {
         "MEMORY ESTIMATE",
     ]);
     for job in jobs {
-        for t in &job.tasks {
+        for t in &job.progress.tasks {
             table.add_row(vec![
-                job.job.to_string(),
-                t.task.to_string(),
+                job.job_id.to_string(),
+                t.task_id.to_string(),
                 t.plugin.clone(),
                 t.asset.clone(),
                 t.total_steps.to_string(),
-                crate::units::format_bytes(t.estimate_bytes),
+                crate::byte_size::format_bytes(t.estimate_bytes),
             ]);
         }
     }
-    println!("{table}");
+    crate::outln!("{table}");
     Ok(())
 }
 
-fn print_progress_lines(store: &Store) {
-    let Ok(jobs) = all_progress(store, None) else {
+fn print_progress_lines(host: &Orchestrator) {
+    let Ok(jobs) = host.all_job_views() else {
         return;
     };
-    for job in jobs.iter().filter(|j| !j.is_finished()) {
+    for job in jobs.iter().map(|j| &j.progress).filter(|j| !j.is_finished()) {
         let running: Vec<String> = job
             .tasks
             .iter()
@@ -188,84 +207,37 @@ fn print_progress_lines(store: &Store) {
     }
 }
 
-fn all_progress(store: &Store, only: Option<i64>) -> Result<Vec<JobProgress>> {
-    let mut out = Vec::new();
-    for job in store.jobs()? {
-        if only.is_some_and(|j| j != job.id) {
+/// `tli host status`: reads a state directory without a host (read-only,
+/// safe while one runs).
+pub(super) fn status(state_dir: &Path, job: Option<i64>, output: OutputFormat) -> Result<()> {
+    let store = Store::open_read_only(state_dir)?;
+    let mut views = Vec::new();
+    for row in store.jobs()?.into_iter().rev() {
+        if job.is_some_and(|j| j != row.id) {
             continue;
         }
-        if let Some(p) = job_progress(store, job.id)? {
-            out.push(p);
+        if let Some(progress) = job_progress(&store, row.id)? {
+            views.push(JobView { row, progress });
         }
     }
-    if let Some(j) = only {
-        if out.is_empty() {
+    if let Some(j) = job {
+        if views.is_empty() {
             bail!("no job {j} in this state directory");
         }
     }
-    Ok(out)
-}
-
-pub(super) fn status(state_dir: &Path, job: Option<i64>, output: OutputFormat) -> Result<()> {
-    let store = Store::open_read_only(state_dir)?;
-    let jobs = all_progress(&store, job)?;
+    let jobs = shown_jobs(views);
     if output == OutputFormat::Json {
-        return print_json(&jobs);
+        return print_host_json(&jobs);
     }
     if jobs.is_empty() {
-        println!("no jobs in {}", state_dir.display());
+        crate::outln!("no jobs in {}", state_dir.display());
     }
     print_status(&jobs);
     Ok(())
 }
 
-fn print_status(jobs: &[JobProgress]) {
+fn print_status(jobs: &[JobJson]) {
     for job in jobs {
-        println!(
-            "job {} {} — {:.1}% (cost-weighted)",
-            job.job,
-            job.name,
-            100.0 * job.weighted_fraction
-        );
-        let mut table = new_table(vec![
-            "TASK",
-            "PLUGIN",
-            "ASSET",
-            "STATE",
-            "STEPS",
-            "STEPS/S",
-            "ETA",
-            "LATEST METRICS",
-        ]);
-        for t in &job.tasks {
-            let metrics = t
-                .metrics
-                .iter()
-                .take(4)
-                .map(|(k, v)| format!("{k}={v:.4}"))
-                .collect::<Vec<_>>()
-                .join(" ");
-            let state = match &t.error {
-                Some(e) if t.state == TaskState::Failed => format!("failed: {e}"),
-                _ => t.state.to_string(),
-            };
-            table.add_row(vec![
-                t.task.to_string(),
-                t.plugin.clone(),
-                t.asset.clone(),
-                state,
-                format!("{}/{}", t.steps_done, t.total_steps),
-                if t.steps_per_second > 0.0 {
-                    format!("{:.0}", t.steps_per_second)
-                } else {
-                    "-".into()
-                },
-                t.eta_seconds
-                    .map(|s| format!("{s:.0}s"))
-                    .unwrap_or_else(|| "-".into()),
-                metrics,
-            ]);
-        }
-        println!("{table}");
+        print_job(job);
     }
 }

@@ -10,10 +10,13 @@
 
 mod data;
 mod host;
+mod plugin_table;
 mod plugins;
+mod render;
 mod remote;
 mod serve;
 mod train;
+mod view;
 
 use crate::cli::{Cli, Command, DataCommand, HostCommand, PluginsCommand, TrainCommand};
 use crate::registry::PluginRegistry;
@@ -43,12 +46,14 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Train { command } => remote::train(&cli, command),
         Command::Resources => remote::resources(&cli),
         Command::Completions { shell } => {
+            let mut script = Vec::new();
             clap_complete::generate(
                 *shell,
                 &mut <Cli as clap::CommandFactory>::command(),
                 "tli",
-                &mut std::io::stdout(),
+                &mut script,
             );
+            crate::stdout::write_bytes(&script);
             Ok(())
         }
         Command::Host { command } => match command {
@@ -74,7 +79,7 @@ fn scan(plugin_dir: &Path) -> Result<PluginRegistry> {
 
 fn print_json<T: Serialize>(value: &T) -> Result<()> {
     let text = serde_json::to_string_pretty(value)?;
-    println!("{text}");
+    crate::outln!("{text}");
     Ok(())
 }
 

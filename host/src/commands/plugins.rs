@@ -1,76 +1,20 @@
 //! `tli plugins list` and `tli doctor`.
 
+use super::plugin_table::{print_plugin_listing, print_refused, PluginListingJson};
 use super::{new_table, print_json, scan};
 use crate::cli::OutputFormat;
 use crate::libtorch_info;
-use crate::registry::PluginRegistry;
 use anyhow::Result;
 use serde::Serialize;
 use std::path::Path;
 
-#[derive(Serialize)]
-struct PluginRow<'a> {
-    name: &'a str,
-    version: &'a str,
-    api_version: &'a str,
-    family: &'a str,
-    description: &'a str,
-    path: String,
-    load_ms: f64,
-    default_config: &'a serde_json::Value,
-    config_schema: &'a serde_json::Value,
-}
-
-#[derive(Serialize)]
-struct PluginListing<'a> {
-    plugin_dir: String,
-    host_plugin_api: &'static str,
-    plugins: Vec<PluginRow<'a>>,
-    refused: &'a [crate::registry::RefusedPlugin],
-}
-
-fn listing(registry: &PluginRegistry) -> PluginListing<'_> {
-    PluginListing {
-        plugin_dir: registry.dir.display().to_string(),
-        host_plugin_api: tli_plugin_api::PLUGIN_API_VERSION,
-        plugins: registry
-            .loaded
-            .iter()
-            .map(|p| PluginRow {
-                name: &p.manifest.name,
-                version: &p.manifest.version,
-                api_version: &p.manifest.api_version,
-                family: &p.manifest.family,
-                description: &p.manifest.description,
-                path: p.path.display().to_string(),
-                load_ms: p.load_time.as_secs_f64() * 1e3,
-                default_config: &p.manifest.default_config,
-                config_schema: &p.manifest.config_schema,
-            })
-            .collect(),
-        refused: &registry.refused,
-    }
-}
-
 pub(super) fn list(plugin_dir: &Path, output: OutputFormat) -> Result<()> {
     let registry = scan(plugin_dir)?;
-    let listing = listing(&registry);
+    let listing = PluginListingJson::from(&registry);
     if output == OutputFormat::Json {
         return print_json(&listing);
     }
-    println!("plugin directory: {}", listing.plugin_dir);
-    let mut table = new_table(vec!["NAME", "VERSION", "API", "FAMILY", "DESCRIPTION"]);
-    for p in &listing.plugins {
-        table.add_row(vec![
-            p.name,
-            p.version,
-            p.api_version,
-            p.family,
-            p.description,
-        ]);
-    }
-    println!("{table}");
-    print_refused(&registry);
+    print_plugin_listing(&listing, "plugin directory");
     if registry.loaded.is_empty() {
         eprintln!(
             "no plugins loaded from {}; build them (make build) or point --plugin-dir / TLI_PLUGIN_DIR at their directory",
@@ -80,19 +24,13 @@ pub(super) fn list(plugin_dir: &Path, output: OutputFormat) -> Result<()> {
     Ok(())
 }
 
-fn print_refused(registry: &PluginRegistry) {
-    for r in &registry.refused {
-        println!("refused {}: {}", r.path.display(), r.reason);
-    }
-}
-
 #[derive(Serialize)]
-struct DoctorReport<'a> {
+struct DoctorReport {
     tli_version: &'static str,
     plugin_api_version: &'static str,
     libtorch: libtorch_info::LibtorchInfo,
     cuda_memory: String,
-    plugins: PluginListing<'a>,
+    plugins: PluginListingJson,
 }
 
 pub(super) fn doctor(plugin_dir: &Path, output: OutputFormat) -> Result<()> {
@@ -103,7 +41,7 @@ pub(super) fn doctor(plugin_dir: &Path, output: OutputFormat) -> Result<()> {
         plugin_api_version: tli_plugin_api::PLUGIN_API_VERSION,
         libtorch,
         cuda_memory: crate::orchestrator::cuda::describe(),
-        plugins: listing(&registry),
+        plugins: PluginListingJson::from(&registry),
     };
     if output == OutputFormat::Json {
         return print_json(&report);
@@ -132,7 +70,7 @@ pub(super) fn doctor(plugin_dir: &Path, output: OutputFormat) -> Result<()> {
                 .plugins
                 .plugins
                 .iter()
-                .map(|p| p.name)
+                .map(|p| p.name.as_str())
                 .collect::<Vec<_>>()
                 .join(", "),
         ),
@@ -141,8 +79,8 @@ pub(super) fn doctor(plugin_dir: &Path, output: OutputFormat) -> Result<()> {
     for (k, v) in rows {
         table.add_row(vec![k.to_string(), v]);
     }
-    println!("{table}");
-    print_refused(&registry);
+    crate::outln!("{table}");
+    print_refused(&report.plugins);
     Ok(())
 }
 

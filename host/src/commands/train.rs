@@ -2,23 +2,25 @@
 
 use super::{new_table, print_json, scan};
 use crate::cli::{LocalArgs, OutputFormat};
-use crate::data::{self, contracts::ContractBook, features::FeatureConfig};
+use crate::plugin_configs::PluginConfigs;
 use crate::local_train::{self, LocalTrainRequest};
-use crate::sample_data::{synthetic_ar_dataset, SyntheticSpec};
-use crate::units::format_bytes;
+use crate::byte_size::format_bytes;
 use abi_stable::std_types::RArc;
 use anyhow::{bail, Context, Result};
 use std::io::IsTerminal;
 use std::path::Path;
+use tli_data::contracts::ContractBook;
+use tli_data::features::FeatureConfig;
+use tli_data::synthetic_ar::{synthetic_ar_dataset, SyntheticArSpec};
 use tli_plugin_api::Dataset;
 
 /// The bar file through the feature pipeline, or the synthetic AR(1) dataset.
 fn dataset_for(contracts: Option<&Path>, args: &LocalArgs) -> Result<Dataset> {
     let Some(path) = &args.data else {
-        return Ok(synthetic_ar_dataset(SyntheticSpec {
+        return Ok(synthetic_ar_dataset(SyntheticArSpec {
             rows: args.rows as usize,
             seed: args.seed,
-            ..SyntheticSpec::default()
+            ..SyntheticArSpec::default()
         }));
     };
     let config: FeatureConfig = match &args.features {
@@ -27,31 +29,12 @@ fn dataset_for(contracts: Option<&Path>, args: &LocalArgs) -> Result<Dataset> {
         }
         None => FeatureConfig::default(),
     };
-    let table = data::read_bars(path)?;
+    let table = tli_data::read_bars(path)?;
     let book = ContractBook::load(contracts)?;
     let contract = book.lookup(&table.symbol)?;
-    Ok(data::features::build_dataset(&table, contract, &config)?)
-}
-
-/// Splits a `--config` value into (plugin, JSON text), reading `@file`s.
-pub(super) fn parse_config_arg(arg: &str) -> Result<(Option<String>, String)> {
-    let trimmed = arg.trim_start();
-    let (plugin, value) = if trimmed.starts_with('{') || trimmed.starts_with('@') {
-        (None, trimmed)
-    } else {
-        match trimmed.split_once('=') {
-            Some((name, value)) => (Some(name.trim().to_string()), value.trim_start()),
-            None => bail!("--config {arg:?}: expected JSON, @file, PLUGIN=JSON or PLUGIN=@file"),
-        }
-    };
-    let json = match value.strip_prefix('@') {
-        Some(path) => std::fs::read_to_string(path)
-            .with_context(|| format!("--config: cannot read config file {path}"))?,
-        None => value.to_string(),
-    };
-    serde_json::from_str::<serde_json::Value>(&json)
-        .with_context(|| format!("--config {arg:?} is not valid JSON"))?;
-    Ok((plugin, json))
+    Ok(tli_data::features::build_dataset(
+        &table, contract, &config,
+    )?)
 }
 
 pub(super) fn local(
@@ -60,11 +43,7 @@ pub(super) fn local(
     args: &LocalArgs,
     output: OutputFormat,
 ) -> Result<()> {
-    let configs = args
-        .config
-        .iter()
-        .map(|c| parse_config_arg(c))
-        .collect::<Result<Vec<_>>>()?;
+    let configs = PluginConfigs::parse(&args.config, &args.plugins)?;
     let dataset = RArc::new(dataset_for(contracts, args)?);
     eprintln!(
         "dataset {}: {} rows x {} features ({} train / {} validation / {} test)",
@@ -89,7 +68,7 @@ pub(super) fn local(
         slice: args.slice,
         configs,
         seed: args.seed,
-        device: args.device.clone(),
+        device: args.device,
         threads: args.threads,
         interactive: std::io::stderr().is_terminal(),
     };
@@ -134,9 +113,9 @@ pub(super) fn local(
                 memory,
             ]);
         }
-        println!("{table}");
+        crate::outln!("{table}");
         for r in reports.iter().filter(|r| r.error.is_some()) {
-            println!(
+            crate::outln!(
                 "{} failed: {}",
                 r.plugin,
                 r.error.as_deref().unwrap_or_default()
@@ -148,25 +127,4 @@ pub(super) fn local(
         bail!("{failed} of {} training run(s) failed", reports.len());
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::units::format_bytes;
-
-    #[test]
-    fn config_args_are_routed_and_checked() {
-        assert_eq!(
-            parse_config_arg("{\"a\":1}").unwrap(),
-            (None, "{\"a\":1}".into())
-        );
-        let (p, j) = parse_config_arg("template={\"batch_size\": 8}").unwrap();
-        assert_eq!(p.as_deref(), Some("template"));
-        assert_eq!(j, "{\"batch_size\": 8}");
-        assert!(parse_config_arg("template={oops").is_err());
-        assert!(parse_config_arg("nonsense").is_err());
-        assert!(parse_config_arg("@/definitely/not/here.json").is_err());
-        assert_eq!(format_bytes(1536), "1.5 KiB");
-    }
 }

@@ -58,10 +58,11 @@
 //! sizes the budget of the `cpu` device from `/proc/meminfo`.
 
 use super::TaskId;
-use crate::units::format_bytes;
+use crate::byte_size::format_bytes;
 use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
+use tli_plugin_api::Device;
 
 /// How many times a candidate may be passed over by later ones (under
 /// [`Strategy::Auto`]) before it blocks everything behind it.
@@ -147,8 +148,8 @@ impl FromStr for Strategy {
 /// A device and how many bytes tasks may reserve on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Budget {
-    /// The device's name, as shown to users (`cuda:0`, `cpu`).
-    pub device: String,
+    /// The device (shown to users as `cuda:0`, `cpu`).
+    pub device: Device,
     /// The bytes all running tasks together may reserve.
     pub total_bytes: u64,
 }
@@ -357,7 +358,7 @@ impl Arbiter {
             needed,
             estimate,
             margin_ppm: self.margin_ppm,
-            device: self.budget.device.clone(),
+            device: self.budget.device.to_string(),
             budget: self.budget.total_bytes,
         }
     }

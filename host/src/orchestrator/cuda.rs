@@ -17,7 +17,7 @@
 //! calls return [`CudaError::NotBuilt`]. Note that [`mem_info`] (like any CUDA
 //! call) creates the device's primary CUDA context if there is none yet.
 
-use crate::units::format_bytes;
+use crate::byte_size::format_bytes;
 use thiserror::Error;
 
 /// Free and total memory of one device, in bytes.

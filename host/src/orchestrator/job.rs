@@ -22,32 +22,48 @@
 //! }
 //! ```
 //! Task seeds are `seed + task ordinal`, so every task differs and a job is
-//! reproducible.
+//! reproducible. Left out: `seed` 1, `device` cpu, `slice_steps` 10, features
+//! the pipeline's defaults, `checkpoint` every 300 s keeping 3. In
+//! `checkpoint`, an `every_steps`/`every_seconds` of 0 or `null` means never
+//! (as in the API).
 
-use crate::data::features::FeatureConfig;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
+use tli_data::features::FeatureConfig;
+use tli_plugin_api::Device;
 
 pub const MAX_STEPS: u64 = 1_000_000_000;
 pub const MAX_TASKS: usize = 1024;
 
+/// The job seed when none is given (the API's 0 means this too).
+pub const DEFAULT_SEED: u64 = 1;
+/// Steps per call into the plugin when none is given (the API's 0 means this too).
+pub const DEFAULT_SLICE_STEPS: u64 = 10;
+/// Checkpoints kept per task when none is given (the API's 0 means this too).
+pub const DEFAULT_CHECKPOINT_KEEP: usize = 3;
+/// Routine checkpoints are time-based by default: one every five minutes,
+/// plus one at every stop and at the end. A step-based default made fast
+/// agents write one (DQN's with its replay buffer) about every second.
+pub const DEFAULT_CHECKPOINT_SECONDS: f64 = 300.0;
+/// Rows of a synthetic asset, inclusive.
+pub const SYNTHETIC_ROWS: std::ops::RangeInclusive<usize> = 64..=10_000_000;
+/// Steps per slice, inclusive.
+pub const SLICE_STEPS: std::ops::RangeInclusive<u64> = 1..=1_000_000;
+
+/// A job: what [`JobSpec::from_json`] and the API's conversion produce. Its
+/// JSON form is the job-spec file format (and what the store keeps).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "JobSpecFile", into = "JobSpecFile")]
 pub struct JobSpec {
     pub name: String,
     pub models: Vec<ModelSpec>,
     pub assets: Vec<AssetSpec>,
-    #[serde(default = "default_seed")]
     pub seed: u64,
-    #[serde(default = "default_device")]
-    pub device: String,
-    #[serde(default)]
+    pub device: Device,
     pub features: FeatureConfig,
-    #[serde(default)]
     pub checkpoint: CheckpointPolicy,
     /// Steps per call into the plugin; progress, cancellation and checkpoints
     /// happen between calls.
-    #[serde(default = "default_slice")]
     pub slice_steps: u64,
 }
 
@@ -64,16 +80,13 @@ pub struct ModelSpec {
     pub priority: i32,
 }
 
-/// Where an asset's bars come from.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AssetSpec {
+/// Where an asset's bars come from: exactly one source.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AssetSpec {
     /// A bar file (DBN, Parquet, CSV).
-    #[serde(default)]
-    pub data: Option<PathBuf>,
+    Data(PathBuf),
     /// The synthetic AR(1) dataset (for tests and demos).
-    #[serde(default)]
-    pub synthetic: Option<SyntheticAsset>,
+    Synthetic(SyntheticAsset),
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -84,8 +97,9 @@ pub struct SyntheticAsset {
     pub seed: u64,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+/// When a running task writes routine checkpoints (besides the ones at a
+/// stop, at a host shutdown and at the end, which are always written).
+#[derive(Clone, Debug, PartialEq)]
 pub struct CheckpointPolicy {
     /// Checkpoint whenever this many steps have passed since the last one.
     pub every_steps: Option<u64>,
@@ -98,35 +112,45 @@ pub struct CheckpointPolicy {
 impl Default for CheckpointPolicy {
     fn default() -> Self {
         Self {
-            every_steps: Some(1000),
-            every_seconds: Some(300.0),
-            keep: 3,
+            every_steps: None,
+            every_seconds: Some(DEFAULT_CHECKPOINT_SECONDS),
+            keep: DEFAULT_CHECKPOINT_KEEP,
+        }
+    }
+}
+
+impl CheckpointPolicy {
+    /// The one rule for intervals, in spec files and in the API alike: 0 (or
+    /// `null` in a file) means never.
+    pub fn with_intervals(
+        every_steps: Option<u64>,
+        every_seconds: Option<f64>,
+        keep: usize,
+    ) -> Self {
+        Self {
+            every_steps: every_steps.filter(|&n| n != 0),
+            every_seconds: every_seconds.filter(|&s| s != 0.0),
+            keep,
         }
     }
 }
 
 fn default_seed() -> u64 {
-    1
-}
-fn default_device() -> String {
-    "cpu".into()
-}
-fn default_slice() -> u64 {
-    10
+    DEFAULT_SEED
 }
 
 impl AssetSpec {
     /// A short label for tables and the store.
     pub fn label(&self) -> String {
-        match (&self.data, &self.synthetic) {
-            (Some(path), _) => path.display().to_string(),
-            (None, Some(s)) => format!("synthetic-ar1:{}:{}", s.rows, s.seed),
-            (None, None) => "?".into(),
+        match self {
+            AssetSpec::Data(path) => path.display().to_string(),
+            AssetSpec::Synthetic(s) => format!("synthetic-ar1:{}:{}", s.rows, s.seed),
         }
     }
 }
 
 impl JobSpec {
+    /// Parses a job-spec file (JSON) and checks it; errors name the field.
     pub fn from_json(text: &str) -> Result<Self, String> {
         let spec: Self = serde_json::from_str(text).map_err(|e| format!("job spec: {e}"))?;
         spec.check()?;
@@ -162,36 +186,164 @@ impl JobSpec {
             }
         }
         for (i, a) in self.assets.iter().enumerate() {
-            match (&a.data, &a.synthetic) {
-                (Some(_), None) => {}
-                (None, Some(s)) if (64..=10_000_000).contains(&s.rows) => {}
-                (None, Some(s)) => {
+            if let AssetSpec::Synthetic(s) = a {
+                if !SYNTHETIC_ROWS.contains(&s.rows) {
                     return Err(format!(
-                        "assets[{i}].synthetic.rows: {} is outside 64..=10000000",
-                        s.rows
-                    ))
-                }
-                _ => {
-                    return Err(format!(
-                        "assets[{i}]: give exactly one of \"data\" or \"synthetic\""
-                    ))
+                        "assets[{i}].synthetic.rows: {} is outside {}..={}",
+                        s.rows,
+                        SYNTHETIC_ROWS.start(),
+                        SYNTHETIC_ROWS.end()
+                    ));
                 }
             }
         }
-        if self.slice_steps == 0 || self.slice_steps > 1_000_000 {
+        if !SLICE_STEPS.contains(&self.slice_steps) {
             return Err(format!(
-                "slice_steps: {} is outside 1..=1000000",
-                self.slice_steps
+                "slice_steps: {} is outside {}..={}",
+                self.slice_steps,
+                SLICE_STEPS.start(),
+                SLICE_STEPS.end()
             ));
         }
         let c = &self.checkpoint;
         if c.keep == 0 {
             return Err("checkpoint.keep: must keep at least 1".into());
         }
-        if c.every_steps == Some(0) || c.every_seconds.is_some_and(|s| s.is_nan() || s <= 0.0) {
-            return Err("checkpoint: every_steps and every_seconds must be positive".into());
+        if c.every_seconds.is_some_and(|s| s.is_nan() || s < 0.0) {
+            return Err(
+                "checkpoint.every_seconds: must be a positive number of seconds (0 = never)"
+                    .into(),
+            );
         }
         Ok(())
+    }
+}
+
+// ----- the file format ------------------------------------------------------
+
+/// The job-spec file as written: defaults for what is left out, assets as
+/// objects with one source key. [`JobSpec`] reads and writes through it.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JobSpecFile {
+    name: String,
+    models: Vec<ModelSpec>,
+    assets: Vec<AssetFile>,
+    #[serde(default = "default_seed")]
+    seed: u64,
+    #[serde(default)]
+    device: Device,
+    #[serde(default)]
+    features: FeatureConfig,
+    #[serde(default)]
+    checkpoint: CheckpointFile,
+    #[serde(default = "default_slice")]
+    slice_steps: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AssetFile {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    data: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    synthetic: Option<SyntheticAsset>,
+}
+
+/// `every_steps` left out = never, `every_seconds` left out = the default;
+/// `null` or 0 = never for both.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CheckpointFile {
+    #[serde(default)]
+    every_steps: Option<u64>,
+    #[serde(default = "default_every_seconds")]
+    every_seconds: Option<f64>,
+    #[serde(default = "default_keep")]
+    keep: usize,
+}
+
+impl Default for CheckpointFile {
+    fn default() -> Self {
+        CheckpointPolicy::default().into()
+    }
+}
+
+fn default_every_seconds() -> Option<f64> {
+    Some(DEFAULT_CHECKPOINT_SECONDS)
+}
+fn default_keep() -> usize {
+    DEFAULT_CHECKPOINT_KEEP
+}
+fn default_slice() -> u64 {
+    DEFAULT_SLICE_STEPS
+}
+
+impl From<CheckpointPolicy> for CheckpointFile {
+    fn from(c: CheckpointPolicy) -> Self {
+        Self {
+            every_steps: c.every_steps,
+            every_seconds: c.every_seconds,
+            keep: c.keep,
+        }
+    }
+}
+
+impl TryFrom<JobSpecFile> for JobSpec {
+    type Error = String;
+
+    fn try_from(f: JobSpecFile) -> Result<Self, String> {
+        let assets = f
+            .assets
+            .into_iter()
+            .enumerate()
+            .map(|(i, a)| match (a.data, a.synthetic) {
+                (Some(path), None) => Ok(AssetSpec::Data(path)),
+                (None, Some(s)) => Ok(AssetSpec::Synthetic(s)),
+                _ => Err(format!(
+                    "assets[{i}]: give exactly one of \"data\" or \"synthetic\""
+                )),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let c = f.checkpoint;
+        Ok(JobSpec {
+            name: f.name,
+            models: f.models,
+            assets,
+            seed: f.seed,
+            device: f.device,
+            features: f.features,
+            checkpoint: CheckpointPolicy::with_intervals(c.every_steps, c.every_seconds, c.keep),
+            slice_steps: f.slice_steps,
+        })
+    }
+}
+
+impl From<JobSpec> for JobSpecFile {
+    fn from(s: JobSpec) -> Self {
+        JobSpecFile {
+            name: s.name,
+            models: s.models,
+            assets: s
+                .assets
+                .into_iter()
+                .map(|a| match a {
+                    AssetSpec::Data(path) => AssetFile {
+                        data: Some(path),
+                        synthetic: None,
+                    },
+                    AssetSpec::Synthetic(s) => AssetFile {
+                        data: None,
+                        synthetic: Some(s),
+                    },
+                })
+                .collect(),
+            seed: s.seed,
+            device: s.device,
+            features: s.features,
+            checkpoint: s.checkpoint.into(),
+            slice_steps: s.slice_steps,
+        }
     }
 }
 
@@ -241,5 +393,44 @@ mod tests {
             let e = JobSpec::from_json(&json).unwrap_err();
             assert!(e.contains(field), "{json}: {e}");
         }
+    }
+
+    /// Defect (issue 10): a spec file with `every_steps`/`every_seconds` 0 was
+    /// refused ("must be positive") while the API took 0 as never.
+    #[test]
+    fn zero_or_null_checkpoint_intervals_mean_never_in_a_file_too() {
+        let base = r#"{"name":"x","models":[{"plugin":"template","steps":10}],"assets":[{"synthetic":{"rows":100}}]"#;
+        for checkpoint in [
+            r#"{"every_steps": 0, "every_seconds": 0}"#,
+            r#"{"every_steps": null, "every_seconds": null}"#,
+            r#"{"every_seconds": 0.0, "keep": 3}"#,
+        ] {
+            let spec = JobSpec::from_json(&format!("{base},\"checkpoint\":{checkpoint}}}"))
+                .unwrap_or_else(|e| panic!("{checkpoint}: {e}"));
+            assert_eq!(spec.checkpoint.every_steps, None, "{checkpoint}");
+            assert_eq!(spec.checkpoint.every_seconds, None, "{checkpoint}");
+            assert_eq!(spec.checkpoint.keep, DEFAULT_CHECKPOINT_KEEP);
+            // What the store keeps reads back the same.
+            let again: JobSpec = serde_json::from_str(&serde_json::to_string(&spec).unwrap()).unwrap();
+            assert_eq!(again, spec);
+        }
+        let defaults = JobSpec::from_json(&format!("{base}}}")).unwrap();
+        assert_eq!(defaults.checkpoint, CheckpointPolicy::default());
+        assert_eq!(defaults.checkpoint.every_steps, None, "time-based by default");
+        let negative = JobSpec::from_json(&format!("{base},\"checkpoint\":{{\"every_seconds\":-1}}}}"));
+        assert!(negative.unwrap_err().contains("checkpoint.every_seconds"));
+    }
+
+    /// Specs stored by earlier hosts (assets with `"synthetic": null`) still read.
+    #[test]
+    fn stored_specs_of_earlier_hosts_still_read() {
+        let old = r#"{"name":"j","models":[{"plugin":"dqn","steps":5,"config":null,"priority":0}],
+            "assets":[{"data":"a.csv","synthetic":null},{"data":null,"synthetic":{"rows":100,"seed":2}}],
+            "seed":1,"device":"cpu","features":{},"checkpoint":{"every_steps":1000,"every_seconds":300.0,"keep":3},"slice_steps":10}"#;
+        let spec: JobSpec = serde_json::from_str(old).unwrap();
+        assert_eq!(spec.assets[0], AssetSpec::Data("a.csv".into()));
+        assert_eq!(spec.assets[1], AssetSpec::Synthetic(SyntheticAsset { rows: 100, seed: 2 }));
+        assert_eq!(spec.checkpoint.every_steps, Some(1000));
+        assert_eq!(spec.device, Device::Cpu);
     }
 }

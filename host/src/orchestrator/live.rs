@@ -37,18 +37,18 @@ pub struct TaskLog {
     pub at_ms: i64,
 }
 
-pub struct Live {
+pub struct LiveProgress {
     tasks: Mutex<HashMap<TaskId, LiveTask>>,
     logs: broadcast::Sender<TaskLog>,
 }
 
-impl Default for Live {
+impl Default for LiveProgress {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl Live {
+impl LiveProgress {
     pub fn new() -> Self {
         Self {
             tasks: Mutex::new(HashMap::new()),
@@ -105,13 +105,27 @@ impl Live {
     }
 }
 
+/// A task's log lines into [`LiveProgress`]'s broadcast (the runner gives
+/// one to the plugin's host services).
+pub struct TaskLogTap {
+    pub live: std::sync::Arc<LiveProgress>,
+    pub job: JobId,
+    pub task: TaskId,
+}
+
+impl crate::services::TaskLogSink for TaskLogTap {
+    fn log_line(&self, plugin: &str, level: &'static str, message: &str) {
+        self.live.log(self.job, self.task, plugin, level, message);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn updates_keep_the_latest_value_of_each_metric() {
-        let live = Live::new();
+        let live = LiveProgress::new();
         live.update(1, 10, &[("loss".into(), 2.0), ("lr".into(), 0.1)]);
         live.update(1, 20, &[("loss".into(), 1.5)]);
         let task = live.get(1).unwrap();
@@ -126,7 +140,7 @@ mod tests {
 
     #[test]
     fn log_lines_reach_subscribers_only() {
-        let live = Live::new();
+        let live = LiveProgress::new();
         live.log(1, 2, "p", "info", "before anyone listens");
         let mut rx = live.subscribe_logs();
         live.log(1, 2, "p", "warn", "hello");

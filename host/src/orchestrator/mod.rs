@@ -13,16 +13,21 @@
 //!   allocator through a small C++ shim (reports "no CUDA" without a GPU).
 //! * [`job`]: job specifications (models × assets).
 //! * [`runner`]: the per-task thread (slices, stop requests, checkpoints).
-//! * [`engine`]: the [`Orchestrator`](engine::Orchestrator) tying it together.
+//! * [`engine`]: the [`Orchestrator`](engine::Orchestrator) tying it together;
+//!   its `control` part answers queries, stops and resumes (the rules of
+//!   which task may be stopped or resumed are [`state::TaskState`]'s).
+//! * [`listing`]: job listings: filters, order, pages.
 //! * [`progress`]: per-task and cost-weighted per-job progress.
-//! * [`live`]: running tasks' latest progress in memory, and plugin log
-//!   lines fanned out to watchers.
+//! * [`live`]: running tasks' latest progress in memory
+//!   ([`LiveProgress`](live::LiveProgress)), and plugin log lines fanned out
+//!   to watchers.
 
 pub mod arbiter;
 pub mod checkpoint;
 pub mod cuda;
 pub mod engine;
 pub mod job;
+pub mod listing;
 pub mod live;
 pub mod progress;
 pub mod runner;

@@ -3,10 +3,10 @@
 //! done weighted by each task's estimated cost (steps × bytes it touches), so
 //! a slow, big model counts for what it costs.
 //!
-//! Running tasks' step counts and metrics may be read from [`Live`] instead
+//! Running tasks' step counts and metrics may be read from [`LiveProgress`] instead
 //! (fresher than the store, which runners update about once a second).
 
-use super::live::Live;
+use super::live::LiveProgress;
 use super::state::TaskState;
 use super::store::{Store, StoreError, TaskRow};
 use super::JobId;
@@ -58,7 +58,7 @@ pub fn job_progress(store: &Store, job: JobId) -> Result<Option<JobProgress>, St
 /// where it has them.
 pub fn job_progress_with(
     store: &Store,
-    live: Option<&Live>,
+    live: Option<&LiveProgress>,
     job: JobId,
 ) -> Result<Option<JobProgress>, StoreError> {
     let Some(row) = store.job(job)? else {
@@ -88,7 +88,7 @@ pub fn job_progress_with(
 
 fn task_progress(
     store: &Store,
-    live: Option<&Live>,
+    live: Option<&LiveProgress>,
     row: &TaskRow,
 ) -> Result<TaskProgress, StoreError> {
     let mut metrics = store.latest_metrics(row.id)?;

@@ -1,7 +1,7 @@
 //! One OS thread per running task. The runner owns the task's trainer (tch
 //! tensors are `Send`, not `Sync`), drives `step(n)` in slices, and between
 //! slices checks for stop requests, publishes progress and metrics (to
-//! [`Live`] after every slice; to the store about once a second, batched, and
+//! [`LiveProgress`] after every slice; to the store about once a second, batched, and
 //! always before a checkpoint and at the end), reports measured memory once,
 //! and checkpoints on schedule. It records its own
 //! state transitions in the store and tells the scheduler when it is done.
@@ -12,7 +12,7 @@
 
 use super::checkpoint;
 use super::job::CheckpointPolicy;
-use super::live::Live;
+use super::live::{LiveProgress, TaskLogTap};
 use super::state::TaskState;
 use super::store::{Store, TaskRow};
 use super::TaskId;
@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tli_plugin_api::{Dataset, ErrorCode, PluginError, TaskSpec};
+use tli_plugin_api::{Dataset, Device, ErrorCode, PluginError, TaskSpec};
 
 /// What the scheduler asks of a running task (stored in an `AtomicU8`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -47,6 +47,37 @@ impl StopRequest {
             3 => Self::Shutdown,
             _ => Self::None,
         }
+    }
+}
+
+/// Why a checkpoint is written; its transition reason says so.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum CheckpointReason {
+    /// The policy's interval passed (a routine checkpoint: the task goes on).
+    Scheduled,
+    /// A graceful stop: the task becomes `cancelled` after it.
+    StopRequested,
+    /// The host is shutting down: the task becomes `interrupted` after it.
+    HostShutdown,
+    /// The last step is done: the task becomes `completed` after it.
+    Final,
+}
+
+impl CheckpointReason {
+    /// Whether the task goes on running after this checkpoint.
+    pub fn is_routine(self) -> bool {
+        self == CheckpointReason::Scheduled
+    }
+}
+
+impl std::fmt::Display for CheckpointReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CheckpointReason::Scheduled => "scheduled",
+            CheckpointReason::StopRequested => "stop requested",
+            CheckpointReason::HostShutdown => "host shutting down",
+            CheckpointReason::Final => "final",
+        })
     }
 }
 
@@ -125,7 +156,7 @@ pub struct RunnerContext {
     /// libtorch intra-op threads for this task's thread.
     pub threads: i32,
     /// Where progress and log lines go between store flushes.
-    pub live: Arc<Live>,
+    pub live: Arc<LiveProgress>,
     /// Runners on this task's device.
     pub occupancy: Arc<DeviceOccupancy>,
 }
@@ -149,7 +180,7 @@ pub fn spawn(ctx: RunnerContext) -> std::io::Result<std::thread::JoinHandle<()>>
 }
 
 /// Out-of-memory failures a task may have before it fails for good.
-const OOM_REQUEUES: usize = 1;
+const OOM_REQUEUES: u32 = 1;
 
 /// How much lower than the host's other threads runners are scheduled
 /// (Linux nice increment). Training saturates the cores; at equal priority a
@@ -202,16 +233,7 @@ fn finish(
     let outcome = match result {
         Ok(o) => o,
         Err(e) if e.code == ErrorCode::OUT_OF_MEMORY => {
-            let earlier = ctx
-                .store
-                .transitions(task)
-                .map(|t| {
-                    t.iter()
-                        .filter(|t| t.reason.starts_with("out of memory"))
-                        .count()
-                })
-                .unwrap_or(0);
-            if earlier < OOM_REQUEUES {
+            if ctx.task.oom_requeues < OOM_REQUEUES {
                 Outcome::Requeued(format!("out of memory: {}; re-queued", e.message))
             } else {
                 Outcome::Failed(format!("out of memory again: {}", e.message))
@@ -236,7 +258,12 @@ fn finish(
             TaskState::Interrupted,
             format!("host shut down at step {steps}"),
         ),
-        Outcome::Requeued(why) => (TaskState::Queued, why.clone()),
+        Outcome::Requeued(why) => {
+            if let Err(e) = ctx.store.requeue_after_oom(task, why) {
+                tracing::warn!(task, "re-queue after running out of memory not recorded: {e}");
+            }
+            return outcome;
+        }
     };
     transition(ctx, state, &reason);
     outcome
@@ -274,11 +301,15 @@ impl Runner {
         let label = format!("{}-{}", task.job_id, task.id);
         let services =
             TaskServices::with_cancel_flag(&task.plugin, &label, ctx.plugin_cancel.clone())
-                .with_watchers(ctx.live.clone(), task.job_id, task.id);
+                .with_log_sink(Arc::new(TaskLogTap {
+                    live: ctx.live.clone(),
+                    job: task.job_id,
+                    task: task.id,
+                }));
         let spec = TaskSpec {
             task_id: label.as_str().into(),
             config_json: task.config_json.as_str().into(),
-            device: task.device.as_str().into(),
+            device: task.device.to_string().into(),
             seed: task.seed,
             max_steps: task.total_steps,
             dataset: ctx.dataset.clone(),
@@ -312,11 +343,11 @@ impl Runner {
                 StopRequest::None => {}
                 StopRequest::Forced => return Ok(Outcome::Cancelled),
                 StopRequest::Graceful => {
-                    self.checkpoint(ctx, "stop requested")?;
+                    self.checkpoint(ctx, CheckpointReason::StopRequested)?;
                     return Ok(Outcome::Cancelled);
                 }
                 StopRequest::Shutdown => {
-                    self.checkpoint(ctx, "host shutting down")?;
+                    self.checkpoint(ctx, CheckpointReason::HostShutdown)?;
                     return Ok(Outcome::Interrupted);
                 }
             }
@@ -325,7 +356,7 @@ impl Runner {
             let alone = (!measured)
                 .then(|| ctx.occupancy.alone())
                 .flatten()
-                .filter(|_| restart_peak(&ctx.task.device));
+                .filter(|_| restart_peak(ctx.task.device));
             let report = self.trainer.step(n)?;
             self.steps += report.steps_done;
             let metrics = metric_pairs(&report.metrics);
@@ -340,7 +371,7 @@ impl Runner {
                 let tensor_bytes = self.trainer.memory()?.total();
                 let peak = alone
                     .filter(|marker| ctx.occupancy.alone() == Some(*marker))
-                    .and_then(|_| device_peak(&ctx.task.device));
+                    .and_then(|_| device_peak(ctx.task.device));
                 let bytes = peak.map_or(tensor_bytes, |peak| peak.max(tensor_bytes));
                 ctx.store
                     .set_measured_bytes(ctx.task.id, bytes)
@@ -355,8 +386,9 @@ impl Runner {
                     "the trainer made no progress when asked for {n} steps"
                 )));
             }
-            if self.checkpoint_due(&ctx.policy) {
-                self.checkpoint(ctx, "scheduled")?;
+            // At the last step the final checkpoint follows at once.
+            if self.steps < total && self.checkpoint_due(&ctx.policy) {
+                self.checkpoint(ctx, CheckpointReason::Scheduled)?;
             }
         }
         let eval = self.trainer.evaluate()?;
@@ -364,7 +396,7 @@ impl Runner {
         ctx.live.update(ctx.task.id, self.steps, &metrics);
         self.unflushed.push((self.steps, metrics));
         self.steps_unflushed = true;
-        self.checkpoint(ctx, "final")?;
+        self.checkpoint(ctx, CheckpointReason::Final)?;
         Ok(Outcome::Completed)
     }
 
@@ -393,9 +425,12 @@ impl Runner {
 
     /// Writes a checkpoint atomically, records it, prunes old ones. The
     /// store gets the progress first, so it never lags a checkpoint.
-    fn checkpoint(&mut self, ctx: &RunnerContext, why: &str) -> Result<(), PluginError> {
+    fn checkpoint(&mut self, ctx: &RunnerContext, why: CheckpointReason) -> Result<(), PluginError> {
         self.flush_progress(ctx)?;
-        if self.steps == self.last_checkpoint_step && self.steps > 0 && why != "final" {
+        if self.steps == self.last_checkpoint_step
+            && self.steps > 0
+            && why != CheckpointReason::Final
+        {
             return Ok(()); // nothing new since the last one
         }
         let task = ctx.task.id;
@@ -409,24 +444,25 @@ impl Runner {
             trainer.save_checkpoint(dir)
         })
         .map_err(|e| PluginError::io(format!("checkpoint at step {} failed: {e}", self.steps)))?;
-        let path = saved.dir.display().to_string();
-        let existing = ctx.store.checkpoints(task).map_err(store_err)?;
-        for old in existing.iter().filter(|c| c.path == path) {
-            ctx.store.remove_checkpoint(old.id).map_err(store_err)?;
-        }
-        ctx.store
-            .add_checkpoint(task, self.steps, &path, &saved.checksum)
-            .map_err(store_err)?;
-        let removed = checkpoint::prune(&ctx.checkpoint_root, ctx.policy.keep)
-            .map_err(|e| PluginError::io(format!("pruning old checkpoints: {e}")))?;
-        for row in ctx.store.checkpoints(task).map_err(store_err)? {
-            if removed.iter().any(|p| p.display().to_string() == row.path) {
-                ctx.store.remove_checkpoint(row.id).map_err(store_err)?;
+        // A checkpoint written again at a step replaced that step's directory.
+        for old in ctx.store.checkpoints(task).map_err(store_err)? {
+            if old.step == self.steps {
+                ctx.store.remove_checkpoint(old.id).map_err(store_err)?;
             }
         }
+        ctx.store
+            .add_checkpoint(task, self.steps, &saved.dir.display().to_string(), &saved.checksum)
+            .map_err(store_err)?;
+        // Keep the newest `keep` rows; their directories go with them.
+        let rows = ctx.store.checkpoints(task).map_err(store_err)?;
+        for old in rows.iter().skip(ctx.policy.keep) {
+            ctx.store.remove_checkpoint(old.id).map_err(store_err)?;
+        }
+        checkpoint::prune(&ctx.checkpoint_root, ctx.policy.keep)
+            .map_err(|e| PluginError::io(format!("pruning old checkpoints: {e}")))?;
         self.last_checkpoint_step = self.steps;
         self.last_checkpoint_at = Instant::now();
-        if why != "final" && why != "stop requested" && why != "host shutting down" {
+        if why.is_routine() {
             transition(ctx, TaskState::Running, "checkpoint written");
         }
         Ok(())
@@ -436,48 +472,42 @@ impl Runner {
 /// Loads the newest checkpoint that verifies; returns its step (0 if none)
 /// and a note about refused ones for the transition reason.
 fn restore(ctx: &RunnerContext, trainer: &mut TrainerHandle) -> Result<(u64, String), PluginError> {
-    let rows = ctx.store.checkpoints(ctx.task.id).map_err(store_err)?;
-    let paths: Vec<PathBuf> = rows.iter().map(|r| PathBuf::from(&r.path)).collect();
-    let (good, refused) = checkpoint::latest_good(paths.iter().map(PathBuf::as_path));
     let mut note = String::new();
-    for (path, why) in &refused {
-        tracing::warn!(
-            task = ctx.task.id,
-            "checkpoint {} refused: {why}",
-            path.display()
-        );
-        note.push_str(&format!("; checkpoint {} refused: {why}", path.display()));
-        for row in rows.iter().filter(|r| Path::new(&r.path) == path) {
-            ctx.store.remove_checkpoint(row.id).map_err(store_err)?;
+    // Newest first; a row whose directory does not verify is forgotten.
+    for row in ctx.store.checkpoints(ctx.task.id).map_err(store_err)? {
+        let dir = Path::new(&row.path);
+        match checkpoint::verify(dir) {
+            Ok(_) => {
+                trainer.load_checkpoint(dir)?;
+                return Ok((trainer.total_steps()?, note));
+            }
+            Err(why) => {
+                tracing::warn!(task = ctx.task.id, "checkpoint {} refused: {why}", row.path);
+                note.push_str(&format!("; checkpoint {} refused: {why}", row.path));
+                ctx.store.remove_checkpoint(row.id).map_err(store_err)?;
+            }
         }
     }
-    let Some(dir) = good else {
-        return Ok((0, note));
-    };
-    trainer.load_checkpoint(&dir)?;
-    Ok((trainer.total_steps()?, note))
+    Ok((0, note))
 }
 
 fn store_err(e: super::store::StoreError) -> PluginError {
     PluginError::io(format!("job store: {e}"))
 }
 
-/// Bytes allocated on a CUDA device by libtorch's caching allocator now.
-fn cuda_index(device: &str) -> Option<usize> {
-    device.strip_prefix("cuda:")?.parse().ok()
-}
-
 /// Restarts the device's peak counters; false when it has none (CPU) or fails.
-fn restart_peak(device: &str) -> bool {
-    cuda_index(device).is_some_and(|i| super::cuda::reset_peak(i).is_ok())
+fn restart_peak(device: Device) -> bool {
+    device
+        .cuda_index()
+        .is_some_and(|i| super::cuda::reset_peak(i).is_ok())
 }
 
 /// The most bytes in tensors on the device since [`restart_peak`]. With the
 /// task alone on the device that is its own footprint: parameters, optimizer
 /// state and the slice's activations. Otherwise the plugin's own count of
 /// its tensors stands (the process-wide counters mix tasks).
-fn device_peak(device: &str) -> Option<u64> {
-    super::cuda::allocator_stats(cuda_index(device)?)
+fn device_peak(device: Device) -> Option<u64> {
+    super::cuda::allocator_stats(device.cuda_index()?)
         .ok()
         .map(|s| s.allocated_peak)
 }

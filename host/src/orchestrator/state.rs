@@ -63,6 +63,17 @@ impl TaskState {
         matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
     }
 
+    /// A stop request applies: the task is queued or running (a stop of
+    /// anything else is refused, by the API and the orchestrator alike).
+    pub fn is_stoppable(self) -> bool {
+        matches!(self, Self::Queued | Self::Running | Self::Checkpointing)
+    }
+
+    /// A resume re-queues it (from its last good checkpoint).
+    pub fn is_resumable(self) -> bool {
+        matches!(self, Self::Cancelled | Self::Failed | Self::Interrupted)
+    }
+
     pub fn can_become(self, to: TaskState) -> bool {
         use TaskState::*;
         matches!(

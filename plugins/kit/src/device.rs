@@ -1,28 +1,21 @@
-//! Device strings as they cross the ABI (`cpu`, `cuda:N`) → `tch::Device`.
+//! Device strings as they cross the ABI (`cpu`, `cuda:N`, parsed by
+//! [`tli_plugin_api::Device`]) → `tch::Device`, checked against this process.
 
-use tli_plugin_api::{ErrorCode, PluginError};
+use tli_plugin_api::{Device, ErrorCode, PluginError};
 
 /// Parses a device string and checks that the device exists in this process.
 pub fn parse_device(device: &str) -> Result<tch::Device, PluginError> {
     let unsupported = |why: String| PluginError::new(ErrorCode::UNSUPPORTED_DEVICE, why);
-    match device.trim() {
-        "cpu" => Ok(tch::Device::Cpu),
-        other => {
-            let index = other
-                .strip_prefix("cuda:")
-                .and_then(|n| n.parse::<usize>().ok())
-                .ok_or_else(|| {
-                    unsupported(format!(
-                        "device {other:?} is not understood; use \"cpu\" or \"cuda:N\""
-                    ))
-                })?;
+    match device.parse::<Device>().map_err(|e| unsupported(e.to_string()))? {
+        Device::Cpu => Ok(tch::Device::Cpu),
+        Device::Cuda(index) => {
             let count = tch::Cuda::device_count() as usize;
-            if index >= count {
+            if index as usize >= count {
                 return Err(unsupported(format!(
-                    "device {other} requested but this process sees {count} CUDA device(s)"
+                    "device {device} requested but this process sees {count} CUDA device(s)"
                 )));
             }
-            Ok(tch::Device::Cuda(index))
+            Ok(tch::Device::Cuda(index as usize))
         }
     }
 }

@@ -4,7 +4,8 @@
 //! * [`errors`]: `tch` errors → [`PluginError`](tli_plugin_api::PluginError), out-of-memory recognised.
 //! * [`device`]: `cpu` / `cuda:N` strings → `tch::Device`, with availability checks.
 //! * [`rng`]: a small deterministic RNG whose state fits in a checkpoint
-//!   (libtorch's global generator is shared by every plugin in the process).
+//!   (libtorch's global generator is shared by every plugin in the process);
+//!   the `tli-rng` crate, re-exported.
 //! * [`mlp`]: a multi-layer perceptron with seeded initialisation.
 //! * [`adam`]: Adam/AdamW with explicit state tensors, so a resumed run is
 //!   bit-identical to an uninterrupted one.
@@ -27,7 +28,7 @@ pub mod errors;
 pub mod metrics;
 pub mod mlp;
 pub mod rl;
-pub mod rng;
+pub use tli_rng as rng;
 
 pub use errors::TchResultExt;
 

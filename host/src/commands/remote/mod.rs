@@ -68,41 +68,40 @@
 //! checkpointing; red failed; grey cancelled, interrupted) only on a terminal
 //! and never when `NO_COLOR` is set.
 
+mod connection;
 #[cfg(test)]
 mod mock_tests;
 mod request;
-mod view;
+
 mod watch;
 
+use super::plugin_table::{print_plugin_listing, PluginListingJson};
 use super::print_json;
+use super::render;
+use super::view::{self, EventJson, JobJson, ListJson, ResourcesJson};
 use crate::cli::{Cli, ListArgs, OutputFormat, StartArgs, TrainCommand};
-use anyhow::{anyhow, bail, Context, Result};
-use std::future::Future;
-use std::time::Duration;
+use anyhow::{bail, Result};
+use connection::{api_error, normalize_endpoint, run, Remote};
 use tli_proto::v1::{
-    resource_service_client::ResourceServiceClient, training_service_client::TrainingServiceClient,
     GetResourcesRequest, GetTrainingStatusRequest, ListTrainingJobsRequest, ResumeTrainingRequest,
     StartTrainingRequest, StopTrainingRequest,
 };
-use tonic::metadata::{Ascii, MetadataValue};
-use tonic::service::interceptor::InterceptedService;
-use tonic::service::Interceptor;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
-use tonic::{Code, Status};
-use view::{EventJson, JobJson, ListJson, ResourcesJson};
-
-/// How long connecting may take before the host counts as unreachable.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub(super) fn train(cli: &Cli, command: &TrainCommand) -> Result<()> {
     let output = cli.output;
     match command {
         TrainCommand::Start(args) => {
             let request = start_request(args, &normalize_endpoint(&cli.endpoint))?;
-            run(cli, |remote| start(remote, request, args.watch, output))
+            run(cli, |remote| {
+                start(remote, request, args.watch, args.verbose, output)
+            })
         }
-        TrainCommand::Watch { job, interval_ms } => run(cli, |remote| async move {
-            watch::watch(&remote, *job, *interval_ms, output).await
+        TrainCommand::Watch {
+            job,
+            interval_ms,
+            verbose,
+        } => run(cli, |remote| async move {
+            watch::watch(&remote, *job, *interval_ms, *verbose, output).await
         }),
         TrainCommand::Status { job } => run(cli, |remote| status(remote, *job, output)),
         TrainCommand::List(args) => {
@@ -142,10 +141,10 @@ pub(super) fn resources(cli: &Cli) -> Result<()> {
             return print_json(&resources);
         }
         if resources.devices.is_empty() {
-            println!("the host reports no devices");
+            crate::outln!("the host reports no devices");
         }
-        for table in view::resources_tables(&resources) {
-            println!("{table}");
+        for table in render::resources_tables(&resources) {
+            crate::outln!("{table}");
         }
         Ok(())
     })
@@ -164,203 +163,13 @@ pub(super) fn plugins(cli: &Cli) -> Result<()> {
         .await
         .map_err(|s| api_error(&remote, s))?
         .into_inner();
-        let parse = |text: &str| {
-            serde_json::from_str::<serde_json::Value>(text).unwrap_or(serde_json::Value::Null)
-        };
-        let listing = serde_json::json!({
-            "plugin_dir": response.plugin_dir,
-            "host_plugin_api": response.host_plugin_api,
-            "plugins": response.plugins.iter().map(|p| serde_json::json!({
-                "name": p.name, "version": p.version, "api_version": p.api_version, "family": p.family,
-                "description": p.description, "path": p.path,
-                "default_config": parse(&p.default_config_json), "config_schema": parse(&p.config_schema_json),
-            })).collect::<Vec<_>>(),
-            "refused": response.refused.iter().map(|r| serde_json::json!({"path": r.path, "reason": r.reason})).collect::<Vec<_>>(),
-        });
+        let listing = PluginListingJson::from(&response);
         if output == OutputFormat::Json {
             return print_json(&listing);
         }
-        println!("plugin directory of the host: {}", response.plugin_dir);
-        let mut table = super::new_table(vec!["NAME", "VERSION", "API", "FAMILY", "DESCRIPTION"]);
-        for p in &response.plugins {
-            table.add_row(vec![
-                &p.name,
-                &p.version,
-                &p.api_version,
-                &p.family,
-                &p.description,
-            ]);
-        }
-        println!("{table}");
-        for r in &response.refused {
-            println!("refused {}: {}", r.path, r.reason);
-        }
+        print_plugin_listing(&listing, "plugin directory of the host");
         Ok(())
     })
-}
-
-/// Connects and runs one command on a small current-thread runtime (the
-/// arguments are checked before this, so mistakes show without a host).
-fn run<F, Fut>(cli: &Cli, command: F) -> Result<()>
-where
-    F: FnOnce(Remote) -> Fut,
-    Fut: Future<Output = Result<()>>,
-{
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    runtime.block_on(async {
-        let remote = Remote::connect(&cli.endpoint, cli.token.as_deref()).await?;
-        command(remote).await
-    })
-}
-
-/// Adds `authorization: Bearer <token>` to every call when a token is set.
-#[derive(Clone)]
-struct Auth(Option<MetadataValue<Ascii>>);
-
-impl Interceptor for Auth {
-    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
-        if let Some(value) = &self.0 {
-            request
-                .metadata_mut()
-                .insert("authorization", value.clone());
-        }
-        Ok(request)
-    }
-}
-
-type Authed = InterceptedService<Channel, Auth>;
-
-/// A connected host.
-struct Remote {
-    channel: Channel,
-    auth: Auth,
-}
-
-impl Remote {
-    async fn connect(endpoint: &str, token: Option<&str>) -> Result<Self> {
-        let endpoint = normalize_endpoint(endpoint);
-        let auth = match token.map(str::trim).filter(|t| !t.is_empty()) {
-            Some(token) => {
-                Auth(Some(format!("Bearer {token}").parse().map_err(|_| {
-                    anyhow!("the token has characters a header cannot carry")
-                })?))
-            }
-            None => Auth(None),
-        };
-        let mut builder = Endpoint::from_shared(endpoint.clone())
-            .map_err(|e| anyhow!("invalid endpoint {endpoint:?}: {e}"))?
-            .connect_timeout(CONNECT_TIMEOUT);
-        if endpoint.starts_with("https://") {
-            builder = builder
-                .tls_config(tls_config()?)
-                .map_err(|e| anyhow!("TLS for {endpoint}: {}", error_chain(&e)))?;
-        } else if !endpoint.starts_with("http://") {
-            bail!("invalid endpoint {endpoint:?}: use http://HOST:PORT or https://HOST:PORT");
-        }
-        let channel = builder
-            .connect()
-            .await
-            .map_err(|e| unreachable_error(&endpoint, &error_chain(&e)))?;
-        Ok(Self { channel, auth })
-    }
-
-    fn training(&self) -> TrainingServiceClient<Authed> {
-        TrainingServiceClient::with_interceptor(self.channel.clone(), self.auth.clone())
-    }
-
-    fn resources(&self) -> ResourceServiceClient<Authed> {
-        ResourceServiceClient::with_interceptor(self.channel.clone(), self.auth.clone())
-    }
-}
-
-/// `host:port` → `http://host:port`; surrounding space and a trailing `/` go.
-fn normalize_endpoint(endpoint: &str) -> String {
-    let e = endpoint.trim().trim_end_matches('/');
-    if e.contains("://") {
-        e.to_string()
-    } else {
-        format!("http://{e}")
-    }
-}
-
-fn tls_config() -> Result<ClientTlsConfig> {
-    let Some(path) = std::env::var_os("TLI_CA_FILE") else {
-        bail!(
-            "https endpoints need TLI_CA_FILE: a PEM file with the CA certificate that signed the host's certificate"
-        );
-    };
-    let pem = std::fs::read(&path)
-        .with_context(|| format!("TLI_CA_FILE: cannot read {}", path.to_string_lossy()))?;
-    Ok(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem)))
-}
-
-/// An error and its causes as one line, without tonic's bare "transport error".
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut next = Some(error);
-    while let Some(e) = next {
-        let text = e.to_string();
-        if text != "transport error" && !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        next = e.source();
-    }
-    if parts.is_empty() {
-        "transport error".into()
-    } else {
-        parts.join(": ")
-    }
-}
-
-fn unreachable_error(endpoint: &str, reason: &str) -> anyhow::Error {
-    anyhow!(
-        "cannot reach the tli host at {endpoint}: {reason}; start one with `tli host serve` or set --endpoint / TLI_ENDPOINT"
-    )
-}
-
-/// A gRPC code as words: `invalid argument`, `not found`, …
-fn code_name(code: Code) -> &'static str {
-    match code {
-        Code::Ok => "ok",
-        Code::Cancelled => "cancelled",
-        Code::Unknown => "unknown",
-        Code::InvalidArgument => "invalid argument",
-        Code::DeadlineExceeded => "deadline exceeded",
-        Code::NotFound => "not found",
-        Code::AlreadyExists => "already exists",
-        Code::PermissionDenied => "permission denied",
-        Code::ResourceExhausted => "resource exhausted",
-        Code::FailedPrecondition => "failed precondition",
-        Code::Aborted => "aborted",
-        Code::OutOfRange => "out of range",
-        Code::Unimplemented => "unimplemented",
-        Code::Internal => "internal",
-        Code::Unavailable => "unavailable",
-        Code::DataLoss => "data loss",
-        Code::Unauthenticated => "unauthenticated",
-    }
-}
-
-/// A refused call as one line: `<code name>: <message>` (main adds `error: `).
-fn api_error(remote: &Remote, status: Status) -> anyhow::Error {
-    status_error(&status, remote.auth.0.is_some())
-}
-
-fn status_error(status: &Status, has_token: bool) -> anyhow::Error {
-    let code = code_name(status.code());
-    let message = status.message().trim();
-    let mut text = if message.is_empty() {
-        code.to_string()
-    } else {
-        format!("{code}: {message}")
-    };
-    if status.code() == Code::Unauthenticated && !has_token {
-        text.push_str(" (set --token or TLI_TOKEN)");
-    }
-    anyhow!(text)
 }
 
 /// The StartTrainingRequest of `train start`, from `--spec` or the flags.
@@ -383,6 +192,7 @@ async fn start(
     remote: Remote,
     request: StartTrainingRequest,
     watch: bool,
+    verbose: bool,
     output: OutputFormat,
 ) -> Result<()> {
     let response = remote
@@ -398,14 +208,14 @@ async fn start(
         }
         (OutputFormat::Json, false) => print_json(&job)?,
         (OutputFormat::Table, _) => {
-            println!("{}", view::started_table(&job));
+            crate::outln!("{}", render::started_table(&job));
             if !watch {
                 eprintln!("follow it with `tli train watch {}`", job.job_id);
             }
         }
     }
     if watch {
-        watch::watch(&remote, job.job_id, 0, output).await?;
+        watch::watch(&remote, job.job_id, 0, verbose, output).await?;
     }
     Ok(())
 }
@@ -446,7 +256,7 @@ fn print_job_result(job: &tli_proto::v1::Job, output: OutputFormat) -> Result<()
     if output == OutputFormat::Json {
         return print_json(&job);
     }
-    view::print_job(&job);
+    render::print_job(&job);
     Ok(())
 }
 
@@ -521,9 +331,9 @@ async fn list(
             next_page_token: next_page_token.clone(),
         })?;
     } else if jobs.is_empty() {
-        println!("no jobs");
+        crate::outln!("no jobs");
     } else {
-        println!("{}", view::jobs_table(&jobs));
+        crate::outln!("{}", render::jobs_table(&jobs));
     }
     if !next_page_token.is_empty() {
         eprintln!("{}", next_page_hint(args, &next_page_token));
@@ -535,74 +345,6 @@ async fn list(
 mod tests {
     use super::*;
     use clap::Parser;
-    use std::time::Instant;
-
-    #[test]
-    fn an_unreachable_host_is_one_clear_line() {
-        let cli =
-            Cli::try_parse_from(["tli", "--endpoint", "http://127.0.0.1:1", "resources"]).unwrap();
-        let started = Instant::now();
-        let e = format!("{:#}", resources(&cli).unwrap_err());
-        assert!(started.elapsed() < Duration::from_secs(4), "{e}");
-        assert!(
-            e.starts_with("cannot reach the tli host at http://127.0.0.1:1: "),
-            "{e}"
-        );
-        assert!(
-            e.ends_with("; start one with `tli host serve` or set --endpoint / TLI_ENDPOINT"),
-            "{e}"
-        );
-        assert!(!e.contains('\n'), "{e}");
-        assert!(e.to_lowercase().contains("refused"), "{e}");
-    }
-
-    #[test]
-    fn endpoints_are_checked_and_normalised() {
-        assert_eq!(
-            normalize_endpoint("127.0.0.1:50051"),
-            "http://127.0.0.1:50051"
-        );
-        assert_eq!(normalize_endpoint(" http://h:1/ "), "http://h:1");
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let e = rt
-            .block_on(Remote::connect("ftp://h:1", None))
-            .err()
-            .unwrap();
-        assert!(e.to_string().contains("invalid endpoint"), "{e}");
-        let e = rt
-            .block_on(Remote::connect("http://127.0.0.1:1", Some("bad\ntoken")))
-            .err()
-            .unwrap();
-        assert!(e.to_string().contains("token"), "{e}");
-    }
-
-    #[test]
-    fn refusals_read_as_code_and_message() {
-        assert_eq!(code_name(Code::InvalidArgument), "invalid argument");
-        assert_eq!(code_name(Code::NotFound), "not found");
-        let e = status_error(
-            &Status::invalid_argument("models[0].steps: 0 is outside 1..=1000000000"),
-            false,
-        );
-        assert_eq!(
-            e.to_string(),
-            "invalid argument: models[0].steps: 0 is outside 1..=1000000000"
-        );
-        let e = status_error(&Status::unauthenticated("missing token"), false);
-        assert_eq!(
-            e.to_string(),
-            "unauthenticated: missing token (set --token or TLI_TOKEN)"
-        );
-        let e = status_error(&Status::unauthenticated("bad token"), true);
-        assert_eq!(e.to_string(), "unauthenticated: bad token");
-        assert_eq!(
-            status_error(&Status::not_found(""), false).to_string(),
-            "not found"
-        );
-    }
 
     #[test]
     fn list_filters_become_a_request_and_a_hint() {

@@ -1,58 +1,32 @@
 //! Building requests from the command line: `train start --spec FILE` or its
 //! flags, asset strings, state and sort names. Pure functions, unit-tested.
 
-use super::super::train::parse_config_arg;
+use crate::api::convert::state_to_proto;
+use crate::api::job_request::{self, plugin_model, set_models};
 use crate::cli::StartArgs;
-use crate::orchestrator::job::JobSpec;
+use crate::orchestrator::job::{JobSpec, DEFAULT_SEED};
+use crate::orchestrator::state::TaskState;
+use crate::plugin_configs::PluginConfigs;
 use anyhow::{anyhow, bail, Context, Result};
 use std::path::Path;
 use tli_proto::v1::{
-    asset_spec, model_spec, AssetSpec, CheckpointPolicy, JobOrder, ModelSpec, PluginConfig,
-    StartTrainingRequest, SyntheticAsset, TaskState,
+    asset_spec, AssetSpec, JobOrder, StartTrainingRequest, SyntheticAsset,
+    TaskState as ProtoTaskState,
 };
 
-/// Seed of a synthetic asset when none is given (as in job spec files).
-const DEFAULT_SYNTHETIC_SEED: u64 = 1;
-
-/// The task states `--state` accepts, in lifecycle order.
-pub(super) const STATE_NAMES: [(&str, TaskState); 7] = [
-    ("queued", TaskState::Queued),
-    ("running", TaskState::Running),
-    ("checkpointing", TaskState::Checkpointing),
-    ("completed", TaskState::Completed),
-    ("failed", TaskState::Failed),
-    ("cancelled", TaskState::Cancelled),
-    ("interrupted", TaskState::Interrupted),
-];
-
-/// `queued`, `running`, … (any case) → the enum; anything else is an error
-/// that lists the valid names.
-pub(super) fn parse_state(name: &str) -> Result<TaskState> {
+/// `queued`, `running`, … (any case) → the wire's state; anything else is an
+/// error that lists the valid names.
+pub(super) fn parse_state(name: &str) -> Result<ProtoTaskState> {
     let wanted = name.trim().to_ascii_lowercase();
-    STATE_NAMES
-        .iter()
-        .find(|(n, _)| *n == wanted)
-        .map(|(_, s)| *s)
+    TaskState::parse(&wanted)
+        .map(|s| state_to_proto(Some(s)))
         .ok_or_else(|| {
-            let valid: Vec<&str> = STATE_NAMES.iter().map(|(n, _)| *n).collect();
+            let valid: Vec<&str> = TaskState::ALL.iter().map(|s| s.as_str()).collect();
             anyhow!(
                 "--state {name:?}: unknown state; use one of {}",
                 valid.join(", ")
             )
         })
-}
-
-/// The lower-case name of a task state as the wire carries it (an `i32`);
-/// `unspecified` for 0 and `unknown` for values this client does not know.
-pub(super) fn state_name(value: i32) -> &'static str {
-    match TaskState::try_from(value) {
-        Ok(TaskState::Unspecified) => "unspecified",
-        Ok(state) => STATE_NAMES
-            .iter()
-            .find(|(_, s)| *s == state)
-            .map_or("unknown", |(n, _)| n),
-        Err(_) => "unknown",
-    }
 }
 
 /// `--sort newest|oldest|name`.
@@ -80,7 +54,7 @@ pub(super) fn parse_asset(text: &str) -> Result<AssetSpec> {
             let mut parts = rest.split(':');
             let rows = parts.next().and_then(|r| r.parse::<u64>().ok());
             let seed = match parts.next() {
-                None => Some(DEFAULT_SYNTHETIC_SEED),
+                None => Some(DEFAULT_SEED),
                 Some(s) => s.parse::<u64>().ok(),
             };
             match (rows, seed, parts.next()) {
@@ -97,28 +71,6 @@ pub(super) fn parse_asset(text: &str) -> Result<AssetSpec> {
     })
 }
 
-/// One model → the single-model form (`model`), several → `models`.
-fn set_models(request: &mut StartTrainingRequest, mut models: Vec<ModelSpec>) {
-    if models.len() == 1 {
-        request.model = models.pop();
-        request.models.clear();
-    } else {
-        request.model = None;
-        request.models = models;
-    }
-}
-
-fn plugin_model(plugin: &str, steps: u64, priority: i32, config_json: String) -> ModelSpec {
-    ModelSpec {
-        steps,
-        priority,
-        config: Some(model_spec::Config::Plugin(PluginConfig {
-            plugin: plugin.to_string(),
-            config_json,
-        })),
-    }
-}
-
 /// A JSON job spec (the format of `tli host run --submit`, see
 /// `orchestrator::job`) as a StartTrainingRequest. The spec's own checks run
 /// here, so a malformed file fails before anything is sent.
@@ -131,50 +83,7 @@ pub(super) fn request_from_spec(text: &str) -> Result<StartTrainingRequest> {
         .filter(|v| !v.is_null())
         .map(|v| v.to_string())
         .unwrap_or_default();
-    let models = spec
-        .models
-        .iter()
-        .map(|m| {
-            let config = m.config.as_ref().map(|c| c.to_string()).unwrap_or_default();
-            plugin_model(&m.plugin, m.steps, m.priority, config)
-        })
-        .collect();
-    let assets = spec
-        .assets
-        .iter()
-        .map(|a| {
-            let source = match (&a.data, &a.synthetic) {
-                (Some(path), _) => asset_spec::Source::DataPath(path.to_string_lossy().into()),
-                (None, Some(s)) => asset_spec::Source::Synthetic(SyntheticAsset {
-                    rows: s.rows as u64,
-                    seed: s.seed,
-                }),
-                // JobSpec::check rejects this; keep the conversion total anyway.
-                (None, None) => bail!("assets: give exactly one of \"data\" or \"synthetic\""),
-            };
-            Ok(AssetSpec {
-                source: Some(source),
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let keep = u32::try_from(spec.checkpoint.keep)
-        .map_err(|_| anyhow!("checkpoint.keep: {} is too large", spec.checkpoint.keep))?;
-    let mut request = StartTrainingRequest {
-        name: spec.name.clone(),
-        assets,
-        seed: spec.seed,
-        device: spec.device.clone(),
-        checkpoint: Some(CheckpointPolicy {
-            every_steps: spec.checkpoint.every_steps.unwrap_or(0),
-            every_seconds: spec.checkpoint.every_seconds.unwrap_or(0.0),
-            keep,
-        }),
-        slice_steps: spec.slice_steps,
-        features_json,
-        ..Default::default()
-    };
-    set_models(&mut request, models);
-    Ok(request)
+    job_request::request_from_spec(&spec, features_json).map_err(|e| anyhow!(e))
 }
 
 /// Reads and converts a `--spec` file.
@@ -191,32 +100,8 @@ pub(super) fn request_from_flags(args: &StartArgs) -> Result<StartTrainingReques
     if args.plugin.is_empty() || args.asset.is_empty() {
         bail!("give --spec FILE, or at least one --plugin and one --asset (a bar file, synthetic:ROWS or synthetic:ROWS:SEED)");
     }
-    let configs = args
-        .config
-        .iter()
-        .map(|c| parse_config_arg(c))
-        .collect::<Result<Vec<_>>>()?;
-    for (name, _) in &configs {
-        if let Some(name) = name {
-            if !args.plugin.iter().any(|p| p == name) {
-                bail!(
-                    "--config {name}=…: {name:?} is not one of the --plugin values ({})",
-                    args.plugin.join(", ")
-                );
-            }
-        }
-    }
-    let config_for = |plugin: &str| {
-        let specific = configs
-            .iter()
-            .rev()
-            .find(|(n, _)| n.as_deref() == Some(plugin));
-        let general = configs.iter().rev().find(|(n, _)| n.is_none());
-        specific
-            .or(general)
-            .map(|(_, json)| json.clone())
-            .unwrap_or_default()
-    };
+    let configs = PluginConfigs::parse(&args.config, &args.plugin)?;
+    let config_for = |plugin: &str| configs.for_plugin(plugin).unwrap_or_default().to_string();
     let models = args
         .plugin
         .iter()
@@ -231,7 +116,7 @@ pub(super) fn request_from_flags(args: &StartArgs) -> Result<StartTrainingReques
         name: args.name.clone(),
         assets,
         seed: args.seed,
-        device: args.device.clone(),
+        device: args.device.to_string(),
         ..Default::default()
     };
     set_models(&mut request, models);
@@ -279,7 +164,9 @@ pub(super) fn absolutize_local_paths(request: &mut StartTrainingRequest, endpoin
 mod tests {
     use super::*;
     use crate::cli::{Cli, Command, TrainCommand};
+    use crate::commands::view::WireState;
     use clap::Parser;
+    use tli_proto::v1::{model_spec, ModelSpec};
 
     fn plugin_of(m: &ModelSpec) -> (&str, &str) {
         match &m.config {
@@ -365,7 +252,8 @@ mod tests {
         // The spec defaults travel explicitly.
         assert_eq!((r.seed, r.device.as_str(), r.slice_steps), (1, "cpu", 10));
         let c = r.checkpoint.unwrap();
-        assert_eq!((c.every_steps, c.every_seconds, c.keep), (1000, 300.0, 3));
+        // Time-based by default (issue 10): no step interval.
+        assert_eq!((c.every_steps, c.every_seconds, c.keep), (0, 300.0, 3));
         assert_eq!(r.features_json, "");
     }
 
@@ -425,20 +313,21 @@ mod tests {
 
     #[test]
     fn states_and_orders_parse() {
-        assert_eq!(parse_state("completed").unwrap(), TaskState::Completed);
-        assert_eq!(parse_state("RUNNING").unwrap(), TaskState::Running);
+        assert_eq!(parse_state("completed").unwrap(), ProtoTaskState::Completed);
+        assert_eq!(parse_state("RUNNING").unwrap(), ProtoTaskState::Running);
         let e = parse_state("done").unwrap_err().to_string();
         assert!(e.contains("\"done\""), "{e}");
         assert!(
             e.contains("queued, running, checkpointing, completed, failed, cancelled, interrupted"),
             "{e}"
         );
-        for (name, state) in STATE_NAMES {
-            assert_eq!(state_name(state as i32), name);
-            assert_eq!(parse_state(name).unwrap(), state);
+        for state in TaskState::ALL {
+            let wire = parse_state(state.as_str()).unwrap();
+            assert_eq!(WireState::from_proto(wire as i32), WireState::Known(state));
+            assert_eq!(WireState::from_proto(wire as i32).name(), state.as_str());
         }
-        assert_eq!(state_name(0), "unspecified");
-        assert_eq!(state_name(99), "unknown");
+        assert_eq!(WireState::from_proto(0).name(), "unspecified");
+        assert_eq!(WireState::from_proto(99).name(), "unknown");
         assert_eq!(parse_order("oldest").unwrap(), JobOrder::OldestFirst);
         assert_eq!(parse_order("newest").unwrap(), JobOrder::NewestFirst);
         assert_eq!(parse_order("name").unwrap(), JobOrder::Name);

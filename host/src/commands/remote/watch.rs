@@ -6,13 +6,19 @@
 //! them. Without a terminal it prints the same lines plus a plain progress
 //! line at most every [`PLAIN_INTERVAL`]. With `-o json` every event is also
 //! one JSON line on stdout (NDJSON).
+//!
+//! A running task's routine checkpoints (`running → checkpointing → running`)
+//! are shown only with `--verbose`, in both forms: with the default policy
+//! they come every few minutes per task and would scroll the view away. The
+//! transitions that end a task (`checkpointing → completed`, …) always show.
 
-use super::view::{
-    format_percent, headline_metric, paint, print_job, print_json_line, state_counts,
-    stderr_colours, tone, EventJson, JobJson, TaskJson,
+use super::super::render::{
+    format_percent, headline_metric, paint, print_job, state_counts, stderr_colours, tone,
 };
+use super::super::view::{print_json_line, EventJson, JobJson, TaskJson, WireState};
 use super::{api_error, Remote};
 use crate::cli::OutputFormat;
+use crate::orchestrator::state::TaskState;
 use anyhow::{bail, Result};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::collections::BTreeMap;
@@ -31,6 +37,7 @@ pub(super) async fn watch(
     remote: &Remote,
     job_id: u64,
     interval_ms: u32,
+    verbose: bool,
     output: OutputFormat,
 ) -> Result<()> {
     let mut stream = remote
@@ -42,7 +49,7 @@ pub(super) async fn watch(
         .await
         .map_err(|s| api_error(remote, s))?
         .into_inner();
-    let mut view = WatchView::new(job_id, output == OutputFormat::Json);
+    let mut view = WatchView::new(job_id, output == OutputFormat::Json, verbose);
     loop {
         match stream.message().await {
             Ok(Some(message)) => {
@@ -76,6 +83,8 @@ struct Bars {
 struct WatchView {
     job_id: u64,
     json: bool,
+    /// Show routine checkpoint transitions too.
+    verbose: bool,
     colours: bool,
     bars: Option<Bars>,
     last_plain: Option<Instant>,
@@ -84,7 +93,7 @@ struct WatchView {
 }
 
 impl WatchView {
-    fn new(job_id: u64, json: bool) -> Self {
+    fn new(job_id: u64, json: bool, verbose: bool) -> Self {
         let bars = std::io::stderr().is_terminal().then(|| {
             let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
             let total = multi.add(ProgressBar::new(TOTAL_SCALE));
@@ -111,6 +120,7 @@ impl WatchView {
         Self {
             job_id,
             json,
+            verbose,
             colours: stderr_colours(),
             bars,
             last_plain: None,
@@ -139,7 +149,11 @@ impl WatchView {
 
     /// Applies one event; returns the job once it has finished.
     fn handle(&mut self, event: &Event) -> Result<Option<JobJson>> {
-        if self.json {
+        let shown = match event {
+            Event::StateChanged(c) => self.verbose || !is_routine_checkpoint(c.from, c.to),
+            _ => true,
+        };
+        if self.json && shown {
             self.emit(&EventJson::from(event))?;
         }
         match event {
@@ -151,16 +165,20 @@ impl WatchView {
                 self.render();
             }
             Event::StateChanged(c) => {
-                let to = super::request::state_name(c.to);
-                let from = super::request::state_name(c.from);
+                let to = WireState::from_proto(c.to);
+                let from = WireState::from_proto(c.from);
                 if let Some(t) = self.tasks.get_mut(&c.task_id) {
                     t.state = to;
                 }
-                let to_text = paint(to, tone(to), self.colours);
-                let mut text = if from == "unspecified" {
+                if !shown {
+                    self.render_bars();
+                    return Ok(None);
+                }
+                let to_text = paint(to.name(), tone(to), self.colours);
+                let mut text = if from == WireState::Unspecified {
                     format!("task {}: {to_text}", c.task_id)
                 } else {
-                    format!("task {}: {from} → {to_text}", c.task_id)
+                    format!("task {}: {} → {to_text}", c.task_id, from.name())
                 };
                 if !c.reason.is_empty() {
                     text.push_str(&format!(" ({})", c.reason));
@@ -212,8 +230,8 @@ impl WatchView {
         let mut shown: Vec<&TaskJson> = self.tasks.values().collect();
         if shown.len() > MAX_TASK_BARS {
             let rank = |t: &TaskJson| match t.state {
-                "running" | "checkpointing" => 0,
-                "queued" | "interrupted" => 1,
+                WireState::Known(TaskState::Running | TaskState::Checkpointing) => 0,
+                WireState::Known(TaskState::Queued | TaskState::Interrupted) => 1,
                 _ => 2,
             };
             shown.sort_by_key(|t| (rank(t), t.task_id));
@@ -249,7 +267,7 @@ impl WatchView {
             bar.set_prefix(format!("{prefix:<width$}"));
             bar.set_length(t.total_steps.max(1));
             bar.set_position(t.steps_done.min(t.total_steps.max(1)));
-            let mut message = paint(t.state, tone(t.state), self.colours);
+            let mut message = paint(t.state.name(), tone(t.state), self.colours);
             if let Some(metric) = headline_metric(&t.metrics) {
                 message.push(' ');
                 message.push_str(&metric);
@@ -293,7 +311,7 @@ impl WatchView {
             .progress
             .tasks
             .iter()
-            .filter(|t| t.state != "completed")
+            .filter(|t| t.state != WireState::Known(TaskState::Completed))
             .map(|t| match &t.error {
                 Some(e) => format!("task {} {} ({e})", t.task_id, t.state),
                 None => format!("task {} {}", t.task_id, t.state),
@@ -308,4 +326,15 @@ impl WatchView {
         }
         Ok(())
     }
+}
+
+/// `running → checkpointing` and `checkpointing → running`: a running task's
+/// checkpoint (what follows a final or stop checkpoint is the task's end).
+fn is_routine_checkpoint(from: i32, to: i32) -> bool {
+    use TaskState::{Checkpointing, Running};
+    matches!(
+        (WireState::from_proto(from), WireState::from_proto(to)),
+        (WireState::Known(Running), WireState::Known(Checkpointing))
+            | (WireState::Known(Checkpointing), WireState::Known(Running))
+    )
 }

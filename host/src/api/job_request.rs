@@ -1,0 +1,407 @@
+//! Job specs on the wire: a `StartTrainingRequest` becomes a checked
+//! [`JobSpec`] (the server), and a job-spec file becomes a request (the
+//! client's `train start --spec`), both here so the two directions share
+//! their rules.
+//!
+//! Zero values follow the proto's comments and the job-spec defaults
+//! (`orchestrator::job`): seed 0 → 1, device "" → `cpu`, slice_steps 0 →
+//! 10, checkpoint `every_steps`/`every_seconds` 0 → never (as in a file),
+//! `keep` 0 → 3 (an absent checkpoint message gives the job-spec defaults),
+//! synthetic seed 0 → 1, `features_json` "" → the default features.
+
+use super::convert::invalid;
+use crate::orchestrator::job::{
+    self, AssetSpec, CheckpointPolicy, JobSpec, SyntheticAsset, DEFAULT_CHECKPOINT_KEEP,
+    DEFAULT_SEED, DEFAULT_SLICE_STEPS,
+};
+use std::path::PathBuf;
+use tli_data::features::FeatureConfig;
+use tli_plugin_api::Device;
+use tli_proto::v1 as pb;
+use tonic::Status;
+
+/// Turns a request into a job spec and runs [`JobSpec::check`] on it; every
+/// problem is `INVALID_ARGUMENT` naming the field (`models[1].steps: …`).
+pub fn job_spec(req: &pb::StartTrainingRequest) -> Result<JobSpec, Status> {
+    let models: Vec<&pb::ModelSpec> = match (&req.model, req.models.is_empty()) {
+        (Some(m), true) => vec![m],
+        (None, false) => req.models.iter().collect(),
+        (Some(_), false) => {
+            return Err(invalid(
+                "model and models: give exactly one (both were given)",
+            ))
+        }
+        (None, true) => {
+            return Err(invalid(
+                "model and models: give exactly one (neither was given)",
+            ))
+        }
+    };
+    let models = models
+        .iter()
+        .enumerate()
+        .map(|(i, m)| model_spec(i, m))
+        .collect::<Result<Vec<_>, _>>()?;
+    if req.assets.is_empty() {
+        return Err(invalid("assets: at least one asset is needed"));
+    }
+    let assets = req
+        .assets
+        .iter()
+        .enumerate()
+        .map(|(i, a)| asset_spec(i, a))
+        .collect::<Result<Vec<_>, _>>()?;
+    let device = if req.device.is_empty() {
+        Device::default()
+    } else {
+        req.device
+            .parse()
+            .map_err(|e| invalid(format!("device: {e}")))?
+    };
+    let features = if req.features_json.trim().is_empty() {
+        FeatureConfig::default()
+    } else {
+        serde_json::from_str(&req.features_json)
+            .map_err(|e| invalid(format!("features_json: {e}")))?
+    };
+    let spec = JobSpec {
+        name: req.name.clone(),
+        models,
+        assets,
+        seed: if req.seed == 0 { DEFAULT_SEED } else { req.seed },
+        device,
+        features,
+        checkpoint: checkpoint_policy(req.checkpoint.as_ref()),
+        slice_steps: if req.slice_steps == 0 {
+            DEFAULT_SLICE_STEPS
+        } else {
+            req.slice_steps
+        },
+    };
+    spec.check().map_err(invalid)?;
+    Ok(spec)
+}
+
+fn model_spec(i: usize, m: &pb::ModelSpec) -> Result<job::ModelSpec, Status> {
+    let (plugin, config) = match &m.config {
+        None => {
+            return Err(invalid(format!(
+                "models[{i}].config: set template or plugin"
+            )))
+        }
+        Some(pb::model_spec::Config::Template(t)) => {
+            ("template".to_string(), Some(template_config(i, t)?))
+        }
+        Some(pb::model_spec::Config::Plugin(p)) => {
+            if p.plugin.trim().is_empty() {
+                return Err(invalid(format!(
+                    "models[{i}].plugin.plugin: the plugin name must not be empty"
+                )));
+            }
+            let config = if p.config_json.trim().is_empty() {
+                None
+            } else {
+                let value: serde_json::Value = serde_json::from_str(&p.config_json)
+                    .map_err(|e| invalid(format!("models[{i}].plugin.config_json: {e}")))?;
+                if !value.is_object() {
+                    return Err(invalid(format!(
+                        "models[{i}].plugin.config_json: must be a JSON object"
+                    )));
+                }
+                Some(value)
+            };
+            (p.plugin.clone(), config)
+        }
+    };
+    Ok(job::ModelSpec {
+        plugin,
+        steps: m.steps,
+        config,
+        priority: m.priority,
+    })
+}
+
+/// The template plugin's config as a JSON object of the fields that are set
+/// (the plugin fills in the rest).
+fn template_config(i: usize, t: &pb::TemplateConfig) -> Result<serde_json::Value, Status> {
+    let mut config = serde_json::Map::new();
+    if !t.hidden_sizes.is_empty() {
+        config.insert("hidden_sizes".into(), serde_json::json!(t.hidden_sizes));
+    }
+    let numbers = [
+        ("learning_rate", t.learning_rate),
+        ("weight_decay", t.weight_decay),
+    ];
+    for (name, value) in numbers {
+        if let Some(v) = value {
+            if !v.is_finite() {
+                return Err(invalid(format!(
+                    "models[{i}].template.{name}: {v} is not a finite number"
+                )));
+            }
+            config.insert(name.into(), serde_json::json!(v));
+        }
+    }
+    if let Some(b) = t.batch_size {
+        config.insert("batch_size".into(), serde_json::json!(b));
+    }
+    if let Some(x) = t.target_index {
+        config.insert("target_index".into(), serde_json::json!(x));
+    }
+    match pb::LrSchedule::try_from(t.lr_schedule) {
+        Ok(pb::LrSchedule::Unspecified) => {}
+        Ok(pb::LrSchedule::Constant) => {
+            config.insert("lr_schedule".into(), "constant".into());
+        }
+        Ok(pb::LrSchedule::Cosine) => {
+            config.insert("lr_schedule".into(), "cosine".into());
+        }
+        Err(_) => {
+            return Err(invalid(format!(
+                "models[{i}].template.lr_schedule: {} is not an LrSchedule",
+                t.lr_schedule
+            )))
+        }
+    }
+    Ok(serde_json::Value::Object(config))
+}
+
+fn asset_spec(i: usize, a: &pb::AssetSpec) -> Result<AssetSpec, Status> {
+    match &a.source {
+        None => Err(invalid(format!("assets[{i}]: set data_path or synthetic"))),
+        Some(pb::asset_spec::Source::DataPath(path)) => {
+            if path.trim().is_empty() {
+                return Err(invalid(format!("assets[{i}].data_path: must not be empty")));
+            }
+            Ok(AssetSpec::Data(PathBuf::from(path)))
+        }
+        Some(pb::asset_spec::Source::Synthetic(s)) => {
+            let rows = usize::try_from(s.rows).map_err(|_| {
+                invalid(format!(
+                    "assets[{i}].synthetic.rows: {} is outside 64..=10000000",
+                    s.rows
+                ))
+            })?;
+            Ok(AssetSpec::Synthetic(SyntheticAsset {
+                rows,
+                seed: if s.seed == 0 { DEFAULT_SEED } else { s.seed },
+            }))
+        }
+    }
+}
+
+fn checkpoint_policy(c: Option<&pb::CheckpointPolicy>) -> CheckpointPolicy {
+    let Some(c) = c else {
+        return CheckpointPolicy::default();
+    };
+    // Negative or NaN seconds are kept so that `JobSpec::check` names them.
+    CheckpointPolicy::with_intervals(
+        Some(c.every_steps),
+        Some(c.every_seconds),
+        if c.keep == 0 {
+            DEFAULT_CHECKPOINT_KEEP
+        } else {
+            c.keep as usize
+        },
+    )
+}
+
+/// A job spec as the request that [`job_spec`] turns back into it (the
+/// client's `train start --spec FILE`). `features_json` is the spec file's
+/// `features` as written ("" = the host's defaults).
+pub fn request_from_spec(spec: &JobSpec, features_json: String) -> Result<pb::StartTrainingRequest, String> {
+    let models: Vec<pb::ModelSpec> = spec
+        .models
+        .iter()
+        .map(|m| {
+            let config_json = m.config.as_ref().map(|c| c.to_string()).unwrap_or_default();
+            plugin_model(&m.plugin, m.steps, m.priority, config_json)
+        })
+        .collect();
+    let assets = spec
+        .assets
+        .iter()
+        .map(|a| pb::AssetSpec {
+            source: Some(match a {
+                AssetSpec::Data(path) => {
+                    pb::asset_spec::Source::DataPath(path.to_string_lossy().into())
+                }
+                AssetSpec::Synthetic(s) => pb::asset_spec::Source::Synthetic(pb::SyntheticAsset {
+                    rows: s.rows as u64,
+                    seed: s.seed,
+                }),
+            }),
+        })
+        .collect();
+    let keep = u32::try_from(spec.checkpoint.keep)
+        .map_err(|_| format!("checkpoint.keep: {} is too large", spec.checkpoint.keep))?;
+    let mut request = pb::StartTrainingRequest {
+        name: spec.name.clone(),
+        assets,
+        seed: spec.seed,
+        device: spec.device.to_string(),
+        checkpoint: Some(pb::CheckpointPolicy {
+            // 0 means never on the wire, as in the file.
+            every_steps: spec.checkpoint.every_steps.unwrap_or(0),
+            every_seconds: spec.checkpoint.every_seconds.unwrap_or(0.0),
+            keep,
+        }),
+        slice_steps: spec.slice_steps,
+        features_json,
+        ..Default::default()
+    };
+    set_models(&mut request, models);
+    Ok(request)
+}
+
+/// One model uses the single-model field (older servers know only that),
+/// several the repeated one.
+pub fn set_models(request: &mut pb::StartTrainingRequest, mut models: Vec<pb::ModelSpec>) {
+    if models.len() == 1 {
+        request.model = models.pop();
+    } else {
+        request.models = models;
+    }
+}
+
+/// A model given by plugin name and JSON config ("" = the plugin's defaults).
+pub fn plugin_model(plugin: &str, steps: u64, priority: i32, config_json: String) -> pb::ModelSpec {
+    pb::ModelSpec {
+        steps,
+        priority,
+        config: Some(pb::model_spec::Config::Plugin(pb::PluginConfig {
+            plugin: plugin.to_string(),
+            config_json,
+        })),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request() -> pb::StartTrainingRequest {
+        pb::StartTrainingRequest {
+            name: "t".into(),
+            model: Some(pb::ModelSpec {
+                steps: 10,
+                priority: 0,
+                config: Some(pb::model_spec::Config::Template(pb::TemplateConfig {
+                    hidden_sizes: vec![8],
+                    learning_rate: Some(0.01),
+                    lr_schedule: pb::LrSchedule::Cosine as i32,
+                    ..Default::default()
+                })),
+            }),
+            assets: vec![pb::AssetSpec {
+                source: Some(pb::asset_spec::Source::Synthetic(pb::SyntheticAsset {
+                    rows: 200,
+                    seed: 0,
+                })),
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn message(req: &pb::StartTrainingRequest) -> String {
+        let status = job_spec(req).unwrap_err();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        status.message().to_string()
+    }
+
+    #[test]
+    fn zero_values_take_the_documented_defaults() {
+        let spec = job_spec(&request()).unwrap();
+        assert_eq!(spec.seed, 1);
+        assert_eq!(spec.device, Device::Cpu);
+        assert_eq!(spec.slice_steps, DEFAULT_SLICE_STEPS);
+        assert_eq!(spec.checkpoint, CheckpointPolicy::default());
+        assert_eq!(spec.models[0].plugin, "template");
+        assert_eq!(
+            spec.models[0].config,
+            Some(
+                serde_json::json!({"hidden_sizes": [8], "learning_rate": 0.01, "lr_schedule": "cosine"})
+            )
+        );
+        assert_eq!(
+            spec.assets[0],
+            AssetSpec::Synthetic(SyntheticAsset { rows: 200, seed: 1 })
+        );
+
+        let mut req = request();
+        req.checkpoint = Some(pb::CheckpointPolicy::default());
+        let spec = job_spec(&req).unwrap();
+        assert_eq!(spec.checkpoint.every_steps, None);
+        assert_eq!(spec.checkpoint.every_seconds, None);
+        assert_eq!(spec.checkpoint.keep, DEFAULT_CHECKPOINT_KEEP);
+    }
+
+    #[test]
+    fn bad_requests_name_the_field() {
+        let mut req = request();
+        req.models = vec![pb::ModelSpec::default()];
+        assert!(message(&req).starts_with("model and models: give exactly one"));
+
+        let mut req = request();
+        req.model = None;
+        assert!(message(&req).starts_with("model and models: give exactly one"));
+
+        let mut req = request();
+        if let Some(m) = req.model.as_mut() {
+            m.steps = 0;
+        }
+        assert_eq!(
+            message(&req),
+            "models[0].steps: 0 is outside 1..=1000000000"
+        );
+
+        let mut req = request();
+        if let Some(m) = req.model.as_mut() {
+            m.config = None;
+        }
+        assert_eq!(message(&req), "models[0].config: set template or plugin");
+
+        let mut req = request();
+        if let Some(m) = req.model.as_mut() {
+            m.config = Some(pb::model_spec::Config::Plugin(pb::PluginConfig {
+                plugin: "behaviour".into(),
+                config_json: "[1]".into(),
+            }));
+        }
+        assert_eq!(
+            message(&req),
+            "models[0].plugin.config_json: must be a JSON object"
+        );
+
+        let mut req = request();
+        req.assets.push(pb::AssetSpec { source: None });
+        assert_eq!(message(&req), "assets[1]: set data_path or synthetic");
+
+        let mut req = request();
+        req.features_json = "{\"colour\": 1}".into();
+        assert!(message(&req).starts_with("features_json: unknown field"));
+
+        let mut req = request();
+        req.device = "gpu".into();
+        assert!(message(&req).starts_with("device: "));
+    }
+
+    /// Defect (issue 10): a file's and the API's checkpoint intervals follow
+    /// one rule, so a spec sent over the wire arrives as it was written.
+    #[test]
+    fn a_spec_survives_the_wire_with_its_checkpoint_policy() {
+        for checkpoint in [
+            r#"{"every_steps": 0, "every_seconds": 0, "keep": 2}"#,
+            r#"{"every_steps": 500}"#,
+            r#"{"every_seconds": 60.5}"#,
+        ] {
+            let text = format!(
+                r#"{{"name":"w","models":[{{"plugin":"dqn","steps":9}}],"assets":[{{"synthetic":{{"rows":100}}}}],"checkpoint":{checkpoint}}}"#
+            );
+            let spec = JobSpec::from_json(&text).unwrap();
+            let back = job_spec(&request_from_spec(&spec, String::new()).unwrap()).unwrap();
+            assert_eq!(back.checkpoint, spec.checkpoint, "{checkpoint}");
+        }
+    }
+
+}

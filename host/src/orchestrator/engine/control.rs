@@ -1,0 +1,261 @@
+//! What clients ask of a running orchestrator besides submitting: read jobs
+//! and their progress, list them with filters and pages, stop and resume
+//! them, and see the device's reservations. The rules (which states may be
+//! stopped, how pages continue) live here, once, for the API and the CLI.
+
+use super::{lock, Orchestrator, OrchestratorError, Reservation, Resources};
+use crate::orchestrator::listing::{JobPage, JobQuery, JobView};
+use crate::orchestrator::progress::{job_progress_with, JobProgress};
+use crate::orchestrator::runner::StopRequest;
+use crate::orchestrator::state::TaskState;
+use crate::orchestrator::store::{JobRow, StoreError, TaskRow, TransitionRow};
+use crate::orchestrator::{JobId, TaskId};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+impl Orchestrator {
+    /// A job's stored row, `None` for an unknown id.
+    pub fn job(&self, job: JobId) -> Result<Option<JobRow>, StoreError> {
+        self.store.job(job)
+    }
+
+    /// A job's progress with running tasks' latest steps and metrics.
+    pub fn job_progress(&self, job: JobId) -> Result<Option<JobProgress>, StoreError> {
+        job_progress_with(&self.store, Some(&self.live), job)
+    }
+
+    /// A job with its progress, `None` for an unknown id.
+    pub fn job_view(&self, job: JobId) -> Result<Option<JobView>, StoreError> {
+        let Some(row) = self.store.job(job)? else {
+            return Ok(None);
+        };
+        Ok(self
+            .job_progress(job)?
+            .map(|progress| JobView { row, progress }))
+    }
+
+    /// Every job with its progress, oldest first.
+    pub fn all_job_views(&self) -> Result<Vec<JobView>, StoreError> {
+        let mut views = Vec::new();
+        for row in self.store.jobs()? {
+            if let Some(progress) = self.job_progress(row.id)? {
+                views.push(JobView { row, progress });
+            }
+        }
+        Ok(views)
+    }
+
+    /// A job's tasks.
+    pub fn tasks_of(&self, job: JobId) -> Result<Vec<TaskRow>, StoreError> {
+        self.store.tasks_of(job)
+    }
+
+    /// A job's state changes with an id above `after` (0: all), oldest first.
+    pub fn job_transitions_after(
+        &self,
+        job: JobId,
+        after: i64,
+    ) -> Result<Vec<TransitionRow>, StoreError> {
+        self.store.job_transitions_after(job, after)
+    }
+
+    /// Whether any task is queued (waiting for the arbiter).
+    pub fn has_queued(&self) -> Result<bool, StoreError> {
+        Ok(!self.store.tasks_in(&[TaskState::Queued])?.is_empty())
+    }
+
+    /// One page of jobs matching `query` (see [`JobQuery`]).
+    pub fn list_jobs(&self, query: &JobQuery) -> Result<JobPage, OrchestratorError> {
+        let jobs = self.store.jobs()?;
+        let page = query.select(jobs, |job| self.store.tasks_of(job))?;
+        let mut views = Vec::with_capacity(page.jobs.len());
+        for row in page.jobs {
+            if let Some(progress) = self.job_progress(row.id)? {
+                views.push(JobView { row, progress });
+            }
+        }
+        Ok(JobPage {
+            jobs: views,
+            more: page.more,
+        })
+    }
+
+    /// The device's budget, strategy and current reservations, each with
+    /// the task's measured bytes when known.
+    pub fn resources(&self) -> Result<Resources, StoreError> {
+        let (budget, strategy, reserved_bytes, held) = {
+            let arbiter = lock(&self.arbiter);
+            (
+                arbiter.budget().clone(),
+                arbiter.strategy(),
+                arbiter.reserved(),
+                arbiter.running(),
+            )
+        };
+        let mut running = Vec::with_capacity(held.len());
+        for (task, reserved) in held {
+            running.push(Reservation {
+                task,
+                reserved_bytes: reserved,
+                measured_bytes: self.store.task(task)?.and_then(|t| t.measured_bytes),
+            });
+        }
+        Ok(Resources {
+            budget,
+            strategy,
+            reserved_bytes,
+            running,
+        })
+    }
+
+    /// Stops a job's queued and running tasks, or only `task` of it.
+    /// Graceful (`forced` = `None`): each finishes its slice, checkpoints and
+    /// becomes `cancelled`. Forced: the plugin is told to return at once, no
+    /// checkpoint is written, and after the deadline the task is marked
+    /// `cancelled` even if the plugin has not returned (its thread is then
+    /// left to end on its own; its memory stays reserved until it does). All
+    /// tasks are told at once and one deadline is waited in all.
+    ///
+    /// Refused, changing nothing: an unknown job or task, a task that is not
+    /// queued or running, a job with no such task.
+    pub fn stop(
+        &self,
+        job: JobId,
+        task: Option<TaskId>,
+        forced: Option<Duration>,
+    ) -> Result<(), OrchestratorError> {
+        if self.store.job(job)?.is_none() {
+            return Err(OrchestratorError::NoSuchJob(job));
+        }
+        let tasks = self.store.tasks_of(job)?;
+        let targets: Vec<TaskId> = match task {
+            Some(id) => {
+                let row = tasks
+                    .iter()
+                    .find(|t| t.id == id)
+                    .ok_or(OrchestratorError::NoSuchTask { job, task: id })?;
+                if !row.state.is_stoppable() {
+                    return Err(OrchestratorError::NotStoppable(format!(
+                        "task {id} of job {job} is {}; only queued or running tasks can be stopped",
+                        row.state
+                    )));
+                }
+                vec![id]
+            }
+            None => {
+                let ids: Vec<TaskId> = tasks
+                    .iter()
+                    .filter(|t| t.state.is_stoppable())
+                    .map(|t| t.id)
+                    .collect();
+                if ids.is_empty() {
+                    return Err(OrchestratorError::NotStoppable(format!(
+                        "job {job} has no queued or running task to stop ({})",
+                        state_summary(&tasks)
+                    )));
+                }
+                ids
+            }
+        };
+        self.stop_tasks(&targets, forced)
+    }
+
+    /// Stops one task of whatever job (see [`stop`](Self::stop)).
+    pub fn stop_task(&self, task: TaskId, forced: Option<Duration>) -> Result<(), OrchestratorError> {
+        let job = self
+            .store
+            .task(task)?
+            .map(|t| t.job_id)
+            .ok_or_else(|| OrchestratorError::Other(format!("no task {task}")))?;
+        self.stop(job, Some(task), forced)
+    }
+
+    /// Stops every queued or running task of a job (see [`stop`](Self::stop)).
+    pub fn stop_job(&self, job: JobId, forced: Option<Duration>) -> Result<(), OrchestratorError> {
+        self.stop(job, None, forced)
+    }
+
+    fn stop_tasks(&self, tasks: &[TaskId], forced: Option<Duration>) -> Result<(), OrchestratorError> {
+        let mut signalled = Vec::new();
+        for &task in tasks {
+            let state = self
+                .store
+                .task(task)?
+                .ok_or_else(|| OrchestratorError::Other(format!("no task {task}")))?
+                .state;
+            if state == TaskState::Queued && !lock(&self.running).contains_key(&task) {
+                self.store
+                    .transition(task, TaskState::Cancelled, "stopped before it started")?;
+                continue;
+            }
+            let Some((stop, cancel)) = lock(&self.running)
+                .get(&task)
+                .map(|a| (a.stop.clone(), a.plugin_cancel.clone()))
+            else {
+                continue; // not running: nothing to stop
+            };
+            match forced {
+                None => stop.store(StopRequest::Graceful as u8, Ordering::Release),
+                Some(_) => {
+                    stop.store(StopRequest::Forced as u8, Ordering::Release);
+                    cancel.store(true, Ordering::Release);
+                    signalled.push(task);
+                }
+            }
+        }
+        let Some(deadline) = forced else {
+            return Ok(());
+        };
+        let until = Instant::now() + deadline;
+        let still_running = |tasks: &[TaskId]| {
+            let running = lock(&self.running);
+            tasks.iter().any(|t| running.contains_key(t))
+        };
+        while Instant::now() < until && still_running(&signalled) {
+            self.drain_events();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        for task in signalled {
+            if lock(&self.running).contains_key(&task) {
+                let _ = self.store.transition(
+                    task,
+                    TaskState::Cancelled,
+                    &format!(
+                        "forced stop: the plugin did not return within {:.1}s",
+                        deadline.as_secs_f64()
+                    ),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Re-queues a job's cancelled, failed and interrupted tasks; each resumes
+    /// from its last good checkpoint. Returns how many.
+    pub fn resume_job(&self, job: JobId) -> Result<usize, OrchestratorError> {
+        if self.store.job(job)?.is_none() {
+            return Err(OrchestratorError::NoSuchJob(job));
+        }
+        let mut resumed = 0;
+        for task in self.store.tasks_of(job)? {
+            if task.state.is_resumable() {
+                self.store
+                    .transition(task.id, TaskState::Queued, "resumed")?;
+                resumed += 1;
+            }
+        }
+        Ok(resumed)
+    }
+}
+
+/// "completed ×2, failed ×1", for messages.
+fn state_summary(tasks: &[TaskRow]) -> String {
+    TaskState::ALL
+        .iter()
+        .filter_map(|s| {
+            let n = tasks.iter().filter(|t| t.state == *s).count();
+            (n > 0).then(|| format!("{s} ×{n}"))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,0 +1,561 @@
+//! The orchestrator proper: accepts jobs, turns them into tasks, admits
+//! queued tasks through the memory arbiter, runs each on its own runner
+//! thread, and reacts to what runners report. Its state lives in the store,
+//! so a host that is killed and started again finds every job; tasks that
+//! were running become `interrupted` and (by default) resume from their last
+//! good checkpoint.
+//!
+//! Queries, stops and resumes are in [`control`].
+//!
+//! Call [`Orchestrator::tick`] regularly (or [`Orchestrator::run_until_idle`]; a server
+//! uses [`Orchestrator::run_until_shutdown`]).
+
+mod control;
+
+use super::arbiter::{Arbiter, Budget, Candidate, Strategy};
+use super::job::{AssetSpec, JobSpec};
+use super::live::LiveProgress;
+use super::runner::{self, DeviceOccupancy, Outcome, RunnerContext, RunnerEvent, StopRequest};
+use super::state::TaskState;
+use super::store::{NewTask, Store, StoreError, TaskRow};
+use super::{JobId, TaskId};
+use crate::registry::PluginRegistry;
+use abi_stable::std_types::RArc;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tli_data::contracts::ContractBook;
+use tli_data::features::FeatureConfig;
+use tli_data::synthetic_ar::{synthetic_ar_dataset, SyntheticArSpec};
+use tli_plugin_api::{Dataset, Device};
+
+/// How the orchestrator runs tasks (from `tli host run|serve` options).
+#[derive(Clone, Debug)]
+pub struct OrchestratorConfig {
+    pub state_dir: PathBuf,
+    pub plugin_dir: PathBuf,
+    pub contracts: Option<PathBuf>,
+    pub strategy: Strategy,
+    /// Device budget in bytes; `None` = the default for the device.
+    pub budget_bytes: Option<u64>,
+    /// Safety margin added to every estimate (0.1 = 10%).
+    pub margin: f64,
+    /// The device tasks run on; one arbiter per host for now.
+    pub device: Device,
+    /// CPU cores shared among running tasks' intra-op threads.
+    pub cores: usize,
+    /// Resume interrupted tasks at start-up.
+    pub resume_interrupted: bool,
+}
+
+/// Why a job was not accepted. Nothing is stored when submission fails.
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    #[error("invalid job spec: {0}")]
+    Spec(String),
+    #[error("models[{model}] ({plugin}): {message}")]
+    Model {
+        model: usize,
+        plugin: String,
+        message: String,
+    },
+    #[error("assets[{asset}] ({label}): {message}")]
+    Asset {
+        asset: usize,
+        label: String,
+        message: String,
+    },
+    #[error("task {plugin} × {asset} is too big: {message}")]
+    TooBig {
+        plugin: String,
+        asset: String,
+        message: String,
+    },
+    #[error("job store: {0}")]
+    Store(#[from] super::store::StoreError),
+}
+
+/// A failure of the orchestrator itself (not of one task), or a request it
+/// refuses (an unknown job or task, a task that cannot be stopped).
+#[derive(Debug, thiserror::Error)]
+pub enum OrchestratorError {
+    #[error("job store: {0}")]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Registry(#[from] crate::registry::RegistryError),
+    #[error("job {0} not found")]
+    NoSuchJob(super::JobId),
+    #[error(transparent)]
+    List(#[from] super::listing::ListError),
+    #[error("task {task} not found in job {job}")]
+    NoSuchTask { job: super::JobId, task: TaskId },
+    /// A stop of something that is not queued or running; says what it is.
+    #[error("{0}")]
+    NotStoppable(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// A snapshot of the arbiter: see [`Orchestrator::resources`].
+#[derive(Clone, Debug)]
+pub struct Resources {
+    pub budget: Budget,
+    pub strategy: Strategy,
+    /// Bytes reserved by running tasks (with margin).
+    pub reserved_bytes: u64,
+    /// Running tasks' reservations, in start order.
+    pub running: Vec<Reservation>,
+}
+
+/// One running task's reservation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reservation {
+    pub task: TaskId,
+    /// What the arbiter holds for it (estimate or measurement, plus margin).
+    pub reserved_bytes: u64,
+    /// What it measured after its first slice, once known.
+    pub measured_bytes: Option<u64>,
+}
+
+/// A task with a runner thread: how to stop it and what it holds.
+struct RunningTask {
+    stop: Arc<AtomicU8>,
+    plugin_cancel: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+    reservation: i64,
+    started: Instant,
+}
+
+pub struct Orchestrator {
+    config: OrchestratorConfig,
+    store: Arc<Store>,
+    registry: Arc<PluginRegistry>,
+    contracts: ContractBook,
+    arbiter: Mutex<Arbiter>,
+    datasets: Mutex<HashMap<String, RArc<Dataset>>>,
+    running: Mutex<HashMap<TaskId, RunningTask>>,
+    events_tx: Sender<RunnerEvent>,
+    events_rx: Mutex<Receiver<RunnerEvent>>,
+    /// Set by a signal handler or `request_shutdown`.
+    shutdown: Arc<AtomicBool>,
+    live: Arc<LiveProgress>,
+    /// Runners on the host's device (for attributing allocator counters).
+    occupancy: Arc<DeviceOccupancy>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Orchestrator {
+    /// Opens the state directory (taking its lock), loads the plugins,
+    /// marks tasks that were running when the last host died as
+    /// `interrupted`, and re-queues them if configured to.
+    pub fn open(config: OrchestratorConfig) -> Result<Self, OrchestratorError> {
+        let store = Arc::new(Store::open(&config.state_dir)?);
+        let registry = Arc::new(PluginRegistry::scan(&config.plugin_dir)?);
+        let contracts = ContractBook::load(config.contracts.as_deref())
+            .map_err(|e| OrchestratorError::Other(e.to_string()))?;
+        let budget = Budget {
+            device: config.device,
+            total_bytes: match config.budget_bytes {
+                Some(b) => b,
+                None => default_budget(config.device)?,
+            },
+        };
+        let arbiter = Arbiter::new(config.strategy, budget, config.margin);
+        let interrupted = store.recover_after_restart("the host stopped while it was running")?;
+        if !interrupted.is_empty() {
+            tracing::info!(
+                "{} task(s) were running when the previous host stopped",
+                interrupted.len()
+            );
+        }
+        if config.resume_interrupted {
+            for task in store.tasks_in(&[TaskState::Interrupted])? {
+                store.transition(
+                    task.id,
+                    TaskState::Queued,
+                    "re-queued at host start to resume from its last checkpoint",
+                )?;
+            }
+        }
+        let (events_tx, events_rx) = channel();
+        Ok(Self {
+            config,
+            store,
+            registry,
+            contracts,
+            arbiter: Mutex::new(arbiter),
+            datasets: Mutex::new(HashMap::new()),
+            running: Mutex::new(HashMap::new()),
+            events_tx,
+            events_rx: Mutex::new(events_rx),
+            shutdown: Arc::new(AtomicBool::new(false)),
+            live: Arc::new(LiveProgress::new()),
+            occupancy: Arc::new(DeviceOccupancy::default()),
+        })
+    }
+
+    /// Running tasks' latest progress and the plugins' log lines.
+    pub fn live(&self) -> &Arc<LiveProgress> {
+        &self.live
+    }
+
+    /// The state directory (store, checkpoints, host lock).
+    pub fn state_dir(&self) -> &Path {
+        &self.config.state_dir
+    }
+
+    pub fn registry(&self) -> &PluginRegistry {
+        &self.registry
+    }
+
+    pub fn budget(&self) -> Budget {
+        lock(&self.arbiter).budget().clone()
+    }
+
+    /// A flag that makes `run_until_idle` checkpoint every running task and return.
+    pub fn shutdown_flag(&self) -> Arc<AtomicBool> {
+        self.shutdown.clone()
+    }
+
+    /// Validates a job against the loaded plugins and data, estimates every
+    /// task's memory, refuses it if one task alone exceeds the budget, and
+    /// stores it with all tasks queued.
+    pub fn submit(&self, spec: &JobSpec) -> Result<JobId, SubmitError> {
+        spec.check().map_err(SubmitError::Spec)?;
+        let datasets = spec
+            .assets
+            .iter()
+            .enumerate()
+            .map(|(i, asset)| {
+                self.dataset(asset, &spec.features)
+                    .map_err(|message| SubmitError::Asset {
+                        asset: i,
+                        label: asset.label(),
+                        message,
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let arbiter = lock(&self.arbiter);
+        let mut tasks = Vec::new();
+        for (m, model) in spec.models.iter().enumerate() {
+            let model_err = |message: String| SubmitError::Model {
+                model: m,
+                plugin: model.plugin.clone(),
+                message,
+            };
+            let plugin = self.registry.get(&model.plugin).ok_or_else(|| {
+                model_err(format!(
+                    "no such plugin; loaded: {}",
+                    self.registry.names().join(", ")
+                ))
+            })?;
+            let config_text = match &model.config {
+                Some(c) => c.to_string(),
+                None => plugin.manifest.default_config.to_string(),
+            };
+            let config = plugin
+                .validate_config(&config_text)
+                .map_err(|e| model_err(e.to_string()))?;
+            for (a, asset) in spec.assets.iter().enumerate() {
+                let estimate = plugin
+                    .estimate_memory(&config, datasets[a].shape(), &spec.device.to_string())
+                    .map_err(|e| model_err(e.to_string()))?;
+                let bytes = arbiter.with_margin(estimate.total());
+                arbiter
+                    .check_fits_alone(bytes)
+                    .map_err(|e| SubmitError::TooBig {
+                        plugin: model.plugin.clone(),
+                        asset: asset.label(),
+                        message: e.to_string(),
+                    })?;
+                let ordinal = tasks.len() as u64;
+                tasks.push(NewTask {
+                    plugin: model.plugin.clone(),
+                    asset: asset.label(),
+                    config_json: config.clone(),
+                    seed: spec.seed.wrapping_add(ordinal),
+                    total_steps: model.steps,
+                    priority: model.priority,
+                    device: spec.device,
+                    estimate_bytes: estimate.total(),
+                    // Cost proxy for weighted progress: steps × bytes the task touches.
+                    cost_weight: model.steps as f64
+                        * (estimate.parameters + estimate.activations).max(1) as f64,
+                });
+            }
+        }
+        drop(arbiter);
+        let spec_json =
+            serde_json::to_string(spec).map_err(|e| SubmitError::Spec(e.to_string()))?;
+        let (job, _) = self.store.create_job(&spec.name, &spec_json, &tasks)?;
+        tracing::info!(job, tasks = tasks.len(), "job {:?} submitted", spec.name);
+        Ok(job)
+    }
+
+    /// The dataset of an asset, computed once per (asset, feature config).
+    fn dataset(
+        &self,
+        asset: &AssetSpec,
+        features: &FeatureConfig,
+    ) -> Result<RArc<Dataset>, String> {
+        let key = format!(
+            "{}|{}",
+            asset.label(),
+            serde_json::to_string(features).unwrap_or_default()
+        );
+        if let Some(d) = lock(&self.datasets).get(&key) {
+            return Ok(d.clone());
+        }
+        let dataset = match asset {
+            AssetSpec::Data(path) => {
+                let table = tli_data::read_bars(path).map_err(|e| e.to_string())?;
+                let contract = self
+                    .contracts
+                    .lookup(&table.symbol)
+                    .map_err(|e| e.to_string())?;
+                tli_data::features::build_dataset(&table, contract, features)
+                    .map_err(|e| e.to_string())?
+            }
+            AssetSpec::Synthetic(s) => synthetic_ar_dataset(SyntheticArSpec {
+                rows: s.rows,
+                seed: s.seed,
+                ..SyntheticArSpec::default()
+            }),
+        };
+        let dataset = RArc::new(dataset);
+        lock(&self.datasets).insert(key, dataset.clone());
+        Ok(dataset)
+    }
+
+    /// The job spec and dataset a stored task needs to run.
+    fn task_inputs(&self, task: &TaskRow) -> Result<(JobSpec, RArc<Dataset>), String> {
+        let job = self
+            .store
+            .job(task.job_id)
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("job {} of task {} is missing", task.job_id, task.id))?;
+        let spec: JobSpec =
+            serde_json::from_str(&job.spec_json).map_err(|e| format!("stored job spec: {e}"))?;
+        let asset = spec
+            .assets
+            .get(task.ordinal as usize % spec.assets.len().max(1))
+            .ok_or_else(|| format!("task {} has no asset in its job spec", task.id))?
+            .clone();
+        let dataset = self.dataset(&asset, &spec.features)?;
+        Ok((spec, dataset))
+    }
+
+    /// One scheduling round: handle runner reports, then start what fits.
+    pub fn tick(&self) -> Result<(), OrchestratorError> {
+        self.drain_events();
+        let active_ids: Vec<TaskId> = lock(&self.running).keys().copied().collect();
+        let queued: Vec<TaskRow> = self
+            .store
+            .tasks_in(&[TaskState::Queued])?
+            .into_iter()
+            .filter(|t| !active_ids.contains(&t.id))
+            .collect();
+        if queued.is_empty() || self.shutdown.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let mut arbiter = lock(&self.arbiter);
+        let candidates: Vec<Candidate> = queued
+            .iter()
+            .map(|t| Candidate {
+                task: t.id,
+                priority: t.priority,
+                order: t.id as u64,
+                // A task that ran before is admitted on what it measured.
+                bytes: arbiter.with_margin(t.measured_bytes.unwrap_or(t.estimate_bytes)),
+            })
+            .collect();
+        let chosen = arbiter.select(&candidates);
+        let running_after = active_ids.len() + chosen.len();
+        let threads = (self.config.cores / running_after.max(1)).max(1) as i32;
+        for id in chosen {
+            let Some(task) = queued.iter().find(|t| t.id == id) else {
+                continue;
+            };
+            let bytes = candidates
+                .iter()
+                .find(|c| c.task == id)
+                .map(|c| c.bytes)
+                .unwrap_or(0);
+            if let Err(message) = self.start(task, bytes, threads) {
+                arbiter.release(id);
+                tracing::error!(task = id, "could not start: {message}");
+                let _ = self.store.transition(id, TaskState::Failed, &message);
+            }
+        }
+        Ok(())
+    }
+
+    fn start(&self, task: &TaskRow, bytes: u64, threads: i32) -> Result<(), String> {
+        let (spec, dataset) = self.task_inputs(task)?;
+        let reservation = self
+            .store
+            .reserve(task.id, self.config.device, bytes)
+            .map_err(|e| e.to_string())?;
+        let stop = Arc::new(AtomicU8::new(StopRequest::None as u8));
+        let plugin_cancel = Arc::new(AtomicBool::new(false));
+        let ctx = RunnerContext {
+            task: task.clone(),
+            registry: self.registry.clone(),
+            dataset,
+            store: self.store.clone(),
+            checkpoint_root: self
+                .config
+                .state_dir
+                .join("checkpoints")
+                .join(format!("task-{}", task.id)),
+            policy: spec.checkpoint.clone(),
+            slice_steps: spec.slice_steps,
+            stop: stop.clone(),
+            plugin_cancel: plugin_cancel.clone(),
+            events: self.events_tx.clone(),
+            threads,
+            live: self.live.clone(),
+            occupancy: self.occupancy.clone(),
+        };
+        let handle = match runner::spawn(ctx) {
+            Ok(h) => h,
+            Err(e) => {
+                let _ = self.store.release(reservation);
+                return Err(format!("cannot start a runner thread: {e}"));
+            }
+        };
+        lock(&self.running).insert(
+            task.id,
+            RunningTask {
+                stop,
+                plugin_cancel,
+                handle: Some(handle),
+                reservation,
+                started: Instant::now(),
+            },
+        );
+        Ok(())
+    }
+
+    fn drain_events(&self) {
+        let events: Vec<RunnerEvent> = lock(&self.events_rx).try_iter().collect();
+        for event in events {
+            self.handle_event(event);
+        }
+    }
+
+    /// Waits up to `timeout` for a runner to report, so a freed slot is
+    /// refilled at once rather than at the next poll.
+    fn wait_for_event(&self, timeout: Duration) {
+        let event = lock(&self.events_rx).recv_timeout(timeout);
+        if let Ok(event) = event {
+            self.handle_event(event);
+        }
+    }
+
+    fn handle_event(&self, event: RunnerEvent) {
+        match event {
+            RunnerEvent::Measured { task, bytes } => {
+                // The arbiter adds the margin to the measurement itself.
+                let report = lock(&self.arbiter).update_measured(task, bytes);
+                tracing::debug!(task, bytes, "measured memory: {report}");
+            }
+            RunnerEvent::Finished { task, outcome } => self.reap(task, &outcome),
+        }
+    }
+
+    fn reap(&self, task: TaskId, outcome: &Outcome) {
+        let Some(mut active) = lock(&self.running).remove(&task) else {
+            return;
+        };
+        if let Some(handle) = active.handle.take() {
+            let _ = handle.join();
+        }
+        lock(&self.arbiter).release(task);
+        if let Err(e) = self.store.release(active.reservation) {
+            tracing::error!(task, "releasing reservation: {e}");
+        }
+        tracing::info!(
+            task,
+            "finished after {:.1}s: {outcome:?}",
+            active.started.elapsed().as_secs_f64()
+        );
+    }
+
+    /// Number of tasks with a runner thread.
+    pub fn active_count(&self) -> usize {
+        lock(&self.running).len()
+    }
+
+    /// Runs rounds until nothing is queued or running. When the shutdown flag
+    /// is raised, every running task checkpoints and becomes `interrupted`.
+    pub fn run_until_idle(
+        &self,
+        poll: Duration,
+        mut on_round: impl FnMut(&Self),
+    ) -> Result<(), OrchestratorError> {
+        let mut shutting_down = false;
+        loop {
+            if self.shutdown.load(Ordering::Acquire) && !shutting_down {
+                shutting_down = true;
+                tracing::info!(
+                    "shutting down: checkpointing {} running task(s)",
+                    self.active_count()
+                );
+                for a in lock(&self.running).values() {
+                    a.stop.store(StopRequest::Shutdown as u8, Ordering::Release);
+                }
+            }
+            self.tick()?;
+            on_round(self);
+            let queued = if shutting_down {
+                0
+            } else {
+                self.store.tasks_in(&[TaskState::Queued])?.len()
+            };
+            if queued == 0 && self.active_count() == 0 {
+                return Ok(());
+            }
+            self.wait_for_event(poll);
+        }
+    }
+
+    /// Runs scheduling rounds until the shutdown flag is raised (a server:
+    /// jobs arrive at any time, so an empty queue does not end it), then
+    /// checkpoints every running task (they become `interrupted`) and returns
+    /// once none is left. A failed round is logged and the loop goes on.
+    pub fn run_until_shutdown(
+        &self,
+        poll: Duration,
+        mut on_round: impl FnMut(&Self),
+    ) -> Result<(), OrchestratorError> {
+        while !self.shutdown.load(Ordering::Acquire) {
+            if let Err(e) = self.tick() {
+                tracing::error!("scheduling round failed: {e}");
+                std::thread::sleep(poll);
+            }
+            on_round(self);
+            self.wait_for_event(poll);
+        }
+        self.run_until_idle(poll, on_round)
+    }
+}
+
+/// The default budget of a device: half of RAM for the CPU; the device's
+/// total memory minus 10% for CUDA.
+fn default_budget(device: Device) -> Result<u64, OrchestratorError> {
+    let Some(index) = device.cuda_index() else {
+        return super::arbiter::cpu_budget_from_meminfo(super::arbiter::DEFAULT_CPU_BUDGET_FRACTION)
+            .map_err(|e| OrchestratorError::Other(e.to_string()));
+    };
+    let info = super::cuda::mem_info(index)
+        .map_err(|e| OrchestratorError::Other(format!("{device}: {e}")))?;
+    Ok(info.total / 10 * 9)
+}

@@ -1,0 +1,164 @@
+//! The store's row types (what goes in and what comes out of its tables) and
+//! the readers that turn an SQLite row into them.
+
+use rusqlite::types::Type;
+use serde::{Deserialize, Serialize};
+use tli_plugin_api::Device;
+
+use crate::orchestrator::state::TaskState;
+use crate::orchestrator::{JobId, TaskId};
+
+/// A task to be created with its job.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NewTask {
+    pub plugin: String,
+    pub asset: String,
+    pub config_json: String,
+    pub seed: u64,
+    pub total_steps: u64,
+    pub priority: i32,
+    pub device: Device,
+    pub estimate_bytes: u64,
+    pub cost_weight: f64,
+}
+
+/// A row of `jobs`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobRow {
+    pub id: JobId,
+    pub name: String,
+    pub spec_json: String,
+    pub created_ms: i64,
+}
+
+/// A row of `tasks`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskRow {
+    pub id: TaskId,
+    pub job_id: JobId,
+    /// Position of the task in its job, from 0.
+    pub ordinal: u32,
+    pub plugin: String,
+    pub asset: String,
+    pub config_json: String,
+    pub seed: u64,
+    pub total_steps: u64,
+    pub priority: i32,
+    pub device: Device,
+    pub estimate_bytes: u64,
+    pub measured_bytes: Option<u64>,
+    pub cost_weight: f64,
+    pub state: TaskState,
+    pub steps_done: u64,
+    /// Why the task failed (set on `failed`, cleared on `queued`).
+    pub error: Option<String>,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+    /// How often it was re-queued after running out of memory.
+    pub oom_requeues: u32,
+}
+
+/// A row of `transitions`: `from` is `None` for the task's creation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TransitionRow {
+    pub id: i64,
+    pub task_id: TaskId,
+    pub from: Option<TaskState>,
+    pub to: TaskState,
+    pub reason: String,
+    pub at_ms: i64,
+}
+
+/// A row of `checkpoints`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointRow {
+    pub id: i64,
+    pub task_id: TaskId,
+    pub step: u64,
+    pub path: String,
+    pub checksum: String,
+    pub created_ms: i64,
+}
+
+/// A row of `reservations`: device memory held by a task; open while
+/// `released_ms` is `None`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReservationRow {
+    pub id: i64,
+    pub task_id: TaskId,
+    pub device: String,
+    pub bytes: u64,
+    pub reserved_ms: i64,
+    pub released_ms: Option<i64>,
+}
+
+pub(super) fn transition_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TransitionRow> {
+    Ok(TransitionRow {
+        id: r.get(0)?,
+        task_id: r.get(1)?,
+        from: opt_state_at(r, 2)?,
+        to: state_at(r, 3)?,
+        reason: r.get(4)?,
+        at_ms: r.get(5)?,
+    })
+}
+
+pub(super) fn device_at(row: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<Device> {
+    let text: String = row.get(idx)?;
+    text.parse().map_err(|e: tli_plugin_api::DeviceParseError| {
+        rusqlite::Error::FromSqlConversionFailure(idx, Type::Text, e.into())
+    })
+}
+
+pub(super) fn state_at(row: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<TaskState> {
+    let text: String = row.get(idx)?;
+    TaskState::parse(&text).ok_or_else(|| {
+        rusqlite::Error::FromSqlConversionFailure(
+            idx,
+            Type::Text,
+            format!("unknown task state {text:?}").into(),
+        )
+    })
+}
+
+fn opt_state_at(row: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<Option<TaskState>> {
+    match row.get_ref(idx)? {
+        rusqlite::types::ValueRef::Null => Ok(None),
+        _ => state_at(row, idx).map(Some),
+    }
+}
+
+pub(super) fn task_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
+    Ok(TaskRow {
+        id: row.get(0)?,
+        job_id: row.get(1)?,
+        ordinal: row.get(2)?,
+        plugin: row.get(3)?,
+        asset: row.get(4)?,
+        config_json: row.get(5)?,
+        seed: row.get::<_, i64>(6)? as u64,
+        total_steps: row.get(7)?,
+        priority: row.get(8)?,
+        device: device_at(row, 9)?,
+        estimate_bytes: row.get(10)?,
+        measured_bytes: row.get(11)?,
+        cost_weight: row.get(12)?,
+        state: state_at(row, 13)?,
+        steps_done: row.get(14)?,
+        error: row.get(15)?,
+        created_ms: row.get(16)?,
+        updated_ms: row.get(17)?,
+        oom_requeues: row.get(18)?,
+    })
+}
+
+pub(super) fn reservation_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<ReservationRow> {
+    Ok(ReservationRow {
+        id: row.get(0)?,
+        task_id: row.get(1)?,
+        device: row.get(2)?,
+        bytes: row.get(3)?,
+        reserved_ms: row.get(4)?,
+        released_ms: row.get(5)?,
+    })
+}

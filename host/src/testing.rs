@@ -1,0 +1,278 @@
+//! Fixtures shared by the integration tests (`host/tests`, the end-to-end
+//! crate in `tests/`) and the benchmarks (`host/benches`), so that each is
+//! defined once: where cargo put the built `tli` binary and plugin libraries,
+//! throw-away plugin directories made from them, a CPU host configuration, an
+//! in-process API server, job and task specs on synthetic data, and a tiny
+//! seeded PRNG. The `tli` binary does not use this module.
+//!
+//! Test and bench executables live in `target/<profile>/deps`, next to the
+//! artifacts `cargo build --release --workspace` leaves in `target/<profile>`:
+//! build the workspace first (`make test` does).
+
+use crate::api::{self, ServerConfig, ShutdownSignal};
+use crate::orchestrator::arbiter::Strategy;
+use crate::orchestrator::engine::{Orchestrator, OrchestratorConfig};
+use abi_stable::std_types::RArc;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+use tli_data::synthetic_ar::{synthetic_ar_dataset, SyntheticArSpec};
+use tli_plugin_api::{Dataset, Device, TaskSpec};
+use tli_proto::v1 as pb;
+
+/// `target/<profile>`, derived from the running test or bench executable's
+/// own path (`target/<profile>/deps/<name>-<hash>`).
+pub fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .expect("test executable lives in target/<profile>/deps")
+}
+
+/// A built artifact in `target/<profile>`, or a panic that says how to build it.
+pub fn artifact(file_name: &str) -> PathBuf {
+    let path = profile_dir().join(file_name);
+    assert!(
+        path.exists(),
+        "{} is missing: build the workspace first (cargo build --release --workspace, or make test)",
+        path.display()
+    );
+    path
+}
+
+/// Library file of a workspace cdylib by its crate lib name.
+pub fn library(lib_name: &str) -> PathBuf {
+    artifact(&format!("lib{lib_name}.so"))
+}
+
+/// Lib names of the workspace's plugin and fixture cdylibs.
+pub const TEMPLATE: &str = "tli_plugin_template";
+pub const DQN: &str = "tli_plugin_dqn";
+pub const PPO: &str = "tli_plugin_ppo";
+pub const BEHAVIOUR: &str = "tli_fixture_behaviour";
+pub const FUTURE_API: &str = "tli_fixture_future_api";
+pub const NOT_A_PLUGIN: &str = "tli_fixture_not_a_plugin";
+
+/// A temporary plugin directory filled with copies of built libraries.
+pub struct PluginDir {
+    dir: tempfile::TempDir,
+}
+
+impl PluginDir {
+    pub fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().expect("temporary directory"),
+        }
+    }
+
+    /// A directory holding each `(lib_name, as_name)` as [`PluginDir::add`] does.
+    pub fn with(plugins: &[(&str, &str)]) -> Self {
+        let dir = Self::new();
+        for (lib_name, as_name) in plugins {
+            dir.add(lib_name, as_name);
+        }
+        dir
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Copies library `lib_name` in as `libtli_plugin_<as_name>.so`.
+    pub fn add(&self, lib_name: &str, as_name: &str) -> PathBuf {
+        let target = self.file(as_name);
+        std::fs::copy(library(lib_name), &target).expect("copy plugin library");
+        target
+    }
+
+    /// Adds the first `keep` bytes of library `lib_name`, as a truncated download would leave it.
+    pub fn add_truncated(&self, lib_name: &str, as_name: &str, keep: usize) -> PathBuf {
+        let bytes = std::fs::read(library(lib_name)).expect("read plugin library");
+        let target = self.file(as_name);
+        std::fs::write(&target, &bytes[..keep.min(bytes.len())]).expect("write truncated copy");
+        target
+    }
+
+    fn file(&self, as_name: &str) -> PathBuf {
+        self.path().join(format!("libtli_plugin_{as_name}.so"))
+    }
+}
+
+impl Default for PluginDir {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// An orchestrator on the CPU: a budget of `budget_bytes`, a 10% margin, 2 cores,
+/// interrupted tasks resumed at start-up, the built-in contracts. Change
+/// fields with `OrchestratorConfig { cores: 1, ..orchestrator_config(…) }`.
+pub fn orchestrator_config(
+    state_dir: &Path,
+    plugin_dir: &Path,
+    strategy: Strategy,
+    budget_bytes: u64,
+) -> OrchestratorConfig {
+    OrchestratorConfig {
+        state_dir: state_dir.to_path_buf(),
+        plugin_dir: plugin_dir.to_path_buf(),
+        contracts: None,
+        strategy,
+        budget_bytes: Some(budget_bytes),
+        margin: 0.1,
+        device: Device::Cpu,
+        cores: 2,
+        resume_interrupted: true,
+    }
+}
+
+/// What `tli host serve` runs, in this process: an orchestrator's
+/// scheduling loop on a thread and the gRPC API on 127.0.0.1:0. Dropping it
+/// stops both.
+pub struct ApiServer {
+    pub orchestrator: Arc<Orchestrator>,
+    pub shutdown: ShutdownSignal,
+    pub addr: SocketAddr,
+    scheduler: Option<JoinHandle<()>>,
+}
+
+impl ApiServer {
+    /// Starts the scheduling loop (polling every `poll`) and serves the API
+    /// with `config` on a tokio task (call it inside a multi-threaded runtime).
+    pub async fn start(
+        orchestrator: Arc<Orchestrator>,
+        poll: Duration,
+        config: &ServerConfig,
+    ) -> Self {
+        let scheduling = orchestrator.clone();
+        let scheduler = std::thread::spawn(move || {
+            scheduling
+                .run_until_shutdown(poll, |_| {})
+                .expect("scheduling loop");
+        });
+        let shutdown = ShutdownSignal::new();
+        let (router, _health) = api::router(orchestrator.clone(), &shutdown, config)
+            .await
+            .expect("router");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("local address");
+        let mut stop = shutdown.subscribe();
+        tokio::spawn(
+            router.serve_with_incoming_shutdown(api::incoming(listener), async move {
+                let _ = stop.wait_for(|&s| s).await;
+            }),
+        );
+        Self {
+            orchestrator,
+            shutdown,
+            addr,
+            scheduler: Some(scheduler),
+        }
+    }
+
+    /// `http://127.0.0.1:PORT`
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Ends the watch streams and raises the orchestrator's shutdown flag
+    /// (running tasks checkpoint and become interrupted), without waiting.
+    pub fn signal_shutdown(&self) {
+        self.shutdown.trigger();
+        self.orchestrator
+            .shutdown_flag()
+            .store(true, Ordering::SeqCst);
+    }
+
+    /// [`ApiServer::signal_shutdown`], then waits for the scheduling loop to end.
+    pub fn stop(&mut self) {
+        self.signal_shutdown();
+        if let Some(t) = self.scheduler.take() {
+            t.join().expect("scheduling thread");
+        }
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A job's model: `plugin` with `config_json` for `steps` steps (API form).
+pub fn plugin_model(plugin: &str, steps: u64, config_json: &str) -> pb::ModelSpec {
+    pb::ModelSpec {
+        steps,
+        priority: 0,
+        config: Some(pb::model_spec::Config::Plugin(pb::PluginConfig {
+            plugin: plugin.into(),
+            config_json: config_json.into(),
+        })),
+    }
+}
+
+/// A job's asset: the synthetic AR(1) series of `rows` rows (API form).
+pub fn synthetic_asset(rows: u64, seed: u64) -> pb::AssetSpec {
+    pb::AssetSpec {
+        source: Some(pb::asset_spec::Source::Synthetic(pb::SyntheticAsset {
+            rows,
+            seed,
+        })),
+    }
+}
+
+/// The synthetic AR(1) dataset (a planted predictable component) with `rows` rows.
+pub fn synthetic(rows: usize) -> RArc<Dataset> {
+    RArc::new(synthetic_ar_dataset(SyntheticArSpec {
+        rows,
+        ..SyntheticArSpec::default()
+    }))
+}
+
+/// A CPU task of `max_steps` steps on `dataset` with an already checked `config`.
+pub fn cpu_task(
+    task_id: &str,
+    config: &str,
+    seed: u64,
+    max_steps: u64,
+    dataset: &RArc<Dataset>,
+) -> TaskSpec {
+    TaskSpec {
+        task_id: task_id.into(),
+        config_json: config.into(),
+        device: "cpu".into(),
+        seed,
+        max_steps,
+        dataset: dataset.clone(),
+    }
+}
+
+/// splitmix64: a tiny seeded PRNG whose state is the seed itself, for
+/// property tests and simulations (the arbiter's).
+pub struct SplitMix64(pub u64);
+
+impl SplitMix64 {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `lo..=hi`.
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next_u64() % (hi - lo + 1)
+    }
+
+    /// Uniform in [0, 1).
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}

@@ -1,0 +1,9 @@
+//! The host crate's integration tests, one binary (one libtorch link): the
+//! gRPC API in-process ([`api_server`]), the memory arbiter ([`arbiter`]),
+//! atomic checkpoint directories ([`checkpoints`]) and the SQLite job store
+//! ([`store`]). Fixtures shared with the benchmarks are in `tli_host::testing`.
+
+mod api_server;
+mod arbiter;
+mod checkpoints;
+mod store;

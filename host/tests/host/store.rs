@@ -1,0 +1,729 @@
+//! The durable job store on real SQLite files in temporary directories.
+
+use std::path::Path;
+
+use tli_host::orchestrator::state::TaskState;
+use tli_host::orchestrator::store::{NewTask, Store, StoreError, DB_FILE, LOCK_FILE, SCHEMA_VERSION};
+
+fn new_task(i: u32) -> NewTask {
+    NewTask {
+        plugin: format!("plugin-{i}"),
+        asset: format!("ES{i}"),
+        config_json: format!("{{\"lr\":0.00{i}}}"),
+        // Seeds use the whole u64 range (stored bit for bit).
+        seed: u64::MAX - u64::from(i),
+        total_steps: 1000 + u64::from(i),
+        priority: -(i as i32),
+        device: tli_plugin_api::Device::Cuda(i),
+        estimate_bytes: (1 << 33) + u64::from(i),
+        cost_weight: 1.5 + f64::from(i),
+    }
+}
+
+fn store_with_job(dir: &Path, n: u32) -> (Store, i64, Vec<i64>) {
+    let store = Store::open(dir).expect("open");
+    let tasks: Vec<NewTask> = (0..n).map(new_task).collect();
+    let (job, ids) = store
+        .create_job("job-a", "{\"spec\":true}", &tasks)
+        .expect("create_job");
+    (store, job, ids)
+}
+
+fn s(x: &str) -> String {
+    x.to_string()
+}
+
+#[test]
+fn store_is_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Store>();
+}
+
+#[test]
+fn wal_full_sync_foreign_keys_and_schema_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let p = store.pragmas().unwrap();
+    assert_eq!(p.journal_mode, "wal");
+    assert_eq!(p.synchronous, 2, "synchronous must be FULL");
+    assert!(p.foreign_keys);
+    assert!(p.busy_timeout_ms > 0);
+    assert_eq!(p.user_version, SCHEMA_VERSION);
+    assert!(dir.path().join(DB_FILE).is_file());
+    assert!(dir.path().join(LOCK_FILE).is_file());
+}
+
+#[test]
+fn open_creates_a_missing_state_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let nested = dir.path().join("a/b/state");
+    let store = Store::open(&nested).unwrap();
+    assert_eq!(store.path(), nested.join(DB_FILE));
+}
+
+#[test]
+fn create_job_round_trips_all_fields_with_submitted_transitions() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, job, ids) = store_with_job(dir.path(), 3);
+    assert_eq!(ids.len(), 3);
+
+    let row = store.job(job).unwrap().expect("job exists");
+    assert_eq!(row.id, job);
+    assert_eq!(row.name, "job-a");
+    assert_eq!(row.spec_json, "{\"spec\":true}");
+    assert!(row.created_ms > 0);
+    assert_eq!(store.job(job + 100).unwrap(), None);
+
+    let (job2, _) = store.create_job("job-b", "{}", &[new_task(9)]).unwrap();
+    let jobs = store.jobs().unwrap();
+    assert_eq!(
+        jobs.iter().map(|j| j.id).collect::<Vec<_>>(),
+        vec![job2, job],
+        "newest first"
+    );
+
+    let tasks = store.tasks_of(job).unwrap();
+    assert_eq!(tasks.iter().map(|t| t.id).collect::<Vec<_>>(), ids);
+    for (i, t) in tasks.iter().enumerate() {
+        let want = new_task(i as u32);
+        assert_eq!(t.job_id, job);
+        assert_eq!(t.ordinal, i as u32);
+        assert_eq!(t.plugin, want.plugin);
+        assert_eq!(t.asset, want.asset);
+        assert_eq!(t.config_json, want.config_json);
+        assert_eq!(t.seed, want.seed);
+        assert_eq!(t.total_steps, want.total_steps);
+        assert_eq!(t.priority, want.priority);
+        assert_eq!(t.device, want.device);
+        assert_eq!(t.estimate_bytes, want.estimate_bytes);
+        assert_eq!(t.measured_bytes, None);
+        assert_eq!(t.cost_weight, want.cost_weight);
+        assert_eq!(t.state, TaskState::Queued);
+        assert_eq!(t.steps_done, 0);
+        assert_eq!(t.error, None);
+        assert_eq!(t.created_ms, t.updated_ms);
+        assert_eq!(store.task(t.id).unwrap().as_ref(), Some(t));
+
+        let tr = store.transitions(t.id).unwrap();
+        assert_eq!(tr.len(), 1);
+        assert_eq!(tr[0].task_id, t.id);
+        assert_eq!(tr[0].from, None);
+        assert_eq!(tr[0].to, TaskState::Queued);
+        assert_eq!(tr[0].reason, "submitted");
+    }
+    assert_eq!(store.task(-5).unwrap(), None);
+    assert!(store.tasks_of(job + 100).unwrap().is_empty());
+
+    store.set_measured_bytes(ids[1], 12345).unwrap();
+    assert_eq!(
+        store.task(ids[1]).unwrap().unwrap().measured_bytes,
+        Some(12345)
+    );
+    assert!(matches!(
+        store.set_measured_bytes(999, 1),
+        Err(StoreError::NoSuchTask(999))
+    ));
+
+    // A job without tasks is fine too.
+    let (empty, ids) = store.create_job("empty", "{}", &[]).unwrap();
+    assert!(ids.is_empty());
+    assert!(store.tasks_of(empty).unwrap().is_empty());
+}
+
+#[test]
+fn sizes_beyond_i64_are_refused_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut bad = new_task(1);
+    bad.estimate_bytes = u64::MAX;
+    let err = store
+        .create_job("too-big", "{}", &[new_task(0), bad])
+        .unwrap_err();
+    assert!(matches!(err, StoreError::OutOfRange { .. }), "{err}");
+    assert!(err.to_string().contains("estimate_bytes"), "{err}");
+    // The transaction was rolled back: no job, no first task.
+    assert!(store.jobs().unwrap().is_empty());
+    assert!(store.tasks_in(&TaskState::ALL).unwrap().is_empty());
+}
+
+#[test]
+fn legal_and_illegal_transitions() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _job, ids) = store_with_job(dir.path(), 2);
+    let t = ids[0];
+
+    assert_eq!(
+        store.transition(t, TaskState::Running, "admitted").unwrap(),
+        TaskState::Queued
+    );
+    assert_eq!(
+        store
+            .transition(t, TaskState::Checkpointing, "step 100")
+            .unwrap(),
+        TaskState::Running
+    );
+    assert_eq!(
+        store.transition(t, TaskState::Running, "saved").unwrap(),
+        TaskState::Checkpointing
+    );
+    store
+        .transition(t, TaskState::Failed, "plugin returned NaN")
+        .unwrap();
+    let row = store.task(t).unwrap().unwrap();
+    assert_eq!(row.state, TaskState::Failed);
+    assert_eq!(row.error.as_deref(), Some("plugin returned NaN"));
+    assert!(row.updated_ms >= row.created_ms);
+
+    store.transition(t, TaskState::Queued, "resume").unwrap();
+    let row = store.task(t).unwrap().unwrap();
+    assert_eq!(row.state, TaskState::Queued);
+    assert_eq!(row.error, None, "queued clears the error");
+
+    store.transition(t, TaskState::Running, "again").unwrap();
+    store.transition(t, TaskState::Completed, "done").unwrap();
+
+    let before = store.transitions(t).unwrap();
+    let row_before = store.task(t).unwrap().unwrap();
+    let err = store.transition(t, TaskState::Running, "nope").unwrap_err();
+    match &err {
+        StoreError::IllegalTransition { task, from, to } => {
+            assert_eq!(*task, t);
+            assert_eq!(*from, TaskState::Completed);
+            assert_eq!(*to, TaskState::Running);
+        }
+        other => panic!("unexpected {other}"),
+    }
+    assert_eq!(
+        err.to_string(),
+        format!("task {t} cannot go from completed to running")
+    );
+    assert_eq!(store.transitions(t).unwrap(), before);
+    assert_eq!(store.task(t).unwrap().unwrap(), row_before);
+
+    let got: Vec<(Option<TaskState>, TaskState, String)> = before
+        .iter()
+        .map(|r| (r.from, r.to, r.reason.clone()))
+        .collect();
+    use TaskState::*;
+    assert_eq!(
+        got,
+        vec![
+            (None, Queued, s("submitted")),
+            (Some(Queued), Running, s("admitted")),
+            (Some(Running), Checkpointing, s("step 100")),
+            (Some(Checkpointing), Running, s("saved")),
+            (Some(Running), Failed, s("plugin returned NaN")),
+            (Some(Failed), Queued, s("resume")),
+            (Some(Queued), Running, s("again")),
+            (Some(Running), Completed, s("done")),
+        ]
+    );
+    assert!(before.windows(2).all(|w| w[0].at_ms <= w[1].at_ms));
+
+    // Queued cannot complete without running.
+    let err = store
+        .transition(ids[1], TaskState::Completed, "skip")
+        .unwrap_err();
+    assert!(matches!(err, StoreError::IllegalTransition { .. }));
+    assert_eq!(store.task(ids[1]).unwrap().unwrap().state, Queued);
+    assert_eq!(store.transitions(ids[1]).unwrap().len(), 1);
+
+    let err = store.transition(4242, Running, "x").unwrap_err();
+    assert!(matches!(err, StoreError::NoSuchTask(4242)), "{err}");
+    assert!(err.to_string().contains("4242"));
+
+    // tasks_in: by state, oldest first.
+    assert!(store.tasks_in(&[]).unwrap().is_empty());
+    assert_eq!(
+        store
+            .tasks_in(&[Completed, Queued])
+            .unwrap()
+            .iter()
+            .map(|r| r.id)
+            .collect::<Vec<_>>(),
+        ids
+    );
+    assert!(store.tasks_in(&[Running]).unwrap().is_empty());
+}
+
+#[test]
+fn progress_and_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _job, ids) = store_with_job(dir.path(), 2);
+    let t = ids[0];
+    store
+        .record_progress(t, 10, &[(s("loss"), 1.0), (s("acc"), 0.1)])
+        .unwrap();
+    store
+        .record_progress(t, 20, &[(s("loss"), 0.5), (s("acc"), 0.2)])
+        .unwrap();
+    store.record_progress(t, 30, &[(s("loss"), 0.25)]).unwrap();
+    store.record_progress(t, 35, &[]).unwrap();
+    store
+        .record_progress(ids[1], 5, &[(s("loss"), 9.0)])
+        .unwrap();
+
+    assert_eq!(store.task(t).unwrap().unwrap().steps_done, 35);
+    assert_eq!(
+        store.metric_history(t, "loss").unwrap(),
+        vec![(10, 1.0), (20, 0.5), (30, 0.25)]
+    );
+    assert_eq!(
+        store.metric_history(t, "acc").unwrap(),
+        vec![(10, 0.1), (20, 0.2)]
+    );
+    assert!(store.metric_history(t, "nope").unwrap().is_empty());
+    assert_eq!(
+        store.latest_metrics(t).unwrap(),
+        vec![(s("acc"), 0.2), (s("loss"), 0.25)]
+    );
+    assert_eq!(
+        store.latest_metrics(ids[1]).unwrap(),
+        vec![(s("loss"), 9.0)]
+    );
+
+    // NaN (stored by SQLite as NULL) comes back as NaN; infinities stay.
+    store
+        .record_progress(t, 40, &[(s("loss"), f64::NAN), (s("acc"), f64::INFINITY)])
+        .unwrap();
+    let latest = store.latest_metrics(t).unwrap();
+    assert_eq!(latest[0], (s("acc"), f64::INFINITY));
+    assert!(latest[1].1.is_nan());
+
+    // Restarting from the checkpoint at step 20 drops the later metrics.
+    store.set_steps_done(t, 20).unwrap();
+    assert_eq!(store.task(t).unwrap().unwrap().steps_done, 20);
+    assert_eq!(
+        store.metric_history(t, "loss").unwrap(),
+        vec![(10, 1.0), (20, 0.5)]
+    );
+    assert_eq!(
+        store.latest_metrics(t).unwrap(),
+        vec![(s("acc"), 0.2), (s("loss"), 0.5)]
+    );
+
+    assert!(matches!(
+        store.record_progress(777, 1, &[(s("loss"), 1.0)]),
+        Err(StoreError::NoSuchTask(777))
+    ));
+    assert!(matches!(
+        store.set_steps_done(777, 1),
+        Err(StoreError::NoSuchTask(777))
+    ));
+}
+
+#[test]
+fn checkpoints_newest_first_and_removal() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _job, ids) = store_with_job(dir.path(), 2);
+    let t = ids[0];
+    let a = store.add_checkpoint(t, 100, "/ck/100", "sha-a").unwrap();
+    let b = store.add_checkpoint(t, 300, "/ck/300", "sha-b").unwrap();
+    let c = store.add_checkpoint(t, 200, "/ck/200", "sha-c").unwrap();
+    let d = store.add_checkpoint(t, 300, "/ck/300b", "sha-d").unwrap();
+    store.add_checkpoint(ids[1], 50, "/other", "x").unwrap();
+
+    let list = store.checkpoints(t).unwrap();
+    assert_eq!(
+        list.iter().map(|r| r.id).collect::<Vec<_>>(),
+        vec![d, b, c, a]
+    );
+    assert_eq!(list[0].step, 300);
+    assert_eq!(list[0].path, "/ck/300b");
+    assert_eq!(list[0].checksum, "sha-d");
+    assert_eq!(list[0].task_id, t);
+    assert!(list[0].created_ms > 0);
+
+    assert!(store.remove_checkpoint(b).unwrap());
+    assert!(!store.remove_checkpoint(b).unwrap(), "already gone");
+    assert_eq!(
+        store
+            .checkpoints(t)
+            .unwrap()
+            .iter()
+            .map(|r| r.id)
+            .collect::<Vec<_>>(),
+        vec![d, c, a]
+    );
+    assert_eq!(store.checkpoints(ids[1]).unwrap().len(), 1);
+    assert!(matches!(
+        store.add_checkpoint(555, 1, "/x", "y"),
+        Err(StoreError::NoSuchTask(555))
+    ));
+}
+
+#[test]
+fn reservations_timeline_and_open_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _job, ids) = store_with_job(dir.path(), 2);
+    let r1 = store.reserve(ids[0], tli_plugin_api::Device::Cuda(0), 1 << 30).unwrap();
+    let r2 = store.reserve(ids[1], tli_plugin_api::Device::Cuda(0), 2 << 30).unwrap();
+    let r3 = store.reserve(ids[1], tli_plugin_api::Device::Cuda(1), 3 << 30).unwrap();
+
+    let open = store.open_reservations().unwrap();
+    assert_eq!(
+        open.iter().map(|r| r.id).collect::<Vec<_>>(),
+        vec![r1, r2, r3]
+    );
+    assert_eq!(open[1].task_id, ids[1]);
+    assert_eq!(open[1].device, "cuda:0");
+    assert_eq!(open[1].bytes, 2 << 30);
+    assert_eq!(open[1].released_ms, None);
+
+    store.release(r2).unwrap();
+    let released_at = store.reservation_timeline().unwrap()[1].released_ms;
+    assert!(released_at.is_some());
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    store.release(r2).unwrap(); // twice: no-op
+    assert_eq!(
+        store.reservation_timeline().unwrap()[1].released_ms,
+        released_at,
+        "the first release time stays"
+    );
+    assert!(matches!(
+        store.release(9999),
+        Err(StoreError::NoSuchReservation(9999))
+    ));
+
+    let open = store.open_reservations().unwrap();
+    assert_eq!(open.iter().map(|r| r.id).collect::<Vec<_>>(), vec![r1, r3]);
+    let all = store.reservation_timeline().unwrap();
+    assert_eq!(
+        all.iter().map(|r| r.id).collect::<Vec<_>>(),
+        vec![r1, r2, r3]
+    );
+    assert!(all[1].released_ms.unwrap() >= all[1].reserved_ms);
+    assert!(matches!(
+        store.reserve(31337, tli_plugin_api::Device::Cuda(0), 1),
+        Err(StoreError::NoSuchTask(31337))
+    ));
+}
+
+#[test]
+fn everything_survives_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let (job, ids, ck, res) = {
+        let (store, job, ids) = store_with_job(dir.path(), 2);
+        store.transition(ids[0], TaskState::Running, "go").unwrap();
+        store
+            .record_progress(ids[0], 7, &[(s("loss"), 0.7)])
+            .unwrap();
+        store.set_measured_bytes(ids[0], 4096).unwrap();
+        let ck = store.add_checkpoint(ids[0], 7, "/ck/7", "abc").unwrap();
+        let res = store.reserve(ids[0], tli_plugin_api::Device::Cuda(0), 4096).unwrap();
+        store.release(res).unwrap();
+        (job, ids, ck, res)
+    };
+    let store = Store::open(dir.path()).expect("reopen");
+    assert_eq!(store.job(job).unwrap().unwrap().name, "job-a");
+    let t = store.task(ids[0]).unwrap().unwrap();
+    assert_eq!(t.state, TaskState::Running);
+    assert_eq!(t.steps_done, 7);
+    assert_eq!(t.measured_bytes, Some(4096));
+    assert_eq!(t.seed, u64::MAX);
+    assert_eq!(store.tasks_of(job).unwrap().len(), 2);
+    assert_eq!(store.transitions(ids[0]).unwrap().len(), 2);
+    assert_eq!(
+        store.metric_history(ids[0], "loss").unwrap(),
+        vec![(7, 0.7)]
+    );
+    assert_eq!(store.checkpoints(ids[0]).unwrap()[0].id, ck);
+    let timeline = store.reservation_timeline().unwrap();
+    assert_eq!(timeline.len(), 1);
+    assert_eq!(timeline[0].id, res);
+    assert!(timeline[0].released_ms.is_some());
+    assert_eq!(store.pragmas().unwrap().user_version, SCHEMA_VERSION);
+}
+
+#[test]
+fn recovery_after_a_host_died_mid_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let ids = {
+        let (store, _job, ids) = store_with_job(dir.path(), 4);
+        store.transition(ids[0], TaskState::Running, "go").unwrap();
+        store.transition(ids[1], TaskState::Running, "go").unwrap();
+        store
+            .transition(ids[1], TaskState::Checkpointing, "step 50")
+            .unwrap();
+        store.transition(ids[2], TaskState::Running, "go").unwrap();
+        store
+            .transition(ids[2], TaskState::Completed, "done")
+            .unwrap();
+        // ids[3] stays queued.
+        store.reserve(ids[0], tli_plugin_api::Device::Cuda(0), 100).unwrap();
+        store.reserve(ids[1], tli_plugin_api::Device::Cuda(0), 200).unwrap();
+        let closed = store.reserve(ids[2], tli_plugin_api::Device::Cuda(0), 300).unwrap();
+        store.release(closed).unwrap();
+        // The host "dies": the store is dropped with no cleanup at all.
+        std::mem::forget(store);
+        ids
+    };
+    // forget() leaked the connection (WAL never checkpointed, files never
+    // closed) and the lock's descriptor, which in a real crash the kernel
+    // would close; here it is still held, as it must be.
+    let err = Store::open(dir.path()).unwrap_err();
+    assert!(matches!(err, StoreError::Locked { .. }), "{err}");
+
+    // Copy the database files (as a crash leaves them: WAL not checkpointed)
+    // to a new state directory with no lock holder.
+    let crashed = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name();
+        if name.to_string_lossy().starts_with(DB_FILE) {
+            std::fs::copy(entry.path(), crashed.path().join(&name)).unwrap();
+        }
+    }
+    assert!(
+        crashed.path().join(format!("{DB_FILE}-wal")).is_file(),
+        "the un-checkpointed WAL is what a crash leaves"
+    );
+
+    let store = Store::open(crashed.path()).expect("reopen after crash");
+    assert_eq!(store.open_reservations().unwrap().len(), 2);
+    let recovered = store.recover_after_restart("host restarted").unwrap();
+    assert_eq!(recovered, vec![ids[0], ids[1]]);
+
+    for &t in &ids[..2] {
+        let row = store.task(t).unwrap().unwrap();
+        assert_eq!(row.state, TaskState::Interrupted);
+        let last = store.transitions(t).unwrap().pop().unwrap();
+        assert_eq!(last.to, TaskState::Interrupted);
+        assert_eq!(last.reason, "host restarted");
+    }
+    assert_eq!(
+        store.transitions(ids[1]).unwrap().pop().unwrap().from,
+        Some(TaskState::Checkpointing)
+    );
+    assert_eq!(
+        store.task(ids[2]).unwrap().unwrap().state,
+        TaskState::Completed
+    );
+    assert_eq!(
+        store.task(ids[3]).unwrap().unwrap().state,
+        TaskState::Queued
+    );
+    assert!(store.open_reservations().unwrap().is_empty());
+    assert!(store
+        .reservation_timeline()
+        .unwrap()
+        .iter()
+        .all(|r| r.released_ms.is_some()));
+
+    // A second recovery finds nothing to do.
+    assert!(store.recover_after_restart("again").unwrap().is_empty());
+    // Interrupted tasks can be resumed.
+    store
+        .transition(ids[0], TaskState::Queued, "resume")
+        .unwrap();
+}
+
+#[test]
+fn recovery_after_a_plain_drop() {
+    // The brief's variant: drop the Store (no cleanup) and reopen the same dir.
+    let dir = tempfile::tempdir().unwrap();
+    let ids = {
+        let (store, _job, ids) = store_with_job(dir.path(), 2);
+        store.transition(ids[0], TaskState::Running, "go").unwrap();
+        store.reserve(ids[0], tli_plugin_api::Device::Cuda(0), 100).unwrap();
+        ids
+    };
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(
+        store.recover_after_restart("host restarted").unwrap(),
+        vec![ids[0]]
+    );
+    assert_eq!(
+        store.task(ids[0]).unwrap().unwrap().state,
+        TaskState::Interrupted
+    );
+    assert!(store.open_reservations().unwrap().is_empty());
+}
+
+#[test]
+fn second_host_is_locked_out_but_read_only_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, job, ids) = store_with_job(dir.path(), 1);
+
+    let err = Store::open(dir.path()).unwrap_err();
+    assert!(matches!(err, StoreError::Locked { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(msg.contains("locked by another host process"), "{msg}");
+    assert!(
+        msg.contains(&dir.path().join(LOCK_FILE).display().to_string()),
+        "{msg}"
+    );
+    assert!(
+        msg.contains(&format!("pid {}", std::process::id())),
+        "{msg}"
+    );
+
+    let ro = Store::open_read_only(dir.path()).expect("read-only while locked");
+    assert!(ro.is_read_only());
+    assert_eq!(ro.tasks_of(job).unwrap().len(), 1);
+    // The writer's later commits are visible to the reader.
+    store
+        .record_progress(ids[0], 3, &[(s("loss"), 2.0)])
+        .unwrap();
+    assert_eq!(ro.task(ids[0]).unwrap().unwrap().steps_done, 3);
+    // Writes through the read-only store fail cleanly.
+    assert!(ro.create_job("x", "{}", &[]).is_err());
+    assert!(ro.transition(ids[0], TaskState::Running, "x").is_err());
+    assert_eq!(
+        store.task(ids[0]).unwrap().unwrap().state,
+        TaskState::Queued
+    );
+
+    drop(ro);
+    drop(store);
+    // The lock went with the store.
+    Store::open(dir.path()).expect("open after the first host is gone");
+}
+
+#[test]
+fn read_only_needs_an_existing_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = Store::open_read_only(dir.path()).unwrap_err();
+    assert!(matches!(err, StoreError::Missing { .. }), "{err}");
+    assert!(err.to_string().contains(DB_FILE), "{err}");
+
+    // After the writing host has closed: read-only opens it alone.
+    {
+        store_with_job(dir.path(), 2);
+    }
+    let ro = Store::open_read_only(dir.path()).unwrap();
+    assert_eq!(ro.jobs().unwrap().len(), 1);
+    assert_eq!(ro.tasks_in(&[TaskState::Queued]).unwrap().len(), 2);
+}
+
+#[test]
+fn garbage_file_is_a_clear_error() {
+    for garbage in [
+        b"this is not an SQLite file at all\n".repeat(200),
+        b"short".to_vec(),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(DB_FILE), &garbage).unwrap();
+        let err = Store::open(dir.path()).unwrap_err();
+        assert!(matches!(err, StoreError::NotADatabase { .. }), "{err:?}");
+        let msg = err.to_string();
+        assert!(msg.contains("not an SQLite database"), "{msg}");
+        assert!(msg.contains(DB_FILE), "{msg}");
+        // The file was left as it was.
+        assert_eq!(std::fs::read(dir.path().join(DB_FILE)).unwrap(), garbage);
+
+        let err = Store::open_read_only(dir.path()).unwrap_err();
+        assert!(matches!(err, StoreError::NotADatabase { .. }), "{err:?}");
+    }
+}
+
+#[test]
+fn a_version_1_store_gains_latest_metrics_from_its_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _job, ids) = store_with_job(dir.path(), 1);
+    let t = ids[0];
+    store
+        .record_progress(t, 10, &[(s("loss"), 1.0), (s("acc"), 0.1)])
+        .unwrap();
+    store.record_progress(t, 20, &[(s("loss"), 0.5)]).unwrap();
+    drop(store);
+    {
+        // What a version-1 host left behind: no latest_metrics table.
+        let conn = rusqlite::Connection::open(dir.path().join(DB_FILE)).unwrap();
+        conn.execute_batch(
+            "DROP TABLE latest_metrics; ALTER TABLE tasks DROP COLUMN oom_requeues;
+             PRAGMA user_version = 1;",
+        )
+        .unwrap();
+    }
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(store.pragmas().unwrap().user_version, SCHEMA_VERSION);
+    assert_eq!(
+        store.latest_metrics(t).unwrap(),
+        vec![(s("acc"), 0.1), (s("loss"), 0.5)]
+    );
+}
+
+#[test]
+fn a_version_2_store_counts_oom_requeues_from_its_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _job, ids) = store_with_job(dir.path(), 2);
+    store.transition(ids[0], TaskState::Running, "started").unwrap();
+    store
+        .requeue_after_oom(ids[0], "out of memory: CUDA; re-queued")
+        .unwrap();
+    assert_eq!(store.task(ids[0]).unwrap().unwrap().oom_requeues, 1);
+    drop(store);
+    {
+        // What a version-2 host left behind: the count only in reasons.
+        let conn = rusqlite::Connection::open(dir.path().join(DB_FILE)).unwrap();
+        conn.execute_batch("ALTER TABLE tasks DROP COLUMN oom_requeues; PRAGMA user_version = 2;")
+            .unwrap();
+    }
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(store.pragmas().unwrap().user_version, SCHEMA_VERSION);
+    assert_eq!(store.task(ids[0]).unwrap().unwrap().oom_requeues, 1);
+    assert_eq!(store.task(ids[1]).unwrap().unwrap().oom_requeues, 0);
+}
+
+#[test]
+fn newer_schema_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(Store::open(dir.path()).unwrap());
+    {
+        let conn = rusqlite::Connection::open(dir.path().join(DB_FILE)).unwrap();
+        conn.pragma_update(None, "user_version", 9).unwrap();
+    }
+    let err = Store::open(dir.path()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::NewerSchema {
+                found: 9,
+                known: SCHEMA_VERSION,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&format!("has schema version 9, this host knows up to {SCHEMA_VERSION}")),
+        "{msg}"
+    );
+    assert!(msg.contains(DB_FILE), "{msg}");
+
+    let err = Store::open_read_only(dir.path()).unwrap_err();
+    assert!(matches!(err, StoreError::NewerSchema { .. }), "{err:?}");
+}
+
+#[test]
+fn concurrent_writers_from_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _job, ids) = store_with_job(dir.path(), 4);
+    let store = std::sync::Arc::new(store);
+    let handles: Vec<_> = ids
+        .iter()
+        .map(|&t| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                store.transition(t, TaskState::Running, "go").unwrap();
+                for step in 1..=25u64 {
+                    store
+                        .record_progress(t, step, &[(s("loss"), 1.0 / step as f64)])
+                        .unwrap();
+                }
+                store.transition(t, TaskState::Completed, "done").unwrap();
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    for &t in &ids {
+        let row = store.task(t).unwrap().unwrap();
+        assert_eq!(row.state, TaskState::Completed);
+        assert_eq!(row.steps_done, 25);
+        assert_eq!(store.metric_history(t, "loss").unwrap().len(), 25);
+    }
+}

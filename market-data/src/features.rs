@@ -1,0 +1,423 @@
+//! The one feature pipeline every plugin gets: bars → features, targets and
+//! chronological splits, packed as the ABI's [`Dataset`].
+//!
+//! Features at row t use bars up to and including t only:
+//! * `logret_h`: ln(close_t / close_{t−h}) for each return horizon h;
+//! * `realized_vol_w`: √(mean of squared 1-bar log returns over the last w bars);
+//! * `range`: ln(high_t / low_t);
+//! * `volume_z_w`: z-score of ln(1 + volume_t) within the last w bars;
+//! * calendar (known in advance): day of week and month as sin/cos pairs, and
+//!   for bars under a day the time of day as a sin/cos pair.
+//!
+//! Targets: `fwd_logret_h` = ln(close_{t+h} / close_t), divided by its
+//! training-split standard deviation (so losses are O(1)); the sign and
+//! relative size are kept.
+//!
+//! Rows without a full look-back or a full target horizon are dropped. The
+//! remaining rows are split chronologically into train / validation / test
+//! with an embargo gap of at least the longest target horizon between them,
+//! so no training target overlaps a later split. Every feature is z-scored
+//! with the mean and standard deviation of the training rows only.
+
+use super::contracts::ContractSpec;
+use super::table::{BarInterval, BarTable};
+use super::timefmt::{self, NANOS_PER_DAY};
+use super::DataError;
+use abi_stable::std_types::{RString, RVec};
+use serde::{Deserialize, Serialize};
+use tli_plugin_api::{Dataset, SplitBounds};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FeatureConfig {
+    pub return_horizons: Vec<usize>,
+    pub volatility_window: usize,
+    pub volume_window: usize,
+    pub target_horizons: Vec<usize>,
+    pub valid_fraction: f64,
+    pub test_fraction: f64,
+    /// Rows left out between splits; default (and minimum) the longest target horizon.
+    pub embargo: Option<usize>,
+}
+
+impl Default for FeatureConfig {
+    fn default() -> Self {
+        Self {
+            return_horizons: vec![1, 5, 20],
+            volatility_window: 20,
+            volume_window: 20,
+            target_horizons: vec![1],
+            valid_fraction: 0.15,
+            test_fraction: 0.15,
+            embargo: None,
+        }
+    }
+}
+
+impl FeatureConfig {
+    fn check(&self) -> Result<(), String> {
+        if self.return_horizons.is_empty() || self.return_horizons.contains(&0) {
+            return Err("return_horizons must be non-empty and positive".into());
+        }
+        if self.target_horizons.is_empty() || self.target_horizons.contains(&0) {
+            return Err("target_horizons must be non-empty and positive".into());
+        }
+        if self.volatility_window < 2 || self.volume_window < 2 {
+            return Err("volatility_window and volume_window must be at least 2".into());
+        }
+        let f = (self.valid_fraction, self.test_fraction);
+        if !(0.0..1.0).contains(&f.0) || !(0.0..1.0).contains(&f.1) || f.0 + f.1 >= 0.9 {
+            return Err(format!(
+                "valid_fraction {} + test_fraction {} must leave at least 10% for training",
+                f.0, f.1
+            ));
+        }
+        if let Some(e) = self.embargo {
+            if e < self.max_target_horizon() {
+                return Err(format!(
+                    "embargo {e} is shorter than the longest target horizon {}: training targets would overlap later splits",
+                    self.max_target_horizon()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn max_target_horizon(&self) -> usize {
+        self.target_horizons.iter().copied().max().unwrap_or(1)
+    }
+
+    /// Bars of history the features need before a row is usable.
+    pub fn lookback(&self) -> usize {
+        let longest_return = self.return_horizons.iter().copied().max().unwrap_or(1);
+        longest_return
+            .max(self.volatility_window)
+            .max(self.volume_window)
+    }
+}
+
+/// Features before normalization: `rows × names.len()`, row-major; rows
+/// before the look-back hold NaN.
+pub struct RawFeatures {
+    pub names: Vec<String>,
+    pub values: Vec<f64>,
+}
+
+/// Computes the raw features of every row (see the module docs).
+pub fn raw_features(table: &BarTable, config: &FeatureConfig) -> RawFeatures {
+    let n = table.len();
+    let intraday = table.interval != BarInterval::Day;
+    let mut names: Vec<String> = config
+        .return_horizons
+        .iter()
+        .map(|h| format!("logret_{h}"))
+        .collect();
+    names.push(format!("realized_vol_{}", config.volatility_window));
+    names.push("range".into());
+    names.push(format!("volume_z_{}", config.volume_window));
+    names.extend(["dow_sin", "dow_cos", "month_sin", "month_cos"].map(String::from));
+    if intraday {
+        names.extend(["tod_sin", "tod_cos"].map(String::from));
+    }
+    let width = names.len();
+    let mut values = vec![f64::NAN; n * width];
+    let log_close: Vec<f64> = table.close.iter().map(|c| c.ln()).collect();
+    let log_volume: Vec<f64> = table.volume.iter().map(|v| (*v as f64).ln_1p()).collect();
+    let tau = std::f64::consts::TAU;
+    for t in 0..n {
+        let row = &mut values[t * width..(t + 1) * width];
+        let mut col = 0;
+        for &h in &config.return_horizons {
+            if t >= h {
+                row[col] = log_close[t] - log_close[t - h];
+            }
+            col += 1;
+        }
+        let w = config.volatility_window;
+        if t >= w {
+            let sum_sq: f64 = (t + 1 - w..=t)
+                .map(|i| (log_close[i] - log_close[i - 1]).powi(2))
+                .sum();
+            row[col] = (sum_sq / w as f64).sqrt();
+        }
+        col += 1;
+        row[col] = (table.high[t] / table.low[t]).ln();
+        col += 1;
+        let w = config.volume_window;
+        if t + 1 >= w {
+            let window = &log_volume[t + 1 - w..=t];
+            let mean = window.iter().sum::<f64>() / w as f64;
+            let std =
+                (window.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (w - 1) as f64).sqrt();
+            row[col] = if std > 0.0 {
+                (log_volume[t] - mean) / std
+            } else {
+                0.0
+            };
+        }
+        col += 1;
+        let ts = table.ts[t];
+        let dow = timefmt::weekday(ts) as f64 / 7.0;
+        let (_, month, _) = timefmt::civil_from_days(ts.div_euclid(NANOS_PER_DAY));
+        let month = (month - 1) as f64 / 12.0;
+        for value in [
+            (tau * dow).sin(),
+            (tau * dow).cos(),
+            (tau * month).sin(),
+            (tau * month).cos(),
+        ] {
+            row[col] = value;
+            col += 1;
+        }
+        if intraday {
+            let day_phase = ts.rem_euclid(NANOS_PER_DAY) as f64 / NANOS_PER_DAY as f64;
+            row[col] = (tau * day_phase).sin();
+            row[col + 1] = (tau * day_phase).cos();
+        }
+    }
+    RawFeatures { names, values }
+}
+
+/// Builds the dataset plugins receive (see the module docs).
+pub fn build_dataset(
+    table: &BarTable,
+    contract: &ContractSpec,
+    config: &FeatureConfig,
+) -> Result<Dataset, DataError> {
+    let invalid =
+        |m: String| DataError::Invalid(format!("feature pipeline for {}: {m}", table.symbol));
+    config.check().map_err(invalid)?;
+    let n = table.len();
+    let lookback = config.lookback();
+    let horizon = config.max_target_horizon();
+    let embargo = config.embargo.unwrap_or(horizon);
+    let usable: Vec<usize> = (lookback..n.saturating_sub(horizon)).collect();
+    let m = usable.len();
+    let test_rows = (m as f64 * config.test_fraction).round() as usize;
+    let valid_rows = (m as f64 * config.valid_fraction).round() as usize;
+    let embargoes = embargo * ((valid_rows > 0) as usize + (test_rows > 0) as usize);
+    if m < test_rows + valid_rows + embargoes + 10 {
+        return Err(invalid(format!(
+            "{n} bars leave {m} usable rows (look-back {lookback}, horizon {horizon}); too few for the splits and embargo"
+        )));
+    }
+    let train_end = m - test_rows - valid_rows - embargoes;
+    let valid_start = train_end + if valid_rows > 0 { embargo } else { 0 };
+    let valid_end = valid_start + valid_rows;
+    let test_start = valid_end + if test_rows > 0 { embargo } else { 0 };
+
+    let raw = raw_features(table, config);
+    let width = raw.names.len();
+    let (mean, std) = column_stats(&raw.values, width, usable[..train_end].iter().copied());
+    let mut features = Vec::with_capacity(m * width);
+    for &t in &usable {
+        for c in 0..width {
+            features.push(((raw.values[t * width + c] - mean[c]) / std[c]) as f32);
+        }
+    }
+    let log_close: Vec<f64> = table.close.iter().map(|c| c.ln()).collect();
+    let n_targets = config.target_horizons.len();
+    let mut raw_targets = Vec::with_capacity(m * n_targets);
+    for &t in &usable {
+        for &h in &config.target_horizons {
+            raw_targets.push(log_close[t + h] - log_close[t]);
+        }
+    }
+    let (_, target_std) = column_stats(&raw_targets, n_targets, 0..train_end);
+    let targets: Vec<f32> = raw_targets
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r / target_std[i % n_targets]) as f32)
+        .collect();
+    if features.iter().chain(&targets).any(|x| !x.is_finite()) {
+        return Err(invalid(
+            "a feature or target is not finite after normalization".into(),
+        ));
+    }
+    Ok(Dataset {
+        symbol: RString::from(table.symbol.as_str()),
+        timestamps: usable.iter().map(|&t| table.ts[t]).collect(),
+        features: features.into(),
+        feature_names: raw
+            .names
+            .iter()
+            .map(|s| RString::from(s.as_str()))
+            .collect::<RVec<_>>(),
+        targets: targets.into(),
+        target_names: config
+            .target_horizons
+            .iter()
+            .map(|h| RString::from(format!("fwd_logret_{h}")))
+            .collect::<RVec<_>>(),
+        splits: SplitBounds {
+            train_end: train_end as u64,
+            valid_start: valid_start as u64,
+            valid_end: valid_end as u64,
+            test_start: test_start as u64,
+        },
+        close: usable.iter().map(|&t| table.close[t]).collect(),
+        contract: contract.terms(),
+        periods_per_year: table.interval.periods_per_year(),
+    })
+}
+
+/// Mean and standard deviation of each column over `rows`; a constant
+/// column gets standard deviation 1 so it normalizes to 0.
+fn column_stats(
+    values: &[f64],
+    width: usize,
+    rows: impl Iterator<Item = usize> + Clone,
+) -> (Vec<f64>, Vec<f64>) {
+    let count = rows.clone().count().max(1) as f64;
+    let mut mean = vec![0.0; width];
+    for r in rows.clone() {
+        for c in 0..width {
+            mean[c] += values[r * width + c];
+        }
+    }
+    mean.iter_mut().for_each(|m| *m /= count);
+    let mut var = vec![0.0; width];
+    for r in rows {
+        for c in 0..width {
+            var[c] += (values[r * width + c] - mean[c]).powi(2);
+        }
+    }
+    let std = var
+        .iter()
+        .map(|v| (v / count).sqrt())
+        .map(|s| if s > 1e-12 { s } else { 1.0 })
+        .collect();
+    (mean, std)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contracts::ContractBook;
+    use crate::synth::{generate, SynthSpec};
+
+    fn bars(interval: BarInterval, n: usize) -> BarTable {
+        let spec = SynthSpec {
+            symbol: "ES".into(),
+            interval,
+            bars: n,
+            start: timefmt::parse("2024-01-02").unwrap(),
+            seed: 5,
+            planted_strength: 0.2,
+            single_contract: true,
+        };
+        generate(&spec, ContractBook::builtin().lookup("ES").unwrap())
+            .unwrap()
+            .remove(0)
+            .table
+    }
+
+    /// Perturbs every bar after `t` and checks that no feature at or before `t` changes.
+    #[test]
+    fn no_feature_at_t_depends_on_data_after_t() {
+        let config = FeatureConfig::default();
+        for interval in [BarInterval::Day, BarInterval::Minute] {
+            let table = bars(interval, 600);
+            let base = raw_features(&table, &config);
+            let width = base.names.len();
+            for t in [30, 250, 598] {
+                let mut changed = table.clone();
+                for i in t + 1..changed.len() {
+                    changed.close[i] *= 1.37;
+                    changed.high[i] *= 1.5;
+                    changed.low[i] *= 0.5;
+                    changed.open[i] *= 0.9;
+                    changed.volume[i] = changed.volume[i] * 7 + 3;
+                    changed.ts[i] += 3_600_000_000_000;
+                }
+                let after = raw_features(&changed, &config);
+                let upto = (t + 1) * width;
+                for (i, (a, b)) in base.values[..upto]
+                    .iter()
+                    .zip(&after.values[..upto])
+                    .enumerate()
+                {
+                    assert!(
+                        a.to_bits() == b.to_bits(),
+                        "{interval:?}: feature {} of row {} changed",
+                        base.names[i % width],
+                        i / width
+                    );
+                }
+                if t + 1 < table.len() {
+                    assert_ne!(
+                        base.values[upto..],
+                        after.values[upto..],
+                        "the perturbation must show after t"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn normalization_uses_only_the_training_split() {
+        let table = bars(BarInterval::Day, 1000);
+        let es = ContractBook::builtin().lookup("ES").unwrap().clone();
+        let config = FeatureConfig::default();
+        let a = build_dataset(&table, &es, &config).unwrap();
+        a.check_consistent().unwrap();
+        // Change every bar from the validation split on: training rows must not move.
+        let first_valid_bar = table
+            .ts
+            .iter()
+            .position(|&ts| ts == a.timestamps[a.splits.valid_start as usize])
+            .unwrap();
+        let mut changed = table.clone();
+        for i in first_valid_bar..changed.len() {
+            changed.close[i] *= 1.2;
+            changed.high[i] *= 1.3;
+            changed.low[i] *= 0.8;
+            changed.open[i] = changed.open[i].clamp(changed.low[i], changed.high[i]);
+        }
+        let b = build_dataset(&changed, &es, &config).unwrap();
+        let width = a.feature_names.len();
+        let train_values = a.splits.train_end as usize * width;
+        assert_eq!(a.features[..train_values], b.features[..train_values]);
+        // Training features are z-scored: mean ≈ 0, std ≈ 1 per column.
+        for c in 0..width {
+            let col: Vec<f32> = (0..a.splits.train_end as usize)
+                .map(|r| a.features[r * width + c])
+                .collect();
+            let mean = col.iter().map(|x| *x as f64).sum::<f64>() / col.len() as f64;
+            assert!(mean.abs() < 1e-4, "{} mean {mean}", a.feature_names[c]);
+        }
+    }
+
+    #[test]
+    fn splits_are_chronological_with_an_embargo() {
+        let table = bars(BarInterval::Day, 1000);
+        let es = ContractBook::builtin().lookup("ES").unwrap().clone();
+        let config = FeatureConfig {
+            target_horizons: vec![1, 5],
+            ..FeatureConfig::default()
+        };
+        let d = build_dataset(&table, &es, &config).unwrap();
+        let s = d.splits;
+        assert_eq!(s.valid_start - s.train_end, 5);
+        assert_eq!(s.test_start - s.valid_end, 5);
+        assert!(d.timestamps.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(d.target_names.len(), 2);
+        assert_eq!(d.periods_per_year, 252.0);
+        assert_eq!(d.contract.point_value, 50.0);
+        let bad = FeatureConfig {
+            embargo: Some(2),
+            target_horizons: vec![5],
+            ..FeatureConfig::default()
+        };
+        assert!(build_dataset(&table, &es, &bad)
+            .unwrap_err()
+            .to_string()
+            .contains("embargo 2 is shorter"));
+        let short = bars(BarInterval::Day, 40);
+        assert!(build_dataset(&short, &es, &config)
+            .unwrap_err()
+            .to_string()
+            .contains("too few"));
+    }
+}

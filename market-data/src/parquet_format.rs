@@ -1,0 +1,446 @@
+//! OHLCV bars as Apache Parquet (through arrow).
+//!
+//! **Written** (by [`write()`]): one row per bar with the columns
+//! `ts_event` Timestamp(Nanosecond, "UTC"), `open`, `high`, `low`, `close`
+//! Float64 and `volume` UInt64, none nullable; zstd-compressed; the file's
+//! key-value metadata holds `tli.symbol` and `tli.interval` (`1s`, `1m`, `1h`,
+//! `1d`).
+//!
+//! **Read** (by [`read`]), columns found by name, case-insensitively, in any
+//! order; other columns are not read:
+//! * `ts_event` (or `timestamp`): Timestamp of any unit, converted to
+//!   nanoseconds (a time zone, if any, does not change the stored UTC instant;
+//!   a timestamp without one is taken as UTC), or Int64 nanoseconds;
+//! * `open`, `high`, `low`, `close`: Float64 or Float32;
+//! * `volume`: UInt64, Int64 (must be ≥ 0) or Float64 (must be a
+//!   non-negative integer);
+//! * a null in any of these is an error naming the row and the column;
+//! * symbol: the `tli.symbol` metadata, else a `symbol` Utf8 column (the same
+//!   on every row), else the file name up to its first `.`;
+//! * interval: the `tli.interval` metadata, else inferred from the
+//!   timestamps ([`BarInterval::infer`]), else (one bar) daily.
+//!
+//! Rows are kept in file order and [`BarTable::validate`] is called on the
+//! result. Row numbers in errors are 1-based over the whole file (across row
+//! groups).
+
+use super::csv_format::symbol_from_file_name;
+use super::{BarInterval, BarTable, DataError};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{
+    Float32Type, Float64Type, Int64Type, TimestampMicrosecondType, TimestampMillisecondType,
+    TimestampNanosecondType, TimestampSecondType, UInt64Type,
+};
+use arrow_array::{
+    Array, ArrayRef, Float64Array, RecordBatch, TimestampNanosecondArray, UInt64Array,
+};
+use arrow_schema::{DataType, Field, Schema, TimeUnit};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::{ArrowWriter, ProjectionMask};
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::metadata::KeyValue;
+use parquet::file::properties::WriterProperties;
+use std::fs::File;
+use std::path::Path;
+use std::sync::Arc;
+
+/// File metadata key of the symbol.
+pub const SYMBOL_KEY: &str = "tli.symbol";
+/// File metadata key of the bar interval (`1s`, `1m`, `1h`, `1d`).
+pub const INTERVAL_KEY: &str = "tli.interval";
+
+const BATCH_ROWS: usize = 64 * 1024;
+
+/// Writes `table` as Parquet (see the module docs). The table is validated
+/// first: a table that [`read`] would refuse is not written.
+pub fn write(path: &Path, table: &BarTable) -> Result<(), DataError> {
+    table.validate(path)?;
+    let schema = Arc::new(Schema::new(vec![
+        Field::new(
+            "ts_event",
+            DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into())),
+            false,
+        ),
+        Field::new("open", DataType::Float64, false),
+        Field::new("high", DataType::Float64, false),
+        Field::new("low", DataType::Float64, false),
+        Field::new("close", DataType::Float64, false),
+        Field::new("volume", DataType::UInt64, false),
+    ]));
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(TimestampNanosecondArray::from(table.ts.clone()).with_timezone("UTC")),
+        Arc::new(Float64Array::from(table.open.clone())),
+        Arc::new(Float64Array::from(table.high.clone())),
+        Arc::new(Float64Array::from(table.low.clone())),
+        Arc::new(Float64Array::from(table.close.clone())),
+        Arc::new(UInt64Array::from(table.volume.clone())),
+    ];
+    let failed = |e: &dyn std::fmt::Display| {
+        DataError::bad_file(path, format!("cannot be written as Parquet: {e}"))
+    };
+    let batch = RecordBatch::try_new(schema.clone(), columns).map_err(|e| failed(&e))?;
+    let properties = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::default()))
+        .set_key_value_metadata(Some(vec![
+            KeyValue::new(SYMBOL_KEY.to_string(), table.symbol.clone()),
+            KeyValue::new(INTERVAL_KEY.to_string(), table.interval.name().to_string()),
+        ]))
+        .build();
+    let file = File::create(path).map_err(|e| DataError::io(path, e))?;
+    let mut writer =
+        ArrowWriter::try_new(file, schema, Some(properties)).map_err(|e| failed(&e))?;
+    writer.write(&batch).map_err(|e| failed(&e))?;
+    writer.close().map_err(|e| failed(&e))?;
+    Ok(())
+}
+
+/// Reads a Parquet bar file (see the module docs for what is accepted).
+pub fn read(path: &Path) -> Result<BarTable, DataError> {
+    let file = File::open(path).map_err(|e| DataError::io(path, e))?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+        .map_err(|e| DataError::bad_file(path, format!("is not a readable Parquet file: {e}")))?;
+
+    let metadata_value = |key: &str| -> Option<String> {
+        builder
+            .metadata()
+            .file_metadata()
+            .key_value_metadata()?
+            .iter()
+            .find(|kv| kv.key == key)
+            .and_then(|kv| kv.value.clone())
+    };
+    let symbol_from_metadata = metadata_value(SYMBOL_KEY).filter(|s| !s.is_empty());
+    let interval_from_metadata = match metadata_value(INTERVAL_KEY) {
+        Some(text) => Some(
+            BarInterval::parse(&text)
+                .map_err(|e| DataError::bad_file(path, format!("metadata {INTERVAL_KEY}: {e}")))?,
+        ),
+        None => None,
+    };
+
+    let schema = builder.schema().clone();
+    let names: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
+    let find = |wanted: &[&str]| -> Option<usize> {
+        wanted
+            .iter()
+            .find_map(|w| names.iter().position(|n| n.eq_ignore_ascii_case(w)))
+    };
+    let missing = |name: &str| {
+        DataError::bad_file(
+            path,
+            format!(
+                "missing required column {name:?}; the columns are: {}",
+                names.join(", ")
+            ),
+        )
+    };
+    let ts = find(&["ts_event", "timestamp"]).ok_or_else(|| missing("ts_event (or timestamp)"))?;
+    let open = find(&["open"]).ok_or_else(|| missing("open"))?;
+    let high = find(&["high"]).ok_or_else(|| missing("high"))?;
+    let low = find(&["low"]).ok_or_else(|| missing("low"))?;
+    let close = find(&["close"]).ok_or_else(|| missing("close"))?;
+    let volume = find(&["volume"]).ok_or_else(|| missing("volume"))?;
+    let symbol = if symbol_from_metadata.is_none() {
+        find(&["symbol"])
+    } else {
+        None
+    };
+
+    // Refuse mistyped columns before reading any data.
+    let check_type = |index: usize, accepted: &str, ok: fn(&DataType) -> bool| {
+        let field = schema.field(index);
+        if ok(field.data_type()) {
+            Ok(())
+        } else {
+            Err(DataError::bad_file(
+                path,
+                format!(
+                    "column {:?} has type {}; accepted: {accepted}",
+                    field.name(),
+                    field.data_type()
+                ),
+            ))
+        }
+    };
+    check_type(ts, "Timestamp (any unit), Int64 nanoseconds", |t| {
+        matches!(t, DataType::Timestamp(_, _) | DataType::Int64)
+    })?;
+    for index in [open, high, low, close] {
+        check_type(index, "Float64, Float32", |t| {
+            matches!(t, DataType::Float64 | DataType::Float32)
+        })?;
+    }
+    check_type(volume, "UInt64, Int64, Float64", |t| {
+        matches!(t, DataType::UInt64 | DataType::Int64 | DataType::Float64)
+    })?;
+    if let Some(index) = symbol {
+        check_type(index, "Utf8, LargeUtf8, Utf8View", |t| {
+            matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
+        })?;
+    }
+
+    let mut roots = vec![ts, open, high, low, close, volume];
+    roots.extend(symbol);
+    let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+    let rows = usize::try_from(builder.metadata().file_metadata().num_rows()).unwrap_or(0);
+    let reader = builder
+        .with_projection(mask)
+        .with_batch_size(BATCH_ROWS)
+        .build()
+        .map_err(|e| DataError::bad_file(path, format!("is not a readable Parquet file: {e}")))?;
+
+    let mut table = BarTable::new("", BarInterval::Day);
+    table.ts.reserve(rows);
+    table.open.reserve(rows);
+    table.high.reserve(rows);
+    table.low.reserve(rows);
+    table.close.reserve(rows);
+    table.volume.reserve(rows);
+    let mut symbol_seen: Option<String> = None;
+    for batch in reader {
+        let first_row = table.len();
+        let batch = batch
+            .map_err(|e| DataError::bad_row(path, first_row + 1, format!("cannot be read: {e}")))?;
+        let column = |index: usize| -> Result<&ArrayRef, DataError> {
+            let name = &names[index];
+            batch.column_by_name(name).ok_or_else(|| missing(name))
+        };
+        let at = Rows { path, first_row };
+        at.append_ts(&names[ts], column(ts)?, &mut table.ts)?;
+        at.append_price(&names[open], column(open)?, &mut table.open)?;
+        at.append_price(&names[high], column(high)?, &mut table.high)?;
+        at.append_price(&names[low], column(low)?, &mut table.low)?;
+        at.append_price(&names[close], column(close)?, &mut table.close)?;
+        at.append_volume(&names[volume], column(volume)?, &mut table.volume)?;
+        if let Some(index) = symbol {
+            at.check_symbol(&names[index], column(index)?, &mut symbol_seen)?;
+        }
+    }
+
+    table.symbol = symbol_from_metadata
+        .or(symbol_seen)
+        .unwrap_or_else(|| symbol_from_file_name(path));
+    table.interval = interval_from_metadata
+        .or_else(|| BarInterval::infer(&table.ts))
+        .unwrap_or(BarInterval::Day);
+    table.validate(path)?;
+    Ok(table)
+}
+
+/// Where a batch starts in the file, for row numbers in errors.
+struct Rows<'a> {
+    path: &'a Path,
+    /// 0-based index of the batch's first row in the file.
+    first_row: usize,
+}
+
+impl Rows<'_> {
+    fn error(&self, index: usize, column: &str, problem: impl std::fmt::Display) -> DataError {
+        DataError::bad_row(
+            self.path,
+            self.first_row + index + 1,
+            format!("column {column}: {problem}"),
+        )
+    }
+
+    fn no_nulls(&self, column: &str, array: &dyn Array) -> Result<(), DataError> {
+        if let Some(nulls) = array.logical_nulls() {
+            if let Some(i) = (0..nulls.len()).find(|&i| nulls.is_null(i)) {
+                return Err(self.error(i, column, "is null"));
+            }
+        }
+        Ok(())
+    }
+
+    fn wrong_type(&self, column: &str, array: &dyn Array) -> DataError {
+        DataError::bad_file(
+            self.path,
+            format!(
+                "column {column:?} has unexpected type {}",
+                array.data_type()
+            ),
+        )
+    }
+
+    fn append_ts(
+        &self,
+        column: &str,
+        array: &ArrayRef,
+        out: &mut Vec<i64>,
+    ) -> Result<(), DataError> {
+        self.no_nulls(column, array)?;
+        let (values, per_unit): (&[i64], i64) = match array.data_type() {
+            DataType::Timestamp(TimeUnit::Second, _) => (
+                array
+                    .as_primitive_opt::<TimestampSecondType>()
+                    .map(|a| a.values().as_ref())
+                    .ok_or_else(|| self.wrong_type(column, array))?,
+                1_000_000_000,
+            ),
+            DataType::Timestamp(TimeUnit::Millisecond, _) => (
+                array
+                    .as_primitive_opt::<TimestampMillisecondType>()
+                    .map(|a| a.values().as_ref())
+                    .ok_or_else(|| self.wrong_type(column, array))?,
+                1_000_000,
+            ),
+            DataType::Timestamp(TimeUnit::Microsecond, _) => (
+                array
+                    .as_primitive_opt::<TimestampMicrosecondType>()
+                    .map(|a| a.values().as_ref())
+                    .ok_or_else(|| self.wrong_type(column, array))?,
+                1_000,
+            ),
+            DataType::Timestamp(TimeUnit::Nanosecond, _) => (
+                array
+                    .as_primitive_opt::<TimestampNanosecondType>()
+                    .map(|a| a.values().as_ref())
+                    .ok_or_else(|| self.wrong_type(column, array))?,
+                1,
+            ),
+            DataType::Int64 => (
+                array
+                    .as_primitive_opt::<Int64Type>()
+                    .map(|a| a.values().as_ref())
+                    .ok_or_else(|| self.wrong_type(column, array))?,
+                1,
+            ),
+            _ => return Err(self.wrong_type(column, array)),
+        };
+        if per_unit == 1 {
+            out.extend_from_slice(values);
+        } else {
+            for (i, &v) in values.iter().enumerate() {
+                let ns = v.checked_mul(per_unit).ok_or_else(|| {
+                    self.error(
+                        i,
+                        column,
+                        format!("timestamp {v} does not fit in i64 nanoseconds"),
+                    )
+                })?;
+                out.push(ns);
+            }
+        }
+        Ok(())
+    }
+
+    fn append_price(
+        &self,
+        column: &str,
+        array: &ArrayRef,
+        out: &mut Vec<f64>,
+    ) -> Result<(), DataError> {
+        self.no_nulls(column, array)?;
+        match array.data_type() {
+            DataType::Float64 => {
+                let a = array
+                    .as_primitive_opt::<Float64Type>()
+                    .ok_or_else(|| self.wrong_type(column, array))?;
+                out.extend_from_slice(a.values());
+            }
+            DataType::Float32 => {
+                let a = array
+                    .as_primitive_opt::<Float32Type>()
+                    .ok_or_else(|| self.wrong_type(column, array))?;
+                out.extend(a.values().iter().map(|&v| f64::from(v)));
+            }
+            _ => return Err(self.wrong_type(column, array)),
+        }
+        Ok(())
+    }
+
+    fn append_volume(
+        &self,
+        column: &str,
+        array: &ArrayRef,
+        out: &mut Vec<u64>,
+    ) -> Result<(), DataError> {
+        self.no_nulls(column, array)?;
+        match array.data_type() {
+            DataType::UInt64 => {
+                let a = array
+                    .as_primitive_opt::<UInt64Type>()
+                    .ok_or_else(|| self.wrong_type(column, array))?;
+                out.extend_from_slice(a.values());
+            }
+            DataType::Int64 => {
+                let a = array
+                    .as_primitive_opt::<Int64Type>()
+                    .ok_or_else(|| self.wrong_type(column, array))?;
+                for (i, &v) in a.values().iter().enumerate() {
+                    let v = u64::try_from(v)
+                        .map_err(|_| self.error(i, column, format!("volume {v} is negative")))?;
+                    out.push(v);
+                }
+            }
+            DataType::Float64 => {
+                let a = array
+                    .as_primitive_opt::<Float64Type>()
+                    .ok_or_else(|| self.wrong_type(column, array))?;
+                for (i, &v) in a.values().iter().enumerate() {
+                    // 2^64 is exactly representable; anything at or above it does not fit.
+                    if !(v.is_finite()
+                        && v >= 0.0
+                        && v.fract() == 0.0
+                        && v < 18_446_744_073_709_551_616.0)
+                    {
+                        return Err(self.error(
+                            i,
+                            column,
+                            format!("volume {v} is not a non-negative integer"),
+                        ));
+                    }
+                    out.push(v as u64);
+                }
+            }
+            _ => return Err(self.wrong_type(column, array)),
+        }
+        Ok(())
+    }
+
+    fn check_symbol(
+        &self,
+        column: &str,
+        array: &ArrayRef,
+        seen: &mut Option<String>,
+    ) -> Result<(), DataError> {
+        self.no_nulls(column, array)?;
+        let values: Box<dyn Iterator<Item = Option<&str>>> = match array.data_type() {
+            DataType::Utf8 => Box::new(
+                array
+                    .as_string_opt::<i32>()
+                    .ok_or_else(|| self.wrong_type(column, array))?
+                    .iter(),
+            ),
+            DataType::LargeUtf8 => Box::new(
+                array
+                    .as_string_opt::<i64>()
+                    .ok_or_else(|| self.wrong_type(column, array))?
+                    .iter(),
+            ),
+            DataType::Utf8View => Box::new(
+                array
+                    .as_string_view_opt()
+                    .ok_or_else(|| self.wrong_type(column, array))?
+                    .iter(),
+            ),
+            _ => return Err(self.wrong_type(column, array)),
+        };
+        for (i, value) in values.enumerate() {
+            let value = value.unwrap_or_default();
+            match seen {
+                None if value.is_empty() => return Err(self.error(i, column, "symbol is empty")),
+                None => *seen = Some(value.to_string()),
+                Some(first) if first != value => {
+                    return Err(self.error(
+                        i,
+                        column,
+                        format!("symbol {value:?} differs from {first:?} on row 1; a file must hold one symbol"),
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,354 @@
+//! The normalized bar table: one symbol, bars sorted by strictly increasing
+//! UTC open time, prices in price units, integer volume. Every reader builds
+//! one of these and calls [`BarTable::validate`]; nothing is re-sorted,
+//! de-duplicated or repaired behind the user's back. Also the front-contract
+//! [`Roll`]s of a rolled series and [`ContractBars`], one contract's bars
+//! before rolling.
+
+use super::timefmt::{self, NANOS_PER_DAY, NANOS_PER_SECOND};
+use super::DataError;
+use serde::Serialize;
+use std::path::Path;
+
+/// Bar length, as in Databento's OHLCV schemas.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+pub enum BarInterval {
+    Second,
+    Minute,
+    Hour,
+    Day,
+}
+
+impl BarInterval {
+    pub fn nanos(self) -> i64 {
+        match self {
+            Self::Second => NANOS_PER_SECOND,
+            Self::Minute => 60 * NANOS_PER_SECOND,
+            Self::Hour => 3600 * NANOS_PER_SECOND,
+            Self::Day => NANOS_PER_DAY,
+        }
+    }
+
+    /// `1s`, `1m`, `1h`, `1d`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Second => "1s",
+            Self::Minute => "1m",
+            Self::Hour => "1h",
+            Self::Day => "1d",
+        }
+    }
+
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text
+            .trim()
+            .to_ascii_lowercase()
+            .trim_start_matches("ohlcv-")
+        {
+            "1s" => Ok(Self::Second),
+            "1m" => Ok(Self::Minute),
+            "1h" => Ok(Self::Hour),
+            "1d" => Ok(Self::Day),
+            other => Err(format!(
+                "bar interval {other:?} is not one of 1s, 1m, 1h, 1d"
+            )),
+        }
+    }
+
+    /// Bars per year for annualizing: 252 trading days of about 23 hours
+    /// (CME Globex) for intraday bars.
+    pub fn periods_per_year(self) -> f64 {
+        match self {
+            Self::Day => 252.0,
+            Self::Hour => 252.0 * 23.0,
+            Self::Minute => 252.0 * 23.0 * 60.0,
+            Self::Second => 252.0 * 23.0 * 3600.0,
+        }
+    }
+
+    /// The interval whose length is nearest the median spacing of `ts`.
+    pub fn infer(ts: &[i64]) -> Option<Self> {
+        if ts.len() < 2 {
+            return None;
+        }
+        let mut spacing: Vec<i64> = ts.windows(2).map(|w| w[1] - w[0]).collect();
+        spacing.sort_unstable();
+        let median = spacing[spacing.len() / 2] as f64;
+        [Self::Second, Self::Minute, Self::Hour, Self::Day]
+            .into_iter()
+            .min_by(|a, b| {
+                let da = (median / a.nanos() as f64).ln().abs();
+                let db = (median / b.nanos() as f64).ln().abs();
+                da.total_cmp(&db)
+            })
+    }
+}
+
+/// A switch of the front contract in a series built from parent symbology.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Roll {
+    /// First bar taken from the new contract.
+    pub ts: i64,
+    pub from: String,
+    pub to: String,
+    /// new close / old close on the last bar before the roll, used for the
+    /// ratio back-adjustment of everything before it.
+    pub ratio: f64,
+}
+
+/// A stretch with no bars that is longer than expected.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Gap {
+    pub after_ts: i64,
+    pub before_ts: i64,
+    /// Bars of this table's interval that would fit in the stretch.
+    pub missing_bars: i64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct BarTable {
+    pub symbol: String,
+    pub interval: BarInterval,
+    /// Bar open time, UTC nanoseconds.
+    pub ts: Vec<i64>,
+    pub open: Vec<f64>,
+    pub high: Vec<f64>,
+    pub low: Vec<f64>,
+    pub close: Vec<f64>,
+    pub volume: Vec<u64>,
+    /// Front-contract rolls when built from parent symbology (else empty).
+    pub rolls: Vec<Roll>,
+}
+
+impl BarTable {
+    pub fn new(symbol: &str, interval: BarInterval) -> Self {
+        Self {
+            symbol: symbol.to_string(),
+            interval,
+            ts: Vec::new(),
+            open: Vec::new(),
+            high: Vec::new(),
+            low: Vec::new(),
+            close: Vec::new(),
+            volume: Vec::new(),
+            rolls: Vec::new(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.ts.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ts.is_empty()
+    }
+
+    pub fn push(&mut self, ts: i64, open: f64, high: f64, low: f64, close: f64, volume: u64) {
+        self.ts.push(ts);
+        self.open.push(open);
+        self.high.push(high);
+        self.low.push(low);
+        self.close.push(close);
+        self.volume.push(volume);
+    }
+
+    /// Checks every row (1-based row numbers in messages, in table order,
+    /// which is file order for the readers): strictly increasing timestamps
+    /// (a repeat is a duplicate, a decrease is unsorted), finite positive
+    /// prices, low ≤ open, close ≤ high. Also refuses an empty table.
+    pub fn validate(&self, file: &Path) -> Result<(), DataError> {
+        if self.is_empty() {
+            return Err(DataError::bad_file(file, "holds no bars"));
+        }
+        let n = self.len();
+        if [
+            self.open.len(),
+            self.high.len(),
+            self.low.len(),
+            self.close.len(),
+            self.volume.len(),
+        ]
+        .iter()
+        .any(|&len| len != n)
+        {
+            return Err(DataError::bad_file(file, "columns have different lengths"));
+        }
+        for i in 0..n {
+            let row = i + 1;
+            // Formatted only when a message needs it (this loop runs per bar).
+            let when = || timefmt::format(self.ts[i]);
+            if i > 0 {
+                let previous = self.ts[i - 1];
+                if self.ts[i] == previous {
+                    return Err(DataError::bad_row(
+                        file,
+                        row,
+                        format!("duplicate timestamp {} (row {i} has the same)", when()),
+                    ));
+                }
+                if self.ts[i] < previous {
+                    return Err(DataError::bad_row(
+                        file,
+                        row,
+                        format!(
+                            "timestamps are not sorted: {} comes after {} (row {i})",
+                            when(),
+                            timefmt::format(previous)
+                        ),
+                    ));
+                }
+            }
+            for (name, value) in [
+                ("open", self.open[i]),
+                ("high", self.high[i]),
+                ("low", self.low[i]),
+                ("close", self.close[i]),
+            ] {
+                if value.is_nan() {
+                    return Err(DataError::bad_row(
+                        file,
+                        row,
+                        format!("{name} is NaN at {}", when()),
+                    ));
+                }
+                if !value.is_finite() || value <= 0.0 {
+                    return Err(DataError::bad_row(
+                        file,
+                        row,
+                        format!(
+                            "{name} is {value} at {}; prices must be finite and positive",
+                            when()
+                        ),
+                    ));
+                }
+            }
+            let (o, h, l, c) = (self.open[i], self.high[i], self.low[i], self.close[i]);
+            if h < l {
+                return Err(DataError::bad_row(
+                    file,
+                    row,
+                    format!("high {h} is below low {l} at {}", when()),
+                ));
+            }
+            if o < l || o > h || c < l || c > h {
+                return Err(DataError::bad_row(
+                    file,
+                    row,
+                    format!(
+                        "open {o} or close {c} lies outside low {l} .. high {h} at {}",
+                        when()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Stretches without bars longer than expected: more than one interval
+    /// for intraday bars (so session breaks show too), and for daily bars
+    /// more than a weekend (Friday → Monday is not a gap; a holiday is).
+    pub fn gaps(&self) -> Vec<Gap> {
+        let step = self.interval.nanos();
+        self.ts
+            .windows(2)
+            .filter_map(|w| {
+                let spacing = w[1] - w[0];
+                let expected = if self.interval == BarInterval::Day
+                    && timefmt::weekday(w[0]) == 4
+                    && spacing == 3 * NANOS_PER_DAY
+                {
+                    spacing
+                } else {
+                    step
+                };
+                (spacing > expected).then(|| Gap {
+                    after_ts: w[0],
+                    before_ts: w[1],
+                    missing_bars: spacing / step - 1,
+                })
+            })
+            .collect()
+    }
+}
+
+/// One contract's bars under its own symbol: what the synthetic generator
+/// makes and [`write_parent`](crate::dbn_format::write_parent) writes under
+/// a parent symbol (the reader rolls them back into one series).
+#[derive(Clone, Debug)]
+pub struct ContractBars {
+    /// The contract's own symbol, e.g. `ESH4` (or `ESH4-ESM4` for a spread).
+    pub raw_symbol: String,
+    pub table: BarTable,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> BarTable {
+        let mut t = BarTable::new("ES.FUT", BarInterval::Day);
+        let monday = timefmt::parse("2024-01-01").unwrap();
+        for (d, c) in [
+            (0, 100.0),
+            (1, 101.0),
+            (2, 102.0),
+            (3, 101.5),
+            (4, 103.0),
+            (7, 104.0),
+            (9, 104.5),
+        ] {
+            t.push(monday + d * NANOS_PER_DAY, c, c + 1.0, c - 1.0, c, 10);
+        }
+        t
+    }
+
+    #[test]
+    fn weekends_are_not_gaps_but_missing_days_are() {
+        let t = table();
+        t.validate(Path::new("x")).unwrap();
+        let gaps = t.gaps();
+        assert_eq!(gaps.len(), 1, "{gaps:?}");
+        assert_eq!(gaps[0].missing_bars, 1);
+        assert_eq!(BarInterval::infer(&t.ts), Some(BarInterval::Day));
+    }
+
+    #[test]
+    fn each_bad_row_is_named() {
+        let file = Path::new("bars.csv");
+        let mut t = table();
+        t.ts[3] = t.ts[2];
+        assert!(t
+            .validate(file)
+            .unwrap_err()
+            .to_string()
+            .starts_with("bars.csv: row 4: duplicate timestamp"));
+        let mut t = table();
+        t.ts.swap(2, 3);
+        assert!(t
+            .validate(file)
+            .unwrap_err()
+            .to_string()
+            .contains("row 4: timestamps are not sorted"));
+        let mut t = table();
+        t.close[1] = f64::NAN;
+        assert!(t
+            .validate(file)
+            .unwrap_err()
+            .to_string()
+            .contains("row 2: close is NaN"));
+        let mut t = table();
+        t.low[5] = -1.0;
+        assert!(t
+            .validate(file)
+            .unwrap_err()
+            .to_string()
+            .contains("row 6: low is -1"));
+        let mut t = table();
+        t.high[0] = 98.0;
+        assert!(t
+            .validate(file)
+            .unwrap_err()
+            .to_string()
+            .contains("row 1: high 98 is below low 99"));
+    }
+}

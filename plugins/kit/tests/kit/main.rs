@@ -1,0 +1,8 @@
+//! The plugin kit's integration tests, one binary (one libtorch link):
+//! CartPole against Gymnasium's equations ([`cartpole_env`]), the evaluation
+//! metrics by hand ([`metrics`]) and the vectorized trading environment
+//! ([`trading_env`]).
+
+mod cartpole_env;
+mod metrics;
+mod trading_env;

@@ -1,0 +1,188 @@
+//! Defects found when tli was tried as a new user would (issue 10), each
+//! reproduced through the real `tli` binary: every test here failed before
+//! its fix.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use tli_e2e_tests::*;
+
+fn ok_json(out: &std::process::Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "exit {:?}\n{}\n{}",
+        out.status.code(),
+        stdout(out),
+        stderr(out)
+    );
+    json(out)
+}
+
+fn all_finished(status: &serde_json::Value) -> bool {
+    status["progress"]["tasks"]
+        .as_array()
+        .is_some_and(|tasks| {
+            tasks.iter().all(|t| {
+                matches!(
+                    t["state"].as_str(),
+                    Some("completed" | "failed" | "cancelled")
+                )
+            })
+        })
+}
+
+/// The margin was added twice once a task had measured itself, so four DQN
+/// tasks that fit under 64 MiB on their estimates held 73.3 MB afterwards.
+#[test]
+fn reservations_stay_within_the_budget_after_tasks_measure_themselves() {
+    let plugins = PluginDir::with(&[(DQN, "dqn")]);
+    let state = tempfile::tempdir().unwrap();
+    let server = Server::start(plugins.path(), state.path(), &["--memory-budget", "64MiB"]);
+    let started = ok_json(&server.client(&[
+        "train", "start", "-p", "dqn", "-p", "dqn", "-a", "synthetic:20000", "-a",
+        "synthetic:30000", "--steps", "3000", "-o", "json",
+    ]));
+    let job = started["job_id"].as_u64().expect("job_id").to_string();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let (mut polls, mut measured_polls, mut most_running) = (0, 0, 0);
+    loop {
+        let resources = ok_json(&server.client(&["resources", "-o", "json"]));
+        let device = &resources["devices"][0];
+        let reserved = device["reserved_bytes"].as_u64().expect("reserved_bytes");
+        let budget = device["budget_bytes"].as_u64().expect("budget_bytes");
+        assert!(reserved <= budget, "reserved {reserved} > budget {budget}: {device}");
+        let held = device["reservations"].as_array().cloned().unwrap_or_default();
+        most_running = most_running.max(held.len());
+        if held.iter().any(|r| r["measured_bytes"].is_u64()) {
+            measured_polls += 1;
+        }
+        polls += 1;
+        let status = ok_json(&server.client(&["train", "status", &job, "-o", "json"]));
+        if all_finished(&status) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "job did not finish: {status}");
+    }
+    assert!(
+        measured_polls > 0,
+        "no poll saw a measured task ({polls} polls); the check proved nothing"
+    );
+    assert!(most_running >= 2, "tasks never ran side by side ({most_running})");
+}
+
+/// `tli … | head` panicked with "failed printing to stdout: Broken pipe".
+#[test]
+fn a_closed_pipe_ends_the_command_quietly() {
+    let plugins = PluginDir::with(&[(TEMPLATE, "template"), (DQN, "dqn")]);
+    for args in [
+        &["plugins", "list", "--local", "-o", "json"][..],
+        &["data", "contracts"][..],
+        &["completions", "bash"][..],
+    ] {
+        let mut child = Command::new(tli_binary())
+            .args(args)
+            .env("TLI_PLUGIN_DIR", plugins.path())
+            .env_remove("LD_LIBRARY_PATH")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start tli");
+        // The reader goes away before tli has written anything.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("wait");
+        let err = stderr(&out);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(!err.contains("Broken pipe"), "{args:?}: {err}");
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+    }
+}
+
+/// `make install` did not exist and plugins were 64 MB each; the installed
+/// `tli` must find its stripped plugins with no flag or environment.
+#[test]
+fn install_puts_tli_and_stripped_plugins_where_tli_finds_them() {
+    let prefix = tempfile::tempdir().unwrap();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/install.sh");
+    let out = Command::new(&script)
+        .arg(prefix.path())
+        .arg(profile_dir())
+        .output()
+        .expect("run scripts/install.sh");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let plugin_dir = prefix.path().join("lib/tli/plugins");
+    for name in [TEMPLATE, DQN, PPO] {
+        let file = plugin_dir.join(format!("lib{name}.so"));
+        let size = std::fs::metadata(&file)
+            .unwrap_or_else(|e| panic!("{}: {e}", file.display()))
+            .len();
+        assert!(size < 16 << 20, "{} is {size} bytes: not stripped", file.display());
+    }
+    let listed = Command::new(prefix.path().join("bin/tli"))
+        .args(["plugins", "list", "--local", "-o", "json"])
+        .env_remove("LD_LIBRARY_PATH")
+        .env_remove("TLI_PLUGIN_DIR")
+        .output()
+        .expect("run the installed tli");
+    let listed = ok_json(&listed);
+    let text = listed.to_string();
+    for plugin in ["\"template\"", "\"dqn\"", "\"ppo\""] {
+        assert!(text.contains(plugin), "{plugin} not listed: {text}");
+    }
+    assert!(
+        text.contains(&plugin_dir.canonicalize().unwrap().display().to_string())
+            || text.contains("lib/tli/plugins"),
+        "{text}"
+    );
+}
+
+/// Fast agents checkpointed about every second under the step-based default
+/// and `watch` printed each one twice; now the default is time-based and
+/// routine checkpoints show only with `--verbose`.
+#[test]
+fn routine_checkpoints_are_rare_by_default_and_shown_only_when_asked() {
+    let plugins = PluginDir::with(&[(TEMPLATE, "template")]);
+    let state = tempfile::tempdir().unwrap();
+    let server = Server::start(plugins.path(), state.path(), &[]);
+    let routine = |lines: &str| {
+        lines
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|e| e["event"] == "state_changed")
+            .filter(|e| {
+                matches!(
+                    (e["from"].as_str(), e["to"].as_str()),
+                    (Some("running"), Some("checkpointing")) | (Some("checkpointing"), Some("running"))
+                )
+            })
+            .count()
+    };
+    // Defaults: 3000 steps wrote routine checkpoints at 1000 and 2000 before.
+    let out = server.client(&[
+        "train", "start", "-p", "template", "-a", "synthetic:2000", "--steps", "3000", "--watch",
+        "-o", "json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(routine(&stdout(&out)), 0, "{}", stdout(&out));
+    let store = tli_host::orchestrator::store::Store::open_read_only(state.path()).unwrap();
+    let task = store.tasks_of(1).unwrap()[0].id;
+    let steps: Vec<u64> = store.checkpoints(task).unwrap().iter().map(|c| c.step).collect();
+    assert_eq!(steps, vec![3000], "only the final checkpoint by default");
+
+    // A step interval asked for: written, hidden from watch, shown with --verbose.
+    let spec = state.path().join("job.json");
+    std::fs::write(
+        &spec,
+        r#"{"name":"ck","models":[{"plugin":"template","steps":3000}],
+            "assets":[{"synthetic":{"rows":2000}}],"checkpoint":{"every_steps":1000}}"#,
+    )
+    .unwrap();
+    let spec = spec.to_str().unwrap();
+    let quiet = server.client(&["train", "start", "--spec", spec, "--watch", "-o", "json"]);
+    assert!(quiet.status.success(), "{}", stderr(&quiet));
+    assert_eq!(routine(&stdout(&quiet)), 0, "{}", stdout(&quiet));
+    let verbose = server.client(&[
+        "train", "start", "--spec", spec, "--watch", "--verbose", "-o", "json",
+    ]);
+    assert!(verbose.status.success(), "{}", stderr(&verbose));
+    // Two routine checkpoints (there and back) and the final one's start.
+    assert_eq!(routine(&stdout(&verbose)), 5, "{}", stdout(&verbose));
+}

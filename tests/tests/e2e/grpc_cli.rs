@@ -1,0 +1,527 @@
+//! The real `tli` binary as gRPC server (`tli host serve`) and as client
+//! (`tli train …`) over loopback: the whole job lifecycle, bad requests with
+//! the right status codes and an unchanged store, a Python client that knows
+//! the API only through server reflection, and the token rules.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+use tli_e2e_tests::*;
+use tli_host::orchestrator::store::Store;
+
+fn job_id(job: &serde_json::Value) -> u64 {
+    job["job_id"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no job_id in {job}"))
+}
+
+/// Polls `train status` until `done(status)` or the deadline.
+fn wait_for(
+    server: &Server,
+    job: u64,
+    what: &str,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let status = ok_json(&server.client(&["train", "status", &job.to_string(), "-o", "json"]));
+        if done(&status) {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {status}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn task_states(status: &serde_json::Value) -> Vec<String> {
+    status["progress"]["tasks"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no tasks in {status}"))
+        .iter()
+        .map(|t| t["state"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn start_watch_status_list_stop_resume_complete() {
+    let (plugins, state) = (template_and_behaviour(), tempfile::tempdir().unwrap());
+    let server = Server::start(plugins.path(), state.path(), &[]);
+    let listed = ok_json(&server.client(&["plugins", "list", "-o", "json"]));
+    let mut names: Vec<&str> = listed["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["behaviour", "template"],
+        "the host's plugins, over the API"
+    );
+
+    // Three quick jobs for listing, then the one we follow.
+    for name in ["alpha", "bravo", "charlie"] {
+        ok_json(&server.client(&[
+            "train",
+            "start",
+            "--name",
+            name,
+            "-p",
+            "template",
+            "--config",
+            r#"{"hidden_sizes":[8]}"#,
+            "-a",
+            "synthetic:300",
+            "--steps",
+            "20",
+            "-o",
+            "json",
+        ]));
+    }
+    let started = ok_json(&server.client(&[
+        "train",
+        "start",
+        "--name",
+        "main",
+        "-p",
+        "behaviour",
+        "-p",
+        "template",
+        "--config",
+        r#"behaviour={"sleep_ms_per_step":10}"#,
+        "--config",
+        r#"template={"hidden_sizes":[16]}"#,
+        "-a",
+        "synthetic:400:1",
+        "-a",
+        "synthetic:400:2",
+        "--steps",
+        "300",
+        "-o",
+        "json",
+    ]));
+    let job = job_id(&started);
+    assert_eq!(
+        started["progress"]["tasks"].as_array().unwrap().len(),
+        4,
+        "2 models × 2 assets"
+    );
+
+    // Stop it while it runs, gracefully.
+    wait_for(&server, job, "a running task", |s| {
+        task_states(s).iter().any(|t| t == "running")
+    });
+    let stopped = ok_json(&server.client(&["train", "stop", &job.to_string(), "-o", "json"]));
+    assert_eq!(job_id(&stopped), job);
+    let status = wait_for(&server, job, "every task stopped or done", |s| {
+        task_states(s)
+            .iter()
+            .all(|t| t == "cancelled" || t == "completed")
+    });
+    assert!(
+        task_states(&status).iter().any(|t| t == "cancelled"),
+        "{status}"
+    );
+
+    // List: filter, sort, and two pages.
+    let all = ok_json(&server.client(&["train", "list", "--sort", "oldest", "-o", "json"]));
+    let names: Vec<&str> = all["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["alpha", "bravo", "charlie", "main"]);
+    let page1 = ok_json(&server.client(&[
+        "train",
+        "list",
+        "--sort",
+        "name",
+        "--page-size",
+        "2",
+        "-o",
+        "json",
+    ]));
+    let token = page1["next_page_token"].as_str().unwrap().to_string();
+    assert!(!token.is_empty());
+    let page2 = ok_json(&server.client(&[
+        "train",
+        "list",
+        "--sort",
+        "name",
+        "--page-size",
+        "2",
+        "--page-token",
+        &token,
+        "-o",
+        "json",
+    ]));
+    let paged: Vec<&str> = page1["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(page2["jobs"].as_array().unwrap())
+        .map(|j| j["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(paged, ["alpha", "bravo", "charlie", "main"]);
+    assert_eq!(page2["next_page_token"].as_str().unwrap_or(""), "");
+    let cancelled =
+        ok_json(&server.client(&["train", "list", "--state", "cancelled", "-o", "json"]));
+    assert_eq!(cancelled["jobs"].as_array().unwrap().len(), 1);
+    let by_plugin =
+        ok_json(&server.client(&["train", "list", "--plugin", "behaviour", "-o", "json"]));
+    assert_eq!(by_plugin["jobs"][0]["name"], "main");
+
+    // Resume, then watch to the end.
+    ok_json(&server.client(&["train", "resume", &job.to_string(), "-o", "json"]));
+    let watched = server.client(&["train", "watch", &job.to_string()]);
+    assert!(
+        watched.status.success(),
+        "{}\n{}",
+        stdout(&watched),
+        stderr(&watched)
+    );
+    let status = ok_json(&server.client(&["train", "status", &job.to_string(), "-o", "json"]));
+    assert!(
+        task_states(&status).iter().all(|t| t == "completed"),
+        "{status}"
+    );
+    let table = stdout(&server.client(&["train", "status", &job.to_string()]));
+    assert!(
+        table.contains("completed") && table.contains("behaviour"),
+        "{table}"
+    );
+}
+
+#[test]
+fn bad_requests_get_the_right_code_and_leave_the_store_unchanged() {
+    let (plugins, state) = (template_and_behaviour(), tempfile::tempdir().unwrap());
+    let server = Server::start(plugins.path(), state.path(), &[]);
+    ok_json(&server.client(&[
+        "train",
+        "start",
+        "-p",
+        "behaviour",
+        "-a",
+        "synthetic:100",
+        "--steps",
+        "5",
+        "-o",
+        "json",
+    ]));
+    let jobs_before = ok_json(&server.client(&["train", "list", "-o", "json"]));
+
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &[
+                "train",
+                "start",
+                "-p",
+                "nope",
+                "-a",
+                "synthetic:100",
+                "--steps",
+                "5",
+            ],
+            "invalid argument: models[0] (nope): no such plugin",
+        ),
+        (
+            &[
+                "train",
+                "start",
+                "-p",
+                "template",
+                "--config",
+                r#"{"learning_rate":-1}"#,
+                "-a",
+                "synthetic:100",
+                "--steps",
+                "5",
+            ],
+            "learning_rate",
+        ),
+        (
+            &[
+                "train",
+                "start",
+                "-p",
+                "template",
+                "-a",
+                "synthetic:100",
+                "--steps",
+                "0",
+            ],
+            "invalid argument",
+        ),
+        (&["train", "list", "--page-size", "100000"], "page_size"),
+        (&["train", "list", "--page-token", "garbage!"], "page_token"),
+        (&["train", "status", "987654"], "not found"),
+    ];
+    for (args, expected) in cases {
+        let out = server.client(args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(
+            err.to_lowercase().contains(&expected.to_lowercase()),
+            "{args:?}: expected {expected:?} in {err}"
+        );
+        assert_eq!(err.trim().lines().count(), 1, "one clear line: {err}");
+    }
+    let huge = server.client(&[
+        "train",
+        "start",
+        "-p",
+        "behaviour",
+        "-a",
+        "synthetic:100",
+        "--steps",
+        "100000000000",
+    ]);
+    assert_eq!(huge.status.code(), Some(1));
+    let jobs_after = ok_json(&server.client(&["train", "list", "-o", "json"]));
+    assert_eq!(
+        jobs_before, jobs_after,
+        "rejected requests changed the store"
+    );
+}
+
+#[test]
+fn a_python_client_with_reflection_only_lists_services_and_streams_a_watch() {
+    let (plugins, state) = (template_and_behaviour(), tempfile::tempdir().unwrap());
+    let server = Server::start(plugins.path(), state.path(), &[]);
+    let job = job_id(&ok_json(&server.client(&[
+        "train",
+        "start",
+        "-p",
+        "behaviour",
+        "-a",
+        "synthetic:100",
+        "--steps",
+        "200",
+        "-o",
+        "json",
+    ])));
+    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/reflection_client.py");
+    let out = std::process::Command::new(python)
+        .arg(script)
+        .arg(&server.address)
+        .arg(job.to_string())
+        .output()
+        .expect("run python");
+    let text = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(out.status.success(), "{text}");
+    for service in [
+        "tli.v1.TrainingService",
+        "tli.v1.PluginService",
+        "tli.v1.ResourceService",
+        "grpc.health.v1.Health",
+    ] {
+        assert!(text.contains(service), "{service} not listed: {text}");
+    }
+    assert!(
+        text.contains("progress") && text.contains("finished"),
+        "{text}"
+    );
+    assert!(
+        text.contains("final states: TASK_STATE_COMPLETED"),
+        "{text}"
+    );
+}
+
+#[test]
+fn beyond_loopback_needs_a_token_and_a_wrong_token_is_rejected() {
+    let (plugins, state) = (template_and_behaviour(), tempfile::tempdir().unwrap());
+    let refused = std::process::Command::new(tli_binary())
+        .args(["host", "serve", "--listen", "0.0.0.0:0", "--state-dir"])
+        .arg(state.path())
+        .env("TLI_PLUGIN_DIR", plugins.path())
+        .env_remove("TLI_SERVE_TOKEN")
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains("without a token"),
+        "{}",
+        stderr(&refused)
+    );
+    assert!(Store::open_read_only(state.path())
+        .map(|s| s.jobs().unwrap().is_empty())
+        .unwrap_or(true));
+
+    let token_file = state.path().join("token");
+    std::fs::write(&token_file, "s3cret-token\n").unwrap();
+    let server = Server::start(
+        plugins.path(),
+        &state.path().join("s"),
+        &["--token-file", token_file.to_str().unwrap()],
+    );
+    let none = server.client(&["train", "list"]);
+    assert_eq!(none.status.code(), Some(1));
+    assert!(
+        stderr(&none).to_lowercase().contains("unauthenticated"),
+        "{}",
+        stderr(&none)
+    );
+    let wrong = server.client(&["train", "list", "--token", "s3cret-tokex"]);
+    assert!(
+        stderr(&wrong).to_lowercase().contains("unauthenticated"),
+        "{}",
+        stderr(&wrong)
+    );
+    let right = server.client_with_env(
+        &["train", "list", "-o", "json"],
+        &[("TLI_TOKEN", "s3cret-token")],
+    );
+    assert!(right.status.success(), "{}", stderr(&right));
+}
+
+#[test]
+fn sigterm_ends_watch_streams_checkpoints_and_exits_promptly() {
+    let (plugins, state) = (template_and_behaviour(), tempfile::tempdir().unwrap());
+    let mut server = Server::start(plugins.path(), state.path(), &[]);
+    let job = job_id(&ok_json(&server.client(&[
+        "train",
+        "start",
+        "-p",
+        "behaviour",
+        "--config",
+        r#"{"sleep_ms_per_step":10}"#,
+        "-a",
+        "synthetic:100",
+        "--steps",
+        "100000",
+        "-o",
+        "json",
+    ])));
+    wait_for(&server, job, "running", |s| {
+        task_states(s).iter().any(|t| t == "running")
+    });
+    let mut watch = std::process::Command::new(tli_binary())
+        .args([
+            "train",
+            "watch",
+            &job.to_string(),
+            "--endpoint",
+            &server.endpoint(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let took = server.terminate();
+    assert!(took < Duration::from_secs(20), "shutdown took {took:?}");
+    let _ = watch.wait();
+    let store = Store::open_read_only(state.path()).unwrap();
+    let task = &store.tasks_of(job as i64).unwrap()[0];
+    assert_eq!(
+        task.state.as_str(),
+        "interrupted",
+        "a running task is checkpointed and left to resume"
+    );
+    assert!(!store.checkpoints(task.id).unwrap().is_empty());
+}
+
+#[test]
+fn concurrent_watchers_each_get_every_state_change_and_the_plugin_log_lines() {
+    let (plugins, state) = (template_and_behaviour(), tempfile::tempdir().unwrap());
+    let server = Server::start(plugins.path(), state.path(), &[]);
+    let job = job_id(&ok_json(&server.client(&[
+        "train",
+        "start",
+        "-p",
+        "behaviour",
+        "--config",
+        // ~4 s per task: log lines keep coming while the watchers join.
+        r#"{"sleep_ms_per_step":10,"log_every":20}"#,
+        "-a",
+        "synthetic:200:1",
+        "-a",
+        "synthetic:200:2",
+        "--steps",
+        "400",
+        "-o",
+        "json",
+    ])));
+    let job_arg = job.to_string();
+    // Four watchers at once, at different intervals: one feed serves them all.
+    let watchers: Vec<_> = ["100", "100", "250", "500"]
+        .into_iter()
+        .map(|interval| {
+            let server = &server;
+            let job_arg = job_arg.clone();
+            let args = vec![
+                "train".to_string(),
+                "watch".into(),
+                job_arg,
+                "--interval-ms".into(),
+                interval.into(),
+                "-o".into(),
+                "json".into(),
+            ];
+            let endpoint = server.endpoint();
+            std::thread::spawn(move || {
+                let out = std::process::Command::new(tli_binary())
+                    .args(&args)
+                    .args(["--endpoint", &endpoint])
+                    .env("NO_COLOR", "1")
+                    .output()
+                    .expect("run tli train watch");
+                assert!(out.status.success(), "{}", stderr(&out));
+                stdout(&out)
+            })
+        })
+        .collect();
+    let outputs: Vec<String> = watchers.into_iter().map(|w| w.join().unwrap()).collect();
+
+    let mut first_changes: Option<Vec<String>> = None;
+    for output in &outputs {
+        let events: Vec<serde_json::Value> = output
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect();
+        let kinds = |kind: &'static str| events.iter().filter(move |e| e["event"] == kind);
+        // Every state change once, in order: queued → running → completed per task.
+        let changes: Vec<String> = kinds("state_changed")
+            .map(|e| format!("{}:{}→{}", e["task_id"], e["from"], e["to"]))
+            .collect();
+        assert_eq!(
+            changes
+                .iter()
+                .filter(|c| c.ends_with("→\"completed\""))
+                .count(),
+            2,
+            "{changes:?}"
+        );
+        let mut unique = changes.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(
+            unique.len(),
+            changes.len(),
+            "a state change repeated: {changes:?}"
+        );
+        match &first_changes {
+            None => first_changes = Some(changes),
+            Some(first) => assert_eq!(first, &changes, "watchers disagree"),
+        }
+        // The plugin's log lines, tagged with their task and plugin.
+        let logs: Vec<&serde_json::Value> = kinds("log").collect();
+        assert!(
+            logs.iter().any(|l| l["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("behaviour reached step")
+                && l["plugin"] == "behaviour"
+                && l["task_id"].as_u64().unwrap() > 0),
+            "no plugin log line in {output}"
+        );
+        assert!(kinds("progress").count() >= 1, "{output}");
+        let last = events.last().unwrap();
+        assert_eq!(last["event"], "finished", "{output}");
+    }
+}
