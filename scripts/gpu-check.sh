@@ -52,7 +52,8 @@ PYEOF
 BUDGET=$("$PY" -c '
 import json, sys, statistics
 est = sorted(t["estimate_bytes"] for j in json.load(open(sys.argv[1])) for t in j["tasks"])
-print(int(2.2 * statistics.median(est) * 1.1) + max(est) // 10)' "$work/plan.json")
+# About two median tasks at once, and never less than the biggest task alone (with the margin).
+print(max(int(2.2 * statistics.median(est) * 1.1) + max(est) // 10, int(max(est) * 1.1) + 1))' "$work/plan.json")
 echo "gpu-check: budget $BUDGET bytes (about two tasks at once)"
 
 start=$(date +%s)
@@ -60,10 +61,18 @@ start=$(date +%s)
   --submit "$work/job.json" -o json > "$work/result.json" || echo "gpu-check: some tasks failed (see table)"
 echo "gpu-check: run took $(( $(date +%s) - start )) s"
 
-"$PY" - "$work/result.json" "$BUDGET" <<'PYEOF'
-import json, sys
+"$PY" - "$work/result.json" "$BUDGET" "$work/run/tli.sqlite3" <<'PYEOF'
+import json, sqlite3, sys
 jobs, budget = json.load(open(sys.argv[1])), int(sys.argv[2])
 tasks = [t for j in jobs for t in j["tasks"]]
+# When each task held device memory: its reservations in the store (read-only).
+held = {}
+db = sqlite3.connect(f"file:{sys.argv[3]}?mode=ro", uri=True)
+for task, start, end in db.execute("SELECT task_id, reserved_ms, released_ms FROM reservations ORDER BY id"):
+    first = held.get(task, (start, end))[0]
+    held[task] = (first, end)
+for t in tasks:
+    t["started_ms"], t["finished_ms"] = held.get(t["task_id"], (None, None))
 t0 = min((t["started_ms"] for t in tasks if t["started_ms"]), default=0)
 gib = lambda b: f"{b / 2**30:8.3f} GiB" if b is not None else "       -    "
 print(f"{'task':>4} {'plugin':10} {'state':10} {'estimate':>12} {'measured':>12} {'meas/est':>8} {'start s':>8} {'end s':>8}")
@@ -72,7 +81,7 @@ for t in tasks:
     ratio = f"{meas / est:8.2f}" if meas and est else "       -"
     s = (t["started_ms"] - t0) / 1e3 if t["started_ms"] else float("nan")
     e = (t["finished_ms"] - t0) / 1e3 if t["finished_ms"] else float("nan")
-    print(f"{t['task']:>4} {t['plugin']:10} {t['state']:10} {gib(est)} {gib(meas)} {ratio} {s:8.1f} {e:8.1f}")
+    print(f"{t['task_id']:>4} {t['plugin']:10} {t['state']:10} {gib(est)} {gib(meas)} {ratio} {s:8.1f} {e:8.1f}")
     if t.get("error"):
         print("      error:", t["error"])
 events = sorted([(t["started_ms"], 1) for t in tasks if t["started_ms"]] + [(t["finished_ms"], -1) for t in tasks if t["finished_ms"]])

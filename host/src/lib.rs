@@ -17,6 +17,7 @@
 //! See docs/ARCHITECTURE.md for the whole map.
 
 pub mod api;
+pub mod byte_size;
 pub mod cli;
 pub mod commands;
 pub mod elf_check;
@@ -29,7 +30,6 @@ pub mod registry;
 pub mod services;
 pub mod stdout;
 pub mod testing;
-pub mod byte_size;
 
 use std::path::PathBuf;
 
@@ -42,11 +42,8 @@ pub fn default_plugin_dir() -> PathBuf {
         .ok()
         .and_then(|p| p.parent().map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from("."));
-    [
-        exe_dir.join("plugins"),
-        exe_dir.join("../lib/tli/plugins"),
-    ]
-    .into_iter()
-    .find(|dir| dir.is_dir())
-    .unwrap_or(exe_dir)
+    [exe_dir.join("plugins"), exe_dir.join("../lib/tli/plugins")]
+        .into_iter()
+        .find(|dir| dir.is_dir())
+        .unwrap_or(exe_dir)
 }

@@ -5,8 +5,8 @@
 //! This is the offline path used by the demo and by plugin authors; jobs on
 //! a long-lived host go through the orchestrator instead.
 
-use crate::registry::{LoadedPlugin, PluginRegistry, TrainerHandle};
 use crate::plugin_configs::PluginConfigs;
+use crate::registry::{LoadedPlugin, PluginRegistry, TrainerHandle};
 use crate::services::TaskServices;
 use abi_stable::std_types::RArc;
 use indicatif::{ProgressBar, ProgressStyle};

@@ -102,7 +102,12 @@ mod tests {
     fn the_last_named_value_wins_then_the_last_general_one() {
         let plugins = strings(&["dqn", "ppo", "template"]);
         let c = PluginConfigs::parse(
-            &strings(&[r#"{"a":1}"#, r#"dqn={"b":2}"#, r#"{"a":3}"#, r#"dqn = {"b":4}"#]),
+            &strings(&[
+                r#"{"a":1}"#,
+                r#"dqn={"b":2}"#,
+                r#"{"a":3}"#,
+                r#"dqn = {"b":4}"#,
+            ]),
             &plugins,
         )
         .unwrap();
@@ -116,13 +121,21 @@ mod tests {
     fn bad_values_say_what_was_wrong() {
         let plugins = strings(&["dqn"]);
         let e = PluginConfigs::parse(&strings(&["ppo={}"]), &plugins).unwrap_err();
-        assert!(e.to_string().contains("\"ppo\" is not one of the --plugin values (dqn)"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("\"ppo\" is not one of the --plugin values (dqn)"),
+            "{e}"
+        );
         let e = PluginConfigs::parse(&strings(&["lr"]), &plugins).unwrap_err();
         assert!(e.to_string().contains("expected JSON"), "{e}");
         let e = PluginConfigs::parse(&strings(&["{nope"]), &plugins).unwrap_err();
         assert!(e.to_string().contains("not valid JSON"), "{e}");
         let e = PluginConfigs::parse(&strings(&["@/no/such/file.json"]), &plugins).unwrap_err();
-        assert!(e.to_string().contains("cannot read config file /no/such/file.json"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("cannot read config file /no/such/file.json"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -56,11 +56,6 @@ impl TaskServices {
         self
     }
 
-    /// A flag that, once set, makes `is_cancelled()` true for the plugin.
-    pub fn cancel_flag(&self) -> Arc<AtomicBool> {
-        self.cancelled.clone()
-    }
-
     pub(crate) fn into_abi(self) -> HostServices {
         HostServicesApi_TO::from_ptr(RArc::new(self), TD_Opaque)
     }

@@ -258,12 +258,12 @@ pub fn cpu_task(
 pub struct SplitMix64(pub u64);
 
 impl SplitMix64 {
+    /// tli-rng's generator stepped from this raw state.
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        let mut rng = tli_rng::Rng::from_state(self.0);
+        let value = rng.next_u64();
+        self.0 = rng.state();
+        value
     }
 
     /// Uniform in `lo..=hi`.

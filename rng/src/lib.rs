@@ -21,6 +21,17 @@ impl Rng {
         rng
     }
 
+    /// A generator whose next output is SplitMix64's from `state` exactly
+    /// (no seed mixing): the reference sequence, for tests that replay it.
+    pub fn from_state(state: u64) -> Self {
+        Self { state }
+    }
+
+    /// The whole state (what [`from_state`](Self::from_state) takes back).
+    pub fn state(&self) -> u64 {
+        self.state
+    }
+
     /// A generator for a named sub-stream, independent of this one's position.
     pub fn fork(&self, stream: u64) -> Self {
         Self::new(self.state ^ stream.wrapping_mul(0xD1B5_4A32_D192_ED03))

@@ -68,7 +68,11 @@ pub fn job_spec(req: &pb::StartTrainingRequest) -> Result<JobSpec, Status> {
         name: req.name.clone(),
         models,
         assets,
-        seed: if req.seed == 0 { DEFAULT_SEED } else { req.seed },
+        seed: if req.seed == 0 {
+            DEFAULT_SEED
+        } else {
+            req.seed
+        },
         device,
         features,
         checkpoint: checkpoint_policy(req.checkpoint.as_ref()),
@@ -209,7 +213,10 @@ fn checkpoint_policy(c: Option<&pb::CheckpointPolicy>) -> CheckpointPolicy {
 /// A job spec as the request that [`job_spec`] turns back into it (the
 /// client's `train start --spec FILE`). `features_json` is the spec file's
 /// `features` as written ("" = the host's defaults).
-pub fn request_from_spec(spec: &JobSpec, features_json: String) -> Result<pb::StartTrainingRequest, String> {
+pub fn request_from_spec(
+    spec: &JobSpec,
+    features_json: String,
+) -> Result<pb::StartTrainingRequest, String> {
     let models: Vec<pb::ModelSpec> = spec
         .models
         .iter()
@@ -403,5 +410,4 @@ mod tests {
             assert_eq!(back.checkpoint, spec.checkpoint, "{checkpoint}");
         }
     }
-
 }

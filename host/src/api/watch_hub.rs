@@ -96,11 +96,6 @@ impl WatchHub {
         self.feeds.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Number of jobs being polled now (for tests and diagnostics).
-    pub fn feed_count(&self) -> usize {
-        self.feeds().len()
-    }
-
     /// Starts a stream for `job` (checked to exist) sending into `tx`.
     pub fn watch(
         self: &Arc<Self>,

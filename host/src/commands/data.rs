@@ -1,8 +1,8 @@
 //! `tli data synth|inspect|convert|contracts`.
 
 use super::{new_table, print_json};
-use crate::cli::{OutputFormat, SynthArgs};
 use crate::byte_size::format_bytes;
+use crate::cli::{OutputFormat, SynthArgs};
 use anyhow::{anyhow, Context, Result};
 use std::path::{Path, PathBuf};
 use tli_data::{contracts::ContractBook, dbn_format, inspect, synth, timefmt, BarInterval, Format};

@@ -185,7 +185,11 @@ fn print_progress_lines(host: &Orchestrator) {
     let Ok(jobs) = host.all_job_views() else {
         return;
     };
-    for job in jobs.iter().map(|j| &j.progress).filter(|j| !j.is_finished()) {
+    for job in jobs
+        .iter()
+        .map(|j| &j.progress)
+        .filter(|j| !j.is_finished())
+    {
         let running: Vec<String> = job
             .tasks
             .iter()

@@ -1,10 +1,10 @@
 //! `tli train local`: in-process training on the synthetic dataset or a bar file.
 
 use super::{new_table, print_json, scan};
-use crate::cli::{LocalArgs, OutputFormat};
-use crate::plugin_configs::PluginConfigs;
-use crate::local_train::{self, LocalTrainRequest};
 use crate::byte_size::format_bytes;
+use crate::cli::{LocalArgs, OutputFormat};
+use crate::local_train::{self, LocalTrainRequest};
+use crate::plugin_configs::PluginConfigs;
 use abi_stable::std_types::RArc;
 use anyhow::{bail, Context, Result};
 use std::io::IsTerminal;

@@ -300,11 +300,6 @@ impl Arbiter {
         self
     }
 
-    /// Changes `max_skips` (see the module docs).
-    pub fn set_max_skips(&mut self, max_skips: u32) {
-        self.max_skips = max_skips;
-    }
-
     /// How often a candidate may be passed over before it blocks.
     pub fn max_skips(&self) -> u32 {
         self.max_skips

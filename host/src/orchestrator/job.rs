@@ -211,8 +211,7 @@ impl JobSpec {
         }
         if c.every_seconds.is_some_and(|s| s.is_nan() || s < 0.0) {
             return Err(
-                "checkpoint.every_seconds: must be a positive number of seconds (0 = never)"
-                    .into(),
+                "checkpoint.every_seconds: must be a positive number of seconds (0 = never)".into(),
             );
         }
         Ok(())
@@ -411,13 +410,18 @@ mod tests {
             assert_eq!(spec.checkpoint.every_seconds, None, "{checkpoint}");
             assert_eq!(spec.checkpoint.keep, DEFAULT_CHECKPOINT_KEEP);
             // What the store keeps reads back the same.
-            let again: JobSpec = serde_json::from_str(&serde_json::to_string(&spec).unwrap()).unwrap();
+            let again: JobSpec =
+                serde_json::from_str(&serde_json::to_string(&spec).unwrap()).unwrap();
             assert_eq!(again, spec);
         }
         let defaults = JobSpec::from_json(&format!("{base}}}")).unwrap();
         assert_eq!(defaults.checkpoint, CheckpointPolicy::default());
-        assert_eq!(defaults.checkpoint.every_steps, None, "time-based by default");
-        let negative = JobSpec::from_json(&format!("{base},\"checkpoint\":{{\"every_seconds\":-1}}}}"));
+        assert_eq!(
+            defaults.checkpoint.every_steps, None,
+            "time-based by default"
+        );
+        let negative =
+            JobSpec::from_json(&format!("{base},\"checkpoint\":{{\"every_seconds\":-1}}}}"));
         assert!(negative.unwrap_err().contains("checkpoint.every_seconds"));
     }
 
@@ -429,7 +433,10 @@ mod tests {
             "seed":1,"device":"cpu","features":{},"checkpoint":{"every_steps":1000,"every_seconds":300.0,"keep":3},"slice_steps":10}"#;
         let spec: JobSpec = serde_json::from_str(old).unwrap();
         assert_eq!(spec.assets[0], AssetSpec::Data("a.csv".into()));
-        assert_eq!(spec.assets[1], AssetSpec::Synthetic(SyntheticAsset { rows: 100, seed: 2 }));
+        assert_eq!(
+            spec.assets[1],
+            AssetSpec::Synthetic(SyntheticAsset { rows: 100, seed: 2 })
+        );
         assert_eq!(spec.checkpoint.every_steps, Some(1000));
         assert_eq!(spec.device, Device::Cpu);
     }

@@ -260,7 +260,10 @@ fn finish(
         ),
         Outcome::Requeued(why) => {
             if let Err(e) = ctx.store.requeue_after_oom(task, why) {
-                tracing::warn!(task, "re-queue after running out of memory not recorded: {e}");
+                tracing::warn!(
+                    task,
+                    "re-queue after running out of memory not recorded: {e}"
+                );
             }
             return outcome;
         }
@@ -425,7 +428,11 @@ impl Runner {
 
     /// Writes a checkpoint atomically, records it, prunes old ones. The
     /// store gets the progress first, so it never lags a checkpoint.
-    fn checkpoint(&mut self, ctx: &RunnerContext, why: CheckpointReason) -> Result<(), PluginError> {
+    fn checkpoint(
+        &mut self,
+        ctx: &RunnerContext,
+        why: CheckpointReason,
+    ) -> Result<(), PluginError> {
         self.flush_progress(ctx)?;
         if self.steps == self.last_checkpoint_step
             && self.steps > 0
@@ -451,7 +458,12 @@ impl Runner {
             }
         }
         ctx.store
-            .add_checkpoint(task, self.steps, &saved.dir.display().to_string(), &saved.checksum)
+            .add_checkpoint(
+                task,
+                self.steps,
+                &saved.dir.display().to_string(),
+                &saved.checksum,
+            )
             .map_err(store_err)?;
         // Keep the newest `keep` rows; their directories go with them.
         let rows = ctx.store.checkpoints(task).map_err(store_err)?;

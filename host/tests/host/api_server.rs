@@ -702,19 +702,13 @@ async fn shutdown_ends_watch_streams_and_interrupts_tasks() {
     assert_eq!(end.code(), Code::Unavailable, "{end:?}");
 
     let store = Store::open_read_only(orchestrator.state_dir()).expect("store");
-    let task = store
-        .tasks_of(id as i64)
-        .expect("tasks")
-        .remove(0);
+    let task = store.tasks_of(id as i64).expect("tasks").remove(0);
     assert_eq!(
         task.state,
         tli_host::orchestrator::state::TaskState::Interrupted,
         "{task:?}"
     );
-    assert!(!store
-        .checkpoints(task.id)
-        .expect("checkpoints")
-        .is_empty());
+    assert!(!store.checkpoints(task.id).expect("checkpoints").is_empty());
 }
 
 /// A test CA and a server certificate it signed for `localhost` and

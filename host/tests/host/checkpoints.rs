@@ -7,7 +7,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use tli_host::orchestrator::checkpoint::{
-    self, latest_good, list, prune, verify, write_atomic, CheckpointError, ChecksumManifest, MANIFEST,
+    self, latest_good, list, prune, verify, write_atomic, CheckpointError, ChecksumManifest,
+    MANIFEST,
 };
 
 /// A checkpoint root like the host's `state_dir/checkpoints/task-<id>`.
@@ -205,7 +206,8 @@ fn missing_extra_and_edited_manifest_are_refused() {
 
     let c = write_atomic(&root, 3, two_files(3)).expect("write");
     let path = c.dir.join(MANIFEST);
-    let mut m: ChecksumManifest = serde_json::from_slice(&fs::read(&path).expect("read")).expect("parse");
+    let mut m: ChecksumManifest =
+        serde_json::from_slice(&fs::read(&path).expect("read")).expect("parse");
     m.files.pop();
     fs::write(&path, serde_json::to_vec(&m).expect("json")).expect("write");
     let err = verify(&c.dir).expect_err("edited manifest");

@@ -3,7 +3,9 @@
 use std::path::Path;
 
 use tli_host::orchestrator::state::TaskState;
-use tli_host::orchestrator::store::{NewTask, Store, StoreError, DB_FILE, LOCK_FILE, SCHEMA_VERSION};
+use tli_host::orchestrator::store::{
+    NewTask, Store, StoreError, DB_FILE, LOCK_FILE, SCHEMA_VERSION,
+};
 
 fn new_task(i: u32) -> NewTask {
     NewTask {
@@ -356,9 +358,15 @@ fn checkpoints_newest_first_and_removal() {
 fn reservations_timeline_and_open_set() {
     let dir = tempfile::tempdir().unwrap();
     let (store, _job, ids) = store_with_job(dir.path(), 2);
-    let r1 = store.reserve(ids[0], tli_plugin_api::Device::Cuda(0), 1 << 30).unwrap();
-    let r2 = store.reserve(ids[1], tli_plugin_api::Device::Cuda(0), 2 << 30).unwrap();
-    let r3 = store.reserve(ids[1], tli_plugin_api::Device::Cuda(1), 3 << 30).unwrap();
+    let r1 = store
+        .reserve(ids[0], tli_plugin_api::Device::Cuda(0), 1 << 30)
+        .unwrap();
+    let r2 = store
+        .reserve(ids[1], tli_plugin_api::Device::Cuda(0), 2 << 30)
+        .unwrap();
+    let r3 = store
+        .reserve(ids[1], tli_plugin_api::Device::Cuda(1), 3 << 30)
+        .unwrap();
 
     let open = store.open_reservations().unwrap();
     assert_eq!(
@@ -410,7 +418,9 @@ fn everything_survives_a_reopen() {
             .unwrap();
         store.set_measured_bytes(ids[0], 4096).unwrap();
         let ck = store.add_checkpoint(ids[0], 7, "/ck/7", "abc").unwrap();
-        let res = store.reserve(ids[0], tli_plugin_api::Device::Cuda(0), 4096).unwrap();
+        let res = store
+            .reserve(ids[0], tli_plugin_api::Device::Cuda(0), 4096)
+            .unwrap();
         store.release(res).unwrap();
         (job, ids, ck, res)
     };
@@ -450,9 +460,15 @@ fn recovery_after_a_host_died_mid_run() {
             .transition(ids[2], TaskState::Completed, "done")
             .unwrap();
         // ids[3] stays queued.
-        store.reserve(ids[0], tli_plugin_api::Device::Cuda(0), 100).unwrap();
-        store.reserve(ids[1], tli_plugin_api::Device::Cuda(0), 200).unwrap();
-        let closed = store.reserve(ids[2], tli_plugin_api::Device::Cuda(0), 300).unwrap();
+        store
+            .reserve(ids[0], tli_plugin_api::Device::Cuda(0), 100)
+            .unwrap();
+        store
+            .reserve(ids[1], tli_plugin_api::Device::Cuda(0), 200)
+            .unwrap();
+        let closed = store
+            .reserve(ids[2], tli_plugin_api::Device::Cuda(0), 300)
+            .unwrap();
         store.release(closed).unwrap();
         // The host "dies": the store is dropped with no cleanup at all.
         std::mem::forget(store);
@@ -525,7 +541,9 @@ fn recovery_after_a_plain_drop() {
     let ids = {
         let (store, _job, ids) = store_with_job(dir.path(), 2);
         store.transition(ids[0], TaskState::Running, "go").unwrap();
-        store.reserve(ids[0], tli_plugin_api::Device::Cuda(0), 100).unwrap();
+        store
+            .reserve(ids[0], tli_plugin_api::Device::Cuda(0), 100)
+            .unwrap();
         ids
     };
     let store = Store::open(dir.path()).unwrap();
@@ -648,7 +666,9 @@ fn a_version_1_store_gains_latest_metrics_from_its_history() {
 fn a_version_2_store_counts_oom_requeues_from_its_history() {
     let dir = tempfile::tempdir().unwrap();
     let (store, _job, ids) = store_with_job(dir.path(), 2);
-    store.transition(ids[0], TaskState::Running, "started").unwrap();
+    store
+        .transition(ids[0], TaskState::Running, "started")
+        .unwrap();
     store
         .requeue_after_oom(ids[0], "out of memory: CUDA; re-queued")
         .unwrap();
@@ -688,7 +708,9 @@ fn newer_schema_is_refused() {
     );
     let msg = err.to_string();
     assert!(
-        msg.contains(&format!("has schema version 9, this host knows up to {SCHEMA_VERSION}")),
+        msg.contains(&format!(
+            "has schema version 9, this host knows up to {SCHEMA_VERSION}"
+        )),
         "{msg}"
     );
     assert!(msg.contains(DB_FILE), "{msg}");

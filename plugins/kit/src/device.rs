@@ -6,7 +6,10 @@ use tli_plugin_api::{Device, ErrorCode, PluginError};
 /// Parses a device string and checks that the device exists in this process.
 pub fn parse_device(device: &str) -> Result<tch::Device, PluginError> {
     let unsupported = |why: String| PluginError::new(ErrorCode::UNSUPPORTED_DEVICE, why);
-    match device.parse::<Device>().map_err(|e| unsupported(e.to_string()))? {
+    match device
+        .parse::<Device>()
+        .map_err(|e| unsupported(e.to_string()))?
+    {
         Device::Cpu => Ok(tch::Device::Cpu),
         Device::Cuda(index) => {
             let count = tch::Cuda::device_count() as usize;

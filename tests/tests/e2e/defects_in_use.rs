@@ -6,28 +6,15 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tli_e2e_tests::*;
 
-fn ok_json(out: &std::process::Output) -> serde_json::Value {
-    assert!(
-        out.status.success(),
-        "exit {:?}\n{}\n{}",
-        out.status.code(),
-        stdout(out),
-        stderr(out)
-    );
-    json(out)
-}
-
 fn all_finished(status: &serde_json::Value) -> bool {
-    status["progress"]["tasks"]
-        .as_array()
-        .is_some_and(|tasks| {
-            tasks.iter().all(|t| {
-                matches!(
-                    t["state"].as_str(),
-                    Some("completed" | "failed" | "cancelled")
-                )
-            })
+    status["progress"]["tasks"].as_array().is_some_and(|tasks| {
+        tasks.iter().all(|t| {
+            matches!(
+                t["state"].as_str(),
+                Some("completed" | "failed" | "cancelled")
+            )
         })
+    })
 }
 
 /// The margin was added twice once a task had measured itself, so four DQN
@@ -38,8 +25,20 @@ fn reservations_stay_within_the_budget_after_tasks_measure_themselves() {
     let state = tempfile::tempdir().unwrap();
     let server = Server::start(plugins.path(), state.path(), &["--memory-budget", "64MiB"]);
     let started = ok_json(&server.client(&[
-        "train", "start", "-p", "dqn", "-p", "dqn", "-a", "synthetic:20000", "-a",
-        "synthetic:30000", "--steps", "3000", "-o", "json",
+        "train",
+        "start",
+        "-p",
+        "dqn",
+        "-p",
+        "dqn",
+        "-a",
+        "synthetic:20000",
+        "-a",
+        "synthetic:30000",
+        "--steps",
+        "3000",
+        "-o",
+        "json",
     ]));
     let job = started["job_id"].as_u64().expect("job_id").to_string();
     let deadline = Instant::now() + Duration::from_secs(300);
@@ -49,8 +48,14 @@ fn reservations_stay_within_the_budget_after_tasks_measure_themselves() {
         let device = &resources["devices"][0];
         let reserved = device["reserved_bytes"].as_u64().expect("reserved_bytes");
         let budget = device["budget_bytes"].as_u64().expect("budget_bytes");
-        assert!(reserved <= budget, "reserved {reserved} > budget {budget}: {device}");
-        let held = device["reservations"].as_array().cloned().unwrap_or_default();
+        assert!(
+            reserved <= budget,
+            "reserved {reserved} > budget {budget}: {device}"
+        );
+        let held = device["reservations"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         most_running = most_running.max(held.len());
         if held.iter().any(|r| r["measured_bytes"].is_u64()) {
             measured_polls += 1;
@@ -66,7 +71,10 @@ fn reservations_stay_within_the_budget_after_tasks_measure_themselves() {
         measured_polls > 0,
         "no poll saw a measured task ({polls} polls); the check proved nothing"
     );
-    assert!(most_running >= 2, "tasks never ran side by side ({most_running})");
+    assert!(
+        most_running >= 2,
+        "tasks never ran side by side ({most_running})"
+    );
 }
 
 /// `tli … | head` panicked with "failed printing to stdout: Broken pipe".
@@ -114,7 +122,11 @@ fn install_puts_tli_and_stripped_plugins_where_tli_finds_them() {
         let size = std::fs::metadata(&file)
             .unwrap_or_else(|e| panic!("{}: {e}", file.display()))
             .len();
-        assert!(size < 16 << 20, "{} is {size} bytes: not stripped", file.display());
+        assert!(
+            size < 16 << 20,
+            "{} is {size} bytes: not stripped",
+            file.display()
+        );
     }
     let listed = Command::new(prefix.path().join("bin/tli"))
         .args(["plugins", "list", "--local", "-o", "json"])
@@ -150,29 +162,44 @@ fn routine_checkpoints_are_rare_by_default_and_shown_only_when_asked() {
             .filter(|e| {
                 matches!(
                     (e["from"].as_str(), e["to"].as_str()),
-                    (Some("running"), Some("checkpointing")) | (Some("checkpointing"), Some("running"))
+                    (Some("running"), Some("checkpointing"))
+                        | (Some("checkpointing"), Some("running"))
                 )
             })
             .count()
     };
-    // Defaults: 3000 steps wrote routine checkpoints at 1000 and 2000 before.
+    // Defaults: 1500 steps wrote a routine checkpoint at 1000 before.
     let out = server.client(&[
-        "train", "start", "-p", "template", "-a", "synthetic:2000", "--steps", "3000", "--watch",
-        "-o", "json",
+        "train",
+        "start",
+        "-p",
+        "template",
+        "-a",
+        "synthetic:2000",
+        "--steps",
+        "1500",
+        "--watch",
+        "-o",
+        "json",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(routine(&stdout(&out)), 0, "{}", stdout(&out));
     let store = tli_host::orchestrator::store::Store::open_read_only(state.path()).unwrap();
     let task = store.tasks_of(1).unwrap()[0].id;
-    let steps: Vec<u64> = store.checkpoints(task).unwrap().iter().map(|c| c.step).collect();
-    assert_eq!(steps, vec![3000], "only the final checkpoint by default");
+    let steps: Vec<u64> = store
+        .checkpoints(task)
+        .unwrap()
+        .iter()
+        .map(|c| c.step)
+        .collect();
+    assert_eq!(steps, vec![1500], "only the final checkpoint by default");
 
     // A step interval asked for: written, hidden from watch, shown with --verbose.
     let spec = state.path().join("job.json");
     std::fs::write(
         &spec,
-        r#"{"name":"ck","models":[{"plugin":"template","steps":3000}],
-            "assets":[{"synthetic":{"rows":2000}}],"checkpoint":{"every_steps":1000}}"#,
+        r#"{"name":"ck","models":[{"plugin":"template","steps":1500}],
+            "assets":[{"synthetic":{"rows":2000}}],"checkpoint":{"every_steps":500}}"#,
     )
     .unwrap();
     let spec = spec.to_str().unwrap();
@@ -180,7 +207,14 @@ fn routine_checkpoints_are_rare_by_default_and_shown_only_when_asked() {
     assert!(quiet.status.success(), "{}", stderr(&quiet));
     assert_eq!(routine(&stdout(&quiet)), 0, "{}", stdout(&quiet));
     let verbose = server.client(&[
-        "train", "start", "--spec", spec, "--watch", "--verbose", "-o", "json",
+        "train",
+        "start",
+        "--spec",
+        spec,
+        "--watch",
+        "--verbose",
+        "-o",
+        "json",
     ]);
     assert!(verbose.status.success(), "{}", stderr(&verbose));
     // Two routine checkpoints (there and back) and the final one's start.

@@ -59,11 +59,6 @@ impl Orchestrator {
         self.store.job_transitions_after(job, after)
     }
 
-    /// Whether any task is queued (waiting for the arbiter).
-    pub fn has_queued(&self) -> Result<bool, StoreError> {
-        Ok(!self.store.tasks_in(&[TaskState::Queued])?.is_empty())
-    }
-
     /// One page of jobs matching `query` (see [`JobQuery`]).
     pub fn list_jobs(&self, query: &JobQuery) -> Result<JobPage, OrchestratorError> {
         let jobs = self.store.jobs()?;
@@ -161,7 +156,11 @@ impl Orchestrator {
     }
 
     /// Stops one task of whatever job (see [`stop`](Self::stop)).
-    pub fn stop_task(&self, task: TaskId, forced: Option<Duration>) -> Result<(), OrchestratorError> {
+    pub fn stop_task(
+        &self,
+        task: TaskId,
+        forced: Option<Duration>,
+    ) -> Result<(), OrchestratorError> {
         let job = self
             .store
             .task(task)?
@@ -175,7 +174,11 @@ impl Orchestrator {
         self.stop(job, None, forced)
     }
 
-    fn stop_tasks(&self, tasks: &[TaskId], forced: Option<Duration>) -> Result<(), OrchestratorError> {
+    fn stop_tasks(
+        &self,
+        tasks: &[TaskId],
+        forced: Option<Duration>,
+    ) -> Result<(), OrchestratorError> {
         let mut signalled = Vec::new();
         for &task in tasks {
             let state = self

@@ -552,8 +552,10 @@ impl Orchestrator {
 /// total memory minus 10% for CUDA.
 fn default_budget(device: Device) -> Result<u64, OrchestratorError> {
     let Some(index) = device.cuda_index() else {
-        return super::arbiter::cpu_budget_from_meminfo(super::arbiter::DEFAULT_CPU_BUDGET_FRACTION)
-            .map_err(|e| OrchestratorError::Other(e.to_string()));
+        return super::arbiter::cpu_budget_from_meminfo(
+            super::arbiter::DEFAULT_CPU_BUDGET_FRACTION,
+        )
+        .map_err(|e| OrchestratorError::Other(e.to_string()));
     };
     let info = super::cuda::mem_info(index)
         .map_err(|e| OrchestratorError::Other(format!("{device}: {e}")))?;

@@ -364,11 +364,7 @@ impl VecCartPole {
         self.completed.drain(..)
     }
 
-    /// Per-environment return and length of the episodes in progress.
-    pub fn running_returns(&self) -> &[f64] {
-        &self.returns
-    }
-
+    /// Per-environment length of the episodes in progress.
     pub fn running_lengths(&self) -> &[u32] {
         &self.lengths
     }
