@@ -45,5 +45,7 @@ pub fn default_plugin_dir() -> PathBuf {
     [exe_dir.join("plugins"), exe_dir.join("../lib/tli/plugins")]
         .into_iter()
         .find(|dir| dir.is_dir())
+        // `…/bin/../lib/tli/plugins` reads better as `…/lib/tli/plugins`.
+        .map(|dir| dir.canonicalize().unwrap_or(dir))
         .unwrap_or(exe_dir)
 }
