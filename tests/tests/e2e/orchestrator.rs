@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 use tli_e2e_tests::*;
 use tli_host::orchestrator::arbiter::Strategy;
-use tli_host::orchestrator::engine::Orchestrator;
+use tli_host::orchestrator::engine::{Orchestrator, OrchestratorConfig};
 use tli_host::orchestrator::job::JobSpec;
 use tli_host::orchestrator::state::TaskState;
 use tli_host::orchestrator::store::{ReservationRow, Store};
@@ -20,8 +20,15 @@ fn store_of(h: &Orchestrator) -> Store {
     Store::open_read_only(h.state_dir()).expect("store")
 }
 
+/// An orchestrator in this process with one core to share: libtorch's
+/// intra-op thread count is process-wide, and the plugin tests running
+/// beside these in the one e2e binary compare runs bit for bit on one thread.
 fn host(state: &Path, plugins: &Path, strategy: Strategy, budget: u64) -> Orchestrator {
-    Orchestrator::open(orchestrator_config(state, plugins, strategy, budget)).unwrap()
+    Orchestrator::open(OrchestratorConfig {
+        cores: 1,
+        ..orchestrator_config(state, plugins, strategy, budget)
+    })
+    .unwrap()
 }
 
 /// `models` as JSON array text; one synthetic asset unless `assets` given.
