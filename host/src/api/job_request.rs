@@ -10,6 +10,7 @@
 //! synthetic seed 0 → 1, `features_json` "" → the default features.
 
 use super::convert::invalid;
+use super::typed_configs;
 use crate::orchestrator::job::{
     self, AssetSpec, CheckpointPolicy, JobSpec, SyntheticAsset, DEFAULT_CHECKPOINT_KEEP,
     DEFAULT_SEED, DEFAULT_SLICE_STEPS,
@@ -90,11 +91,17 @@ fn model_spec(i: usize, m: &pb::ModelSpec) -> Result<job::ModelSpec, Status> {
     let (plugin, config) = match &m.config {
         None => {
             return Err(invalid(format!(
-                "models[{i}].config: set template or plugin"
+                "models[{i}].config: set template, dqn, ppo or plugin"
             )))
         }
         Some(pb::model_spec::Config::Template(t)) => {
-            ("template".to_string(), Some(template_config(i, t)?))
+            ("template".to_string(), Some(typed_configs::template(i, t)?))
+        }
+        Some(pb::model_spec::Config::Dqn(d)) => {
+            ("dqn".to_string(), Some(typed_configs::dqn(i, d)?))
+        }
+        Some(pb::model_spec::Config::Ppo(p)) => {
+            ("ppo".to_string(), Some(typed_configs::ppo(i, p)?))
         }
         Some(pb::model_spec::Config::Plugin(p)) => {
             if p.plugin.trim().is_empty() {
@@ -123,51 +130,6 @@ fn model_spec(i: usize, m: &pb::ModelSpec) -> Result<job::ModelSpec, Status> {
         config,
         priority: m.priority,
     })
-}
-
-/// The template plugin's config as a JSON object of the fields that are set
-/// (the plugin fills in the rest).
-fn template_config(i: usize, t: &pb::TemplateConfig) -> Result<serde_json::Value, Status> {
-    let mut config = serde_json::Map::new();
-    if !t.hidden_sizes.is_empty() {
-        config.insert("hidden_sizes".into(), serde_json::json!(t.hidden_sizes));
-    }
-    let numbers = [
-        ("learning_rate", t.learning_rate),
-        ("weight_decay", t.weight_decay),
-    ];
-    for (name, value) in numbers {
-        if let Some(v) = value {
-            if !v.is_finite() {
-                return Err(invalid(format!(
-                    "models[{i}].template.{name}: {v} is not a finite number"
-                )));
-            }
-            config.insert(name.into(), serde_json::json!(v));
-        }
-    }
-    if let Some(b) = t.batch_size {
-        config.insert("batch_size".into(), serde_json::json!(b));
-    }
-    if let Some(x) = t.target_index {
-        config.insert("target_index".into(), serde_json::json!(x));
-    }
-    match pb::LrSchedule::try_from(t.lr_schedule) {
-        Ok(pb::LrSchedule::Unspecified) => {}
-        Ok(pb::LrSchedule::Constant) => {
-            config.insert("lr_schedule".into(), "constant".into());
-        }
-        Ok(pb::LrSchedule::Cosine) => {
-            config.insert("lr_schedule".into(), "cosine".into());
-        }
-        Err(_) => {
-            return Err(invalid(format!(
-                "models[{i}].template.lr_schedule: {} is not an LrSchedule",
-                t.lr_schedule
-            )))
-        }
-    }
-    Ok(serde_json::Value::Object(config))
 }
 
 fn asset_spec(i: usize, a: &pb::AssetSpec) -> Result<AssetSpec, Status> {
@@ -366,7 +328,10 @@ mod tests {
         if let Some(m) = req.model.as_mut() {
             m.config = None;
         }
-        assert_eq!(message(&req), "models[0].config: set template or plugin");
+        assert_eq!(
+            message(&req),
+            "models[0].config: set template, dqn, ppo or plugin"
+        );
 
         let mut req = request();
         if let Some(m) = req.model.as_mut() {

@@ -19,6 +19,7 @@ pub mod job_request;
 pub mod plugins;
 pub mod resources;
 pub mod training;
+pub mod typed_configs;
 pub mod watch_hub;
 
 use crate::orchestrator::engine::Orchestrator;
