@@ -15,6 +15,8 @@
 //! * [`data`]: dataset rows → tensors.
 //! * [`env`]: CartPole-v1 and a futures trading environment, vectorized, checkpointable.
 //! * [`metrics`]: Sharpe, Sortino, drawdown, turnover, hit rate; baselines.
+//! * [`forecast_metrics`]: MSE, skill over the zero forecast, hit rate,
+//!   correlation, pinball loss, q-risk, interval coverage, per-horizon MSE.
 //! * [`rl`]: what the RL plugins share: one environment wrapper over CartPole
 //!   and trading, greedy CartPole evaluation, a greedy walk over a trading split.
 
@@ -25,6 +27,7 @@ pub mod data;
 pub mod device;
 pub mod env;
 pub mod errors;
+pub mod forecast_metrics;
 pub mod metrics;
 pub mod mlp;
 pub mod rl;

@@ -22,6 +22,7 @@ use tli_plugin_kit::{
     checkpoint,
     data::{self, Split},
     device::parse_device,
+    forecast_metrics,
     mlp::Mlp,
     rng::Rng,
     tensor_bytes, TchResultExt,
@@ -255,29 +256,22 @@ impl Trainer for TemplateTrainer {
             return Err(PluginError::invalid_data("the validation split is empty"));
         }
         let (start, len) = (rows.start as i64, rows.len() as i64);
-        let stats = tch::no_grad(|| -> Result<[f64; 4], tch::TchError> {
+        // Forecasts and targets of the validation split; the kit computes the metrics.
+        let (forecast, target) = tch::no_grad(|| -> Result<(Vec<f32>, Vec<f32>), tch::TchError> {
             let x = self.features.f_narrow(0, start, len)?;
             let y = self.targets.f_narrow(0, start, len)?;
             let p = self
                 .model
                 .forward(&x)
                 .map_err(|e| tch::TchError::Torch(e.to_string()))?;
-            let mse = p
-                .f_mse_loss(&y, tch::Reduction::Mean)?
-                .f_double_value(&[])?;
-            let zero_mse = y.f_square()?.f_mean(Kind::Float)?.f_double_value(&[])?;
-            let hits = p
-                .f_sign()?
-                .f_eq_tensor(&y.f_sign()?)?
-                .f_to_kind(Kind::Float)?;
-            let hit_rate = hits.f_mean(Kind::Float)?.f_double_value(&[])?;
-            let corr = Tensor::f_cat(&[p.f_view([1, -1])?, y.f_view([1, -1])?], 0)?
-                .f_corrcoef()?
-                .f_double_value(&[0, 1])?;
-            Ok([mse, zero_mse, hit_rate, corr])
+            let flat = |t: &Tensor| -> Result<Vec<f32>, tch::TchError> {
+                Vec::<f32>::try_from(t.f_to_kind(Kind::Float)?.f_reshape([-1])?)
+            };
+            Ok((flat(&p)?, flat(&y)?))
         })
         .plugin_err("evaluating on the validation split")?;
-        let [mse, zero_mse, hit_rate, corr] = stats;
+        let m = forecast_metrics::point_metrics(&target, &forecast);
+        let (mse, zero_mse) = (m.mse, m.mse_zero_forecast);
         self.host.debug(&format!(
             "validation mse {mse:.6e} vs zero forecast {zero_mse:.6e}"
         ));
@@ -285,12 +279,9 @@ impl Trainer for TemplateTrainer {
             metrics: vec![
                 Metric::new("valid_mse", mse),
                 Metric::new("valid_mse_zero_forecast", zero_mse),
-                Metric::new("valid_skill", 1.0 - mse / zero_mse.max(f64::MIN_POSITIVE)),
-                Metric::new("valid_hit_rate", hit_rate),
-                Metric::new(
-                    "valid_correlation",
-                    if corr.is_finite() { corr } else { 0.0 },
-                ),
+                Metric::new("valid_skill", m.skill),
+                Metric::new("valid_hit_rate", m.hit_rate),
+                Metric::new("valid_correlation", m.correlation),
             ]
             .into(),
         })
