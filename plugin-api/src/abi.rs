@@ -60,8 +60,10 @@ pub type HostServices = HostServicesApi_TO<'static, RArc<()>>;
 
 /// The root module: the one symbol a plugin library exports.
 ///
-/// A prefix type: later minors of the plugin API append fields after the
-/// last prefix field, and hosts read them as `Option`s.
+/// A prefix type: `last_prefix_field` (on `create_trainer`) never moves;
+/// later minors append fields after it, each marked
+/// `#[sabi(missing_field(option))]`, so the host reads them as `Option`s and
+/// falls back to the 1.0 entry points for older plugins (docs/plugin-api.md).
 #[repr(C)]
 #[derive(StableAbi)]
 #[sabi(kind(Prefix(prefix_ref = PluginModuleRef)))]
