@@ -7,7 +7,7 @@ use crate::orchestrator::engine::{OrchestratorError, SubmitError};
 use crate::orchestrator::listing::JobView;
 use crate::orchestrator::progress::{JobProgress, TaskProgress};
 use crate::orchestrator::state::TaskState;
-use crate::orchestrator::store::{JobRow, StoreError, TransitionRow};
+use crate::orchestrator::store::{JobRow, MeasuredMemory, MemorySource, StoreError, TransitionRow};
 use crate::orchestrator::{JobId, TaskId};
 use tli_proto::v1 as pb;
 use tonic::Status;
@@ -84,6 +84,21 @@ pub fn task_progress(t: &TaskProgress) -> pb::TaskProgress {
         error: t.error.clone().unwrap_or_default(),
         estimate_bytes: t.estimate_bytes,
         measured_bytes: t.measured_bytes,
+        measured_memory: t.measured_memory.as_ref().map(measured_memory),
+    }
+}
+
+/// A measurement by component as a message.
+pub fn measured_memory(m: &MeasuredMemory) -> pb::MeasuredMemory {
+    pb::MeasuredMemory {
+        parameters: m.parameters,
+        gradients: m.gradients,
+        optimizer_state: m.optimizer_state,
+        activations: m.activations,
+        source: match m.source {
+            MemorySource::PluginCount => pb::MemorySource::PluginCount,
+            MemorySource::CudaAllocator => pb::MemorySource::CudaAllocator,
+        } as i32,
     }
 }
 

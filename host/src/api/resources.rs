@@ -30,6 +30,7 @@ pub fn device(orchestrator: &Orchestrator) -> Result<pb::Device, Status> {
             task_id: convert::id_to_proto(held.task),
             reserved_bytes: held.reserved_bytes,
             measured_bytes: held.measured_bytes,
+            measured_memory: held.measured_memory.as_ref().map(convert::measured_memory),
         })
         .collect();
     let cuda_info = r

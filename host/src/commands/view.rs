@@ -79,6 +79,8 @@ pub(super) struct TaskJson {
     pub error: Option<String>,
     pub estimate_bytes: u64,
     pub measured_bytes: Option<u64>,
+    /// `measured_bytes` by component, once measured.
+    pub measured_memory: Option<MemoryJson>,
 }
 
 /// A job in `tli host run|status -o json`: flat (name, weighted fraction and
@@ -160,6 +162,36 @@ pub(super) struct ReservationJson {
     pub task_id: u64,
     pub reserved_bytes: u64,
     pub measured_bytes: Option<u64>,
+    pub measured_memory: Option<MemoryJson>,
+}
+
+/// A measurement by component; `source` says where the activations come
+/// from: `plugin_count` (the plugin's own count of its tensors) or
+/// `cuda_allocator` (libtorch's allocator peak while the task was alone).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(super) struct MemoryJson {
+    pub parameters: u64,
+    pub gradients: u64,
+    pub optimizer_state: u64,
+    pub activations: u64,
+    pub source: &'static str,
+}
+
+impl From<&pb::MeasuredMemory> for MemoryJson {
+    fn from(m: &pb::MeasuredMemory) -> Self {
+        Self {
+            parameters: m.parameters,
+            gradients: m.gradients,
+            optimizer_state: m.optimizer_state,
+            activations: m.activations,
+            source: match pb::MemorySource::try_from(m.source) {
+                Ok(pb::MemorySource::PluginCount) => "plugin_count",
+                Ok(pb::MemorySource::CudaAllocator) => "cuda_allocator",
+                Ok(pb::MemorySource::Unspecified) => "unspecified",
+                Err(_) => "unknown",
+            },
+        }
+    }
 }
 
 impl From<&pb::TaskProgress> for TaskJson {
@@ -181,6 +213,7 @@ impl From<&pb::TaskProgress> for TaskJson {
             error: (!t.error.is_empty()).then(|| t.error.clone()),
             estimate_bytes: t.estimate_bytes,
             measured_bytes: t.measured_bytes,
+            measured_memory: t.measured_memory.as_ref().map(MemoryJson::from),
         }
     }
 }
@@ -256,6 +289,7 @@ impl From<&pb::GetResourcesResponse> for ResourcesJson {
                             task_id: r.task_id,
                             reserved_bytes: r.reserved_bytes,
                             measured_bytes: r.measured_bytes,
+                            measured_memory: r.measured_memory.as_ref().map(MemoryJson::from),
                         })
                         .collect(),
                 })
@@ -292,6 +326,7 @@ pub(super) mod tests {
             error: String::new(),
             estimate_bytes: 1024,
             measured_bytes: None,
+            measured_memory: None,
         }
     }
 
@@ -317,7 +352,8 @@ pub(super) mod tests {
                     "state": "running", "steps_done": 5, "total_steps": 10,
                     "steps_per_second": 2.5, "eta_seconds": 2.0,
                     "metrics": {"train_loss": 0.5}, "error": null,
-                    "estimate_bytes": 1024, "measured_bytes": null
+                    "estimate_bytes": 1024, "measured_bytes": null,
+                    "measured_memory": null
                 }]}
             })
         );

@@ -8,7 +8,7 @@
 
 use super::live::LiveProgress;
 use super::state::TaskState;
-use super::store::{Store, StoreError, TaskRow};
+use super::store::{MeasuredMemory, Store, StoreError, TaskRow};
 use super::JobId;
 use serde::Serialize;
 
@@ -29,6 +29,8 @@ pub struct TaskProgress {
     pub error: Option<String>,
     pub estimate_bytes: u64,
     pub measured_bytes: Option<u64>,
+    /// `measured_bytes` by component, once measured.
+    pub measured_memory: Option<MeasuredMemory>,
     /// When it first started running, and when it last finished (ms since the epoch).
     pub started_ms: Option<i64>,
     pub finished_ms: Option<i64>,
@@ -146,6 +148,7 @@ fn task_progress(
         error: t.error.clone(),
         estimate_bytes: t.estimate_bytes,
         measured_bytes: t.measured_bytes,
+        measured_memory: t.measured_memory,
         started_ms: transitions
             .iter()
             .find(|x| x.to == TaskState::Running)

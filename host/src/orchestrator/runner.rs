@@ -14,7 +14,7 @@ use super::checkpoint;
 use super::job::CheckpointPolicy;
 use super::live::{LiveProgress, TaskLogTap};
 use super::state::TaskState;
-use super::store::{Store, TaskRow};
+use super::store::{MeasuredMemory, MemorySource, Store, TaskRow};
 use super::TaskId;
 use crate::registry::{PluginRegistry, TrainerHandle};
 use crate::services::TaskServices;
@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tli_plugin_api::{Dataset, Device, ErrorCode, PluginError, TaskSpec};
+use tli_plugin_api::{Dataset, Device, ErrorCode, MemoryBreakdown, PluginError, TaskSpec};
 
 /// What the scheduler asks of a running task (stored in an `AtomicU8`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -371,13 +371,13 @@ impl Runner {
             }
             if !measured {
                 measured = true;
-                let tensor_bytes = self.trainer.memory()?.total();
                 let peak = alone
                     .filter(|marker| ctx.occupancy.alone() == Some(*marker))
                     .and_then(|_| device_peak(ctx.task.device));
-                let bytes = peak.map_or(tensor_bytes, |peak| peak.max(tensor_bytes));
+                let memory = measured_memory(&self.trainer.memory()?, peak);
+                let bytes = memory.total();
                 ctx.store
-                    .set_measured_bytes(ctx.task.id, bytes)
+                    .set_measured_memory(ctx.task.id, &memory)
                     .map_err(store_err)?;
                 let _ = ctx.events.send(RunnerEvent::Measured {
                     task: ctx.task.id,
@@ -524,6 +524,28 @@ fn device_peak(device: Device) -> Option<u64> {
         .map(|s| s.allocated_peak)
 }
 
+/// The plugin's own count by component; with an allocator peak (the task
+/// alone on a CUDA device) the activations are what the peak holds beyond
+/// parameters, gradients and optimizer state, when that is more. The total is
+/// the larger of the peak and the plugin's count.
+fn measured_memory(counted: &MemoryBreakdown, peak: Option<u64>) -> MeasuredMemory {
+    let fixed = counted.parameters + counted.gradients + counted.optimizer_state;
+    let (activations, source) = match peak {
+        Some(peak) => (
+            peak.saturating_sub(fixed).max(counted.activations),
+            MemorySource::CudaAllocator,
+        ),
+        None => (counted.activations, MemorySource::PluginCount),
+    };
+    MeasuredMemory {
+        parameters: counted.parameters,
+        gradients: counted.gradients,
+        optimizer_state: counted.optimizer_state,
+        activations,
+        source,
+    }
+}
+
 fn metric_pairs(metrics: &[tli_plugin_api::Metric]) -> Vec<(String, f64)> {
     metrics
         .iter()
@@ -533,7 +555,24 @@ fn metric_pairs(metrics: &[tli_plugin_api::Metric]) -> Vec<(String, f64)> {
 
 #[cfg(test)]
 mod tests {
-    use super::DeviceOccupancy;
+    use super::{measured_memory, DeviceOccupancy, MemoryBreakdown, MemorySource};
+
+    #[test]
+    fn the_breakdown_sums_to_the_larger_of_the_peak_and_the_plugins_count() {
+        let counted = MemoryBreakdown {
+            parameters: 100,
+            gradients: 100,
+            optimizer_state: 200,
+            activations: 50,
+        };
+        let cpu = measured_memory(&counted, None);
+        assert_eq!((cpu.total(), cpu.source), (450, MemorySource::PluginCount));
+        let cuda = measured_memory(&counted, Some(1000));
+        assert_eq!((cuda.activations, cuda.total()), (600, 1000));
+        assert_eq!(cuda.source, MemorySource::CudaAllocator);
+        // A peak below the plugin's count keeps the count (the old max rule).
+        assert_eq!(measured_memory(&counted, Some(300)).total(), 450);
+    }
 
     #[test]
     fn a_runner_is_alone_only_while_nobody_else_comes_or_goes() {

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use tli_host::orchestrator::state::TaskState;
 use tli_host::orchestrator::store::{
-    NewTask, Store, StoreError, DB_FILE, LOCK_FILE, SCHEMA_VERSION,
+    MeasuredMemory, MemorySource, NewTask, Store, StoreError, DB_FILE, LOCK_FILE, SCHEMA_VERSION,
 };
 
 fn new_task(i: u32) -> NewTask {
@@ -648,10 +648,10 @@ fn a_version_1_store_gains_latest_metrics_from_its_history() {
     {
         // What a version-1 host left behind: no latest_metrics table.
         let conn = rusqlite::Connection::open(dir.path().join(DB_FILE)).unwrap();
-        conn.execute_batch(
+        conn.execute_batch(&format!(
             "DROP TABLE latest_metrics; ALTER TABLE tasks DROP COLUMN oom_requeues;
-             PRAGMA user_version = 1;",
-        )
+             {DROP_V4} PRAGMA user_version = 1;"
+        ))
         .unwrap();
     }
     let store = Store::open(dir.path()).unwrap();
@@ -677,13 +677,56 @@ fn a_version_2_store_counts_oom_requeues_from_its_history() {
     {
         // What a version-2 host left behind: the count only in reasons.
         let conn = rusqlite::Connection::open(dir.path().join(DB_FILE)).unwrap();
-        conn.execute_batch("ALTER TABLE tasks DROP COLUMN oom_requeues; PRAGMA user_version = 2;")
-            .unwrap();
+        conn.execute_batch(&format!(
+            "ALTER TABLE tasks DROP COLUMN oom_requeues; {DROP_V4} PRAGMA user_version = 2;"
+        ))
+        .unwrap();
     }
     let store = Store::open(dir.path()).unwrap();
     assert_eq!(store.pragmas().unwrap().user_version, SCHEMA_VERSION);
     assert_eq!(store.task(ids[0]).unwrap().unwrap().oom_requeues, 1);
     assert_eq!(store.task(ids[1]).unwrap().unwrap().oom_requeues, 0);
+}
+
+/// What version 4 added: dropping it gives a version-3 table.
+const DROP_V4: &str = "ALTER TABLE tasks DROP COLUMN measured_parameters;
+    ALTER TABLE tasks DROP COLUMN measured_gradients;
+    ALTER TABLE tasks DROP COLUMN measured_optimizer_state;
+    ALTER TABLE tasks DROP COLUMN measured_activations;
+    ALTER TABLE tasks DROP COLUMN measured_source;";
+
+#[test]
+fn measured_memory_by_component_round_trips_and_a_version_3_store_gains_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _job, ids) = store_with_job(dir.path(), 2);
+    store.set_measured_bytes(ids[1], 777).unwrap();
+    let memory = MeasuredMemory {
+        parameters: 10,
+        gradients: 10,
+        optimizer_state: 20,
+        activations: 5,
+        source: MemorySource::PluginCount,
+    };
+    store.set_measured_memory(ids[0], &memory).unwrap();
+    let row = store.task(ids[0]).unwrap().unwrap();
+    assert_eq!(row.measured_memory, Some(memory));
+    assert_eq!(row.measured_bytes, Some(45), "the total is the parts' sum");
+    assert!(matches!(
+        store.set_measured_memory(999, &memory),
+        Err(StoreError::NoSuchTask(999))
+    ));
+    drop(store);
+    {
+        // What a version-3 host left behind: only the total.
+        let conn = rusqlite::Connection::open(dir.path().join(DB_FILE)).unwrap();
+        conn.execute_batch(&format!("{DROP_V4} PRAGMA user_version = 3;"))
+            .unwrap();
+    }
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(store.pragmas().unwrap().user_version, SCHEMA_VERSION);
+    let old = store.task(ids[1]).unwrap().unwrap();
+    assert_eq!((old.measured_bytes, old.measured_memory), (Some(777), None));
+    assert_eq!(store.task(ids[0]).unwrap().unwrap().measured_memory, None);
 }
 
 #[test]

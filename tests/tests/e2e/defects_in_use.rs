@@ -60,9 +60,15 @@ fn reservations_stay_within_the_budget_after_tasks_measure_themselves() {
         if held.iter().any(|r| r["measured_bytes"].is_u64()) {
             measured_polls += 1;
         }
+        for r in held.iter().filter(|r| r["measured_bytes"].is_u64()) {
+            assert_breakdown_sums(&r["measured_memory"], &r["measured_bytes"]);
+        }
         polls += 1;
         let status = ok_json(&server.client(&["train", "status", &job, "-o", "json"]));
         if all_finished(&status) {
+            for task in status["progress"]["tasks"].as_array().expect("tasks") {
+                assert_breakdown_sums(&task["measured_memory"], &task["measured_bytes"]);
+            }
             break;
         }
         assert!(Instant::now() < deadline, "job did not finish: {status}");
@@ -75,6 +81,21 @@ fn reservations_stay_within_the_budget_after_tasks_measure_themselves() {
         most_running >= 2,
         "tasks never ran side by side ({most_running})"
     );
+}
+
+/// Memory by component (issue 11, item 7): the parts sum to the measured
+/// total, and on the CPU the activations are the plugin's own count.
+fn assert_breakdown_sums(memory: &serde_json::Value, total: &serde_json::Value) {
+    let part = |k: &str| {
+        memory[k]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no {k} in {memory}"))
+    };
+    let sum =
+        part("parameters") + part("gradients") + part("optimizer_state") + part("activations");
+    assert_eq!(Some(sum), total.as_u64(), "{memory}");
+    assert!(part("parameters") > 0, "{memory}");
+    assert_eq!(memory["source"], "plugin_count", "{memory}");
 }
 
 /// `tli … | head` panicked with "failed printing to stdout: Broken pipe".

@@ -89,10 +89,12 @@ impl Orchestrator {
         };
         let mut running = Vec::with_capacity(held.len());
         for (task, reserved) in held {
+            let row = self.store.task(task)?;
             running.push(Reservation {
                 task,
                 reserved_bytes: reserved,
-                measured_bytes: self.store.task(task)?.and_then(|t| t.measured_bytes),
+                measured_bytes: row.as_ref().and_then(|t| t.measured_bytes),
+                measured_memory: row.and_then(|t| t.measured_memory),
             });
         }
         Ok(Resources {

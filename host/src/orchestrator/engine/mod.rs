@@ -119,6 +119,8 @@ pub struct Reservation {
     pub reserved_bytes: u64,
     /// What it measured after its first slice, once known.
     pub measured_bytes: Option<u64>,
+    /// The same by component.
+    pub measured_memory: Option<super::store::MeasuredMemory>,
 }
 
 /// A task with a runner thread: how to stop it and what it holds.

@@ -1,6 +1,6 @@
 //! The durable job store: one SQLite file, `<state dir>/tli.sqlite3`.
 //!
-//! # Schema (version 3, kept in `PRAGMA user_version`)
+//! # Schema (version 4, kept in `PRAGMA user_version`)
 //!
 //! ```text
 //! jobs         id, name, spec_json, created_ms
@@ -8,7 +8,9 @@
 //!              plugin, asset, config_json, seed, total_steps, priority, device,
 //!              estimate_bytes, measured_bytes NULL, cost_weight, state,
 //!              steps_done, error NULL, created_ms, updated_ms,
-//!              oom_requeues (times re-queued after running out of memory; version 3)
+//!              oom_requeues (times re-queued after running out of memory; version 3),
+//!              measured_parameters, _gradients, _optimizer_state, _activations,
+//!              measured_source NULL (the measurement by component; version 4)
 //! transitions  id, task_id → tasks, from_state NULL, to_state, reason, at_ms
 //! metrics      task_id → tasks, step, name, value NULL (NaN), at_ms
 //!              index (task_id, name, step)
@@ -80,10 +82,13 @@ use super::state::TaskState;
 use super::TaskId;
 use schema::{migrate, read_version};
 
-pub use rows::{CheckpointRow, JobRow, NewTask, ReservationRow, TaskRow, TransitionRow};
+pub use rows::{
+    CheckpointRow, JobRow, MeasuredMemory, MemorySource, NewTask, ReservationRow, TaskRow,
+    TransitionRow,
+};
 
 /// The schema version this host creates and understands.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 /// File name of the database inside the state directory.
 pub const DB_FILE: &str = "tli.sqlite3";
 /// File name of the host lock inside the state directory.

@@ -5,7 +5,7 @@
 use rusqlite::{params, TransactionBehavior};
 
 use super::schema::REBUILD_LATEST_METRICS;
-use super::{int, Store, StoreError};
+use super::{int, MeasuredMemory, Store, StoreError};
 use crate::orchestrator::{now_ms, TaskId};
 
 impl Store {
@@ -111,6 +111,36 @@ impl Store {
         )?;
         let rows = st.query_map([task], |r| Ok((r.get(0)?, metric_value(r.get(1)?))))?;
         Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Records what a task measured, by component; its `measured_bytes`
+    /// becomes the parts' sum, in the same statement.
+    pub fn set_measured_memory(
+        &self,
+        task: TaskId,
+        memory: &MeasuredMemory,
+    ) -> Result<(), StoreError> {
+        let c = self.conn();
+        let changed = c.execute(
+            "UPDATE tasks SET measured_bytes = ?2, measured_parameters = ?3,
+                 measured_gradients = ?4, measured_optimizer_state = ?5,
+                 measured_activations = ?6, measured_source = ?7, updated_ms = ?8
+             WHERE id = ?1",
+            params![
+                task,
+                int("measured_bytes", memory.total())?,
+                int("measured parameters", memory.parameters)?,
+                int("measured gradients", memory.gradients)?,
+                int("measured optimizer state", memory.optimizer_state)?,
+                int("measured activations", memory.activations)?,
+                memory.source.as_str(),
+                now_ms()
+            ],
+        )?;
+        if changed == 0 {
+            return Err(StoreError::NoSuchTask(task));
+        }
+        Ok(())
     }
 
     /// Records the device memory a task was measured to use.

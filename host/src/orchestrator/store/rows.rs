@@ -56,6 +56,55 @@ pub struct TaskRow {
     pub updated_ms: i64,
     /// How often it was re-queued after running out of memory.
     pub oom_requeues: u32,
+    /// `measured_bytes` by component (version 4; `None` for older rows).
+    pub measured_memory: Option<MeasuredMemory>,
+}
+
+/// What a task measured after its first slice, by component. The parts sum
+/// to the task's `measured_bytes`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MeasuredMemory {
+    pub parameters: u64,
+    pub gradients: u64,
+    pub optimizer_state: u64,
+    /// Everything else at the slice's peak (activations, batches, buffers).
+    pub activations: u64,
+    pub source: MemorySource,
+}
+
+impl MeasuredMemory {
+    pub fn total(&self) -> u64 {
+        self.parameters
+            .saturating_add(self.gradients)
+            .saturating_add(self.optimizer_state)
+            .saturating_add(self.activations)
+    }
+}
+
+/// Where a measurement's activations come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemorySource {
+    /// The plugin's own count of its tensors (the CPU, or a CUDA task that
+    /// was not alone on its device).
+    PluginCount,
+    /// libtorch's CUDA caching allocator: its peak while the task was alone.
+    CudaAllocator,
+}
+
+impl MemorySource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemorySource::PluginCount => "plugin_count",
+            MemorySource::CudaAllocator => "cuda_allocator",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        [MemorySource::PluginCount, MemorySource::CudaAllocator]
+            .into_iter()
+            .find(|s| s.as_str() == text)
+    }
 }
 
 /// A row of `transitions`: `from` is `None` for the task's creation.
@@ -128,6 +177,31 @@ fn opt_state_at(row: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<Option<
     }
 }
 
+/// Columns `idx..idx + 5`: parameters, gradients, optimizer state,
+/// activations, source; `None` while the source is NULL.
+fn measured_memory_at(
+    row: &rusqlite::Row<'_>,
+    idx: usize,
+) -> rusqlite::Result<Option<MeasuredMemory>> {
+    let Some(source) = row.get::<_, Option<String>>(idx + 4)? else {
+        return Ok(None);
+    };
+    let source = MemorySource::parse(&source).ok_or_else(|| {
+        rusqlite::Error::FromSqlConversionFailure(
+            idx + 4,
+            Type::Text,
+            format!("unknown memory source {source:?}").into(),
+        )
+    })?;
+    Ok(Some(MeasuredMemory {
+        parameters: row.get(idx)?,
+        gradients: row.get(idx + 1)?,
+        optimizer_state: row.get(idx + 2)?,
+        activations: row.get(idx + 3)?,
+        source,
+    }))
+}
+
 pub(super) fn task_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
     Ok(TaskRow {
         id: row.get(0)?,
@@ -149,6 +223,7 @@ pub(super) fn task_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow
         created_ms: row.get(16)?,
         updated_ms: row.get(17)?,
         oom_requeues: row.get(18)?,
+        measured_memory: measured_memory_at(row, 19)?,
     })
 }
 

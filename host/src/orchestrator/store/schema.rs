@@ -101,6 +101,17 @@ UPDATE tasks SET oom_requeues = (SELECT COUNT(*) FROM transitions t
     WHERE t.task_id = tasks.id AND t.to_state = 'queued' AND t.reason LIKE 'out of memory%');
 ";
 
+/// Version 4: the measured memory by component and where its activations
+/// figure comes from (NULL until measured, and for rows of older hosts).
+const SCHEMA_V4: &str = "
+ALTER TABLE tasks ADD COLUMN measured_parameters INTEGER;
+ALTER TABLE tasks ADD COLUMN measured_gradients INTEGER;
+ALTER TABLE tasks ADD COLUMN measured_optimizer_state INTEGER;
+ALTER TABLE tasks ADD COLUMN measured_activations INTEGER;
+ALTER TABLE tasks ADD COLUMN measured_source TEXT
+    CHECK (measured_source IN ('plugin_count', 'cuda_allocator'));
+";
+
 /// Rebuilds one task's `latest_metrics` rows from its history.
 pub(super) const REBUILD_LATEST_METRICS: &str = "
 INSERT INTO latest_metrics (task_id, name, step, value)
@@ -112,7 +123,8 @@ INSERT INTO latest_metrics (task_id, name, step, value)
 pub(super) const TASK_COLUMNS: &str =
     "id, job_id, ordinal, plugin, asset, config_json, seed, total_steps, \
      priority, device, estimate_bytes, measured_bytes, cost_weight, state, steps_done, error, \
-     created_ms, updated_ms, oom_requeues";
+     created_ms, updated_ms, oom_requeues, measured_parameters, measured_gradients, \
+     measured_optimizer_state, measured_activations, measured_source";
 
 pub(super) const RESERVATION_COLUMNS: &str = "id, task_id, device, bytes, reserved_ms, released_ms";
 
@@ -153,7 +165,10 @@ pub(super) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreErr
     if version < 3 {
         tx.execute_batch(SCHEMA_V3).map_err(open_err)?;
     }
-    // Later versions: `if version < 4 { ... }` here.
+    if version < 4 {
+        tx.execute_batch(SCHEMA_V4).map_err(open_err)?;
+    }
+    // Later versions: `if version < 5 { ... }` here.
     tx.pragma_update(None, "user_version", SCHEMA_VERSION)
         .map_err(open_err)?;
     tx.commit().map_err(open_err)
