@@ -7,8 +7,7 @@ use crate::api::convert;
 use crate::cli::{HostOptions, HostRunArgs, OutputFormat};
 use crate::orchestrator::engine::{Orchestrator, OrchestratorConfig};
 use crate::orchestrator::job::JobSpec;
-use crate::orchestrator::listing::JobView;
-use crate::orchestrator::progress::job_progress;
+use crate::orchestrator::listing::{job_views, JobView};
 use crate::orchestrator::state::TaskState;
 use crate::orchestrator::store::Store;
 use anyhow::{anyhow, bail, Context, Result};
@@ -215,15 +214,7 @@ fn print_progress_lines(host: &Orchestrator) {
 /// safe while one runs).
 pub(super) fn status(state_dir: &Path, job: Option<i64>, output: OutputFormat) -> Result<()> {
     let store = Store::open_read_only(state_dir)?;
-    let mut views = Vec::new();
-    for row in store.jobs()?.into_iter().rev() {
-        if job.is_some_and(|j| j != row.id) {
-            continue;
-        }
-        if let Some(progress) = job_progress(&store, row.id)? {
-            views.push(JobView { row, progress });
-        }
-    }
+    let views = job_views(&store, None, job)?;
     if let Some(j) = job {
         if views.is_empty() {
             bail!("no job {j} in this state directory");

@@ -4,6 +4,7 @@
 
 use crate::api::convert::state_from_proto;
 use crate::orchestrator::state::TaskState;
+use crate::orchestrator::store::MemorySource;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use tli_proto::v1 as pb;
@@ -185,8 +186,8 @@ impl From<&pb::MeasuredMemory> for MemoryJson {
             optimizer_state: m.optimizer_state,
             activations: m.activations,
             source: match pb::MemorySource::try_from(m.source) {
-                Ok(pb::MemorySource::PluginCount) => "plugin_count",
-                Ok(pb::MemorySource::CudaAllocator) => "cuda_allocator",
+                Ok(pb::MemorySource::PluginCount) => MemorySource::PluginCount.as_str(),
+                Ok(pb::MemorySource::CudaAllocator) => MemorySource::CudaAllocator.as_str(),
                 Ok(pb::MemorySource::Unspecified) => "unspecified",
                 Err(_) => "unknown",
             },

@@ -3,9 +3,10 @@
 //! jobs submitted meanwhile do not shift them. The API turns the anchor into
 //! an opaque page token; the rule of what a page holds lives here.
 
-use super::progress::JobProgress;
+use super::live::LiveProgress;
+use super::progress::{job_progress_with, JobProgress};
 use super::state::TaskState;
-use super::store::{JobRow, StoreError, TaskRow};
+use super::store::{JobRow, Store, StoreError, TaskRow};
 use super::JobId;
 
 /// The order of a listing.
@@ -43,6 +44,26 @@ pub struct JobQuery {
 pub struct JobView {
     pub row: JobRow,
     pub progress: JobProgress,
+}
+
+/// Every job in `store` (or only `only`) with its progress, newest first;
+/// running tasks' numbers from `live` when given. Used by the orchestrator
+/// and, on a read-only store, by `tli host status`.
+pub fn job_views(
+    store: &Store,
+    live: Option<&LiveProgress>,
+    only: Option<JobId>,
+) -> Result<Vec<JobView>, StoreError> {
+    let mut views = Vec::new();
+    for row in store.jobs()? {
+        if only.is_some_and(|j| j != row.id) {
+            continue;
+        }
+        if let Some(progress) = job_progress_with(store, live, row.id)? {
+            views.push(JobView { row, progress });
+        }
+    }
+    Ok(views)
 }
 
 /// One page of a listing.

@@ -451,13 +451,8 @@ impl Runner {
             trainer.save_checkpoint(dir)
         })
         .map_err(|e| PluginError::io(format!("checkpoint at step {} failed: {e}", self.steps)))?;
-        // A checkpoint written again at a step replaced that step's directory.
-        for old in ctx.store.checkpoints(task).map_err(store_err)? {
-            if old.step == self.steps {
-                ctx.store.remove_checkpoint(old.id).map_err(store_err)?;
-            }
-        }
-        ctx.store
+        let new_row = ctx
+            .store
             .add_checkpoint(
                 task,
                 self.steps,
@@ -465,10 +460,17 @@ impl Runner {
                 &saved.checksum,
             )
             .map_err(store_err)?;
-        // Keep the newest `keep` rows; their directories go with them.
-        let rows = ctx.store.checkpoints(task).map_err(store_err)?;
-        for old in rows.iter().skip(ctx.policy.keep) {
-            ctx.store.remove_checkpoint(old.id).map_err(store_err)?;
+        // Forget an earlier row of this step (its directory was just
+        // replaced), then all but the newest `keep`; directories go with them.
+        let mut kept = 0;
+        for row in ctx.store.checkpoints(task).map_err(store_err)? {
+            let replaced = row.step == self.steps && row.id != new_row;
+            if !replaced {
+                kept += 1;
+            }
+            if replaced || kept > ctx.policy.keep {
+                ctx.store.remove_checkpoint(row.id).map_err(store_err)?;
+            }
         }
         checkpoint::prune(&ctx.checkpoint_root, ctx.policy.keep)
             .map_err(|e| PluginError::io(format!("pruning old checkpoints: {e}")))?;

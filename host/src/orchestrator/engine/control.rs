@@ -4,7 +4,7 @@
 //! stopped, how pages continue) live here, once, for the API and the CLI.
 
 use super::{lock, Orchestrator, OrchestratorError, Reservation, Resources};
-use crate::orchestrator::listing::{JobPage, JobQuery, JobView};
+use crate::orchestrator::listing::{job_views, JobPage, JobQuery, JobView};
 use crate::orchestrator::progress::{job_progress_with, JobProgress};
 use crate::orchestrator::runner::StopRequest;
 use crate::orchestrator::state::TaskState;
@@ -34,15 +34,9 @@ impl Orchestrator {
             .map(|progress| JobView { row, progress }))
     }
 
-    /// Every job with its progress, oldest first.
+    /// Every job with its progress, newest first.
     pub fn all_job_views(&self) -> Result<Vec<JobView>, StoreError> {
-        let mut views = Vec::new();
-        for row in self.store.jobs()? {
-            if let Some(progress) = self.job_progress(row.id)? {
-                views.push(JobView { row, progress });
-            }
-        }
-        Ok(views)
+        job_views(&self.store, Some(&self.live), None)
     }
 
     /// A job's tasks.
