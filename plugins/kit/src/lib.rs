@@ -19,10 +19,18 @@
 //!   correlation, pinball loss, q-risk, interval coverage, per-horizon MSE.
 //! * [`rl`]: what the RL plugins share: one environment wrapper over CartPole
 //!   and trading, greedy CartPole evaluation, a greedy walk over a trading split.
+//! * [`nn`]: building blocks for the forecasting plugins: layer norm,
+//!   embedding, LSTM, GLU, gated residual network, multi-head attention
+//!   (causal; standard or the TFT's interpretable variant).
+//! * [`windows`]: sliding windows over rows and multi-horizon targets that
+//!   never span a gap, a roll or a split boundary; windows are tensor views.
+//! * [`counter_rng`]: a seeded counter-based RNG that draws on the device
+//!   (dropout masks, stochastic rounding); its state is `(seed, counter)`.
 
 pub mod adam;
 pub mod checkpoint;
 pub mod config;
+pub mod counter_rng;
 pub mod data;
 pub mod device;
 pub mod env;
@@ -30,7 +38,9 @@ pub mod errors;
 pub mod forecast_metrics;
 pub mod metrics;
 pub mod mlp;
+pub mod nn;
 pub mod rl;
+pub mod windows;
 pub use tli_rng as rng;
 
 pub use errors::TchResultExt;

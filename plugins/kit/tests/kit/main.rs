@@ -4,5 +4,8 @@
 //! ([`trading_env`]).
 
 mod cartpole_env;
+mod counter_rng;
 mod metrics;
+mod nn_blocks;
 mod trading_env;
+mod windows;
