@@ -19,9 +19,11 @@ bootstrap:
 proto-tools:
 	cd proto && npm ci --no-audit --no-fund --loglevel=error
 
-## build: the tli binary and every plugin (and test fixture) library
+## build: the tli binary and every plugin (and test fixture) library, and the plugin
+##        built against the frozen plugin API 1.0.0 (its own workspace, tests/fixtures/api-1-0)
 build: bootstrap
 	$(CARGO) build --release --workspace
+	$(CARGO) build --release --manifest-path tests/fixtures/api-1-0/Cargo.toml --target-dir target/api-1-0
 
 ## test: everything from scratch: bootstrap, build, formatting check, clippy on every target
 ##       (warnings as errors, the [workspace.lints] of Cargo.toml included), the whole test suite

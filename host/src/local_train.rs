@@ -13,7 +13,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::Instant;
-use tli_plugin_api::{Dataset, Device, MemoryBreakdown, Metric, PluginError, TaskSpec};
+use tli_plugin_api::{
+    Dataset, DatasetAnnex, Device, MemoryBreakdown, Metric, PluginError, TaskInputs, TaskSpec,
+};
 
 /// What to train.
 #[derive(Clone, Debug)]
@@ -76,6 +78,7 @@ pub fn run(
     registry: &PluginRegistry,
     request: &LocalTrainRequest,
     dataset: &RArc<Dataset>,
+    annex: &DatasetAnnex,
 ) -> Vec<LocalRunReport> {
     if let Some(threads) = request.threads {
         tch::set_num_threads(threads.max(1));
@@ -101,7 +104,7 @@ pub fn run(
                 memory_measured: None,
             };
             let outcome = match registry.get(name) {
-                Some(plugin) => train_one(plugin, &task_id, dataset, request, &mut report),
+                Some(plugin) => train_one(plugin, &task_id, (dataset, annex), request, &mut report),
                 None => Err(format!(
                     "no plugin named {name:?} is loaded (loaded: {})",
                     registry.names().join(", ")
@@ -130,7 +133,7 @@ fn config_for(request: &LocalTrainRequest, plugin: &LoadedPlugin) -> String {
 fn train_one(
     plugin: &LoadedPlugin,
     task_id: &str,
-    dataset: &RArc<Dataset>,
+    (dataset, annex): (&RArc<Dataset>, &DatasetAnnex),
     request: &LocalTrainRequest,
     report: &mut LocalRunReport,
 ) -> Result<(), String> {
@@ -152,8 +155,9 @@ fn train_one(
         max_steps: request.steps,
         dataset: dataset.clone(),
     };
+    let inputs = TaskInputs::new(vec![(dataset.clone(), annex.clone())], false, 1);
     let mut trainer = plugin
-        .create_trainer(spec, TaskServices::new(plugin.name(), task_id))
+        .create_trainer_with_inputs(spec, inputs, TaskServices::new(plugin.name(), task_id))
         .map_err(|e| fail("create_trainer", e))?;
 
     let started = Instant::now();

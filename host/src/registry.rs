@@ -8,7 +8,11 @@
 //!    file), and `dlopen` succeeds;
 //! 2. the `tli_plugin_api_version` symbol exists (otherwise: not a tli plugin);
 //! 3. its semver is compatible with this host (same major, minor ≤ host's);
-//! 4. abi_stable's own version and type-layout checks of the root module;
+//! 4. abi_stable's own version and type-layout checks of the root module,
+//!    against the module of the minor the plugin declares (abi_stable refuses
+//!    a library with fewer fields than expected, so a 1.0 plugin is checked
+//!    against the frozen 1.0 module and then read through the current one,
+//!    whose 1.1 entry points read as absent for it);
 //! 5. the manifest can be read and its name is not already taken.
 //!
 //! Libraries are never unloaded (abi_stable leaks them by design): stopping a
@@ -21,8 +25,9 @@ use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tli_plugin_api::{
-    check_compatible, DatasetShape, EvalReport, MemoryBreakdown, PluginError, PluginModuleRef,
-    StepReport, TaskSpec, TrainerBox, PLUGIN_API_VERSION, VERSION_SYMBOL,
+    abi::v1_0, check_compatible, DatasetAnnex, DatasetShape, EvalReport, MemoryBreakdown,
+    PluginError, PluginModuleRef, StepReport, TaskInputs, TaskSpec, TrainerBox, PLUGIN_API_VERSION,
+    VERSION_SYMBOL,
 };
 
 /// File-name pattern of plugin libraries.
@@ -48,6 +53,14 @@ pub struct ParsedManifest {
     pub description: String,
     pub default_config: serde_json::Value,
     pub config_schema: serde_json::Value,
+    /// Plugin API 1.1 capabilities (`pooled`, …); empty for a 1.0 plugin.
+    pub capabilities: Vec<String>,
+}
+
+impl ParsedManifest {
+    pub fn has_capability(&self, name: &str) -> bool {
+        self.capabilities.iter().any(|c| c == name)
+    }
 }
 
 /// A plugin that loaded.
@@ -135,13 +148,41 @@ fn is_plugin_file_name(path: &Path) -> bool {
 
 /// Loads one library, returning the refusal reason on failure.
 fn load_plugin(path: &Path) -> Result<LoadedPlugin, String> {
+    load_plugin_as(path, PLUGIN_API_VERSION)
+}
+
+/// Loads one library as a host speaking plugin API `host_api` would (a
+/// parameter so that tests can apply an older host's rule to a real file).
+pub fn load_plugin_as(path: &Path, host_api: &str) -> Result<LoadedPlugin, String> {
     let started = Instant::now();
     crate::elf_check::check_shared_object(path)?;
     let declared = read_declared_api_version(path)?;
-    check_compatible(&declared, PLUGIN_API_VERSION).map_err(|e| e.to_string())?;
-    let module = lib_header_from_path(path)
-        .and_then(|header| header.init_root_module::<PluginModuleRef>())
-        .map_err(|e| format!("abi_stable refused it: {}", first_lines(&e.to_string(), 6)))?;
+    let declared_version = check_compatible(&declared, host_api).map_err(|e| e.to_string())?;
+    let refused = |e: abi_stable::library::LibraryError| {
+        format!("abi_stable refused it: {}", first_lines(&e.to_string(), 6))
+    };
+    let header = lib_header_from_path(path).map_err(refused)?;
+    // abi_stable accepts a library whose module has at least the fields it
+    // expects: check against the module of the minor the plugin speaks. (A
+    // later minor adds its frozen module type here.)
+    match declared_version.minor {
+        0 => header.ensure_layout::<v1_0::PluginModuleRef>(),
+        _ => header.ensure_layout::<PluginModuleRef>(),
+    }
+    .map_err(refused)?;
+    // SAFETY: the layout was checked just above against the module of the
+    // declared minor, whose fields are a prefix of `PluginModule`'s (the
+    // `abi_v1_0_is_a_prefix_of_the_current_module` test); the fields it
+    // lacks are read through accessors that return `None` for this library.
+    let module = unsafe { header.init_root_module_with_unchecked_layout::<PluginModuleRef>() }
+        .map_err(refused)?;
+    let capabilities = match module.capabilities() {
+        None => Vec::new(),
+        Some(f) => match f() {
+            RResult::ROk(names) => names.into_iter().map(|n| n.into_string()).collect(),
+            RResult::RErr(e) => return Err(format!("its capabilities() failed: {e}")),
+        },
+    };
     let manifest = match (module.manifest())() {
         RResult::ROk(m) => m,
         RResult::RErr(e) => return Err(format!("its manifest() failed: {e}")),
@@ -163,6 +204,7 @@ fn load_plugin(path: &Path) -> Result<LoadedPlugin, String> {
         api_version: manifest.api_version.into_string(),
         family: manifest.family.into_string(),
         description: manifest.description.into_string(),
+        capabilities,
     };
     if manifest.name.is_empty()
         || !manifest
@@ -259,12 +301,37 @@ impl LoadedPlugin {
         ))
     }
 
+    /// Creates a trainer for one dataset that carries nothing beyond 1.0
+    /// (see [`DatasetAnnex::plain`]).
     pub fn create_trainer(
         &self,
         spec: TaskSpec,
         services: TaskServices,
     ) -> Result<TrainerHandle, PluginError> {
-        let trainer = into_result((self.module.create_trainer())(spec, services.into_abi()))?;
+        let annex = DatasetAnnex::plain(&spec.dataset);
+        let inputs = TaskInputs::new(vec![(spec.dataset.clone(), annex)], false, 1);
+        self.create_trainer_with_inputs(spec, inputs, services)
+    }
+
+    /// Creates a trainer. A 1.1 plugin also gets `inputs` (the task's
+    /// datasets and side table); a 1.0 plugin gets the 1.0 call, and cannot
+    /// take a pooled task.
+    pub fn create_trainer_with_inputs(
+        &self,
+        spec: TaskSpec,
+        inputs: TaskInputs,
+        services: TaskServices,
+    ) -> Result<TrainerHandle, PluginError> {
+        let trainer = match self.module.create_trainer_with_inputs() {
+            Some(create) => into_result(create(spec, inputs, services.into_abi()))?,
+            None if inputs.pooled => {
+                return Err(PluginError::invalid_config(format!(
+                    "plugin {} speaks plugin API {}, which has no pooled tasks (1.1 and later)",
+                    self.manifest.name, self.manifest.api_version
+                )))
+            }
+            None => into_result((self.module.create_trainer())(spec, services.into_abi()))?,
+        };
         Ok(TrainerHandle { trainer })
     }
 }

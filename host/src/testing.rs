@@ -210,6 +210,7 @@ pub fn plugin_model(plugin: &str, steps: u64, config_json: &str) -> pb::ModelSpe
     pb::ModelSpec {
         steps,
         priority: 0,
+        pooled: false,
         config: Some(pb::model_spec::Config::Plugin(pb::PluginConfig {
             plugin: plugin.into(),
             config_json: config_json.into(),
@@ -223,6 +224,7 @@ pub fn synthetic_asset(rows: u64, seed: u64) -> pb::AssetSpec {
         source: Some(pb::asset_spec::Source::Synthetic(pb::SyntheticAsset {
             rows,
             seed,
+            sigma: 0.0,
         })),
     }
 }

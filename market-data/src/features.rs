@@ -6,8 +6,11 @@
 //! * `realized_vol_w`: √(mean of squared 1-bar log returns over the last w bars);
 //! * `range`: ln(high_t / low_t);
 //! * `volume_z_w`: z-score of ln(1 + volume_t) within the last w bars;
-//! * calendar (known in advance): day of week and month as sin/cos pairs, and
-//!   for bars under a day the time of day as a sin/cos pair.
+//! * calendar and session inputs (known in advance: a function of the
+//!   timestamp and the contract alone), computed in the exchange's local
+//!   time by [`ExchangeCalendar::known_future_features`]: day of week and
+//!   month as sin/cos pairs, for bars under a day the time of day and the
+//!   session position, holiday and half-day flags, days to the next roll.
 //!
 //! Targets: `fwd_logret_h` = ln(close_{t+h} / close_t), divided by its
 //! training-split standard deviation (so losses are O(1)); the sign and
@@ -18,14 +21,27 @@
 //! with an embargo gap of at least the longest target horizon between them,
 //! so no training target overlaps a later split. Every feature is z-scored
 //! with the mean and standard deviation of the training rows only.
+//!
+//! [`build_annotated_dataset`] also returns the plugin API 1.1 annex: each
+//! feature's role (observed past or known future), each target's horizon and
+//! the scale it was divided by, the bar interval, and per-row markers for
+//! gaps (bars missing where the exchange calendar expects trading) and
+//! front-contract rolls.
 
+use super::calendar::ExchangeCalendar;
 use super::contracts::ContractSpec;
-use super::table::{BarInterval, BarTable};
-use super::timefmt::{self, NANOS_PER_DAY};
+use super::table::BarTable;
 use super::DataError;
 use abi_stable::std_types::{RString, RVec};
 use serde::{Deserialize, Serialize};
-use tli_plugin_api::{Dataset, SplitBounds};
+use tli_plugin_api::{Dataset, DatasetAnnex, FeatureRole, SplitBounds, GAP_BEFORE, ROLL_BEFORE};
+
+/// A dataset with its plugin API 1.1 annex (see the module docs).
+#[derive(Clone, Debug)]
+pub struct AnnotatedDataset {
+    pub dataset: Dataset,
+    pub annex: DatasetAnnex,
+}
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -100,13 +116,17 @@ impl FeatureConfig {
 /// before the look-back hold NaN.
 pub struct RawFeatures {
     pub names: Vec<String>,
+    pub roles: Vec<FeatureRole>,
     pub values: Vec<f64>,
 }
 
 /// Computes the raw features of every row (see the module docs).
-pub fn raw_features(table: &BarTable, config: &FeatureConfig) -> RawFeatures {
+pub fn raw_features(
+    table: &BarTable,
+    calendar: &ExchangeCalendar,
+    config: &FeatureConfig,
+) -> RawFeatures {
     let n = table.len();
-    let intraday = table.interval != BarInterval::Day;
     let mut names: Vec<String> = config
         .return_horizons
         .iter()
@@ -115,15 +135,15 @@ pub fn raw_features(table: &BarTable, config: &FeatureConfig) -> RawFeatures {
     names.push(format!("realized_vol_{}", config.volatility_window));
     names.push("range".into());
     names.push(format!("volume_z_{}", config.volume_window));
-    names.extend(["dow_sin", "dow_cos", "month_sin", "month_cos"].map(String::from));
-    if intraday {
-        names.extend(["tod_sin", "tod_cos"].map(String::from));
-    }
+    let observed = names.len();
+    let known = calendar.known_future_features(&table.ts, table.interval);
+    names.extend(known.iter().map(|(name, _)| name.clone()));
+    let mut roles = vec![FeatureRole::ObservedPast; observed];
+    roles.resize(names.len(), FeatureRole::KnownFuture);
     let width = names.len();
     let mut values = vec![f64::NAN; n * width];
     let log_close: Vec<f64> = table.close.iter().map(|c| c.ln()).collect();
     let log_volume: Vec<f64> = table.volume.iter().map(|v| (*v as f64).ln_1p()).collect();
-    let tau = std::f64::consts::TAU;
     for t in 0..n {
         let row = &mut values[t * width..(t + 1) * width];
         let mut col = 0;
@@ -156,26 +176,34 @@ pub fn raw_features(table: &BarTable, config: &FeatureConfig) -> RawFeatures {
             };
         }
         col += 1;
-        let ts = table.ts[t];
-        let dow = timefmt::weekday(ts) as f64 / 7.0;
-        let (_, month, _) = timefmt::civil_from_days(ts.div_euclid(NANOS_PER_DAY));
-        let month = (month - 1) as f64 / 12.0;
-        for value in [
-            (tau * dow).sin(),
-            (tau * dow).cos(),
-            (tau * month).sin(),
-            (tau * month).cos(),
-        ] {
-            row[col] = value;
+        for (_, column) in &known {
+            row[col] = column[t];
             col += 1;
         }
-        if intraday {
-            let day_phase = ts.rem_euclid(NANOS_PER_DAY) as f64 / NANOS_PER_DAY as f64;
-            row[col] = (tau * day_phase).sin();
-            row[col + 1] = (tau * day_phase).cos();
+    }
+    RawFeatures {
+        names,
+        roles,
+        values,
+    }
+}
+
+/// Per-row markers of every bar: [`GAP_BEFORE`] where the calendar expected
+/// bars between a bar and the one before it, [`ROLL_BEFORE`] on the first
+/// bar of a new front contract.
+pub fn row_markers(table: &BarTable, calendar: &ExchangeCalendar) -> Vec<u8> {
+    let mut markers = vec![0u8; table.len()];
+    for t in 1..table.len() {
+        if calendar.gap_before(table.ts[t - 1], table.ts[t], table.interval) {
+            markers[t] |= GAP_BEFORE;
         }
     }
-    RawFeatures { names, values }
+    for roll in &table.rolls {
+        if let Ok(t) = table.ts.binary_search(&roll.ts) {
+            markers[t] |= ROLL_BEFORE;
+        }
+    }
+    markers
 }
 
 /// Builds the dataset plugins receive (see the module docs).
@@ -184,9 +212,19 @@ pub fn build_dataset(
     contract: &ContractSpec,
     config: &FeatureConfig,
 ) -> Result<Dataset, DataError> {
+    build_annotated_dataset(table, contract, config).map(|a| a.dataset)
+}
+
+/// Builds the dataset and its plugin API 1.1 annex (see the module docs).
+pub fn build_annotated_dataset(
+    table: &BarTable,
+    contract: &ContractSpec,
+    config: &FeatureConfig,
+) -> Result<AnnotatedDataset, DataError> {
     let invalid =
         |m: String| DataError::Invalid(format!("feature pipeline for {}: {m}", table.symbol));
     config.check().map_err(invalid)?;
+    let calendar = ExchangeCalendar::for_contract(contract)?;
     let n = table.len();
     let lookback = config.lookback();
     let horizon = config.max_target_horizon();
@@ -206,7 +244,7 @@ pub fn build_dataset(
     let valid_end = valid_start + valid_rows;
     let test_start = valid_end + if test_rows > 0 { embargo } else { 0 };
 
-    let raw = raw_features(table, config);
+    let raw = raw_features(table, &calendar, config);
     let width = raw.names.len();
     let (mean, std) = column_stats(&raw.values, width, usable[..train_end].iter().copied());
     let mut features = Vec::with_capacity(m * width);
@@ -234,7 +272,16 @@ pub fn build_dataset(
             "a feature or target is not finite after normalization".into(),
         ));
     }
-    Ok(Dataset {
+    let all_markers = row_markers(table, &calendar);
+    let annex = DatasetAnnex {
+        feature_roles: raw.roles.clone(),
+        target_horizons: config.target_horizons.iter().map(|&h| h as u32).collect(),
+        target_scales: target_std.clone(),
+        bar_interval_ns: table.interval.nanos(),
+        row_markers: usable.iter().map(|&t| all_markers[t]).collect(),
+        asset_index: 0,
+    };
+    let dataset = Dataset {
         symbol: RString::from(table.symbol.as_str()),
         timestamps: usable.iter().map(|&t| table.ts[t]).collect(),
         features: features.into(),
@@ -258,7 +305,8 @@ pub fn build_dataset(
         close: usable.iter().map(|&t| table.close[t]).collect(),
         contract: contract.terms(),
         periods_per_year: table.interval.periods_per_year(),
-    })
+    };
+    Ok(AnnotatedDataset { dataset, annex })
 }
 
 /// Mean and standard deviation of each column over `rows`; a constant
@@ -295,6 +343,8 @@ mod tests {
     use super::*;
     use crate::contracts::ContractBook;
     use crate::synth::{generate, SynthSpec};
+    use crate::table::BarInterval;
+    use crate::timefmt;
 
     fn bars(interval: BarInterval, n: usize) -> BarTable {
         let spec = SynthSpec {
@@ -312,13 +362,18 @@ mod tests {
             .table
     }
 
+    fn calendar() -> ExchangeCalendar {
+        ExchangeCalendar::for_contract(ContractBook::builtin().lookup("ES").unwrap()).unwrap()
+    }
+
     /// Perturbs every bar after `t` and checks that no feature at or before `t` changes.
     #[test]
     fn no_feature_at_t_depends_on_data_after_t() {
         let config = FeatureConfig::default();
+        let calendar = calendar();
         for interval in [BarInterval::Day, BarInterval::Minute] {
             let table = bars(interval, 600);
-            let base = raw_features(&table, &config);
+            let base = raw_features(&table, &calendar, &config);
             let width = base.names.len();
             for t in [30, 250, 598] {
                 let mut changed = table.clone();
@@ -330,7 +385,7 @@ mod tests {
                     changed.volume[i] = changed.volume[i] * 7 + 3;
                     changed.ts[i] += 3_600_000_000_000;
                 }
-                let after = raw_features(&changed, &config);
+                let after = raw_features(&changed, &calendar, &config);
                 let upto = (t + 1) * width;
                 for (i, (a, b)) in base.values[..upto]
                     .iter()

@@ -10,8 +10,9 @@
 //! The real market-data pipeline (DBN/Parquet/CSV → features) replaces this
 //! for jobs; it stays as the offline demo and test dataset.
 
+use crate::features::AnnotatedDataset;
 use abi_stable::std_types::{RString, RVec};
-use tli_plugin_api::{ContractTerms, Dataset, SplitBounds};
+use tli_plugin_api::{ContractTerms, Dataset, DatasetAnnex, FeatureRole, SplitBounds};
 use tli_rng::Rng;
 
 /// Parameters of the synthetic AR(1) series.
@@ -21,6 +22,8 @@ pub struct SyntheticArSpec {
     pub lags: usize,
     pub phi: f64,
     pub seed: u64,
+    /// σ of the innovations: the series' scale (its returns' size).
+    pub sigma: f64,
 }
 
 impl Default for SyntheticArSpec {
@@ -30,6 +33,7 @@ impl Default for SyntheticArSpec {
             lags: 8,
             phi: 0.3,
             seed: 7,
+            sigma: 0.01,
         }
     }
 }
@@ -37,15 +41,22 @@ impl Default for SyntheticArSpec {
 /// Builds the dataset: 70% train, 15% validation, 15% test, with an embargo
 /// of `lags` rows between splits so no window straddles two of them.
 pub fn synthetic_ar_dataset(spec: SyntheticArSpec) -> Dataset {
+    synthetic_ar_annotated(spec).dataset
+}
+
+/// The dataset with its plugin API 1.1 annex: every feature observed-past,
+/// one target of horizon 1 whose scale is the training standard deviation
+/// the returns were divided by, daily bars without gaps or rolls.
+pub fn synthetic_ar_annotated(spec: SyntheticArSpec) -> AnnotatedDataset {
     let SyntheticArSpec {
         rows,
         lags,
         phi,
         seed,
+        sigma,
     } = spec;
     let total = rows + lags + 1;
     let mut rng = Rng::new(seed);
-    let sigma = 0.01;
     let mut returns = Vec::with_capacity(total);
     let mut previous = 0.0;
     for _ in 0..total {
@@ -78,7 +89,15 @@ pub fn synthetic_ar_dataset(spec: SyntheticArSpec) -> Dataset {
     }
     let embargo = lags;
     let valid_end = rows * 85 / 100;
-    Dataset {
+    let annex = DatasetAnnex {
+        feature_roles: vec![FeatureRole::ObservedPast; lags],
+        target_horizons: vec![1],
+        target_scales: vec![scale],
+        bar_interval_ns: DAY_NS,
+        row_markers: vec![0; rows],
+        asset_index: 0,
+    };
+    let dataset = Dataset {
         symbol: RString::from("SYNTH-AR1"),
         timestamps: timestamps.into(),
         features: features.into(),
@@ -101,7 +120,8 @@ pub fn synthetic_ar_dataset(spec: SyntheticArSpec) -> Dataset {
             currency: RString::from("USD"),
         },
         periods_per_year: 252.0,
-    }
+    };
+    AnnotatedDataset { dataset, annex }
 }
 
 #[cfg(test)]

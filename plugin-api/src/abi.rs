@@ -8,6 +8,7 @@
 // abi_stable 0.11's `sabi_trait` expands to impls inside anonymous consts.
 #![allow(non_local_definitions)]
 
+use crate::task_inputs::TaskInputs;
 use crate::types::{
     DatasetShape, EvalReport, LogLevel, MemoryBreakdown, PluginError, PluginManifest, StepReport,
     TaskSpec,
@@ -17,7 +18,7 @@ use abi_stable::{
     library::RootModule,
     package_version_strings, sabi_trait,
     sabi_types::VersionStrings,
-    std_types::{RArc, RBox, RResult, RStr, RString},
+    std_types::{RArc, RBox, RResult, RStr, RString, RVec},
     StableAbi,
 };
 
@@ -60,10 +61,18 @@ pub type HostServices = HostServicesApi_TO<'static, RArc<()>>;
 
 /// The root module: the one symbol a plugin library exports.
 ///
-/// A prefix type: `last_prefix_field` (on `create_trainer`) never moves;
-/// later minors append fields after it, each marked
-/// `#[sabi(missing_field(option))]`, so the host reads them as `Option`s and
-/// falls back to the 1.0 entry points for older plugins (docs/plugin-api.md).
+/// A prefix type. `last_prefix_field` (on `create_trainer`) never moves: the
+/// fields up to it are the 1.0 module, which every 1.x plugin has. Each later
+/// minor appends fields after it, each marked `#[sabi(missing_field(option))]`,
+/// so the host reads them as `Option`s: `None` for a plugin built against an
+/// older minor, which then gets the 1.0 entry points (docs/plugin-api.md).
+///
+/// abi_stable's load-time layout check accepts a library whose prefix type
+/// has *at least* the expected fields, never fewer ("too many fields"). The
+/// host therefore checks each plugin against the module of the minor it
+/// declares ([`v1_0::PluginModuleRef`] for a 1.0 plugin) and only then views
+/// it through this type, whose appended accessors return `None` for what
+/// that plugin lacks.
 #[repr(C)]
 #[derive(StableAbi)]
 #[sabi(kind(Prefix(prefix_ref = PluginModuleRef)))]
@@ -73,6 +82,7 @@ pub struct PluginModule {
     /// Validates a config JSON and returns it normalized (defaults filled in).
     pub validate_config: extern "C" fn(config_json: RStr<'_>) -> RResult<RString, PluginError>,
     /// Bytes a trainer for this config, dataset shape and device (`cpu`, `cuda:N`) will need.
+    /// For a pooled task the shape is the sum over its datasets (rows added up).
     pub estimate_memory: extern "C" fn(
         config_json: RStr<'_>,
         shape: DatasetShape,
@@ -81,6 +91,50 @@ pub struct PluginModule {
     #[sabi(last_prefix_field)]
     pub create_trainer:
         extern "C" fn(spec: TaskSpec, host: HostServices) -> RResult<TrainerBox, PluginError>,
+    /// 1.1: what the plugin can do beyond 1.0, as names (e.g. `pooled`,
+    /// `task_inputs`); see [`crate::capability`].
+    #[sabi(missing_field(option))]
+    pub capabilities: extern "C" fn() -> RResult<RVec<RString>, PluginError>,
+    /// 1.1: `create_trainer` with the [`TaskInputs`] (every dataset of a
+    /// pooled task and the side table of named columns).
+    #[sabi(missing_field(option))]
+    pub create_trainer_with_inputs: extern "C" fn(
+        spec: TaskSpec,
+        inputs: TaskInputs,
+        host: HostServices,
+    ) -> RResult<TrainerBox, PluginError>,
+}
+
+/// The root module exactly as plugin API 1.0 declared it: used only to check
+/// the layout of plugins that declare a 1.0.x API (see [`PluginModule`]).
+/// Never change it; `tests` compare it with `tests/fixtures/plugin-api-1.0`.
+pub mod v1_0 {
+    use super::*;
+
+    /// The 1.0 root module (same name, fields and types as 1.0.0 shipped).
+    #[repr(C)]
+    #[derive(StableAbi)]
+    #[sabi(kind(Prefix(prefix_ref = PluginModuleRef)))]
+    #[sabi(missing_field(panic))]
+    pub struct PluginModule {
+        pub manifest: extern "C" fn() -> RResult<PluginManifest, PluginError>,
+        pub validate_config: extern "C" fn(config_json: RStr<'_>) -> RResult<RString, PluginError>,
+        pub estimate_memory: extern "C" fn(
+            config_json: RStr<'_>,
+            shape: DatasetShape,
+            device: RStr<'_>,
+        ) -> RResult<MemoryBreakdown, PluginError>,
+        #[sabi(last_prefix_field)]
+        pub create_trainer:
+            extern "C" fn(spec: TaskSpec, host: HostServices) -> RResult<TrainerBox, PluginError>,
+    }
+
+    impl RootModule for PluginModuleRef {
+        declare_root_module_statics! {PluginModuleRef}
+        const BASE_NAME: &'static str = "tli_plugin";
+        const NAME: &'static str = "tli_plugin";
+        const VERSION_STRINGS: VersionStrings = VersionStrings::new("1.0.0");
+    }
 }
 
 impl RootModule for PluginModuleRef {

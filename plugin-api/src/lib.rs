@@ -6,6 +6,9 @@
 //! * [`device`]: the device string (`cpu`, `cuda:N`) parsed once, as [`Device`].
 //! * [`types`]: the plain data that crosses it (datasets as arrays, configs as
 //!   JSON, reports, errors).
+//! * [`task_inputs`] (1.1): every dataset of a pooled task and the side table
+//!   of named columns (feature roles, target horizons and scales, bar
+//!   interval, gap and roll markers, asset index).
 //! * [`plugin`]: the safe traits plugin authors implement, and
 //!   [`export_plugin!`], which wraps every entry point in a panic guard.
 //! * [`version`]: the plugin-API semver and the host's compatibility rule.
@@ -16,6 +19,7 @@ pub mod abi;
 pub mod device;
 mod guard;
 pub mod plugin;
+pub mod task_inputs;
 pub mod types;
 pub mod version;
 
@@ -27,8 +31,17 @@ pub use abi_stable;
 pub use device::{Device, DeviceParseError};
 pub use guard::guarded;
 pub use plugin::{Host, Manifest, Plugin, Trainer};
+pub use task_inputs::{
+    Column, DatasetAnnex, FeatureRole, TaskInputs, GAP_BEFORE, ROLL_BEFORE, TASK_WIDE,
+};
 pub use types::*;
 pub use version::{check_compatible, PLUGIN_API_VERSION, VERSION_SYMBOL};
+
+/// Capability names a plugin may declare through `Plugin::capabilities` (1.1).
+pub mod capability {
+    /// Can train one model across every asset of a job (a pooled task).
+    pub const POOLED: &str = "pooled";
+}
 
 #[doc(hidden)]
 pub mod __private {

@@ -5,6 +5,7 @@
 
 use crate::abi::{AbiTrainer, AbiTrainer_TO, HostServices, PluginModule, PluginModuleRef};
 use crate::guard::{guarded, install_panic_hook};
+use crate::task_inputs::TaskInputs;
 use crate::types::{
     DatasetShape, ErrorCode, EvalReport, LogLevel, MemoryBreakdown, PluginError, PluginManifest,
     StepReport, TaskSpec,
@@ -12,7 +13,7 @@ use crate::types::{
 use abi_stable::{
     prefix_type::PrefixTypeTrait,
     sabi_trait::TD_Opaque,
-    std_types::{RResult, RStr, RString},
+    std_types::{RResult, RStr, RString, RVec},
 };
 use std::mem::ManuallyDrop;
 use std::path::Path;
@@ -47,6 +48,30 @@ pub trait Plugin: 'static {
         device: &str,
     ) -> Result<MemoryBreakdown, PluginError>;
     fn create_trainer(spec: TaskSpec, host: Host) -> Result<Self::Trainer, PluginError>;
+
+    /// 1.1: what this plugin can do beyond 1.0, as [`crate::capability`]
+    /// names. A host only sends pooled tasks to a plugin that declares
+    /// [`capability::POOLED`](crate::capability::POOLED).
+    fn capabilities() -> Vec<String> {
+        Vec::new()
+    }
+
+    /// 1.1: creates a trainer with the [`TaskInputs`] as well: every dataset
+    /// of a pooled task and the side table (feature roles, horizons, scales,
+    /// markers). The default ignores them and calls
+    /// [`create_trainer`](Self::create_trainer), refusing pooled tasks.
+    fn create_trainer_with_inputs(
+        spec: TaskSpec,
+        inputs: TaskInputs,
+        host: Host,
+    ) -> Result<Self::Trainer, PluginError> {
+        if inputs.pooled {
+            return Err(PluginError::invalid_config(
+                "this plugin does not train pooled (multi-asset) tasks; train one task per asset",
+            ));
+        }
+        Self::create_trainer(spec, host)
+    }
 }
 
 /// One training run. Called from a single host thread at a time.
@@ -102,6 +127,8 @@ pub fn root_module<P: Plugin>(api_version: &'static str) -> PluginModuleRef {
         validate_config: validate_config_shim::<P>,
         estimate_memory: estimate_memory_shim::<P>,
         create_trainer: create_trainer_shim::<P>,
+        capabilities: capabilities_shim::<P>,
+        create_trainer_with_inputs: create_trainer_with_inputs_shim::<P>,
     }
     .leak_into_prefix()
 }
@@ -150,12 +177,40 @@ extern "C" fn create_trainer_shim<P: Plugin>(
     guarded("create_trainer", || {
         spec.dataset.check_consistent()?;
         let trainer = P::create_trainer(spec, Host::new(host))?;
-        let guarded = GuardedTrainer {
-            inner: ManuallyDrop::new(trainer),
-            poisoned: OnceLock::new(),
-        };
-        Ok(AbiTrainer_TO::from_value(guarded, TD_Opaque))
+        Ok(box_trainer(trainer))
     })
+}
+
+extern "C" fn capabilities_shim<P: Plugin>() -> RResult<RVec<RString>, PluginError> {
+    guarded("capabilities", || {
+        Ok(P::capabilities().into_iter().map(RString::from).collect())
+    })
+}
+
+extern "C" fn create_trainer_with_inputs_shim<P: Plugin>(
+    spec: TaskSpec,
+    inputs: TaskInputs,
+    host: HostServices,
+) -> RResult<crate::abi::TrainerBox, PluginError> {
+    guarded("create_trainer_with_inputs", || {
+        spec.dataset.check_consistent()?;
+        for dataset in inputs.datasets.iter() {
+            dataset.check_consistent()?;
+        }
+        if inputs.datasets.is_empty() {
+            return Err(PluginError::invalid_data("the task inputs hold no dataset"));
+        }
+        let trainer = P::create_trainer_with_inputs(spec, inputs, Host::new(host))?;
+        Ok(box_trainer(trainer))
+    })
+}
+
+fn box_trainer<T: Trainer>(trainer: T) -> crate::abi::TrainerBox {
+    let guarded = GuardedTrainer {
+        inner: ManuallyDrop::new(trainer),
+        poisoned: OnceLock::new(),
+    };
+    AbiTrainer_TO::from_value(guarded, TD_Opaque)
 }
 
 /// Wraps a [`Trainer`] so that a panic in any method becomes a

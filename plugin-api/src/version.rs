@@ -51,9 +51,9 @@ impl std::fmt::Display for Incompatibility {
             ),
             Self::NewerMinor { declared, host } => write!(
                 f,
-                "built against plugin API {declared}, newer than this host's {host}; \
+                "built against plugin API {}.{}, this host speaks {}.{}; \
                  upgrade the host or rebuild the plugin against tli-plugin-api {}.{}",
-                host.major, host.minor
+                declared.major, declared.minor, host.major, host.minor, host.major, host.minor
             ),
         }
     }
@@ -104,6 +104,10 @@ mod tests {
             .contains("rebuild the plugin against tli-plugin-api 1.x"));
         let e = check_compatible("1.5.0", "1.4.0").unwrap_err();
         assert!(matches!(e, Incompatibility::NewerMinor { .. }));
+        let e = check_compatible("1.1.0", "1.0.0").unwrap_err();
+        assert!(e
+            .to_string()
+            .starts_with("built against plugin API 1.1, this host speaks 1.0;"));
         let e = check_compatible("one", "1.4.0").unwrap_err();
         assert!(matches!(e, Incompatibility::Unparsable { .. }));
     }

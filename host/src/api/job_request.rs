@@ -129,6 +129,7 @@ fn model_spec(i: usize, m: &pb::ModelSpec) -> Result<job::ModelSpec, Status> {
         steps: m.steps,
         config,
         priority: m.priority,
+        pooled: m.pooled,
     })
 }
 
@@ -151,6 +152,8 @@ fn asset_spec(i: usize, a: &pb::AssetSpec) -> Result<AssetSpec, Status> {
             Ok(AssetSpec::Synthetic(SyntheticAsset {
                 rows,
                 seed: if s.seed == 0 { DEFAULT_SEED } else { s.seed },
+                // 0 = the default; negative or NaN is kept so the spec check names it.
+                sigma: (s.sigma != 0.0).then_some(s.sigma),
             }))
         }
     }
@@ -184,7 +187,10 @@ pub fn request_from_spec(
         .iter()
         .map(|m| {
             let config_json = m.config.as_ref().map(|c| c.to_string()).unwrap_or_default();
-            plugin_model(&m.plugin, m.steps, m.priority, config_json)
+            pb::ModelSpec {
+                pooled: m.pooled,
+                ..plugin_model(&m.plugin, m.steps, m.priority, config_json)
+            }
         })
         .collect();
     let assets = spec
@@ -198,6 +204,7 @@ pub fn request_from_spec(
                 AssetSpec::Synthetic(s) => pb::asset_spec::Source::Synthetic(pb::SyntheticAsset {
                     rows: s.rows as u64,
                     seed: s.seed,
+                    sigma: s.sigma.unwrap_or(0.0),
                 }),
             }),
         })
@@ -238,6 +245,7 @@ pub fn plugin_model(plugin: &str, steps: u64, priority: i32, config_json: String
     pb::ModelSpec {
         steps,
         priority,
+        pooled: false,
         config: Some(pb::model_spec::Config::Plugin(pb::PluginConfig {
             plugin: plugin.to_string(),
             config_json,
@@ -294,7 +302,11 @@ mod tests {
         );
         assert_eq!(
             spec.assets[0],
-            AssetSpec::Synthetic(SyntheticAsset { rows: 200, seed: 1 })
+            AssetSpec::Synthetic(SyntheticAsset {
+                rows: 200,
+                seed: 1,
+                sigma: None
+            })
         );
 
         let mut req = request();

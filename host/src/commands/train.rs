@@ -10,14 +10,13 @@ use anyhow::{bail, Context, Result};
 use std::io::IsTerminal;
 use std::path::Path;
 use tli_data::contracts::ContractBook;
-use tli_data::features::FeatureConfig;
-use tli_data::synthetic_ar::{synthetic_ar_dataset, SyntheticArSpec};
-use tli_plugin_api::Dataset;
+use tli_data::features::{AnnotatedDataset, FeatureConfig};
+use tli_data::synthetic_ar::{synthetic_ar_annotated, SyntheticArSpec};
 
 /// The bar file through the feature pipeline, or the synthetic AR(1) dataset.
-fn dataset_for(contracts: Option<&Path>, args: &LocalArgs) -> Result<Dataset> {
+fn dataset_for(contracts: Option<&Path>, args: &LocalArgs) -> Result<AnnotatedDataset> {
     let Some(path) = &args.data else {
-        return Ok(synthetic_ar_dataset(SyntheticArSpec {
+        return Ok(synthetic_ar_annotated(SyntheticArSpec {
             rows: args.rows as usize,
             seed: args.seed,
             ..SyntheticArSpec::default()
@@ -32,7 +31,7 @@ fn dataset_for(contracts: Option<&Path>, args: &LocalArgs) -> Result<Dataset> {
     let table = tli_data::read_bars(path)?;
     let book = ContractBook::load(contracts)?;
     let contract = book.lookup(&table.symbol)?;
-    Ok(tli_data::features::build_dataset(
+    Ok(tli_data::features::build_annotated_dataset(
         &table, contract, &config,
     )?)
 }
@@ -44,7 +43,8 @@ pub(super) fn local(
     output: OutputFormat,
 ) -> Result<()> {
     let configs = PluginConfigs::parse(&args.config, &args.plugins)?;
-    let dataset = RArc::new(dataset_for(contracts, args)?);
+    let AnnotatedDataset { dataset, annex } = dataset_for(contracts, args)?;
+    let dataset = RArc::new(dataset);
     eprintln!(
         "dataset {}: {} rows x {} features ({} train / {} validation / {} test)",
         dataset.symbol,
@@ -72,7 +72,7 @@ pub(super) fn local(
         threads: args.threads,
         interactive: std::io::stderr().is_terminal(),
     };
-    let reports = local_train::run(&registry, &request, &dataset);
+    let reports = local_train::run(&registry, &request, &dataset, &annex);
     if output == OutputFormat::Json {
         print_json(&reports)?;
     } else {

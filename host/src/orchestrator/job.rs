@@ -78,6 +78,11 @@ pub struct ModelSpec {
     /// Higher runs first when memory is short.
     #[serde(default)]
     pub priority: i32,
+    /// One task trained across every asset of the job (the asset index is a
+    /// static covariate) instead of one task per asset. Needs a plugin with
+    /// the `pooled` capability (plugin API 1.1).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pooled: bool,
 }
 
 /// Where an asset's bars come from: exactly one source.
@@ -95,6 +100,9 @@ pub struct SyntheticAsset {
     pub rows: usize,
     #[serde(default = "default_seed")]
     pub seed: u64,
+    /// σ of the AR(1) innovations (the series' scale); default 0.01.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sigma: Option<f64>,
 }
 
 /// When a running task writes routine checkpoints (besides the ones at a
@@ -144,7 +152,10 @@ impl AssetSpec {
     pub fn label(&self) -> String {
         match self {
             AssetSpec::Data(path) => path.display().to_string(),
-            AssetSpec::Synthetic(s) => format!("synthetic-ar1:{}:{}", s.rows, s.seed),
+            AssetSpec::Synthetic(s) => match s.sigma {
+                None => format!("synthetic-ar1:{}:{}", s.rows, s.seed),
+                Some(sigma) => format!("synthetic-ar1:{}:{}:{sigma}", s.rows, s.seed),
+            },
         }
     }
 }
@@ -187,6 +198,13 @@ impl JobSpec {
         }
         for (i, a) in self.assets.iter().enumerate() {
             if let AssetSpec::Synthetic(s) = a {
+                if let Some(sigma) = s.sigma {
+                    if !(sigma.is_finite() && sigma > 0.0 && sigma < 1.0) {
+                        return Err(format!(
+                            "assets[{i}].synthetic.sigma: {sigma} must be in (0, 1)"
+                        ));
+                    }
+                }
                 if !SYNTHETIC_ROWS.contains(&s.rows) {
                     return Err(format!(
                         "assets[{i}].synthetic.rows: {} is outside {}..={}",

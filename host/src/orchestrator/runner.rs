@@ -24,7 +24,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tli_plugin_api::{Dataset, Device, ErrorCode, MemoryBreakdown, PluginError, TaskSpec};
+use tli_plugin_api::{
+    Dataset, Device, ErrorCode, MemoryBreakdown, PluginError, TaskInputs, TaskSpec,
+};
 
 /// What the scheduler asks of a running task (stored in an `AtomicU8`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -145,6 +147,8 @@ pub struct RunnerContext {
     pub task: TaskRow,
     pub registry: Arc<PluginRegistry>,
     pub dataset: RArc<Dataset>,
+    /// Every dataset of the task and the plugin API 1.1 side table.
+    pub inputs: TaskInputs,
     pub store: Arc<Store>,
     pub checkpoint_root: PathBuf,
     pub policy: CheckpointPolicy,
@@ -317,7 +321,7 @@ impl Runner {
             max_steps: task.total_steps,
             dataset: ctx.dataset.clone(),
         };
-        let mut trainer = plugin.create_trainer(spec, services)?;
+        let mut trainer = plugin.create_trainer_with_inputs(spec, ctx.inputs.clone(), services)?;
         let (steps, note) = restore(ctx, &mut trainer)?;
         let reason = match steps {
             0 => format!("started{note}"),

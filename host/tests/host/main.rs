@@ -3,6 +3,7 @@
 //! atomic checkpoint directories ([`checkpoints`]) and the SQLite job store
 //! ([`store`]), typed plugin configs over the API ([`typed_configs`]). Fixtures shared with the benchmarks are in `tli_host::testing`.
 
+mod api_1_1;
 mod api_server;
 mod arbiter;
 mod checkpoints;

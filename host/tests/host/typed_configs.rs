@@ -18,6 +18,7 @@ fn model(steps: u64, config: pb::model_spec::Config) -> pb::ModelSpec {
     pb::ModelSpec {
         steps,
         priority: 0,
+        pooled: false,
         config: Some(config),
     }
 }

@@ -49,7 +49,10 @@ pub(super) fn parse_asset(text: &str) -> Result<AssetSpec> {
     let source = match text.strip_prefix("synthetic:") {
         Some(rest) => {
             let bad = || {
-                anyhow!("--asset {text:?}: expected synthetic:ROWS or synthetic:ROWS:SEED (whole numbers)")
+                anyhow!(
+                    "--asset {text:?}: expected synthetic:ROWS, synthetic:ROWS:SEED or \
+                     synthetic:ROWS:SEED:SIGMA (whole numbers, SIGMA a positive number)"
+                )
             };
             let mut parts = rest.split(':');
             let rows = parts.next().and_then(|r| r.parse::<u64>().ok());
@@ -57,9 +60,13 @@ pub(super) fn parse_asset(text: &str) -> Result<AssetSpec> {
                 None => Some(DEFAULT_SEED),
                 Some(s) => s.parse::<u64>().ok(),
             };
-            match (rows, seed, parts.next()) {
-                (Some(rows), Some(seed), None) => {
-                    asset_spec::Source::Synthetic(SyntheticAsset { rows, seed })
+            let sigma = match parts.next() {
+                None => Some(0.0),
+                Some(s) => s.parse::<f64>().ok().filter(|v| v.is_finite() && *v > 0.0),
+            };
+            match (rows, seed, sigma, parts.next()) {
+                (Some(rows), Some(seed), Some(sigma), None) => {
+                    asset_spec::Source::Synthetic(SyntheticAsset { rows, seed, sigma })
                 }
                 _ => return Err(bad()),
             }

@@ -11,9 +11,13 @@
 //! uses [`Orchestrator::run_until_shutdown`]).
 
 mod control;
+mod task_plan;
+
+use task_plan::{assets_label, DatasetCache};
+pub use task_plan::{task_plan, PlannedTask, TaskAssets};
 
 use super::arbiter::{Arbiter, Budget, Candidate, Strategy};
-use super::job::{AssetSpec, JobSpec};
+use super::job::JobSpec;
 use super::live::LiveProgress;
 use super::runner::{self, DeviceOccupancy, Outcome, RunnerContext, RunnerEvent, StopRequest};
 use super::state::TaskState;
@@ -29,9 +33,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tli_data::contracts::ContractBook;
-use tli_data::features::FeatureConfig;
-use tli_data::synthetic_ar::{synthetic_ar_dataset, SyntheticArSpec};
-use tli_plugin_api::{Dataset, Device};
+use tli_plugin_api::{capability, Dataset, Device, TaskInputs};
 
 /// How the orchestrator runs tasks (from `tli host run|serve` options).
 #[derive(Clone, Debug)]
@@ -138,7 +140,7 @@ pub struct Orchestrator {
     registry: Arc<PluginRegistry>,
     contracts: ContractBook,
     arbiter: Mutex<Arbiter>,
-    datasets: Mutex<HashMap<String, RArc<Dataset>>>,
+    datasets: DatasetCache,
     running: Mutex<HashMap<TaskId, RunningTask>>,
     events_tx: Sender<RunnerEvent>,
     events_rx: Mutex<Receiver<RunnerEvent>>,
@@ -193,7 +195,7 @@ impl Orchestrator {
             registry,
             contracts,
             arbiter: Mutex::new(arbiter),
-            datasets: Mutex::new(HashMap::new()),
+            datasets: DatasetCache::default(),
             running: Mutex::new(HashMap::new()),
             events_tx,
             events_rx: Mutex::new(events_rx),
@@ -231,22 +233,19 @@ impl Orchestrator {
     /// stores it with all tasks queued.
     pub fn submit(&self, spec: &JobSpec) -> Result<JobId, SubmitError> {
         spec.check().map_err(SubmitError::Spec)?;
-        let datasets = spec
-            .assets
-            .iter()
-            .enumerate()
-            .map(|(i, asset)| {
-                self.dataset(asset, &spec.features)
-                    .map_err(|message| SubmitError::Asset {
-                        asset: i,
-                        label: asset.label(),
-                        message,
-                    })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let data = self
+            .datasets
+            .job(spec, &self.contracts)
+            .map_err(|(i, message)| SubmitError::Asset {
+                asset: i,
+                label: spec.assets[i].label(),
+                message,
+            })?;
         let arbiter = lock(&self.arbiter);
         let mut tasks = Vec::new();
-        for (m, model) in spec.models.iter().enumerate() {
+        let mut validated: HashMap<usize, String> = HashMap::new();
+        for planned in task_plan(spec) {
+            let (m, model) = (planned.model, &spec.models[planned.model]);
             let model_err = |message: String| SubmitError::Model {
                 model: m,
                 plugin: model.plugin.clone(),
@@ -258,40 +257,57 @@ impl Orchestrator {
                     self.registry.names().join(", ")
                 ))
             })?;
-            let config_text = match &model.config {
-                Some(c) => c.to_string(),
-                None => plugin.manifest.default_config.to_string(),
-            };
-            let config = plugin
-                .validate_config(&config_text)
-                .map_err(|e| model_err(e.to_string()))?;
-            for (a, asset) in spec.assets.iter().enumerate() {
-                let estimate = plugin
-                    .estimate_memory(&config, datasets[a].shape(), &spec.device.to_string())
-                    .map_err(|e| model_err(e.to_string()))?;
-                let bytes = arbiter.with_margin(estimate.total());
-                arbiter
-                    .check_fits_alone(bytes)
-                    .map_err(|e| SubmitError::TooBig {
-                        plugin: model.plugin.clone(),
-                        asset: asset.label(),
-                        message: e.to_string(),
-                    })?;
-                let ordinal = tasks.len() as u64;
-                tasks.push(NewTask {
-                    plugin: model.plugin.clone(),
-                    asset: asset.label(),
-                    config_json: config.clone(),
-                    seed: spec.seed.wrapping_add(ordinal),
-                    total_steps: model.steps,
-                    priority: model.priority,
-                    device: spec.device,
-                    estimate_bytes: estimate.total(),
-                    // Cost proxy for weighted progress: steps × bytes the task touches.
-                    cost_weight: model.steps as f64
-                        * (estimate.parameters + estimate.activations).max(1) as f64,
-                });
+            if model.pooled && !plugin.manifest.has_capability(capability::POOLED) {
+                return Err(model_err(format!(
+                    "plugin {} (plugin API {}) cannot train pooled tasks; drop \"pooled\" to \
+                     train one task per asset",
+                    plugin.manifest.name, plugin.manifest.api_version
+                )));
             }
+            let config = match validated.get(&m) {
+                Some(c) => c.clone(),
+                None => {
+                    let config_text = match &model.config {
+                        Some(c) => c.to_string(),
+                        None => plugin.manifest.default_config.to_string(),
+                    };
+                    let config = plugin
+                        .validate_config(&config_text)
+                        .map_err(|e| model_err(e.to_string()))?;
+                    validated.insert(m, config.clone());
+                    config
+                }
+            };
+            let label = assets_label(spec, planned.assets);
+            let estimate = plugin
+                .estimate_memory(
+                    &config,
+                    data.shape(planned.assets),
+                    &spec.device.to_string(),
+                )
+                .map_err(|e| model_err(e.to_string()))?;
+            let bytes = arbiter.with_margin(estimate.total());
+            arbiter
+                .check_fits_alone(bytes)
+                .map_err(|e| SubmitError::TooBig {
+                    plugin: model.plugin.clone(),
+                    asset: label.clone(),
+                    message: e.to_string(),
+                })?;
+            let ordinal = tasks.len() as u64;
+            tasks.push(NewTask {
+                plugin: model.plugin.clone(),
+                asset: label,
+                config_json: config,
+                seed: spec.seed.wrapping_add(ordinal),
+                total_steps: model.steps,
+                priority: model.priority,
+                device: spec.device,
+                estimate_bytes: estimate.total(),
+                // Cost proxy for weighted progress: steps × bytes the task touches.
+                cost_weight: model.steps as f64
+                    * (estimate.parameters + estimate.activations).max(1) as f64,
+            });
         }
         drop(arbiter);
         let spec_json =
@@ -301,43 +317,8 @@ impl Orchestrator {
         Ok(job)
     }
 
-    /// The dataset of an asset, computed once per (asset, feature config).
-    fn dataset(
-        &self,
-        asset: &AssetSpec,
-        features: &FeatureConfig,
-    ) -> Result<RArc<Dataset>, String> {
-        let key = format!(
-            "{}|{}",
-            asset.label(),
-            serde_json::to_string(features).unwrap_or_default()
-        );
-        if let Some(d) = lock(&self.datasets).get(&key) {
-            return Ok(d.clone());
-        }
-        let dataset = match asset {
-            AssetSpec::Data(path) => {
-                let table = tli_data::read_bars(path).map_err(|e| e.to_string())?;
-                let contract = self
-                    .contracts
-                    .lookup(&table.symbol)
-                    .map_err(|e| e.to_string())?;
-                tli_data::features::build_dataset(&table, contract, features)
-                    .map_err(|e| e.to_string())?
-            }
-            AssetSpec::Synthetic(s) => synthetic_ar_dataset(SyntheticArSpec {
-                rows: s.rows,
-                seed: s.seed,
-                ..SyntheticArSpec::default()
-            }),
-        };
-        let dataset = RArc::new(dataset);
-        lock(&self.datasets).insert(key, dataset.clone());
-        Ok(dataset)
-    }
-
-    /// The job spec and dataset a stored task needs to run.
-    fn task_inputs(&self, task: &TaskRow) -> Result<(JobSpec, RArc<Dataset>), String> {
+    /// The job spec, first dataset and inputs a stored task needs to run.
+    fn task_inputs(&self, task: &TaskRow) -> Result<(JobSpec, RArc<Dataset>, TaskInputs), String> {
         let job = self
             .store
             .job(task.job_id)
@@ -345,13 +326,16 @@ impl Orchestrator {
             .ok_or_else(|| format!("job {} of task {} is missing", task.job_id, task.id))?;
         let spec: JobSpec =
             serde_json::from_str(&job.spec_json).map_err(|e| format!("stored job spec: {e}"))?;
-        let asset = spec
-            .assets
-            .get(task.ordinal as usize % spec.assets.len().max(1))
-            .ok_or_else(|| format!("task {} has no asset in its job spec", task.id))?
-            .clone();
-        let dataset = self.dataset(&asset, &spec.features)?;
-        Ok((spec, dataset))
+        let planned = task_plan(&spec)
+            .get(task.ordinal as usize)
+            .copied()
+            .ok_or_else(|| format!("task {} has no place in its job spec", task.id))?;
+        let data = self
+            .datasets
+            .job(&spec, &self.contracts)
+            .map_err(|(i, m)| format!("assets[{i}]: {m}"))?;
+        let (dataset, inputs) = data.inputs(planned.assets);
+        Ok((spec, dataset, inputs))
     }
 
     /// One scheduling round: handle runner reports, then start what fits.
@@ -400,7 +384,7 @@ impl Orchestrator {
     }
 
     fn start(&self, task: &TaskRow, bytes: u64, threads: i32) -> Result<(), String> {
-        let (spec, dataset) = self.task_inputs(task)?;
+        let (spec, dataset, inputs) = self.task_inputs(task)?;
         let reservation = self
             .store
             .reserve(task.id, self.config.device, bytes)
@@ -411,6 +395,7 @@ impl Orchestrator {
             task: task.clone(),
             registry: self.registry.clone(),
             dataset,
+            inputs,
             store: self.store.clone(),
             checkpoint_root: self
                 .config
