@@ -1,7 +1,8 @@
 //! Futures contract specifications: tick size, point value (currency per
-//! 1.0 price move per contract), currency and trading session. Built-in for
-//! the common CME Group contracts; users add or override contracts with a
-//! TOML file (`--contracts FILE` or `TLI_CONTRACTS`):
+//! 1.0 price move per contract), currency, trading session and exchange
+//! calendar. Built-in for the common CME Group contracts; users add or
+//! override contracts with a TOML file (`--contracts FILE` or
+//! `TLI_CONTRACTS`):
 //!
 //! ```toml
 //! [[contract]]
@@ -14,10 +15,22 @@
 //! session = "01:15-22:00 CET"
 //! reference_price = 18000.0   # optional: level for synthetic data
 //! annual_volatility = 0.2     # optional: for synthetic data
+//! # Optional calendar keys (see `calendar`; defaults come from the exchange):
+//! timezone = "Europe/Berlin"  # IANA name
+//! session_open = "01:15"      # local time; a close at or before the open
+//! session_close = "22:00"     #   opens the evening before (Globex 17:00/16:00)
+//! holidays = "none"           # "cme" or "none"
+//! early_close = "none"        # local close on half days, or "none"
+//! roll = "quarterly"          # "quarterly" (third-Friday expiry), "monthly" (NYMEX
+//!                             #   crude-oil expiry) or "none"
+//! expiry_months = "HMUZ"      # month codes of the listed contracts
+//! roll_days_before_expiry = 8 # calendar days from roll to expiry
 //! ```
 //!
 //! Figures for the built-ins are the exchange's published contract
-//! specifications (CME Group product pages).
+//! specifications (CME Group product pages); their early closes are CME
+//! Group's usual holiday-schedule times (equity index and FX 12:15 CT,
+//! interest rates 12:00 CT, energy and metals 12:45 CT).
 
 use super::DataError;
 use serde::{Deserialize, Serialize};
@@ -43,6 +56,32 @@ pub struct ContractSpec {
     /// A typical annualized volatility, used by the synthetic generator.
     #[serde(default)]
     pub annual_volatility: Option<f64>,
+    /// IANA time zone of the exchange (`America/Chicago`); default from
+    /// `exchange` (see [`crate::calendar`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timezone: Option<String>,
+    /// Daily session open, local `HH:MM`; with a close at or before it the
+    /// session opens the evening before its trading date.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_open: Option<String>,
+    /// Daily session close, local `HH:MM` (or `24:00`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_close: Option<String>,
+    /// Close on half days, local `HH:MM`, or `none`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub early_close: Option<String>,
+    /// Holiday calendar: `cme` or `none`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holidays: Option<String>,
+    /// Roll rule: `quarterly`, `monthly` or `none`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub roll: Option<String>,
+    /// Month codes of the contracts the roll rule walks through (`HMUZ`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expiry_months: Option<String>,
+    /// Calendar days from the roll date to the expiry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub roll_days_before_expiry: Option<u32>,
 }
 
 impl ContractSpec {
@@ -107,7 +146,24 @@ impl ContractSpec {
                 ));
             }
         }
-        Ok(())
+        crate::calendar::ExchangeCalendar::parse(self).map(|_| ())
+    }
+}
+
+/// The calendar of a built-in (all CME Group: America/Chicago, Globex
+/// 17:00-16:00, CME holidays): (early close, roll rule, expiry months, calendar
+/// days from roll to expiry).
+fn builtin_calendar(root: &str) -> (&'static str, &'static str, Option<(&'static str, u32)>) {
+    match root {
+        // Equity index: quarterly, third-Friday expiry, roll 8 days before (CME convention).
+        "ES" | "MES" | "NQ" | "MNQ" | "RTY" | "YM" => ("12:15", "quarterly", Some(("HMUZ", 8))),
+        // WTI: every month, NYMEX crude-oil expiry.
+        "CL" => ("12:45", "monthly", Some(("FGHJKMNQUVXZ", 5))),
+        // FX (expiry before the third Wednesday), Treasuries (first notice
+        // day), natural gas and metals have expiry rules not modelled here.
+        "6E" | "6J" => ("12:15", "none", None),
+        "ZN" | "ZB" => ("12:00", "none", None),
+        _ => ("12:45", "none", None),
     }
 }
 
@@ -210,6 +266,7 @@ impl ContractBook {
                 } else {
                     "CME Globex Sun-Fri 18:00-17:00 ET"
                 };
+                let (early_close, roll, roll_months) = builtin_calendar(root);
                 let spec = ContractSpec {
                     root: root.into(),
                     name: name.into(),
@@ -220,6 +277,14 @@ impl ContractBook {
                     session: session.into(),
                     reference_price: Some(price),
                     annual_volatility: Some(vol),
+                    timezone: Some("America/Chicago".into()),
+                    session_open: Some("17:00".into()),
+                    session_close: Some("16:00".into()),
+                    early_close: Some(early_close.into()),
+                    holidays: Some("cme".into()),
+                    roll: Some(roll.into()),
+                    expiry_months: roll_months.map(|(months, _)| months.into()),
+                    roll_days_before_expiry: roll_months.map(|(_, days)| days),
                 };
                 (root.to_string(), spec)
             })
@@ -328,5 +393,46 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("is not a valid contracts file"));
+    }
+
+    #[test]
+    fn calendar_keys_load_and_are_checked() {
+        for spec in ContractBook::builtin().specs() {
+            spec.check().unwrap();
+            crate::calendar::ExchangeCalendar::for_contract(spec).unwrap();
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("contracts.toml");
+        let fdax = "[[contract]]\nroot = \"FDAX\"\nname = \"DAX\"\nexchange = \"EUREX\"\ntick_size = 1.0\npoint_value = 25.0\ncurrency = \"EUR\"\nsession = \"01:15-22:00 CET\"\n";
+        std::fs::write(
+            &path,
+            format!("{fdax}timezone = \"Europe/Berlin\"\nsession_open = \"01:15\"\nsession_close = \"22:00\"\nholidays = \"none\"\nearly_close = \"none\"\nroll = \"quarterly\"\nexpiry_months = \"HMUZ\"\nroll_days_before_expiry = 8\n"),
+        )
+        .unwrap();
+        let book = ContractBook::load(Some(&path)).unwrap();
+        let cal =
+            crate::calendar::ExchangeCalendar::for_contract(book.lookup("FDAX").unwrap()).unwrap();
+        assert_eq!(cal.timezone(), "Europe/Berlin");
+        for (extra, expected) in [
+            (
+                "roll = \"weekly\"\n",
+                "FDAX: roll \"weekly\" is not a known roll rule",
+            ),
+            ("timezone = \"CET+1\"\n", "FDAX: timezone \"CET+1\""),
+            (
+                "session_close = \"22:00\"\n",
+                "FDAX: session_open and session_close",
+            ),
+        ] {
+            std::fs::write(&path, format!("{fdax}{extra}")).unwrap();
+            let e = ContractBook::load(Some(&path)).unwrap_err().to_string();
+            assert!(
+                e.contains("contracts.toml: ") && e.contains(expected),
+                "{e}"
+            );
+        }
+        std::fs::write(&path, format!("{fdax}time_zone = \"UTC\"\n")).unwrap();
+        let e = ContractBook::load(Some(&path)).unwrap_err().to_string();
+        assert!(e.contains("unknown field `time_zone`"), "{e}");
     }
 }

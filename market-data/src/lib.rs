@@ -8,6 +8,7 @@
 //! * [`table`]: [`BarTable`], [`BarInterval`], [`Roll`], [`ContractBars`]; row checks, gaps.
 //! * [`csv_format`], [`parquet_format`], [`dbn_format`]: readers and writers; DBN parent roll.
 //! * [`contracts`]: contract specs (built-in and TOML), symbol → root lookup.
+//! * [`calendar`]: exchange calendars: local time, sessions, holidays, rolls; known-future columns.
 //! * [`synth`]: deterministic synthetic bars (GARCH, t tails, regimes, seasonality, planted ρ).
 //! * [`features`]: bars → features, targets, splits, normalization → `Dataset`.
 //! * [`inspect`]: `tli data inspect` summaries.
@@ -17,6 +18,7 @@
 //! Nothing is silently repaired: a bad row is an error that names the file,
 //! the row and the problem ([`DataError`]).
 
+pub mod calendar;
 pub mod contracts;
 pub mod csv_format;
 pub mod dbn_format;

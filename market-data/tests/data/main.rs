@@ -1,6 +1,8 @@
 //! The market-data integration tests, one binary: the bar file formats
-//! ([`formats`]) and the bundled sample data ([`samples`]).
+//! ([`formats`]), the bundled sample data ([`samples`]) and the exchange
+//! calendar against it ([`calendar`]).
 
+mod calendar;
 mod fixtures;
 mod formats;
 mod samples;
