@@ -162,6 +162,14 @@ pub enum DataCommand {
     Inspect {
         #[arg(required = true)]
         files: Vec<PathBuf>,
+        /// Also show what plugins receive from each file: every feature with its
+        /// role (observed past / known future), every target with its horizon and
+        /// scale, the bar interval, and the rows marked as gaps or rolls.
+        #[arg(long)]
+        features: bool,
+        /// Feature pipeline config (JSON) for --features, as in a job spec's "features".
+        #[arg(long, value_name = "JSON", requires = "features")]
+        feature_config: Option<String>,
     },
     /// Convert a bar file to another format (chosen by the destination's extension).
     Convert {

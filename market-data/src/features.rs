@@ -193,9 +193,9 @@ pub fn raw_features(
 /// bar of a new front contract.
 pub fn row_markers(table: &BarTable, calendar: &ExchangeCalendar) -> Vec<u8> {
     let mut markers = vec![0u8; table.len()];
-    for t in 1..table.len() {
-        if calendar.gap_before(table.ts[t - 1], table.ts[t], table.interval) {
-            markers[t] |= GAP_BEFORE;
+    for (t, pair) in table.ts.windows(2).enumerate() {
+        if calendar.gap_before(pair[0], pair[1], table.interval) {
+            markers[t + 1] |= GAP_BEFORE;
         }
     }
     for roll in &table.rolls {

@@ -143,3 +143,22 @@ impl RootModule for PluginModuleRef {
     const NAME: &'static str = "tli_plugin";
     const VERSION_STRINGS: VersionStrings = package_version_strings!();
 }
+
+#[cfg(test)]
+mod tests {
+    use abi_stable::abi_stability::abi_checking::check_layout_compatibility;
+    use abi_stable::StableAbi;
+
+    /// The host views a 1.0 plugin through the current module: that is sound
+    /// only while the 1.0 module is exactly its prefix (abi_stable accepts a
+    /// library with more fields than the interface, never fewer).
+    #[test]
+    fn abi_v1_0_is_a_prefix_of_the_current_module() {
+        let v1_0 = <super::v1_0::PluginModuleRef as StableAbi>::LAYOUT;
+        let current = <super::PluginModuleRef as StableAbi>::LAYOUT;
+        assert!(check_layout_compatibility(v1_0, current).is_ok());
+        let refused = check_layout_compatibility(current, v1_0)
+            .expect_err("abi_stable refuses a library with fewer fields than expected");
+        assert!(refused.to_string().contains("too many fields"));
+    }
+}

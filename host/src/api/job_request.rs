@@ -263,6 +263,7 @@ mod tests {
             model: Some(pb::ModelSpec {
                 steps: 10,
                 priority: 0,
+                pooled: false,
                 config: Some(pb::model_spec::Config::Template(pb::TemplateConfig {
                     hidden_sizes: vec![8],
                     learning_rate: Some(0.01),
@@ -274,6 +275,7 @@ mod tests {
                 source: Some(pb::asset_spec::Source::Synthetic(pb::SyntheticAsset {
                     rows: 200,
                     seed: 0,
+                    sigma: 0.0,
                 })),
             }],
             ..Default::default()

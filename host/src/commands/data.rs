@@ -100,6 +100,141 @@ pub(super) fn inspect(
     Ok(())
 }
 
+/// What plugins receive from one file (`tli data inspect --features`).
+#[derive(serde::Serialize)]
+struct FeatureView {
+    file: String,
+    symbol: String,
+    rows: usize,
+    bar_interval_ns: i64,
+    splits: [u64; 4],
+    features: Vec<NamedRole>,
+    targets: Vec<TargetView>,
+    gap_rows: Vec<String>,
+    roll_rows: Vec<String>,
+}
+
+#[derive(serde::Serialize)]
+struct NamedRole {
+    name: String,
+    role: String,
+}
+
+#[derive(serde::Serialize)]
+struct TargetView {
+    name: String,
+    horizon: u32,
+    scale: f64,
+}
+
+pub(super) fn inspect_features(
+    contracts: Option<&Path>,
+    files: &[PathBuf],
+    feature_config: Option<&str>,
+    output: OutputFormat,
+) -> Result<()> {
+    let book = ContractBook::load(contracts)?;
+    let config: tli_data::features::FeatureConfig = match feature_config {
+        Some(json) => serde_json::from_str(json).context("--feature-config")?,
+        None => Default::default(),
+    };
+    let mut views = Vec::new();
+    for file in files {
+        let table = tli_data::read_bars(file)?;
+        let contract = book.lookup(&table.symbol)?;
+        let built = tli_data::features::build_annotated_dataset(&table, contract, &config)?;
+        let (d, a) = (&built.dataset, &built.annex);
+        let marked = |bit: u8| -> Vec<String> {
+            (0..d.rows())
+                .filter(|&r| a.row_markers[r] & bit != 0)
+                .map(|r| timefmt::format(d.timestamps[r]))
+                .collect()
+        };
+        let s = d.splits;
+        views.push(FeatureView {
+            file: file.display().to_string(),
+            symbol: d.symbol.to_string(),
+            rows: d.rows(),
+            bar_interval_ns: a.bar_interval_ns,
+            splits: [s.train_end, s.valid_start, s.valid_end, s.test_start],
+            features: d
+                .feature_names
+                .iter()
+                .zip(&a.feature_roles)
+                .map(|(n, r)| NamedRole {
+                    name: n.to_string(),
+                    role: r.name().to_string(),
+                })
+                .collect(),
+            targets: d
+                .target_names
+                .iter()
+                .zip(a.target_horizons.iter().zip(&a.target_scales))
+                .map(|(n, (h, sc))| TargetView {
+                    name: n.to_string(),
+                    horizon: *h,
+                    scale: *sc,
+                })
+                .collect(),
+            gap_rows: marked(tli_plugin_api::GAP_BEFORE),
+            roll_rows: marked(tli_plugin_api::ROLL_BEFORE),
+        });
+    }
+    if output == OutputFormat::Json {
+        return print_json(&views);
+    }
+    for v in &views {
+        crate::outln!(
+            "{} ({}): {} rows, bar interval {} s; train [0, {}), validation [{}, {}), test [{}, {})",
+            v.file,
+            v.symbol,
+            v.rows,
+            v.bar_interval_ns / 1_000_000_000,
+            v.splits[0],
+            v.splits[1],
+            v.splits[2],
+            v.splits[3],
+            v.rows
+        );
+        let mut table = new_table(vec!["INPUT", "KIND", "ROLE / HORIZON", "SCALE"]);
+        for f in &v.features {
+            table.add_row(vec![
+                f.name.clone(),
+                "feature".into(),
+                f.role.clone(),
+                "z-score (train)".into(),
+            ]);
+        }
+        for t in &v.targets {
+            table.add_row(vec![
+                t.name.clone(),
+                "target".into(),
+                format!("{} bars ahead", t.horizon),
+                format!("÷ {:.6e}", t.scale),
+            ]);
+        }
+        crate::outln!("{table}");
+        let list = |rows: &[String]| -> String {
+            let mut text = rows.iter().take(10).cloned().collect::<Vec<_>>().join(", ");
+            if rows.len() > 10 {
+                text.push_str(&format!(", … ({} in all)", rows.len()));
+            }
+            text
+        };
+        crate::outln!(
+            "gap before: {} row(s) {}",
+            v.gap_rows.len(),
+            list(&v.gap_rows)
+        );
+        crate::outln!(
+            "roll before: {} row(s) {}",
+            v.roll_rows.len(),
+            list(&v.roll_rows)
+        );
+    }
+    Ok(())
+}
+
 fn gap_text(s: &inspect::Summary) -> String {
     let mut text = s.gap_count.to_string();
     for g in &s.largest_gaps {

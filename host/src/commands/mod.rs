@@ -63,7 +63,16 @@ pub fn run(cli: Cli) -> Result<()> {
         },
         Command::Data { command } => match command {
             DataCommand::Synth(args) => data::synth(contracts, args, cli.output),
-            DataCommand::Inspect { files } => data::inspect(contracts, files, cli.output),
+            DataCommand::Inspect {
+                files,
+                features: false,
+                ..
+            } => data::inspect(contracts, files, cli.output),
+            DataCommand::Inspect {
+                files,
+                features: true,
+                feature_config,
+            } => data::inspect_features(contracts, files, feature_config.as_deref(), cli.output),
             DataCommand::Convert {
                 source,
                 destination,

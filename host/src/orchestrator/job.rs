@@ -453,7 +453,11 @@ mod tests {
         assert_eq!(spec.assets[0], AssetSpec::Data("a.csv".into()));
         assert_eq!(
             spec.assets[1],
-            AssetSpec::Synthetic(SyntheticAsset { rows: 100, seed: 2 })
+            AssetSpec::Synthetic(SyntheticAsset {
+                rows: 100,
+                seed: 2,
+                sigma: None
+            })
         );
         assert_eq!(spec.checkpoint.every_steps, Some(1000));
         assert_eq!(spec.device, Device::Cpu);

@@ -5,4 +5,5 @@
 mod calendar;
 mod fixtures;
 mod formats;
+mod leakage;
 mod samples;

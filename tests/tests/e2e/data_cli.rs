@@ -56,6 +56,38 @@ fn synthetic_bars_roll_between_quarterly_contracts_and_are_deterministic() {
     assert_eq!(rolls[0]["to"], "NQM24");
     // Hourly bars stop for the daily break and the weekend: gaps are reported.
     assert!(s["gap_count"].as_u64().unwrap() > 0);
+
+    // What plugins receive (plugin API 1.1): roles, horizons, scales, interval, markers.
+    let view = json(&run_tli(
+        dir.path(),
+        &[
+            "data",
+            "inspect",
+            "--features",
+            "--feature-config",
+            r#"{"target_horizons":[1,4]}"#,
+            a.to_str().unwrap(),
+            "-o",
+            "json",
+        ],
+    ));
+    let v = &view[0];
+    assert_eq!(v["bar_interval_ns"], 3_600_000_000_000i64);
+    let roles: Vec<(&str, &str)> = v["features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["name"].as_str().unwrap(), f["role"].as_str().unwrap()))
+        .collect();
+    assert!(roles.contains(&("logret_1", "observed_past")), "{roles:?}");
+    assert!(roles.contains(&("tod_sin", "known_future")), "{roles:?}");
+    assert!(roles.contains(&("days_to_roll", "known_future")), "{roles:?}");
+    let targets = v["targets"].as_array().unwrap();
+    assert_eq!(targets[1]["name"], "fwd_logret_4");
+    assert_eq!(targets[1]["horizon"], 4);
+    assert!(targets[1]["scale"].as_f64().unwrap() > targets[0]["scale"].as_f64().unwrap());
+    // The NQH24 → NQM24 roll is marked on the row where the new contract starts.
+    assert!(!v["roll_rows"].as_array().unwrap().is_empty(), "{v}");
 }
 
 #[test]

@@ -227,7 +227,8 @@ mod tests {
             r.assets[1].source,
             Some(asset_spec::Source::Synthetic(SyntheticAsset {
                 rows: 500,
-                seed: 9
+                seed: 9,
+                sigma: 0.0
             }))
         );
         assert_eq!(
@@ -253,7 +254,8 @@ mod tests {
             r.assets[0].source,
             Some(asset_spec::Source::Synthetic(SyntheticAsset {
                 rows: 100,
-                seed: 1
+                seed: 1,
+                sigma: 0.0
             }))
         );
         // The spec defaults travel explicitly.
@@ -282,14 +284,16 @@ mod tests {
             parse_asset("synthetic:100").unwrap().source,
             Some(asset_spec::Source::Synthetic(SyntheticAsset {
                 rows: 100,
-                seed: 1
+                seed: 1,
+                sigma: 0.0
             }))
         );
         assert_eq!(
             parse_asset("synthetic:100:7").unwrap().source,
             Some(asset_spec::Source::Synthetic(SyntheticAsset {
                 rows: 100,
-                seed: 7
+                seed: 7,
+                sigma: 0.0
             }))
         );
         assert_eq!(
