@@ -8,14 +8,16 @@
 //! (docs/writing-a-plugin.md).
 
 mod config;
+mod pooled;
 
 use config::{LrSchedule, TemplateConfig};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use tch::{Device, Kind, Tensor};
 use tli_plugin_api::{
-    abi_stable::std_types::RArc, export_plugin, Dataset, DatasetShape, EvalReport, Host, Manifest,
-    MemoryBreakdown, Metric, Plugin, PluginError, StepReport, TaskSpec, Trainer,
+    abi_stable::std_types::RArc, capability, export_plugin, Dataset, DatasetShape, EvalReport,
+    Host, Manifest, MemoryBreakdown, Metric, Plugin, PluginError, StepReport, TaskInputs,
+    TaskSpec, Trainer,
 };
 use tli_plugin_kit::{
     adam::{Adam, AdamConfig},
@@ -70,7 +72,22 @@ impl Plugin for TemplatePlugin {
     }
 
     fn create_trainer(spec: TaskSpec, host: Host) -> Result<TemplateTrainer, PluginError> {
-        TemplateTrainer::new(spec, host)
+        TemplateTrainer::new(spec, None, host)
+    }
+
+    fn capabilities() -> Vec<String> {
+        vec![capability::POOLED.to_string()]
+    }
+
+    /// A pooled task trains one MLP across every asset, the asset index a
+    /// one-hot static input; a per-asset task is the 1.0 trainer.
+    fn create_trainer_with_inputs(
+        spec: TaskSpec,
+        inputs: TaskInputs,
+        host: Host,
+    ) -> Result<TemplateTrainer, PluginError> {
+        let pooled = inputs.pooled.then_some(inputs);
+        TemplateTrainer::new(spec, pooled.as_ref(), host)
     }
 }
 
@@ -115,14 +132,16 @@ pub struct TemplateTrainer {
     train_rows: u64,
     shape: DatasetShape,
     valid_rows: std::ops::Range<usize>,
+    /// A pooled task's assets: symbol and validation rows (empty otherwise).
+    pooled_valid: Vec<(String, std::ops::Range<usize>)>,
 }
 
 impl TemplateTrainer {
-    fn new(spec: TaskSpec, host: Host) -> Result<Self, PluginError> {
+    fn new(spec: TaskSpec, pooled: Option<&TaskInputs>, host: Host) -> Result<Self, PluginError> {
         let config = TemplateConfig::parse(&spec.config_json)?;
         let device = parse_device(&spec.device)?;
         let dataset: &RArc<Dataset> = &spec.dataset;
-        let shape = dataset.shape();
+        let mut shape = dataset.shape();
         if shape.features == 0 {
             return Err(PluginError::invalid_data(
                 "the dataset has no feature columns",
@@ -136,8 +155,32 @@ impl TemplateTrainer {
             )));
         }
         let all = 0..dataset.rows();
-        let features = data::features(dataset, all.clone(), device)?;
-        let targets = data::target_column(dataset, all, config.target_index, device)?;
+        let (features, targets, train_rows, valid_rows, pooled_valid) = match pooled {
+            None => (
+                data::features(dataset, all.clone(), device)?,
+                data::target_column(dataset, all, config.target_index, device)?,
+                train.len() as u64,
+                data::split_rows(dataset, Split::Validation),
+                Vec::new(),
+            ),
+            Some(inputs) => {
+                let p = pooled::pooled_data(inputs, config.target_index, device)?;
+                shape.features = p.width as u64;
+                shape.rows = p.features.size()[0] as u64;
+                let first = p.valid.first().map(|(_, r)| r.start).unwrap_or(0);
+                let last = p.valid.last().map(|(_, r)| r.end).unwrap_or(0);
+                host.info(&format!(
+                    "pooled over {} assets: {}",
+                    p.valid.len(),
+                    p.valid
+                        .iter()
+                        .map(|(s, _)| s.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+                (p.features, p.targets, p.train_rows, first..last, p.valid)
+            }
+        };
 
         let rng = Rng::new(spec.seed);
         let model = Mlp::new(
@@ -168,9 +211,10 @@ impl TemplateTrainer {
                 .unwrap_or("?"),
         ));
         Ok(Self {
-            train_rows: train.len() as u64,
+            train_rows,
             shape,
-            valid_rows: data::split_rows(dataset, Split::Validation),
+            valid_rows,
+            pooled_valid,
             config,
             host,
             device,
@@ -221,6 +265,41 @@ impl TemplateTrainer {
         loss.f_double_value(&[]).plugin_err("reading the loss")
     }
 
+    /// Validation metrics over `rows` of the data tensors, names suffixed with `suffix`.
+    fn validation_metrics(
+        &self,
+        rows: std::ops::Range<usize>,
+        suffix: &str,
+    ) -> Result<Vec<Metric>, PluginError> {
+        let (start, len) = (rows.start as i64, rows.len() as i64);
+        // Forecasts and targets of the validation split; the kit computes the metrics.
+        let (forecast, target) = tch::no_grad(|| -> Result<(Vec<f32>, Vec<f32>), tch::TchError> {
+            let x = self.features.f_narrow(0, start, len)?;
+            let y = self.targets.f_narrow(0, start, len)?;
+            let p = self
+                .model
+                .forward(&x)
+                .map_err(|e| tch::TchError::Torch(e.to_string()))?;
+            let flat = |t: &Tensor| -> Result<Vec<f32>, tch::TchError> {
+                Vec::<f32>::try_from(t.f_to_kind(Kind::Float)?.f_reshape([-1])?)
+            };
+            Ok((flat(&p)?, flat(&y)?))
+        })
+        .plugin_err("evaluating on the validation split")?;
+        let m = forecast_metrics::point_metrics(&target, &forecast);
+        let (mse, zero_mse) = (m.mse, m.mse_zero_forecast);
+        self.host.debug(&format!(
+            "validation{suffix} mse {mse:.6e} vs zero forecast {zero_mse:.6e}"
+        ));
+        Ok(vec![
+            Metric::new(&format!("valid_mse{suffix}"), mse),
+            Metric::new(&format!("valid_mse_zero_forecast{suffix}"), zero_mse),
+            Metric::new(&format!("valid_skill{suffix}"), m.skill),
+            Metric::new(&format!("valid_hit_rate{suffix}"), m.hit_rate),
+            Metric::new(&format!("valid_correlation{suffix}"), m.correlation),
+        ])
+    }
+
     fn named_tensors(&self) -> Vec<(String, &Tensor)> {
         let mut all = self.model.named_parameters();
         all.extend(self.optimizer.named_state());
@@ -255,35 +334,14 @@ impl Trainer for TemplateTrainer {
         if rows.is_empty() {
             return Err(PluginError::invalid_data("the validation split is empty"));
         }
-        let (start, len) = (rows.start as i64, rows.len() as i64);
-        // Forecasts and targets of the validation split; the kit computes the metrics.
-        let (forecast, target) = tch::no_grad(|| -> Result<(Vec<f32>, Vec<f32>), tch::TchError> {
-            let x = self.features.f_narrow(0, start, len)?;
-            let y = self.targets.f_narrow(0, start, len)?;
-            let p = self
-                .model
-                .forward(&x)
-                .map_err(|e| tch::TchError::Torch(e.to_string()))?;
-            let flat = |t: &Tensor| -> Result<Vec<f32>, tch::TchError> {
-                Vec::<f32>::try_from(t.f_to_kind(Kind::Float)?.f_reshape([-1])?)
-            };
-            Ok((flat(&p)?, flat(&y)?))
-        })
-        .plugin_err("evaluating on the validation split")?;
-        let m = forecast_metrics::point_metrics(&target, &forecast);
-        let (mse, zero_mse) = (m.mse, m.mse_zero_forecast);
-        self.host.debug(&format!(
-            "validation mse {mse:.6e} vs zero forecast {zero_mse:.6e}"
-        ));
+        let mut metrics = self.validation_metrics(rows, "")?;
+        for (symbol, rows) in self.pooled_valid.clone() {
+            if !rows.is_empty() {
+                metrics.extend(self.validation_metrics(rows, &format!("@{symbol}"))?);
+            }
+        }
         Ok(EvalReport {
-            metrics: vec![
-                Metric::new("valid_mse", mse),
-                Metric::new("valid_mse_zero_forecast", zero_mse),
-                Metric::new("valid_skill", m.skill),
-                Metric::new("valid_hit_rate", m.hit_rate),
-                Metric::new("valid_correlation", m.correlation),
-            ]
-            .into(),
+            metrics: metrics.into(),
         })
     }
 
