@@ -303,6 +303,14 @@ mod tests {
             ))
         );
         assert_eq!(
+            parse_asset("synthetic:100:2:0.05").unwrap().source,
+            Some(asset_spec::Source::Synthetic(SyntheticAsset {
+                rows: 100,
+                seed: 2,
+                sigma: 0.05
+            }))
+        );
+        assert_eq!(
             parse_asset("./synthetic:5").unwrap().source,
             Some(asset_spec::Source::DataPath("./synthetic:5".into()))
         );
@@ -310,7 +318,8 @@ mod tests {
             "synthetic:x",
             "synthetic:",
             "synthetic:10:y",
-            "synthetic:1:2:3",
+            "synthetic:1:2:3:4",
+            "synthetic:1:2:-0.5",
             " ",
         ] {
             let e = parse_asset(bad).unwrap_err().to_string();
