@@ -269,9 +269,14 @@ pub struct StartArgs {
     /// Config per plugin as JSON or PLUGIN=JSON (as for `train local`).
     #[arg(long)]
     pub config: Vec<String>,
-    /// Asset: a bar file path on the host, or `synthetic:ROWS`. Repeatable.
+    /// Asset: a bar file path on the host, or `synthetic:ROWS[:SEED[:SIGMA]]`. Repeatable.
     #[arg(long, short = 'a')]
     pub asset: Vec<String>,
+    /// Train each plugin once across all the assets (one pooled task per plugin,
+    /// the asset as a static covariate) instead of once per asset. Needs plugins
+    /// with the `pooled` capability (plugin API 1.1; `tli plugins list` shows it).
+    #[arg(long)]
+    pub pooled: bool,
     #[arg(long, default_value_t = 1000)]
     pub steps: u64,
     #[arg(long, default_value_t = crate::orchestrator::job::DEFAULT_SEED)]

@@ -32,6 +32,7 @@ impl PluginApi {
                     default_config_json: p.manifest.default_config.to_string(),
                     config_schema_json: p.manifest.config_schema.to_string(),
                     path: p.path.display().to_string(),
+                    capabilities: p.manifest.capabilities.clone(),
                 })
                 .collect(),
             refused: registry

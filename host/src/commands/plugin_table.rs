@@ -21,6 +21,8 @@ pub(super) struct PluginJson {
     pub load_ms: Option<f64>,
     pub default_config: serde_json::Value,
     pub config_schema: serde_json::Value,
+    /// Plugin API 1.1 capabilities (`pooled`, …).
+    pub capabilities: Vec<String>,
 }
 
 /// A file that was not loaded, and why.
@@ -57,6 +59,7 @@ impl From<&PluginRegistry> for PluginListingJson {
                     load_ms: Some(p.load_time.as_secs_f64() * 1e3),
                     default_config: p.manifest.default_config.clone(),
                     config_schema: p.manifest.config_schema.clone(),
+                    capabilities: p.manifest.capabilities.clone(),
                 })
                 .collect(),
             refused: registry
@@ -93,6 +96,7 @@ impl From<&pb::ListPluginsResponse> for PluginListingJson {
                     load_ms: None,
                     default_config: parse(&p.default_config_json),
                     config_schema: parse(&p.config_schema_json),
+                    capabilities: p.capabilities.clone(),
                 })
                 .collect(),
             refused: r
@@ -110,14 +114,26 @@ impl From<&pb::ListPluginsResponse> for PluginListingJson {
 /// The table of loaded plugins, then one line per refused file.
 pub(super) fn print_plugin_listing(listing: &PluginListingJson, dir_label: &str) {
     crate::outln!("{dir_label}: {}", listing.plugin_dir);
-    let mut table = new_table(vec!["NAME", "VERSION", "API", "FAMILY", "DESCRIPTION"]);
+    let mut table = new_table(vec![
+        "NAME",
+        "VERSION",
+        "API",
+        "FAMILY",
+        "CAPABILITIES",
+        "DESCRIPTION",
+    ]);
     for p in &listing.plugins {
         table.add_row(vec![
-            &p.name,
-            &p.version,
-            &p.api_version,
-            &p.family,
-            &p.description,
+            p.name.clone(),
+            p.version.clone(),
+            p.api_version.clone(),
+            p.family.clone(),
+            if p.capabilities.is_empty() {
+                "-".to_string()
+            } else {
+                p.capabilities.join(",")
+            },
+            p.description.clone(),
         ]);
     }
     crate::outln!("{table}");

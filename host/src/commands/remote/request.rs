@@ -39,7 +39,8 @@ pub(super) fn parse_order(name: &str) -> Result<JobOrder> {
     }
 }
 
-/// An `--asset` value: `synthetic:ROWS`, `synthetic:ROWS:SEED`, or a bar file
+/// An `--asset` value: `synthetic:ROWS`, `synthetic:ROWS:SEED`,
+/// `synthetic:ROWS:SEED:SIGMA` (the series' scale), or a bar file
 /// path on the host (write `./synthetic:…` for a file with that name).
 pub(super) fn parse_asset(text: &str) -> Result<AssetSpec> {
     let text = text.trim();
@@ -112,7 +113,10 @@ pub(super) fn request_from_flags(args: &StartArgs) -> Result<StartTrainingReques
     let models = args
         .plugin
         .iter()
-        .map(|p| plugin_model(p, args.steps, 0, config_for(p)))
+        .map(|p| tli_proto::v1::ModelSpec {
+            pooled: args.pooled,
+            ..plugin_model(p, args.steps, 0, config_for(p))
+        })
         .collect();
     let assets = args
         .asset
@@ -396,6 +400,12 @@ mod tests {
         assert_eq!(plugin_of(&two.models[0]), ("a", r#"{"general": 1}"#));
         assert_eq!(plugin_of(&two.models[1]), ("b", r#"{"only_b": 2}"#));
         assert_eq!(two.assets.len(), 2);
+        assert!(!two.models[0].pooled, "per-asset tasks are the default");
+        let pooled = request_from_flags(&start_args(&[
+            "-p", "a", "-a", "x.dbn", "-a", "y.dbn", "--pooled",
+        ]))
+        .unwrap();
+        assert!(pooled.model.as_ref().is_some_and(|m| m.pooled));
 
         let e = request_from_flags(&start_args(&["-p", "a", "-a", "x", "--config", "c={}"]))
             .unwrap_err();
