@@ -176,6 +176,23 @@ impl ApiServer {
         }
     }
 
+    /// An orchestrator on the CPU (one core, the `auto` strategy, a 4 GiB
+    /// budget) over `state` and `plugins`, served without auth, polling every 5 ms.
+    pub async fn start_on_cpu(state: &Path, plugins: &Path) -> Self {
+        let orchestrator = Arc::new(
+            Orchestrator::open(OrchestratorConfig {
+                cores: 1,
+                ..orchestrator_config(state, plugins, Strategy::Auto, 1 << 32)
+            })
+            .expect("orchestrator opens"),
+        );
+        let no_auth = ServerConfig {
+            token: None,
+            tls: None,
+        };
+        Self::start(orchestrator, Duration::from_millis(5), &no_auth).await
+    }
+
     /// `http://127.0.0.1:PORT`
     pub fn endpoint(&self) -> String {
         format!("http://{}", self.addr)

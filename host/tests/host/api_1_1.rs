@@ -11,16 +11,10 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tli_host::api::ServerConfig;
-use tli_host::orchestrator::arbiter::Strategy;
-use tli_host::orchestrator::engine::{Orchestrator, OrchestratorConfig};
 use tli_host::orchestrator::store::Store;
 use tli_host::registry::{load_plugin_as, PluginRegistry};
-use tli_host::testing::{
-    library, orchestrator_config, plugin_model, profile_dir, ApiServer, PluginDir, TEMPLATE,
-};
+use tli_host::testing::{library, plugin_model, profile_dir, ApiServer, PluginDir, TEMPLATE};
 use tli_proto::v1 as pb;
 use tli_proto::v1::training_service_client::TrainingServiceClient;
 
@@ -47,22 +41,7 @@ async fn serve(
     state: &Path,
     plugins: &Path,
 ) -> (ApiServer, TrainingServiceClient<tonic::transport::Channel>) {
-    let orchestrator = Arc::new(
-        Orchestrator::open(OrchestratorConfig {
-            cores: 1,
-            ..orchestrator_config(state, plugins, Strategy::Auto, 1 << 32)
-        })
-        .expect("orchestrator opens"),
-    );
-    let server = ApiServer::start(
-        orchestrator,
-        Duration::from_millis(5),
-        &ServerConfig {
-            token: None,
-            tls: None,
-        },
-    )
-    .await;
+    let server = ApiServer::start_on_cpu(state, plugins).await;
     let client = TrainingServiceClient::connect(server.endpoint())
         .await
         .expect("connect");

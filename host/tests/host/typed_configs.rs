@@ -3,14 +3,10 @@
 //! set (the plugins' own defaults for the rest), and a bad value is refused
 //! by the plugin with the key named, before anything is stored.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tli_host::api::ServerConfig;
-use tli_host::orchestrator::arbiter::Strategy;
-use tli_host::orchestrator::engine::{Orchestrator, OrchestratorConfig};
 use tli_host::orchestrator::state::TaskState;
 use tli_host::orchestrator::store::Store;
-use tli_host::testing::{orchestrator_config, synthetic_asset, ApiServer, PluginDir, DQN, PPO};
+use tli_host::testing::{synthetic_asset, ApiServer, PluginDir, DQN, PPO};
 use tli_proto::v1 as pb;
 use tli_proto::v1::training_service_client::TrainingServiceClient;
 
@@ -27,22 +23,7 @@ fn model(steps: u64, config: pb::model_spec::Config) -> pb::ModelSpec {
 async fn typed_dqn_and_ppo_configs_reach_the_plugins_under_their_keys() {
     let state = tempfile::tempdir().expect("temporary directory");
     let plugins = PluginDir::with(&[(DQN, "dqn"), (PPO, "ppo")]);
-    let orchestrator = Arc::new(
-        Orchestrator::open(OrchestratorConfig {
-            cores: 1,
-            ..orchestrator_config(state.path(), plugins.path(), Strategy::Auto, 1 << 32)
-        })
-        .expect("orchestrator opens"),
-    );
-    let server = ApiServer::start(
-        orchestrator,
-        Duration::from_millis(5),
-        &ServerConfig {
-            token: None,
-            tls: None,
-        },
-    )
-    .await;
+    let server = ApiServer::start_on_cpu(state.path(), plugins.path()).await;
     let mut client = TrainingServiceClient::connect(server.endpoint())
         .await
         .expect("connect");
