@@ -155,3 +155,61 @@ pub fn assert_estimate_close(config: &str, estimate: &MemoryBreakdown, t: &Train
     );
     assert!(measured.gradients > 0 && measured.optimizer_state > 0);
 }
+
+/// Renames the tensors of the checkpoint in `dir` (`tensors.safetensors`,
+/// header only: shapes and data stay), e.g. to fake an older layout.
+pub fn rename_checkpoint_tensors(dir: &std::path::Path, renames: &[(&str, &str)]) {
+    let path = dir.join("tensors.safetensors");
+    let bytes = std::fs::read(&path).expect("read the checkpoint tensors");
+    let mut len = [0u8; 8];
+    len.copy_from_slice(&bytes[..8]);
+    let header_len = u64::from_le_bytes(len) as usize;
+    let mut header: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&bytes[8..8 + header_len]).expect("safetensors header");
+    for (from, to) in renames {
+        let entry = header
+            .remove(*from)
+            .unwrap_or_else(|| panic!("no tensor {from} in the checkpoint"));
+        header.insert(to.to_string(), entry);
+    }
+    let mut text = serde_json::to_vec(&header).expect("header");
+    while !text.len().is_multiple_of(8) {
+        text.push(b' ');
+    }
+    let mut out = (text.len() as u64).to_le_bytes().to_vec();
+    out.extend(text);
+    out.extend(&bytes[8 + header_len..]);
+    std::fs::write(&path, out).expect("write the checkpoint tensors");
+}
+
+/// A checkpoint written with the per-tensor Adam layout (`adam.m.<i>`,
+/// `adam.v.<i>`, before the flat AdamW) is refused as an I/O error that says
+/// so, and leaves the trainer as it was: it then steps exactly like a fresh one.
+pub fn assert_per_tensor_adam_checkpoint_refused(
+    plugin: &LoadedPlugin,
+    config: &str,
+    data: &RArc<Dataset>,
+    steps: u64,
+) {
+    let ckpt = tempfile::tempdir().expect("temporary directory");
+    let mut first = trainer(plugin, config, 3, 4 * steps, data);
+    first.step(steps).expect("step");
+    first
+        .save_checkpoint(ckpt.path())
+        .expect("save a checkpoint");
+    rename_checkpoint_tensors(
+        ckpt.path(),
+        &[("adamw.m", "adam.m.0"), ("adamw.v", "adam.v.0")],
+    );
+    let mut refused = trainer(plugin, config, 3, 4 * steps, data);
+    let error = refused
+        .load_checkpoint(ckpt.path())
+        .expect_err("an old-layout checkpoint was loaded");
+    assert_eq!(error.code, tli_plugin_api::ErrorCode::IO, "{error}");
+    assert!(error.message.contains("per-tensor Adam"), "{error}");
+    let mut fresh = trainer(plugin, config, 3, 4 * steps, data);
+    assert_eq!(
+        as_map(&refused.step(steps).expect("step").metrics),
+        as_map(&fresh.step(steps).expect("step").metrics)
+    );
+}

@@ -81,6 +81,7 @@ impl DqnTrainer {
             &tli_plugin_kit::config::differing_keys(&state.config, &self.config),
         )?;
         self.nstep.check_compatible(&state.nstep, self.obs_dim)?;
+        self.optimizer.check_named(&tensors)?;
         if state.env_steps < state.requested {
             return Err(PluginError::io(format!(
                 "checkpoint counters are inconsistent: {} transitions made, {} asked for",

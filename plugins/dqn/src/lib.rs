@@ -33,9 +33,10 @@ use tli_plugin_api::{
 };
 use tli_plugin_kit::rl::{Finished, StepBuffers, VecEnv as Envs};
 use tli_plugin_kit::{
-    adam::{Adam, AdamConfig},
+    adam::AdamConfig,
     data::{self, Split},
     device::parse_device,
+    flat_adamw::FlatAdamW,
     rng::Rng,
     tensor_bytes, TchResultExt,
 };
@@ -121,7 +122,8 @@ pub struct DqnTrainer {
     num_actions: usize,
     online: QNet,
     target: QNet,
-    optimizer: Adam,
+    /// AdamW over the online network's parameters, adopted into one flat buffer.
+    optimizer: FlatAdamW,
     envs: Envs,
     /// Current observations, `num_envs × obs_dim`.
     obs: Vec<f32>,
@@ -173,8 +175,7 @@ impl DqnTrainer {
         let online = QNet::new(&layout, &mut root.fork(1), device)?;
         let target = QNet::new(&layout, &mut root.fork(2), device)?;
         target.update_from(&online, 1.0)?;
-        init_gradients(&online)?;
-        let optimizer = Adam::new(
+        let optimizer = FlatAdamW::new(
             AdamConfig {
                 learning_rate: config.learning_rate,
                 eps: config.adam_eps,
@@ -405,10 +406,9 @@ impl DqnTrainer {
         let loss = q
             .f_huber_loss(&target, tch::Reduction::Mean, c.huber_delta)
             .plugin_err(ctx)?;
-        loss.f_backward().plugin_err("backward pass")?;
-        let params = self.online.parameters();
-        let norm = clip_gradients(&params, c.max_grad_norm)?;
-        self.optimizer.apply(&params, self.learning_rate())?;
+        let lr = self.learning_rate();
+        // Backward, global-norm clipping (kit) and one fused update.
+        let norm = self.optimizer.backward_step(&loss, lr, c.max_grad_norm)?;
         self.updates += 1;
         stats.updates += 1;
         CallStats::add(&mut stats.loss, loss.detach())?;
@@ -419,62 +419,6 @@ impl DqnTrainer {
         CallStats::add(&mut stats.grad_norm, norm)?;
         Ok(())
     }
-}
-
-/// Gives every parameter a (zero) gradient tensor, so the measured memory
-/// includes gradients from the start and nothing is allocated later.
-fn init_gradients(net: &QNet) -> Result<(), PluginError> {
-    let ctx = "allocating gradients";
-    let mut total: Option<Tensor> = None;
-    for p in net.parameters() {
-        let zero = p
-            .f_sum(Kind::Float)
-            .and_then(|s| s.f_mul_scalar(0.0))
-            .plugin_err(ctx)?;
-        total = Some(match total {
-            None => zero,
-            Some(t) => t.f_add(&zero).plugin_err(ctx)?,
-        });
-    }
-    match total {
-        Some(t) => t.f_backward().plugin_err(ctx),
-        None => Ok(()),
-    }
-}
-
-/// Scales the gradients so that their global L2 norm is at most `max_norm`
-/// (as `torch.nn.utils.clip_grad_norm_`: coefficient `max / (norm + 1e-6)`,
-/// capped at 1); `max_norm = 0` leaves them alone. Returns the norm before
-/// clipping, as a scalar tensor (no device synchronisation).
-fn clip_gradients(params: &[&Tensor], max_norm: f64) -> Result<Tensor, PluginError> {
-    let ctx = "clipping gradients";
-    tch::no_grad(|| {
-        let grads: Vec<Tensor> = params
-            .iter()
-            .map(|p| p.grad())
-            .filter(|g| g.defined())
-            .collect();
-        let norms = grads
-            .iter()
-            .map(|g| g.f_norm())
-            .collect::<Result<Vec<_>, _>>()
-            .plugin_err(ctx)?;
-        let total = Tensor::f_stack(&norms, 0)
-            .and_then(|t| t.f_norm())
-            .plugin_err(ctx)?;
-        if max_norm > 0.0 {
-            let coef = total
-                .f_add_scalar(1e-6)
-                .and_then(|t| t.f_reciprocal())
-                .and_then(|t| t.f_mul_scalar(max_norm))
-                .and_then(|t| t.f_clamp_max(1.0))
-                .plugin_err(ctx)?;
-            for mut g in grads {
-                g.f_mul_(&coef).map(drop).plugin_err(ctx)?;
-            }
-        }
-        Ok(total)
-    })
 }
 
 impl Trainer for DqnTrainer {
@@ -518,17 +462,10 @@ impl Trainer for DqnTrainer {
 
     fn memory(&self) -> Result<MemoryBreakdown, PluginError> {
         let bytes = |ts: Vec<&Tensor>| ts.into_iter().map(tensor_bytes).sum::<u64>();
-        let grads: u64 = self
-            .online
-            .parameters()
-            .iter()
-            .map(|t| t.grad())
-            .filter(|g| g.defined())
-            .map(|g| tensor_bytes(&g))
-            .sum();
         Ok(MemoryBreakdown {
             parameters: bytes(self.online.parameters()) + bytes(self.target.parameters()),
-            gradients: grads,
+            // The flat gradient each gradient step gathers.
+            gradients: self.optimizer.gradient_bytes(),
             optimizer_state: self.optimizer.state_bytes(),
             activations: self.replay.bytes()
                 + working_bytes(&self.config, self.obs_dim, self.num_actions),

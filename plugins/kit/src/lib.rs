@@ -7,8 +7,13 @@
 //!   (libtorch's global generator is shared by every plugin in the process);
 //!   the `tli-rng` crate, re-exported.
 //! * [`mlp`]: a multi-layer perceptron with seeded initialisation.
-//! * [`adam`]: Adam/AdamW with explicit state tensors, so a resumed run is
-//!   bit-identical to an uninterrupted one.
+//! * [`adam`]: Adam/AdamW with explicit per-tensor state tensors, so a resumed
+//!   run is bit-identical to an uninterrupted one (the reference for [`flat_adamw`]).
+//! * [`flat_params`]: a model's parameters as views into one flat buffer;
+//!   flat gradients from one backward pass.
+//! * [`flat_adamw`]: fused AdamW over flat parameters (a fixed handful of
+//!   kernels per update whatever the number of tensors), exact checkpoints.
+//! * [`grad_clip`]: global-norm gradient clipping on a flat gradient.
 //! * [`checkpoint`]: named tensors (safetensors) + a JSON state file.
 //! * [`config`]: JSON config layered over defaults, normalized JSON, and the
 //!   keys a checkpoint's config differs in.
@@ -35,7 +40,10 @@ pub mod data;
 pub mod device;
 pub mod env;
 pub mod errors;
+pub mod flat_adamw;
+pub mod flat_params;
 pub mod forecast_metrics;
+pub mod grad_clip;
 pub mod metrics;
 pub mod mlp;
 pub mod nn;

@@ -18,10 +18,11 @@ use tli_plugin_api::{
 };
 use tli_plugin_kit::rl::{EnvState, VecEnv as Env};
 use tli_plugin_kit::{
-    adam::{Adam, AdamConfig},
+    adam::AdamConfig,
     checkpoint,
     data::{split_rows, Split},
     device::parse_device,
+    flat_adamw::FlatAdamW,
     rng::Rng,
     tensor_bytes, TchResultExt,
 };
@@ -99,7 +100,8 @@ pub struct PpoTrainer {
     truncated: Vec<bool>,
     actions: Vec<u32>,
     net: ActorCritic,
-    optimizer: Adam,
+    /// AdamW over the actor's and critic's parameters, adopted into one flat buffer.
+    optimizer: FlatAdamW,
     rng: Rng,
     rollout: Rollout,
     counters: Counters,
@@ -205,8 +207,7 @@ impl PpoTrainer {
             &mut root.fork(STREAM_INIT),
             device,
         )?;
-        net.allocate_gradients(obs_dim, device)?;
-        let optimizer = Adam::new(
+        let optimizer = FlatAdamW::new(
             AdamConfig {
                 learning_rate: config.learning_rate,
                 eps: config.adam_eps,
@@ -409,15 +410,10 @@ impl Trainer for PpoTrainer {
 
     fn memory(&self) -> Result<MemoryBreakdown, PluginError> {
         let params = self.net.parameters();
-        let grads: u64 = params
-            .iter()
-            .map(|t| t.grad())
-            .filter(|g| g.defined())
-            .map(|g| tensor_bytes(&g))
-            .sum();
         Ok(MemoryBreakdown {
             parameters: params.iter().map(|t| tensor_bytes(t)).sum(),
-            gradients: grads,
+            // The flat gradient each minibatch gathers.
+            gradients: self.optimizer.gradient_bytes(),
             optimizer_state: self.optimizer.state_bytes(),
             activations: self.rollout.bytes() + working_bytes(&self.config, self.features),
         })

@@ -16,14 +16,15 @@ use std::path::Path;
 use tch::{Device, Kind, Tensor};
 use tli_plugin_api::{
     abi_stable::std_types::RArc, capability, export_plugin, Dataset, DatasetShape, EvalReport,
-    Host, Manifest, MemoryBreakdown, Metric, Plugin, PluginError, StepReport, TaskInputs,
-    TaskSpec, Trainer,
+    Host, Manifest, MemoryBreakdown, Metric, Plugin, PluginError, StepReport, TaskInputs, TaskSpec,
+    Trainer,
 };
 use tli_plugin_kit::{
-    adam::{Adam, AdamConfig},
+    adam::AdamConfig,
     checkpoint,
     data::{self, Split},
     device::parse_device,
+    flat_adamw::FlatAdamW,
     forecast_metrics,
     mlp::Mlp,
     rng::Rng,
@@ -125,7 +126,8 @@ pub struct TemplateTrainer {
     steps: u64,
     rng: Rng,
     model: Mlp,
-    optimizer: Adam,
+    /// AdamW over the model's parameters, adopted into one flat buffer.
+    optimizer: FlatAdamW,
     /// All feature rows and the chosen target column, on the device.
     features: Tensor,
     targets: Tensor,
@@ -188,7 +190,7 @@ impl TemplateTrainer {
             &mut rng.fork(1),
             device,
         )?;
-        let optimizer = Adam::new(
+        let optimizer = FlatAdamW::new(
             AdamConfig {
                 learning_rate: config.learning_rate,
                 weight_decay: config.weight_decay,
@@ -259,9 +261,9 @@ impl TemplateTrainer {
         let loss = prediction
             .f_mse_loss(&y, tch::Reduction::Mean)
             .plugin_err("computing the loss")?;
-        loss.f_backward().plugin_err("backward pass")?;
+        let grad = self.optimizer.gradients(&loss)?;
         let lr = self.learning_rate();
-        self.optimizer.apply(&self.model.parameters(), lr)?;
+        self.optimizer.apply(&grad, lr)?;
         loss.f_double_value(&[]).plugin_err("reading the loss")
     }
 
@@ -367,6 +369,7 @@ impl Trainer for TemplateTrainer {
                 )],
             )?;
         }
+        self.optimizer.check_named(&tensors)?;
         self.model.load_named(&tensors)?;
         self.optimizer.load_named(&tensors, state.optimizer_steps)?;
         self.steps = state.steps;
@@ -381,17 +384,10 @@ impl Trainer for TemplateTrainer {
             .iter()
             .map(|t| tensor_bytes(t))
             .sum();
-        let grads: u64 = self
-            .model
-            .parameters()
-            .iter()
-            .map(|t| t.grad())
-            .filter(|g| g.defined())
-            .map(|g| tensor_bytes(&g))
-            .sum();
         Ok(MemoryBreakdown {
             parameters: params,
-            gradients: grads,
+            // The flat gradient each step gathers.
+            gradients: self.optimizer.gradient_bytes(),
             optimizer_state: self.optimizer.state_bytes(),
             activations: tensor_bytes(&self.features)
                 + tensor_bytes(&self.targets)

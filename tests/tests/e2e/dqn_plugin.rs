@@ -86,6 +86,18 @@ fn a_checkpoint_from_another_config_is_refused_and_replay_is_optional() {
     assert!(report["replay_size"] <= 40.0, "{report:?}");
 }
 
+/// A checkpoint from before the flat AdamW (per-tensor `adam.m.<i>`) is
+/// refused with an error that says so, not a panic.
+#[test]
+fn a_per_tensor_adam_checkpoint_is_refused_clearly() {
+    one_thread();
+    let (_dir, registry) = registry();
+    let dqn = registry.get("dqn").unwrap();
+    let config = r#"{"env": "cartpole", "hidden_sizes": [16], "learning_starts": 20,
+        "train_frequency": 4, "buffer_size": 100, "batch_size": 8}"#;
+    assert_per_tensor_adam_checkpoint_refused(dqn, config, &synthetic(300), 60);
+}
+
 /// CI's learning check: one seed, a reduced budget, one core.
 #[test]
 fn cartpole_learns_within_a_ci_budget() {

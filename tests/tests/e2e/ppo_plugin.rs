@@ -65,6 +65,18 @@ fn check_resume(plugin: &LoadedPlugin, config: &str, data: &RArc<Dataset>, n: u6
     assert_eq!(last_uneven, expected_step);
 }
 
+/// A checkpoint from before the flat AdamW (per-tensor `adam.m.<i>`) is
+/// refused with an error that says so, not a panic.
+#[test]
+fn a_per_tensor_adam_checkpoint_is_refused_clearly() {
+    one_thread();
+    let (_dir, registry) = registry();
+    let ppo = registry.get("ppo").unwrap();
+    let config = r#"{"env": "cartpole", "num_envs": 2, "num_steps": 16, "num_minibatches": 2,
+        "update_epochs": 2, "hidden_sizes": [16]}"#;
+    assert_per_tensor_adam_checkpoint_refused(ppo, config, &synthetic(300), 40);
+}
+
 #[test]
 fn cartpole_resumes_exactly_from_a_checkpoint() {
     one_thread();

@@ -1,7 +1,9 @@
 //! Training through the plugin ABI with real `.so` files: the template
 //! plugin learns; a panic inside a plugin's `step` comes back as an error and
-//! the same process goes on training; plugin log lines reach the host's log.
+//! the same process goes on training; plugin log lines reach the host's log; a
+//! checkpoint of the per-tensor Adam layout is refused with a clear error.
 
+use tli_e2e_tests::trainers::{assert_per_tensor_adam_checkpoint_refused, registry_of, synthetic};
 use tli_e2e_tests::*;
 
 fn metric(run: &serde_json::Value, group: &str, name: &str) -> f64 {
@@ -185,4 +187,14 @@ fn bad_configs_and_unknown_plugins_are_clear_errors() {
         &["train", "local", "-p", "template", "--steps", "0"],
     );
     assert_eq!(out.status.code(), Some(2), "clap rejects a zero step count");
+}
+
+/// A template checkpoint from before the flat AdamW (per-tensor
+/// `adam.m.<i>`) is refused with an error that says so, not a panic.
+#[test]
+fn a_per_tensor_adam_template_checkpoint_is_refused_clearly() {
+    let (_dir, registry) = registry_of(TEMPLATE, "template");
+    let template = registry.get("template").unwrap();
+    let config = r#"{"hidden_sizes": [8], "batch_size": 16}"#;
+    assert_per_tensor_adam_checkpoint_refused(template, config, &synthetic(400), 5);
 }

@@ -74,6 +74,7 @@ impl PpoTrainer {
                 self.reward_scale
             )));
         }
+        self.optimizer.check_named(&tensors)?;
         self.net.load_named(&tensors)?;
         self.optimizer.load_named(&tensors, state.optimizer_steps)?;
         self.rollout.load(&tensors, state.rollout_filled)?;

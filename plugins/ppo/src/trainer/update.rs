@@ -1,6 +1,7 @@
 //! The PPO update: epochs of shuffled minibatches over the full rollout
 //! (clipped policy loss, optionally clipped value loss, entropy bonus),
-//! global gradient-norm clipping and the KL early stop.
+//! global gradient-norm clipping (the kit's, in the fused optimizer step)
+//! and the KL early stop.
 
 use super::*;
 
@@ -17,7 +18,6 @@ impl PpoTrainer {
         let batch = Batch::new(&self.rollout, &adv, &returns, self.device)?;
         let n = c.batch_size();
         let mb = c.minibatch_size();
-        let params = self.net.parameters();
         let mut sums = UpdateStats::default();
         let mut minibatches = 0usize;
         let mut epochs = 0usize;
@@ -30,7 +30,8 @@ impl PpoTrainer {
             }
             let mut last_kl = 0.0;
             for chunk in index.chunks(mb) {
-                let s = minibatch_step(&self.net, &batch, chunk, &c, clip, vf_clip, self.device)?;
+                let (loss, s) =
+                    minibatch_loss(&self.net, &batch, chunk, &c, clip, vf_clip, self.device)?;
                 if !s[0].is_finite() {
                     return Err(PluginError::other(format!(
                         "PPO update {} diverged: the loss is {} (try a lower learning_rate \
@@ -39,8 +40,11 @@ impl PpoTrainer {
                         s[0]
                     )));
                 }
-                let grad_norm = clip_grad_norm(&params, c.max_grad_norm)?;
-                self.optimizer.apply(&params, lr)?;
+                let grad_norm = self
+                    .optimizer
+                    .backward_step(&loss, lr, c.max_grad_norm)?
+                    .f_double_value(&[])
+                    .plugin_err("reading the gradient norm")?;
                 sums.loss += s[0];
                 sums.policy_loss += s[1];
                 sums.value_loss += s[2];
@@ -80,9 +84,9 @@ impl PpoTrainer {
     }
 }
 
-/// One minibatch: losses, backward pass. Returns `[loss, policy, value,
+/// One minibatch's loss (for the backward pass) and `[loss, policy, value,
 /// entropy, approx_kl, clip_fraction]`.
-fn minibatch_step(
+fn minibatch_loss(
     net: &ActorCritic,
     batch: &Batch,
     rows: &[i64],
@@ -90,8 +94,8 @@ fn minibatch_step(
     clip: f64,
     vf_clip: f64,
     device: Device,
-) -> Result<[f64; 6], PluginError> {
-    (|| -> Result<[f64; 6], tch::TchError> {
+) -> Result<(Tensor, [f64; 6]), PluginError> {
+    (|| -> Result<(Tensor, [f64; 6]), tch::TchError> {
         let idx = Tensor::f_from_slice(rows)?.f_to_device(device)?;
         let obs = batch.obs.f_index_select(0, &idx)?;
         let actions = batch.actions.f_index_select(0, &idx)?;
@@ -154,44 +158,15 @@ fn minibatch_step(
         let loss = policy_loss
             .f_sub(&entropy.f_mul_scalar(c.ent_coef)?)?
             .f_add(&value_loss.f_mul_scalar(c.vf_coef)?)?;
-        loss.f_backward()?;
-        Ok([
+        let values = [
             loss.f_double_value(&[])?,
             policy_loss.f_double_value(&[])?,
             value_loss.f_double_value(&[])?,
             entropy.f_double_value(&[])?,
             approx_kl,
             clip_fraction,
-        ])
+        ];
+        Ok((loss, values))
     })()
     .plugin_err("PPO minibatch update")
-}
-
-/// Scales all gradients together so their global L2 norm is at most `max`
-/// (`torch.nn.utils.clip_grad_norm_`); returns the norm before clipping.
-fn clip_grad_norm(params: &[&Tensor], max: f64) -> Result<f64, PluginError> {
-    tch::no_grad(|| -> Result<f64, tch::TchError> {
-        let grads: Vec<Tensor> = params
-            .iter()
-            .map(|p| p.grad())
-            .filter(|g| g.defined())
-            .collect();
-        let norms = grads
-            .iter()
-            .map(|g| g.f_square()?.f_sum(Kind::Float))
-            .collect::<Result<Vec<_>, _>>()?;
-        let total = Tensor::f_stack(&norms, 0)?
-            .f_sum(Kind::Float)?
-            .f_sqrt()?
-            .f_double_value(&[])?;
-        let coef = max / (total + 1e-6);
-        if coef < 1.0 {
-            for g in &grads {
-                let mut g = g.shallow_clone();
-                let _ = g.f_mul_scalar_(coef)?;
-            }
-        }
-        Ok(total)
-    })
-    .plugin_err("clipping gradients")
 }

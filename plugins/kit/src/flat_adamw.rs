@@ -1,0 +1,211 @@
+//! AdamW (Loshchilov & Hutter 2019) over flat parameters: the parameters are
+//! views into one buffer ([`FlatParams`]), the gradient and both moments are
+//! flat tensors in the same layout, so one update is a fixed handful of
+//! kernels however many tensors the model has (the per-tensor
+//! [`Adam`](crate::adam::Adam) runs 14–16 per tensor).
+//!
+//! One update on the flat tensors `p, g, m, v` (`b1 = 1 − β1ᵗ`,
+//! `b2 = 1 − β2ᵗ`, learning rate `lr`):
+//!
+//! ```text
+//! m.lerp_(g, 1 − β1)                    m ← β1·m + (1 − β1)·g
+//! g2 = g²;  v.lerp_(g2, 1 − β2)         v ← β2·v + (1 − β2)·g²
+//! d = √v;  d.mul_(−b1/(lr·√b2));  d.sub_(ε·b1/lr)
+//!                                       d = −(√v̂ + ε)·b1/lr   (v̂ = v/b2)
+//! λ = 0:  p.addcdiv_(m, d)              p ← p − lr·m̂/(√v̂ + ε)  (m̂ = m/b1)
+//! λ ≠ 0:  u = p·(−lr·λ);  u.addcdiv_(m, d);  p.add_(u)
+//!                                       p ← p − lr·(m̂/(√v̂ + ε) + λ·p)
+//! ```
+//!
+//! seven kernels, nine with weight decay (decoupled: the decay term is added
+//! to the step, not to the gradient; `p` is rounded once per update, as in the
+//! per-tensor reference, where `p.mul_(1 − lr·λ)` first would round it twice
+//! and drift from it by up to ~1e-6 in 100 steps); bias corrections and scalars are
+//! computed on the host from the step counter, so nothing waits for the
+//! device. Gathering the gradient is one `cat` after the backward pass;
+//! clipping ([`clip_grad_norm`]) is one norm, four kernels on a 0-dim
+//! coefficient and one scale.
+//!
+//! Checkpoint state: the tensors `adamw.m` and `adamw.v` (1-D, one element
+//! per scalar parameter, in the layout's order) from
+//! [`named_state`](FlatAdamW::named_state); the step counter travels in the
+//! caller's JSON state. A checkpoint of the per-tensor optimizer
+//! (`adam.m.<i>`, `adam.v.<i>`) is refused with an error that says so.
+
+use crate::adam::AdamConfig;
+use crate::errors::TchResultExt;
+use crate::flat_params::FlatParams;
+use crate::grad_clip::clip_grad_norm;
+use crate::mlp::{copy_checked, find};
+use tch::Tensor;
+use tli_plugin_api::PluginError;
+
+/// Checkpoint names of the moments.
+pub const FIRST_MOMENT: &str = "adamw.m";
+pub const SECOND_MOMENT: &str = "adamw.v";
+
+pub struct FlatAdamW {
+    pub config: AdamConfig,
+    /// Updates applied so far (for bias correction).
+    pub step: u64,
+    params: FlatParams,
+    first_moment: Tensor,
+    second_moment: Tensor,
+}
+
+impl FlatAdamW {
+    /// Adopts `params` into a flat buffer (see [`FlatParams::adopt`]: their
+    /// values are unchanged, their data becomes views) and zeroes the moments.
+    pub fn new(config: AdamConfig, params: &[&Tensor]) -> Result<Self, PluginError> {
+        let params = FlatParams::adopt(params)?;
+        let zeros = || {
+            params
+                .values()
+                .f_zeros_like()
+                .plugin_err("allocating optimizer state")
+        };
+        Ok(Self {
+            config,
+            step: 0,
+            first_moment: zeros()?,
+            second_moment: zeros()?,
+            params,
+        })
+    }
+
+    pub fn params(&self) -> &FlatParams {
+        &self.params
+    }
+
+    /// The flat gradient of `loss` (see [`FlatParams::gradients`]).
+    pub fn gradients(&self, loss: &Tensor) -> Result<Tensor, PluginError> {
+        self.params.gradients(loss)
+    }
+
+    /// Backward pass, global-norm clipping at `max_grad_norm` (≤ 0: none) and
+    /// one update at learning rate `lr`. Returns the gradient norm before
+    /// clipping, a 0-dim tensor on the device.
+    pub fn backward_step(
+        &mut self,
+        loss: &Tensor,
+        lr: f64,
+        max_grad_norm: f64,
+    ) -> Result<Tensor, PluginError> {
+        let grad = self.gradients(loss)?;
+        let norm = clip_grad_norm(&grad, max_grad_norm)?;
+        self.apply(&grad, lr)?;
+        Ok(norm)
+    }
+
+    /// One update at learning rate `lr` from `grad`, a flat gradient in this
+    /// optimizer's layout (it is read, not modified). A zero learning rate
+    /// advances the moments and the step counter but leaves the parameters.
+    pub fn apply(&mut self, grad: &Tensor, lr: f64) -> Result<(), PluginError> {
+        if grad.size() != self.params.values().size() {
+            return Err(PluginError::other(format!(
+                "optimizer update: gradient of shape {:?}, the parameters have {}",
+                grad.size(),
+                self.params.numel()
+            )));
+        }
+        self.step += 1;
+        let c = self.config;
+        let bias1 = 1.0 - c.beta1.powi(self.step as i32);
+        let bias2 = 1.0 - c.beta2.powi(self.step as i32);
+        tch::no_grad(|| -> Result<(), tch::TchError> {
+            // In-place ops return their target again; `drop` discards that alias.
+            self.first_moment.f_lerp_(grad, 1.0 - c.beta1).map(drop)?;
+            let grad_sq = grad.f_square()?;
+            self.second_moment
+                .f_lerp_(&grad_sq, 1.0 - c.beta2)
+                .map(drop)?;
+            if lr == 0.0 {
+                return Ok(());
+            }
+            let mut denom = self.second_moment.f_sqrt()?;
+            denom
+                .f_mul_scalar_(-bias1 / (lr * bias2.sqrt()))
+                .map(drop)?;
+            denom.f_sub_scalar_(c.eps * bias1 / lr).map(drop)?;
+            let mut p = self.params.values().shallow_clone();
+            if c.weight_decay == 0.0 {
+                return p.f_addcdiv_(&self.first_moment, &denom).map(drop);
+            }
+            // The decay joins the Adam step before it touches p, so p is
+            // rounded once per update (as in the per-tensor reference).
+            let mut step = p.f_mul_scalar(-lr * c.weight_decay)?;
+            step.f_addcdiv_(&self.first_moment, &denom).map(drop)?;
+            p.f_add_(&step).map(drop)
+        })
+        .plugin_err("optimizer update")
+    }
+
+    /// Bytes of optimizer state (both moments).
+    pub fn state_bytes(&self) -> u64 {
+        crate::tensor_bytes(&self.first_moment) + crate::tensor_bytes(&self.second_moment)
+    }
+
+    /// Bytes of one flat gradient (what a step holds while it runs).
+    pub fn gradient_bytes(&self) -> u64 {
+        self.params.bytes()
+    }
+
+    /// The moments under their checkpoint names ([`FIRST_MOMENT`],
+    /// [`SECOND_MOMENT`]).
+    pub fn named_state(&self) -> Vec<(String, &Tensor)> {
+        vec![
+            (FIRST_MOMENT.to_string(), &self.first_moment),
+            (SECOND_MOMENT.to_string(), &self.second_moment),
+        ]
+    }
+
+    /// Checks that `tensors` hold this optimizer's state, changing nothing:
+    /// a checkpoint written by the per-tensor optimizer, one without the
+    /// moments, or one for a model of another size is refused. Plugins call it
+    /// before restoring anything, so a refused checkpoint leaves them as they were.
+    pub fn check_named(&self, tensors: &[(String, Tensor)]) -> Result<(), PluginError> {
+        let has = |name: &str| tensors.iter().any(|(n, _)| n == name);
+        if !has(FIRST_MOMENT) && tensors.iter().any(|(n, _)| n.starts_with("adam.m.")) {
+            return Err(PluginError::io(
+                "the checkpoint holds per-tensor Adam state (adam.m.<i>, adam.v.<i>), written \
+                 before the optimizer became the flat AdamW (adamw.m, adamw.v); this version \
+                 cannot resume it: start the task again from step 0",
+            ));
+        }
+        for (name, own) in self.named_state() {
+            let saved = find(tensors, &name)?;
+            if saved.size() != own.size() {
+                return Err(PluginError::io(format!(
+                    "checkpoint tensor {name:?} has shape {:?}, this model's optimizer expects \
+                     {:?} (different config?)",
+                    saved.size(),
+                    own.size()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Restores moments written by [`named_state`](Self::named_state) and the
+    /// step counter (from the caller's JSON state), after
+    /// [`check_named`](Self::check_named).
+    pub fn load_named(
+        &mut self,
+        tensors: &[(String, Tensor)],
+        step: u64,
+    ) -> Result<(), PluginError> {
+        self.check_named(tensors)?;
+        copy_checked(
+            &self.first_moment,
+            find(tensors, FIRST_MOMENT)?,
+            FIRST_MOMENT,
+        )?;
+        copy_checked(
+            &self.second_moment,
+            find(tensors, SECOND_MOMENT)?,
+            SECOND_MOMENT,
+        )?;
+        self.step = step;
+        Ok(())
+    }
+}
