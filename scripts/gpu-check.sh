@@ -6,7 +6,10 @@
 #      memory-hungry configs) over two synthetic assets, to get each task's estimate,
 #   3. runs it under a budget that fits only about two tasks at once (strategy auto),
 #   4. prints estimated vs measured memory per task and the schedule (who ran when),
-#      and the largest number of tasks that ran at the same time.
+#      and the largest number of tasks that ran at the same time; the job includes a
+#      pooled template task (plugin API 1.1) across both assets,
+#   5. runs the kit's integration tests (if their binary was built: `cargo test --release
+#      -p tli-plugin-kit --no-run`), whose counter-RNG tests compare CUDA with the CPU.
 # Usage: scripts/gpu-check.sh            (after `make build`, or with TLI=/path/to/tli)
 # Binaries built on another machine find this machine's torch through LD_LIBRARY_PATH.
 set -euo pipefail
@@ -37,6 +40,8 @@ for name in plugins:
         for hidden in sizes:
             models.append({"plugin": name, "steps": 40 if small else 200,
                            "config": {"hidden_sizes": hidden, "batch_size": 256 if small else 8192}})
+        models.append({"plugin": name, "steps": 40 if small else 200, "pooled": True,
+                       "config": {"hidden_sizes": [256, 256]}})
     else:
         models.append({"plugin": name, "steps": 40 if small else 200})
 rows = 2000 if small else 200000
@@ -44,7 +49,8 @@ job = {"name": "gpu-check", "models": models,
        "assets": [{"synthetic": {"rows": rows, "seed": 1}}, {"synthetic": {"rows": rows, "seed": 2}}],
        "device": os.environ["DEVICE"], "checkpoint": {"every_steps": 100, "keep": 1}, "slice_steps": 20}
 json.dump(job, open(f"{work}/job.json", "w"))
-print("gpu-check: plugins", ", ".join(plugins), "->", len(models) * 2, "tasks")
+tasks = sum(1 if m.get("pooled") else 2 for m in models)
+print("gpu-check: plugins", ", ".join(plugins), "->", tasks, "tasks")
 PYEOF
 
 "$TLI" host run --state-dir "$work/plan" --device "$DEVICE" --memory-budget 1TiB --plan \
@@ -92,3 +98,11 @@ for _, d in events:
 print(f"budget {budget / 2**30:.3f} GiB; at most {peak} task(s) ran at the same time")
 PYEOF
 "$TLI" doctor | grep -i "cuda memory" || true
+
+kit_tests=$(ls -t target/release/deps/kit-* 2>/dev/null | grep -v '\.d$' | head -1 || true)
+if [ -n "$kit_tests" ]; then
+  echo "gpu-check: kit tests ($kit_tests) with CUDA visible"
+  "$kit_tests" --test-threads 1 counter_rng nn_blocks flat_adamw windows
+else
+  echo "gpu-check: kit test binary not built (cargo test --release -p tli-plugin-kit --no-run); skipped"
+fi

@@ -98,7 +98,7 @@ pub(super) fn run(
         eprintln!(
             "submitted job {job} ({}): {} task(s)",
             spec.name,
-            spec.models.len() * spec.assets.len()
+            crate::orchestrator::engine::task_plan(spec).len()
         );
     }
     if args.plan {

@@ -179,7 +179,12 @@ impl JobSpec {
         if self.assets.is_empty() {
             return Err("assets: at least one asset is needed".into());
         }
-        let tasks = self.models.len() * self.assets.len();
+        // One task per (model, asset), one per pooled model.
+        let tasks: usize = self
+            .models
+            .iter()
+            .map(|m| if m.pooled { 1 } else { self.assets.len() })
+            .sum();
         if tasks > MAX_TASKS {
             return Err(format!(
                 "{tasks} tasks (models × assets); at most {MAX_TASKS} per job"
