@@ -81,7 +81,10 @@ fn synthetic_bars_roll_between_quarterly_contracts_and_are_deterministic() {
         .collect();
     assert!(roles.contains(&("logret_1", "observed_past")), "{roles:?}");
     assert!(roles.contains(&("tod_sin", "known_future")), "{roles:?}");
-    assert!(roles.contains(&("days_to_roll", "known_future")), "{roles:?}");
+    assert!(
+        roles.contains(&("days_to_roll", "known_future")),
+        "{roles:?}"
+    );
     let targets = v["targets"].as_array().unwrap();
     assert_eq!(targets[1]["name"], "fwd_logret_4");
     assert_eq!(targets[1]["horizon"], 4);
