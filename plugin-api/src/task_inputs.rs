@@ -269,8 +269,15 @@ impl TaskInputs {
         })?;
         let d = index as u32;
         let ints = |name: &str| self.column(d, name).map(|c| c.integers.as_slice());
-        let feature_roles = match self.column(d, column::FEATURE_ROLE) {
-            Some(c) => c
+        let to_u32 = |v: i64, what: &str| {
+            u32::try_from(v)
+                .map_err(|_| PluginError::invalid_data(format!("{what} {v} is out of range")))
+        };
+        // Start from what says nothing beyond 1.0; each column present overrides its part.
+        let mut annex = DatasetAnnex::plain(dataset);
+        annex.asset_index = index as u32;
+        if let Some(c) = self.column(d, column::FEATURE_ROLE) {
+            annex.feature_roles = c
                 .text
                 .iter()
                 .map(|t| {
@@ -278,39 +285,26 @@ impl TaskInputs {
                         PluginError::invalid_data(format!("unknown feature role {t:?}"))
                     })
                 })
-                .collect::<Result<_, _>>()?,
-            None => vec![FeatureRole::ObservedPast; dataset.feature_names.len()],
-        };
-        let targets = dataset.target_names.len();
-        let to_u32 = |v: i64, what: &str| {
-            u32::try_from(v)
-                .map_err(|_| PluginError::invalid_data(format!("{what} {v} is out of range")))
-        };
-        let annex = DatasetAnnex {
-            feature_roles,
-            target_horizons: match ints(column::TARGET_HORIZON) {
-                Some(v) => v
-                    .iter()
-                    .map(|&h| to_u32(h, "target horizon"))
-                    .collect::<Result<_, _>>()?,
-                None => vec![1; targets],
-            },
-            target_scales: match self.column(d, column::TARGET_SCALE) {
-                Some(c) => c.numbers.to_vec(),
-                None => vec![1.0; targets],
-            },
-            bar_interval_ns: ints(column::BAR_INTERVAL_NS)
-                .and_then(|v| v.first().copied())
-                .unwrap_or(0),
-            row_markers: match ints(column::ROW_MARKERS) {
-                Some(v) => v.iter().map(|&m| (m & 0xff) as u8).collect(),
-                None => vec![0; dataset.rows()],
-            },
-            asset_index: match ints(column::ASSET_INDEX).and_then(|v| v.first().copied()) {
-                Some(i) => to_u32(i, "asset index")?,
-                None => index as u32,
-            },
-        };
+                .collect::<Result<_, _>>()?;
+        }
+        if let Some(v) = ints(column::TARGET_HORIZON) {
+            annex.target_horizons = v
+                .iter()
+                .map(|&h| to_u32(h, "target horizon"))
+                .collect::<Result<_, _>>()?;
+        }
+        if let Some(c) = self.column(d, column::TARGET_SCALE) {
+            annex.target_scales = c.numbers.to_vec();
+        }
+        if let Some(&ns) = ints(column::BAR_INTERVAL_NS).and_then(|v| v.first()) {
+            annex.bar_interval_ns = ns;
+        }
+        if let Some(v) = ints(column::ROW_MARKERS) {
+            annex.row_markers = v.iter().map(|&m| (m & 0xff) as u8).collect();
+        }
+        if let Some(&i) = ints(column::ASSET_INDEX).and_then(|v| v.first()) {
+            annex.asset_index = to_u32(i, "asset index")?;
+        }
         annex.check_against(dataset)?;
         Ok(annex)
     }

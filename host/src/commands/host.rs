@@ -98,7 +98,7 @@ pub(super) fn run(
         eprintln!(
             "submitted job {job} ({}): {} task(s)",
             spec.name,
-            crate::orchestrator::engine::task_plan(spec).len()
+            spec.task_plan().len()
         );
     }
     if args.plan {

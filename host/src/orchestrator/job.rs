@@ -160,6 +160,58 @@ impl AssetSpec {
     }
 }
 
+/// The assets of one task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskAssets {
+    /// `assets[i]` alone.
+    One(usize),
+    /// Every asset of the job, with its index as a static covariate.
+    Pooled,
+}
+
+/// One planned task: `models[model]` on `assets`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlannedTask {
+    pub model: usize,
+    pub assets: TaskAssets,
+}
+
+impl JobSpec {
+    /// Every task of the job, in ordinal order: one per (model, asset), one per
+    /// pooled model. A pure function of the spec, so a stored task's ordinal
+    /// finds its assets again after a restart.
+    pub fn task_plan(&self) -> Vec<PlannedTask> {
+        let spec = self;
+        let mut plan = Vec::new();
+        for (model, m) in spec.models.iter().enumerate() {
+            if m.pooled {
+                plan.push(PlannedTask {
+                    model,
+                    assets: TaskAssets::Pooled,
+                });
+            } else {
+                plan.extend((0..spec.assets.len()).map(|a| PlannedTask {
+                    model,
+                    assets: TaskAssets::One(a),
+                }));
+            }
+        }
+        plan
+    }
+
+    /// The asset label of a task as stored and shown (`pooled[a,b,c]` for a pooled task).
+    pub fn assets_label(&self, assets: TaskAssets) -> String {
+        let spec = self;
+        match assets {
+            TaskAssets::One(a) => spec.assets[a].label(),
+            TaskAssets::Pooled => {
+                let labels: Vec<String> = spec.assets.iter().map(AssetSpec::label).collect();
+                format!("pooled[{}]", labels.join(","))
+            }
+        }
+    }
+}
+
 impl JobSpec {
     /// Parses a job-spec file (JSON) and checks it; errors name the field.
     pub fn from_json(text: &str) -> Result<Self, String> {
@@ -179,12 +231,7 @@ impl JobSpec {
         if self.assets.is_empty() {
             return Err("assets: at least one asset is needed".into());
         }
-        // One task per (model, asset), one per pooled model.
-        let tasks: usize = self
-            .models
-            .iter()
-            .map(|m| if m.pooled { 1 } else { self.assets.len() })
-            .sum();
+        let tasks = self.task_plan().len();
         if tasks > MAX_TASKS {
             return Err(format!(
                 "{tasks} tasks (models × assets); at most {MAX_TASKS} per job"

@@ -3,7 +3,7 @@
 use crate::errors::TchResultExt;
 use std::ops::Range;
 use tch::{Device, Tensor};
-use tli_plugin_api::{Dataset, PluginError};
+use tli_plugin_api::{Dataset, PluginError, SplitBounds};
 
 /// Which chronological split.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -13,14 +13,30 @@ pub enum Split {
     Test,
 }
 
+impl Split {
+    pub const ALL: [Split; 3] = [Split::Train, Split::Validation, Split::Test];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Split::Train => "train",
+            Split::Validation => "valid",
+            Split::Test => "test",
+        }
+    }
+
+    /// This split's rows under `bounds` for a dataset of `rows` rows.
+    pub fn range(self, bounds: &SplitBounds, rows: usize) -> Range<usize> {
+        match self {
+            Split::Train => 0..bounds.train_end as usize,
+            Split::Validation => bounds.valid_start as usize..bounds.valid_end as usize,
+            Split::Test => bounds.test_start as usize..rows,
+        }
+    }
+}
+
 /// Row range of a split.
 pub fn split_rows(dataset: &Dataset, split: Split) -> Range<usize> {
-    let s = dataset.splits;
-    match split {
-        Split::Train => 0..s.train_end as usize,
-        Split::Validation => s.valid_start as usize..s.valid_end as usize,
-        Split::Test => s.test_start as usize..dataset.rows(),
-    }
+    split.range(&dataset.splits, dataset.rows())
 }
 
 /// Feature rows `rows` as a `[n, features]` float tensor on `device`.

@@ -20,40 +20,12 @@ use std::ops::Range;
 use tch::{Device, Kind, Tensor};
 use tli_plugin_api::{PluginError, SplitBounds};
 
-/// Marker bit: bars are missing between the previous row and this one.
-pub const GAP_BEFORE: u8 = 1;
-/// Marker bit: the front contract rolled between the previous row and this one.
-pub const ROLL_BEFORE: u8 = 2;
+/// The row-marker bits of the dataset annex (plugin API 1.1), re-exported.
+pub use tli_plugin_api::{GAP_BEFORE, ROLL_BEFORE};
 /// The default `break_on` mask: gaps and rolls both break windows.
 pub const BREAK_ON_DEFAULT: u8 = GAP_BEFORE | ROLL_BEFORE;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Split {
-    Train,
-    Valid,
-    Test,
-}
-
-impl Split {
-    pub const ALL: [Split; 3] = [Split::Train, Split::Valid, Split::Test];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Split::Train => "train",
-            Split::Valid => "valid",
-            Split::Test => "test",
-        }
-    }
-
-    /// This split's rows under `bounds` for a dataset of `rows` rows.
-    pub fn range(self, bounds: &SplitBounds, rows: usize) -> Range<usize> {
-        match self {
-            Split::Train => 0..bounds.train_end as usize,
-            Split::Valid => bounds.valid_start as usize..bounds.valid_end as usize,
-            Split::Test => bounds.test_start as usize..rows,
-        }
-    }
-}
+pub use crate::data::Split;
 
 /// Consecutive rows in one split with no break between them.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -74,7 +46,7 @@ impl WindowEnds {
     pub fn of(&self, split: Split) -> &[usize] {
         match split {
             Split::Train => &self.train,
-            Split::Valid => &self.valid,
+            Split::Validation => &self.valid,
             Split::Test => &self.test,
         }
     }
@@ -215,7 +187,7 @@ impl RowRuns {
     pub fn all_window_ends(&self, lookback: usize, horizon: usize) -> WindowEnds {
         WindowEnds {
             train: self.window_ends(Split::Train, lookback, horizon),
-            valid: self.window_ends(Split::Valid, lookback, horizon),
+            valid: self.window_ends(Split::Validation, lookback, horizon),
             test: self.window_ends(Split::Test, lookback, horizon),
         }
     }

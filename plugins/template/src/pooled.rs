@@ -39,12 +39,15 @@ pub fn pooled_data(
             )));
         }
     }
+    // Each dataset's asset index (read and checked once, used for both splits).
+    let asset_index: Vec<u32> = (0..inputs.datasets.len())
+        .map(|i| inputs.annex(i).map(|a| a.asset_index))
+        .collect::<Result<_, _>>()?;
     let mut feature_parts = Vec::new();
     let mut target_parts = Vec::new();
     let mut per_split = |split: Split| -> Result<Vec<(String, usize)>, PluginError> {
         let mut sizes = Vec::new();
         for (i, dataset) in inputs.datasets.iter().enumerate() {
-            let annex = inputs.annex(i)?;
             let rows = data::split_rows(dataset, split);
             let x = data::features(dataset, rows.clone(), device)?;
             let one_hot = Tensor::f_zeros(
@@ -52,7 +55,7 @@ pub fn pooled_data(
                 (tch::Kind::Float, device),
             )
             .and_then(|t| {
-                t.f_narrow(1, annex.asset_index as i64, 1)?
+                t.f_narrow(1, asset_index[i] as i64, 1)?
                     .f_fill_(1.0)
                     .map(|_| t)
             })

@@ -11,10 +11,9 @@
 //! uses [`Orchestrator::run_until_shutdown`]).
 
 mod control;
-mod task_plan;
+mod task_data;
 
-use task_plan::{assets_label, DatasetCache};
-pub use task_plan::{task_plan, PlannedTask, TaskAssets};
+use task_data::DatasetCache;
 
 use super::arbiter::{Arbiter, Budget, Candidate, Strategy};
 use super::job::JobSpec;
@@ -244,7 +243,7 @@ impl Orchestrator {
         let arbiter = lock(&self.arbiter);
         let mut tasks = Vec::new();
         let mut validated: HashMap<usize, String> = HashMap::new();
-        for planned in task_plan(spec) {
+        for planned in spec.task_plan() {
             let (m, model) = (planned.model, &spec.models[planned.model]);
             let model_err = |message: String| SubmitError::Model {
                 model: m,
@@ -278,7 +277,7 @@ impl Orchestrator {
                     config
                 }
             };
-            let label = assets_label(spec, planned.assets);
+            let label = spec.assets_label(planned.assets);
             let estimate = plugin
                 .estimate_memory(
                     &config,
@@ -326,7 +325,8 @@ impl Orchestrator {
             .ok_or_else(|| format!("job {} of task {} is missing", task.job_id, task.id))?;
         let spec: JobSpec =
             serde_json::from_str(&job.spec_json).map_err(|e| format!("stored job spec: {e}"))?;
-        let planned = task_plan(&spec)
+        let planned = spec
+            .task_plan()
             .get(task.ordinal as usize)
             .copied()
             .ok_or_else(|| format!("task {} has no place in its job spec", task.id))?;

@@ -45,8 +45,8 @@ fn runs_and_window_ends_by_hand() {
             (Train, 0..3),
             (Train, 3..6),
             (Train, 6..8),
-            (Valid, 8..10),
-            (Valid, 10..12),
+            (Validation, 8..10),
+            (Validation, 10..12),
             (Test, 13..16)
         ]
     );
@@ -69,11 +69,11 @@ fn runs_and_window_ends_by_hand() {
     // Breaking on gaps only: the roll before 6 joins [3, 8).
     let gaps = example(GAP_BEFORE);
     assert_eq!(gaps.window_ends(Train, 2, 1), [1, 4, 5, 6]);
-    assert_eq!(gaps.window_ends(Valid, 2, 0), [9, 11]);
+    assert_eq!(gaps.window_ends(Validation, 2, 0), [9, 11]);
     // Breaking on nothing: splits still cut.
     let none = example(0);
     assert_eq!(none.window_ends(Train, 3, 2), [2, 3, 4, 5]);
-    assert_eq!(none.window_ends(Valid, 4, 0), [11]);
+    assert_eq!(none.window_ends(Validation, 4, 0), [11]);
 }
 
 #[test]

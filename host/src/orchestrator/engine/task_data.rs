@@ -1,12 +1,10 @@
-//! Which assets each task of a job trains on, and the data it receives.
-//!
-//! A job has one task per (model, asset), or, for a model marked `pooled`,
-//! one task over every asset of the job. The plan is a pure function of the
-//! job spec, in submission order, so a stored task's ordinal finds its
-//! assets again after a restart. The dataset cache builds each asset's
-//! dataset and plugin API 1.1 annex once per (asset, feature config).
+//! The data each task receives: the dataset cache builds each asset's
+//! dataset and plugin API 1.1 annex once per (asset, feature config), and
+//! [`JobData`] turns a task's assets ([`TaskAssets`], from
+//! `JobSpec::task_plan`) into its first dataset and [`TaskInputs`].
 
-use super::super::job::{AssetSpec, JobSpec};
+use super::super::job::{AssetSpec, JobSpec, TaskAssets};
+use super::lock;
 use abi_stable::std_types::RArc;
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -14,52 +12,6 @@ use tli_data::contracts::ContractBook;
 use tli_data::features::{AnnotatedDataset, FeatureConfig};
 use tli_data::synthetic_ar::{synthetic_ar_annotated, SyntheticArSpec};
 use tli_plugin_api::{Dataset, DatasetAnnex, DatasetShape, TaskInputs};
-
-/// The assets of one task.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TaskAssets {
-    /// `assets[i]` alone.
-    One(usize),
-    /// Every asset of the job, with its index as a static covariate.
-    Pooled,
-}
-
-/// One planned task: `models[model]` on `assets`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PlannedTask {
-    pub model: usize,
-    pub assets: TaskAssets,
-}
-
-/// Every task of `spec`, in ordinal order.
-pub fn task_plan(spec: &JobSpec) -> Vec<PlannedTask> {
-    let mut plan = Vec::new();
-    for (model, m) in spec.models.iter().enumerate() {
-        if m.pooled {
-            plan.push(PlannedTask {
-                model,
-                assets: TaskAssets::Pooled,
-            });
-        } else {
-            plan.extend((0..spec.assets.len()).map(|a| PlannedTask {
-                model,
-                assets: TaskAssets::One(a),
-            }));
-        }
-    }
-    plan
-}
-
-/// The asset label of a task as stored and shown (`pooled[a,b,c]` for a pooled task).
-pub fn assets_label(spec: &JobSpec, assets: TaskAssets) -> String {
-    match assets {
-        TaskAssets::One(a) => spec.assets[a].label(),
-        TaskAssets::Pooled => {
-            let labels: Vec<String> = spec.assets.iter().map(AssetSpec::label).collect();
-            format!("pooled[{}]", labels.join(","))
-        }
-    }
-}
 
 /// One asset's dataset and annex.
 #[derive(Clone)]
@@ -166,8 +118,4 @@ impl DatasetCache {
             .collect::<Result<Vec<_>, _>>()
             .map(JobData)
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
