@@ -14,6 +14,7 @@
 //! * [`inspect`]: `tli data inspect` summaries.
 //! * [`timefmt`]: UTC ns ↔ text, civil-date arithmetic.
 //! * [`synthetic_ar`]: the deterministic synthetic AR(1) `Dataset` (offline demo and tests).
+//! * [`synthetic_memory`]: a `Dataset` with a planted long-memory signal (200+ bars back).
 //!
 //! Nothing is silently repaired: a bad row is an error that names the file,
 //! the row and the problem ([`DataError`]).
@@ -27,6 +28,7 @@ pub mod inspect;
 pub mod parquet_format;
 pub mod synth;
 pub mod synthetic_ar;
+pub mod synthetic_memory;
 pub mod table;
 pub mod timefmt;
 

@@ -14,8 +14,8 @@ use std::process::{Command, Output};
 // Artifact location and plugin directories are shared with the host's own
 // tests and benchmarks (one definition, in `tli_host::testing`).
 pub use tli_host::testing::{
-    artifact, library, profile_dir, PluginDir, BEHAVIOUR, DQN, FUTURE_API, NOT_A_PLUGIN, PPO,
-    TEMPLATE,
+    artifact, library, profile_dir, PluginDir, BEHAVIOUR, DQN, FUTURE_API, MAMBA2, NOT_A_PLUGIN,
+    PPO, TEMPLATE,
 };
 
 pub fn tli_binary() -> PathBuf {

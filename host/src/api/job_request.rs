@@ -91,7 +91,7 @@ fn model_spec(i: usize, m: &pb::ModelSpec) -> Result<job::ModelSpec, Status> {
     let (plugin, config) = match &m.config {
         None => {
             return Err(invalid(format!(
-                "models[{i}].config: set template, dqn, ppo or plugin"
+                "models[{i}].config: set template, dqn, ppo, mamba2 or plugin"
             )))
         }
         Some(pb::model_spec::Config::Template(t)) => {
@@ -102,6 +102,9 @@ fn model_spec(i: usize, m: &pb::ModelSpec) -> Result<job::ModelSpec, Status> {
         }
         Some(pb::model_spec::Config::Ppo(p)) => {
             ("ppo".to_string(), Some(typed_configs::ppo(i, p)?))
+        }
+        Some(pb::model_spec::Config::Mamba2(m)) => {
+            ("mamba2".to_string(), Some(typed_configs::mamba2(i, m)?))
         }
         Some(pb::model_spec::Config::Plugin(p)) => {
             if p.plugin.trim().is_empty() {

@@ -1,5 +1,5 @@
 //! The built-in plugins' typed configs (`TemplateConfig`, `DqnConfig`,
-//! `PpoConfig` in tli.v1) as the JSON config objects the plugins read: the
+//! `PpoConfig`, `Mamba2Config` in tli.v1) as the JSON config objects the plugins read: the
 //! fields that are set, under the plugin's own key names; the plugin fills in
 //! the rest and checks the values (its errors name the key). Here only what
 //! JSON cannot carry is refused: a non-finite number, an unknown enum value.
@@ -71,20 +71,23 @@ impl ConfigObject {
     }
 }
 
+/// `"lr_schedule"`: constant or cosine; unset leaves the plugin's default.
+fn lr_schedule(path: &str, value: i32) -> Result<Option<&'static str>, Status> {
+    match pb::LrSchedule::try_from(value) {
+        Ok(pb::LrSchedule::Unspecified) => Ok(None),
+        Ok(pb::LrSchedule::Constant) => Ok(Some("constant")),
+        Ok(pb::LrSchedule::Cosine) => Ok(Some("cosine")),
+        Err(_) => Err(invalid(format!(
+            "{path}.lr_schedule: {value} is not an LrSchedule"
+        ))),
+    }
+}
+
 /// The template plugin's config.
 pub fn template(i: usize, t: &pb::TemplateConfig) -> Result<Value, Status> {
-    let mut c = ConfigObject::new(format!("models[{i}].template"));
-    let schedule = match pb::LrSchedule::try_from(t.lr_schedule) {
-        Ok(pb::LrSchedule::Unspecified) => None,
-        Ok(pb::LrSchedule::Constant) => Some("constant"),
-        Ok(pb::LrSchedule::Cosine) => Some("cosine"),
-        Err(_) => {
-            return Err(invalid(format!(
-                "models[{i}].template.lr_schedule: {} is not an LrSchedule",
-                t.lr_schedule
-            )))
-        }
-    };
+    let path = format!("models[{i}].template");
+    let schedule = lr_schedule(&path, t.lr_schedule)?;
+    let mut c = ConfigObject::new(path);
     c.sizes("hidden_sizes", &t.hidden_sizes);
     c.number("learning_rate", t.learning_rate)?
         .number("weight_decay", t.weight_decay)?
@@ -189,6 +192,42 @@ pub fn ppo(i: usize, p: &pb::PpoConfig) -> Result<Value, Status> {
     Ok(c.done())
 }
 
+/// The Mamba-2 plugin's config.
+pub fn mamba2(i: usize, m: &pb::Mamba2Config) -> Result<Value, Status> {
+    let path = format!("models[{i}].mamba2");
+    let schedule = lr_schedule(&path, m.lr_schedule)?;
+    let mut c = ConfigObject::new(path.clone());
+    if let Some(q) = m.quantiles.iter().find(|q| !q.is_finite()) {
+        return Err(invalid(format!(
+            "{path}.quantiles: {q} is not a finite number"
+        )));
+    }
+    if !m.quantiles.is_empty() {
+        c.map.insert("quantiles".into(), m.quantiles.clone().into());
+    }
+    c.whole("d_model", m.d_model)
+        .whole("layers", m.layers)
+        .whole("d_state", m.d_state)
+        .whole("headdim", m.headdim)
+        .whole("expand", m.expand)
+        .whole("d_conv", m.d_conv)
+        .whole("ngroups", m.ngroups)
+        .whole("chunk_size", m.chunk_size)
+        .whole("lookback", m.lookback)
+        .whole("loss_positions", m.loss_positions)
+        .whole("horizons", m.horizons)
+        .whole("target_index", m.target_index)
+        .number("learning_rate", m.learning_rate)?
+        .text("lr_schedule", schedule)
+        .whole("warmup_steps", m.warmup_steps)
+        .number("dropout", m.dropout)?
+        .whole("batch_size", m.batch_size)
+        .number("weight_decay", m.weight_decay)?
+        .number("max_grad_norm", m.max_grad_norm)?
+        .whole("eval_batch_size", m.eval_batch_size);
+    Ok(c.done())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,6 +264,19 @@ mod tests {
             ppo(1, &p).unwrap(),
             json!({"num_steps": 128, "target_kl": 0.02, "anneal_lr": false})
         );
+        let m = pb::Mamba2Config {
+            lookback: Some(1024),
+            quantiles: vec![0.1, 0.5, 0.9],
+            lr_schedule: pb::LrSchedule::Constant as i32,
+            dropout: Some(0.1),
+            ..Default::default()
+        };
+        assert_eq!(
+            mamba2(0, &m).unwrap(),
+            json!({"lookback": 1024, "quantiles": [0.1, 0.5, 0.9], "lr_schedule": "constant",
+                   "dropout": 0.1})
+        );
+        assert_eq!(mamba2(0, &pb::Mamba2Config::default()).unwrap(), json!({}));
     }
 
     #[test]
@@ -256,6 +308,22 @@ mod tests {
         assert_eq!(
             dqn(0, &inf).unwrap_err().message(),
             "models[0].dqn.trading.vol_floor: inf is not a finite number"
+        );
+        let q = pb::Mamba2Config {
+            quantiles: vec![0.5, f64::NAN],
+            ..Default::default()
+        };
+        assert_eq!(
+            mamba2(3, &q).unwrap_err().message(),
+            "models[3].mamba2.quantiles: NaN is not a finite number"
+        );
+        let schedule = pb::Mamba2Config {
+            lr_schedule: 7,
+            ..Default::default()
+        };
+        assert_eq!(
+            mamba2(0, &schedule).unwrap_err().message(),
+            "models[0].mamba2.lr_schedule: 7 is not an LrSchedule"
         );
     }
 }

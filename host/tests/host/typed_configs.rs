@@ -1,12 +1,16 @@
 //! Typed plugin configs over the API: a `DqnConfig` and a `PpoConfig` start a
 //! job whose tasks run the real DQN and PPO plugins with exactly those keys
 //! set (the plugins' own defaults for the rest), and a bad value is refused
-//! by the plugin with the key named, before anything is stored.
+//! by the plugin with the key named, before anything is stored. A typed
+//! `Mamba2Config` and the generic `PluginConfig` train Mamba-2 in one job
+//! beside the template, DQN and PPO.
 
 use std::time::{Duration, Instant};
 use tli_host::orchestrator::state::TaskState;
 use tli_host::orchestrator::store::Store;
-use tli_host::testing::{synthetic_asset, ApiServer, PluginDir, DQN, PPO};
+use tli_host::testing::{
+    plugin_model, synthetic_asset, ApiServer, PluginDir, DQN, MAMBA2, PPO, TEMPLATE,
+};
 use tli_proto::v1 as pb;
 use tli_proto::v1::training_service_client::TrainingServiceClient;
 
@@ -107,4 +111,90 @@ async fn typed_dqn_and_ppo_configs_reach_the_plugins_under_their_keys() {
     assert_eq!(refused.code(), tonic::Code::InvalidArgument);
     assert!(refused.message().contains("gamma"), "{}", refused.message());
     assert_eq!(store.jobs().expect("jobs").len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mamba2_trains_beside_the_other_families_from_typed_and_generic_configs() {
+    let state = tempfile::tempdir().expect("temporary directory");
+    let plugins = PluginDir::with(&[
+        (MAMBA2, "mamba2"),
+        (TEMPLATE, "template"),
+        (DQN, "dqn"),
+        (PPO, "ppo"),
+    ]);
+    let server = ApiServer::start_on_cpu(state.path(), plugins.path()).await;
+    let mut client = TrainingServiceClient::connect(server.endpoint())
+        .await
+        .expect("connect");
+    let typed = pb::Mamba2Config {
+        d_model: Some(16),
+        layers: Some(1),
+        d_state: Some(8),
+        headdim: Some(8),
+        lookback: Some(48),
+        chunk_size: Some(16),
+        horizons: Some(2),
+        quantiles: vec![0.1, 0.5, 0.9],
+        batch_size: Some(8),
+        ..Default::default()
+    };
+    let generic = r#"{"d_model": 16, "layers": 1, "d_state": 8, "headdim": 8, "lookback": 32,
+        "batch_size": 8}"#;
+    let started = client
+        .start_training(pb::StartTrainingRequest {
+            name: "families".into(),
+            models: vec![
+                model(40, pb::model_spec::Config::Mamba2(typed)),
+                plugin_model("mamba2", 40, generic),
+                plugin_model("template", 40, "{}"),
+                plugin_model("dqn", 300, r#"{"env": "cartpole", "hidden_sizes": [16]}"#),
+                plugin_model("ppo", 128, r#"{"num_envs": 2, "num_steps": 32}"#),
+            ],
+            assets: vec![synthetic_asset(2000, 1)],
+            ..Default::default()
+        })
+        .await
+        .expect("the job is accepted")
+        .into_inner();
+    let job = started.job.expect("job").job_id as i64;
+    let store = Store::open_read_only(state.path()).expect("store");
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let tasks = loop {
+        let tasks = store.tasks_of(job).expect("tasks");
+        if tasks.iter().all(|t| t.state.is_finished()) {
+            break tasks;
+        }
+        assert!(Instant::now() < deadline, "job did not finish: {tasks:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(tasks.len(), 5);
+    for t in &tasks {
+        assert_eq!(t.state, TaskState::Completed, "{t:?}");
+    }
+    let mamba: Vec<_> = tasks.iter().filter(|t| t.plugin == "mamba2").collect();
+    assert_eq!(mamba.len(), 2);
+    let typed_config: serde_json::Value =
+        serde_json::from_str(&mamba[0].config_json).expect("stored config is JSON");
+    assert_eq!(typed_config["lookback"], 48);
+    assert_eq!(
+        typed_config["quantiles"],
+        serde_json::json!([0.1, 0.5, 0.9])
+    );
+    // Every Mamba-2 task was evaluated: its validation metrics are stored.
+    for t in &mamba {
+        let metrics = store.latest_metrics(t.id).expect("metrics");
+        assert!(
+            metrics
+                .iter()
+                .any(|(name, v)| name == "valid_mse" && v.is_finite()),
+            "{metrics:?}"
+        );
+    }
+    let typed_metrics = store.latest_metrics(mamba[0].id).expect("metrics");
+    assert!(
+        typed_metrics
+            .iter()
+            .any(|(name, _)| name == "valid_coverage_p10_p90"),
+        "{typed_metrics:?}"
+    );
 }

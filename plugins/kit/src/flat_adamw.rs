@@ -26,6 +26,11 @@
 //! clipping ([`clip_grad_norm`]) is one norm, four kernels on a 0-dim
 //! coefficient and one scale.
 //!
+//! Weight decay can spare some parameters (biases, norms, a state-space
+//! model's `A_log`, `dt_bias` and `D`): [`FlatAdamW::with_decay_groups`]
+//! lays the decayed parameters out first, and the decay term is applied to
+//! that prefix of the flat buffer only (no mask tensor, two more kernels).
+//!
 //! Checkpoint state: the tensors `adamw.m` and `adamw.v` (1-D, one element
 //! per scalar parameter, in the layout's order) from
 //! [`named_state`](FlatAdamW::named_state); the step counter travels in the
@@ -51,13 +56,34 @@ pub struct FlatAdamW {
     params: FlatParams,
     first_moment: Tensor,
     second_moment: Tensor,
+    /// Scalars at the front of the layout that weight decay applies to (all of them for
+    /// [`new`](Self::new)).
+    decayed_numel: i64,
 }
 
 impl FlatAdamW {
     /// Adopts `params` into a flat buffer (see [`FlatParams::adopt`]: their
     /// values are unchanged, their data becomes views) and zeroes the moments.
     pub fn new(config: AdamConfig, params: &[&Tensor]) -> Result<Self, PluginError> {
-        let params = FlatParams::adopt(params)?;
+        Self::with_decay_groups(config, params, &[])
+    }
+
+    /// As [`new`](Self::new), but `config.weight_decay` applies to `decayed`
+    /// only; `not_decayed` follow them in the flat layout (and in the
+    /// moments' checkpoint order).
+    pub fn with_decay_groups(
+        config: AdamConfig,
+        decayed: &[&Tensor],
+        not_decayed: &[&Tensor],
+    ) -> Result<Self, PluginError> {
+        let all: Vec<&Tensor> = decayed.iter().chain(not_decayed).copied().collect();
+        let params = FlatParams::adopt(&all)?;
+        let decayed_numel = params
+            .slots()
+            .get(decayed.len().wrapping_sub(1))
+            .filter(|_| !decayed.is_empty())
+            .map(|s| s.offset + s.numel)
+            .unwrap_or(0);
         let zeros = || {
             params
                 .values()
@@ -70,6 +96,7 @@ impl FlatAdamW {
             first_moment: zeros()?,
             second_moment: zeros()?,
             params,
+            decayed_numel,
         })
     }
 
@@ -128,14 +155,25 @@ impl FlatAdamW {
                 .map(drop)?;
             denom.f_sub_scalar_(c.eps * bias1 / lr).map(drop)?;
             let mut p = self.params.values().shallow_clone();
-            if c.weight_decay == 0.0 {
+            let total = self.params.numel();
+            let n = self.decayed_numel;
+            if c.weight_decay == 0.0 || n == 0 {
                 return p.f_addcdiv_(&self.first_moment, &denom).map(drop);
             }
             // The decay joins the Adam step before it touches p, so p is
             // rounded once per update (as in the per-tensor reference).
-            let mut step = p.f_mul_scalar(-lr * c.weight_decay)?;
-            step.f_addcdiv_(&self.first_moment, &denom).map(drop)?;
-            p.f_add_(&step).map(drop)
+            let decayed = |t: &Tensor| t.f_narrow(0, 0, n);
+            let mut step = decayed(&p)?.f_mul_scalar(-lr * c.weight_decay)?;
+            step.f_addcdiv_(&decayed(&self.first_moment)?, &decayed(&denom)?)
+                .map(drop)?;
+            decayed(&p)?.f_add_(&step).map(drop)?;
+            if n < total {
+                let rest = |t: &Tensor| t.f_narrow(0, n, total - n);
+                rest(&p)?
+                    .f_addcdiv_(&rest(&self.first_moment)?, &rest(&denom)?)
+                    .map(drop)?;
+            }
+            Ok(())
         })
         .plugin_err("optimizer update")
     }

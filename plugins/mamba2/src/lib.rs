@@ -1,4 +1,7 @@
-//! `tli-plugin-mamba2`: the Mamba-2 forecaster. So far its numerical core:
+//! `tli-plugin-mamba2`: the Mamba-2 forecaster plugin
+//! (`libtli_plugin_mamba2.so`): a selective state-space model over windows
+//! of bars that forecasts returns 1..H bars ahead (point or quantiles), per
+//! asset or pooled across a job's assets.
 //!
 //! * [`ssd`]: the selective state-space layer (SSD), chunked (training) and
 //!   as the plain recurrence (ground truth, streaming), with the stable
@@ -10,6 +13,11 @@
 //! * [`stack`]: layers of pre-norm residual blocks and a final norm, with the
 //!   same three paths.
 //! * [`norm`]: RMSNorm, plain and gated.
+//! * [`config`]: the plugin's config keys, checks and JSON Schema.
+//! * [`model`]: input projection → stack → multi-horizon head.
+//! * [`task_data`]: the task's rows, targets and windows on the device.
+//! * [`trainer`]: the training loop, evaluation driver and checkpoints;
+//!   [`evaluation`]: the metrics of a split; [`memory`]: the memory model.
 //!
 //! Parameters are plain leaf tensors initialised from the kit's seeded
 //! [`Rng`](tli_plugin_kit::rng::Rng) (never libtorch's global generator),
@@ -17,17 +25,91 @@
 //! [`Parameters`](tli_plugin_kit::nn::Parameters) trait.
 
 pub mod block;
+pub mod config;
+pub mod evaluation;
+pub mod memory;
+pub mod model;
 pub mod norm;
 pub mod ssd;
 pub mod stack;
+pub mod task_data;
+pub mod trainer;
 
 pub use block::{Mamba2Block, Mamba2Config, State};
 pub use norm::RmsNorm;
 pub use stack::{Mamba2Stack, StackState};
 
+use config::ForecasterConfig;
+use model::Forecaster;
 use tch::{Device, Kind, Tensor};
-use tli_plugin_api::PluginError;
+use tli_plugin_api::{
+    capability, export_plugin, DatasetShape, Host, Manifest, MemoryBreakdown, Plugin, PluginError,
+    TaskInputs, TaskSpec,
+};
+use tli_plugin_kit::device::parse_device;
 use tli_plugin_kit::TchResultExt;
+use trainer::Mamba2Trainer;
+
+pub struct Mamba2Plugin;
+
+export_plugin!(Mamba2Plugin);
+
+impl Plugin for Mamba2Plugin {
+    type Trainer = Mamba2Trainer;
+
+    fn manifest() -> Manifest {
+        Manifest {
+            name: "mamba2".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            family: "ssm".into(),
+            description: "Mamba-2 selective state-space forecaster of multi-horizon returns \
+                          (long lookbacks, linear cost)"
+                .into(),
+            default_config: tli_plugin_kit::config::default_json(&ForecasterConfig::default()),
+            config_schema: ForecasterConfig::schema().to_string(),
+        }
+    }
+
+    fn validate_config(config_json: &str) -> Result<String, PluginError> {
+        let config = ForecasterConfig::parse(config_json)?;
+        tli_plugin_kit::config::to_json(&config)
+    }
+
+    fn estimate_memory(
+        config_json: &str,
+        shape: DatasetShape,
+        device: &str,
+    ) -> Result<MemoryBreakdown, PluginError> {
+        let config = ForecasterConfig::parse(config_json)?;
+        parse_device(device)?;
+        let params = Forecaster::parameter_count_for(&config, shape.features as usize) * 4;
+        Ok(MemoryBreakdown {
+            parameters: params,
+            gradients: params,
+            optimizer_state: 2 * params,
+            activations: task_data::data_bytes(shape.rows, shape.features, config.horizons as u64)
+                + memory::activation_bytes(&config, shape.features),
+        })
+    }
+
+    fn create_trainer(spec: TaskSpec, host: Host) -> Result<Mamba2Trainer, PluginError> {
+        Mamba2Trainer::new(spec, None, host)
+    }
+
+    fn capabilities() -> Vec<String> {
+        vec![capability::POOLED.to_string()]
+    }
+
+    /// Reads the dataset annex (row markers: windows never span a gap or a
+    /// roll) for every task; a pooled task trains across every asset.
+    fn create_trainer_with_inputs(
+        spec: TaskSpec,
+        inputs: TaskInputs,
+        host: Host,
+    ) -> Result<Mamba2Trainer, PluginError> {
+        Mamba2Trainer::new(spec, Some(&inputs), host)
+    }
+}
 
 /// A float32 leaf parameter of `shape` holding `values`.
 pub(crate) fn leaf(values: &[f64], shape: &[i64], device: Device) -> Result<Tensor, PluginError> {

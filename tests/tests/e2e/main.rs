@@ -9,6 +9,7 @@ mod dqn_plugin;
 mod grpc_cli;
 mod host_restart;
 mod in_process_host;
+mod mamba2_plugin;
 mod orchestrator;
 mod plugin_loading;
 mod ppo_plugin;

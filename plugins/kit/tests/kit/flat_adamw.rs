@@ -105,6 +105,72 @@ fn fused_adamw_matches_the_per_tensor_adam_over_100_steps() {
     }
 }
 
+fn refs(v: &[Tensor]) -> Vec<&Tensor> {
+    v.iter().collect()
+}
+
+/// Decay groups: weights decayed, biases not (laid out after the weights),
+/// against two per-tensor optimizers, one for each group.
+#[test]
+fn decay_groups_spare_the_undecayed_parameters() {
+    let (x, y) = data();
+    let decayed = AdamConfig {
+        weight_decay: 0.05,
+        ..AdamConfig::default()
+    };
+    let plain = AdamConfig {
+        weight_decay: 0.0,
+        ..AdamConfig::default()
+    };
+    let reference = model(3);
+    let fused = model(3);
+    let split = |m: &Mlp| -> (Vec<Tensor>, Vec<Tensor>) {
+        let (w, b): (Vec<_>, Vec<_>) = m
+            .named_parameters()
+            .into_iter()
+            .partition(|(n, _)| n.ends_with("weight"));
+        (
+            w.into_iter().map(|(_, t)| t.shallow_clone()).collect(),
+            b.into_iter().map(|(_, t)| t.shallow_clone()).collect(),
+        )
+    };
+    let (ref_w, ref_b) = split(&reference);
+    let (fused_w, fused_b) = split(&fused);
+    let mut adam_w = Adam::new(decayed, &refs(&ref_w)).unwrap();
+    let mut adam_b = Adam::new(plain, &refs(&ref_b)).unwrap();
+    let mut flat = FlatAdamW::with_decay_groups(decayed, &refs(&fused_w), &refs(&fused_b)).unwrap();
+    let (mut rng_a, mut rng_b) = (Rng::new(5), Rng::new(5));
+    for step in 0..50 {
+        let l = loss(&reference, &x, &y, &mut rng_a);
+        l.backward();
+        adam_w.apply(&refs(&ref_w), lr(step)).unwrap();
+        adam_b.apply(&refs(&ref_b), lr(step)).unwrap();
+        let l = loss(&fused, &x, &y, &mut rng_b);
+        let grad = flat.gradients(&l).unwrap();
+        flat.apply(&grad, lr(step)).unwrap();
+    }
+    for (a, b) in ref_w
+        .iter()
+        .chain(&ref_b)
+        .zip(fused_w.iter().chain(&fused_b))
+    {
+        let d = max_abs_diff(a, b);
+        assert!(d < 1e-6, "parameters differ by {d:e}");
+    }
+    // Against decaying everything, the biases differ (the groups matter).
+    let all = model(3);
+    let mut everything = FlatAdamW::new(decayed, &all.parameters()).unwrap();
+    let mut rng_c = Rng::new(5);
+    for step in 0..50 {
+        let l = loss(&all, &x, &y, &mut rng_c);
+        let grad = everything.gradients(&l).unwrap();
+        everything.apply(&grad, lr(step)).unwrap();
+    }
+    let (_, all_b) = split(&all);
+    let d = max_abs_diff(&all_b[0], &fused_b[0]);
+    assert!(d > 1e-7, "decaying the biases changed nothing ({d:e})");
+}
+
 #[test]
 fn adopted_parameters_are_views_of_the_flat_buffer() {
     let net = model(7);

@@ -5,5 +5,6 @@
 
 mod block;
 mod common;
+mod forecaster;
 mod ssd;
 mod stack;

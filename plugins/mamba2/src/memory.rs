@@ -1,0 +1,71 @@
+//! The memory model: bytes of the tensors one training step keeps alive for
+//! its backward pass, from the config alone (`estimate_memory` has no
+//! trainer). It follows the forward pass tensor by tensor, per token (batch
+//! × padded lookback) and layer; the chunked SSD adds its within-chunk
+//! matrices (`H × chunk` per token) and its chunk states (`H·P·N` per
+//! chunk). The backward pass holds the gradient of one layer's activations
+//! at a time on top, counted as one more layer.
+//!
+//! Checked against measured peaks in `docs/benchmarks.md` (the heap on CPU,
+//! the CUDA allocator on a GPU).
+
+use crate::config::ForecasterConfig;
+
+const F32: u64 = 4;
+
+/// Tokens of one step's windows and the chunk the SSD uses on them.
+fn tokens_and_chunk(config: &ForecasterConfig, windows: u64) -> (u64, u64) {
+    let length = config.lookback as u64;
+    let chunk = (config.chunk_size as u64).min(length).max(1);
+    let padded = length.div_ceil(chunk) * chunk;
+    (windows * padded, chunk)
+}
+
+/// Floats saved per token by one Mamba-2 layer at chunk size `chunk`.
+fn layer_floats_per_token(config: &ForecasterConfig, chunk: u64) -> u64 {
+    let c = config.block();
+    let (d, di, h) = (c.d_model as u64, c.d_inner() as u64, c.nheads() as u64);
+    let (g, n, p) = (c.ngroups as u64, c.d_state as u64, c.headdim as u64);
+    let conv_dim = c.conv_dim() as u64;
+    let norm_and_residual = 4 * d;
+    let in_proj = 2 * di + 2 * g * n + h;
+    let conv = 3 * conv_dim;
+    let dt = 4 * h;
+    let ssd_inputs = di + 2 * g * n;
+    let within_chunk = 4 * h * chunk + g * chunk;
+    let chunk_states = (3 * h * p * n).div_ceil(chunk);
+    let ssd_outputs = 3 * di;
+    let gate_norm = 4 * di;
+    norm_and_residual
+        + in_proj
+        + conv
+        + dt
+        + ssd_inputs
+        + within_chunk
+        + chunk_states
+        + ssd_outputs
+        + gate_norm
+}
+
+/// Activation bytes of one training step over inputs of `width` features.
+pub fn step_activation_bytes(config: &ForecasterConfig, width: u64) -> u64 {
+    let (tokens, chunk) = tokens_and_chunk(config, config.batch_size as u64);
+    let layer = layer_floats_per_token(config, chunk);
+    let layers = config.layers as u64 + 1; // + one layer's gradients in the backward pass
+    let input = width + 2 * config.d_model as u64;
+    let head =
+        (config.loss_positions * config.horizons * (config.outputs_per_horizon() + 2)) as u64;
+    F32 * (tokens * (layers * layer + input) + config.batch_size as u64 * head)
+}
+
+/// Activation bytes of one evaluation batch (no graph: the largest layer's
+/// tensors at once).
+pub fn eval_activation_bytes(config: &ForecasterConfig, width: u64) -> u64 {
+    let (tokens, chunk) = tokens_and_chunk(config, config.eval_batch_size as u64);
+    F32 * tokens * (layer_floats_per_token(config, chunk) + width + 2 * config.d_model as u64)
+}
+
+/// The larger of a training step's and an evaluation batch's activations.
+pub fn activation_bytes(config: &ForecasterConfig, width: u64) -> u64 {
+    step_activation_bytes(config, width).max(eval_activation_bytes(config, width))
+}

@@ -1,0 +1,416 @@
+//! The Mamba-2 trainer: epochs over the training windows in a seeded
+//! shuffled order (the *data cursor* is `(epoch, position)`), AdamW with
+//! weight decay on weights only, warm-up then a constant or cosine learning
+//! rate, global-norm clipping; evaluation on every validation and test
+//! window; exact checkpoints.
+//!
+//! Everything random is seeded from the task seed and saved: the window
+//! order (regenerated from `(seed, epoch)`), the dropout stream (a kit
+//! [`CounterRng`], whose state is `(seed, counter)`), and the cursor. A
+//! resumed trainer therefore continues bit for bit.
+//!
+//! Cancellation is checked before each batch and again between a batch's
+//! forward and backward passes (the long part of a step at long lookbacks),
+//! so a cancelled task stops within one forward pass.
+
+use crate::config::{ForecasterConfig, LrSchedule};
+use crate::evaluation;
+use crate::memory;
+use crate::model::Forecaster;
+use crate::task_data::{TaskData, WindowEnd};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use tch::{Device, Kind, Tensor};
+use tli_plugin_api::{
+    EvalReport, Host, MemoryBreakdown, Metric, PluginError, StepReport, TaskInputs, TaskSpec,
+    Trainer,
+};
+use tli_plugin_kit::adam::AdamConfig;
+use tli_plugin_kit::counter_rng::{CounterRng, CounterRngState};
+use tli_plugin_kit::data::Split;
+use tli_plugin_kit::device::parse_device;
+use tli_plugin_kit::flat_adamw::FlatAdamW;
+use tli_plugin_kit::grad_clip::clip_grad_norm;
+use tli_plugin_kit::nn::Parameters;
+use tli_plugin_kit::rng::Rng;
+use tli_plugin_kit::windows::{select_rows, window_batch};
+use tli_plugin_kit::{checkpoint, tensor_bytes, TchResultExt};
+
+/// Where training is in the stream of training windows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataCursor {
+    pub epoch: u64,
+    /// Windows of this epoch's order already used.
+    pub position: u64,
+}
+
+/// What `state.json` holds besides the tensors.
+#[derive(Serialize, Deserialize)]
+struct SavedState {
+    config: ForecasterConfig,
+    steps: u64,
+    optimizer_steps: u64,
+    cursor: DataCursor,
+    dropout_rng: CounterRngState,
+    /// Inputs per bar and training windows: the checkpoint belongs to this data.
+    width: usize,
+    train_windows: usize,
+}
+
+pub struct Mamba2Trainer {
+    config: ForecasterConfig,
+    host: Host,
+    device: Device,
+    seed: u64,
+    max_steps: u64,
+    steps: u64,
+    model: Forecaster,
+    optimizer: FlatAdamW,
+    dropout_rng: CounterRng,
+    data: TaskData,
+    cursor: DataCursor,
+    /// The training windows' order in epoch `order_epoch` (indices into
+    /// `data.train`); the cursor's epoch except while a batch is undone.
+    order: Vec<u32>,
+    order_epoch: u64,
+}
+
+impl Mamba2Trainer {
+    pub fn new(
+        spec: TaskSpec,
+        inputs: Option<&TaskInputs>,
+        host: Host,
+    ) -> Result<Self, PluginError> {
+        let config = ForecasterConfig::parse(&spec.config_json)?;
+        let device = parse_device(&spec.device)?;
+        let data = TaskData::build(
+            &spec.dataset,
+            inputs,
+            config.lookback,
+            config.horizons,
+            config.target_index,
+            device,
+        )?;
+        if data.train.is_empty() {
+            return Err(PluginError::invalid_data(format!(
+                "no training window of lookback {} (+{} bar(s) ahead) fits in the training \
+                 split of {}: lower lookback or use more data",
+                config.lookback,
+                config.horizons,
+                symbols(&data)
+            )));
+        }
+        let mut init_rng = Rng::new(spec.seed).fork(1);
+        let model = Forecaster::new(&config, data.width, &mut init_rng, device)?;
+        let (decayed, plain) = model.decay_groups();
+        let optimizer = FlatAdamW::with_decay_groups(
+            AdamConfig {
+                learning_rate: config.learning_rate,
+                weight_decay: config.weight_decay,
+                ..AdamConfig::default()
+            },
+            &decayed,
+            &plain,
+        )?;
+        host.info(&format!(
+            "task {}: Mamba-2 {} layers × d_model {} ({} parameters) on {}, lookback {}, \
+             {} horizon(s), {} training / {} validation / {} test windows of {}",
+            spec.task_id,
+            config.layers,
+            config.d_model,
+            model.parameter_count(),
+            spec.device,
+            config.lookback,
+            config.horizons,
+            data.train.len(),
+            data.valid.len(),
+            data.test.len(),
+            symbols(&data),
+        ));
+        let mut trainer = Self {
+            seed: spec.seed,
+            max_steps: spec.max_steps.max(1),
+            steps: 0,
+            dropout_rng: CounterRng::new(Rng::new(spec.seed).fork(2).next_u64()),
+            cursor: DataCursor::default(),
+            order: Vec::new(),
+            order_epoch: 0,
+            config,
+            host,
+            device,
+            model,
+            optimizer,
+            data,
+        };
+        trainer.set_order(0);
+        Ok(trainer)
+    }
+
+    /// The training windows' order in `epoch`: a Fisher–Yates shuffle drawn
+    /// from `(seed, epoch)` alone, so a resumed trainer regenerates it.
+    fn epoch_order(&self, epoch: u64) -> Vec<u32> {
+        let mut rng = Rng::new(self.seed).fork(1000 + epoch);
+        let mut order: Vec<u32> = (0..self.data.train.len() as u32).collect();
+        for i in (1..order.len()).rev() {
+            let j = rng.below(i as u64 + 1) as usize;
+            order.swap(i, j);
+        }
+        order
+    }
+
+    /// The next batch's windows, advancing the cursor (into the next epoch
+    /// when this one runs out).
+    fn next_batch(&mut self) -> Vec<WindowEnd> {
+        let mut batch = Vec::with_capacity(self.config.batch_size);
+        while batch.len() < self.config.batch_size {
+            if self.cursor.position as usize >= self.order.len() {
+                self.cursor = DataCursor {
+                    epoch: self.cursor.epoch + 1,
+                    position: 0,
+                };
+                self.set_order(self.cursor.epoch);
+            }
+            let i = self.order[self.cursor.position as usize] as usize;
+            batch.push(self.data.train[i]);
+            self.cursor.position += 1;
+        }
+        batch
+    }
+
+    fn learning_rate(&self) -> f64 {
+        let base = self.config.learning_rate;
+        let warmup = self.config.warmup_steps;
+        if self.steps < warmup {
+            return base * (self.steps + 1) as f64 / warmup as f64;
+        }
+        match self.config.lr_schedule {
+            LrSchedule::Constant => base,
+            LrSchedule::Cosine => {
+                let span = self.max_steps.saturating_sub(warmup).max(1) as f64;
+                let progress = ((self.steps - warmup) as f64 / span).min(1.0);
+                let floor = 0.1 * base;
+                floor + (base - floor) * 0.5 * (1.0 + (std::f64::consts::PI * progress).cos())
+            }
+        }
+    }
+
+    /// One optimisation step; `None` when cancelled between the forward and
+    /// the backward pass (nothing is updated then, the batch is not counted
+    /// and the cursor is rewound).
+    fn train_one_batch(&mut self) -> Result<Option<f64>, PluginError> {
+        let cursor = self.cursor;
+        let dropout_before = self.dropout_rng.state();
+        let batch = self.next_batch();
+        let k = self.config.loss_positions;
+        let ends: Vec<usize> = batch.iter().map(|w| w.row as usize).collect();
+        let x = window_batch(&self.data.features, self.config.lookback, &ends)?;
+        let target_rows: Vec<usize> = ends.iter().flat_map(|&e| e + 1 - k..=e).collect();
+        let shape = [batch.len() as i64, k as i64, self.config.horizons as i64];
+        let y = select_rows(&self.data.targets, &target_rows)?
+            .f_reshape(shape)
+            .plugin_err("shaping targets")?;
+        let valid = select_rows(&self.data.target_valid, &target_rows)?
+            .f_reshape(shape)
+            .plugin_err("shaping targets")?;
+        let dropout = (self.config.dropout > 0.0).then_some(&mut self.dropout_rng);
+        let forecast = self.model.forward(&x, k, dropout)?;
+        if self.host.is_cancelled() {
+            // Undo the batch: the next call draws the same windows and masks.
+            self.cursor = cursor;
+            self.set_order(cursor.epoch);
+            self.dropout_rng = CounterRng::from_state(dropout_before);
+            return Ok(None);
+        }
+        let loss = loss(&forecast, &y, &valid, &self.config.quantiles)?;
+        let grad = self.optimizer.gradients(&loss)?;
+        let _norm = clip_grad_norm(&grad, self.config.max_grad_norm)?;
+        let lr = self.learning_rate();
+        self.optimizer.apply(&grad, lr)?;
+        self.steps += 1;
+        loss.f_double_value(&[])
+            .map(Some)
+            .plugin_err("reading the loss")
+    }
+
+    /// Makes `order` the order of `epoch` (regenerated only when it is not).
+    fn set_order(&mut self, epoch: u64) {
+        if self.order_epoch != epoch || self.order.is_empty() {
+            self.order = self.epoch_order(epoch);
+            self.order_epoch = epoch;
+        }
+    }
+
+    fn named_tensors(&self) -> Vec<(String, &Tensor)> {
+        let mut all = self.model.named_parameters("");
+        all.extend(self.optimizer.named_state());
+        all
+    }
+}
+
+/// Masked training loss of `forecast (B, k, H, Q)` against `y (B, k, H)`
+/// where `valid` is 1: mean squared error for point forecasts, the mean
+/// pinball loss over the quantile levels otherwise.
+fn loss(
+    forecast: &Tensor,
+    y: &Tensor,
+    valid: &Tensor,
+    quantiles: &[f64],
+) -> Result<Tensor, PluginError> {
+    (|| -> Result<Tensor, tch::TchError> {
+        let count = valid.f_sum(Kind::Float)?.f_clamp_min(1.0)?;
+        let per_target = if quantiles.is_empty() {
+            forecast.f_select(-1, 0)?.f_sub(y)?.f_square()?
+        } else {
+            let q = Tensor::f_from_slice(&quantiles.iter().map(|&q| q as f32).collect::<Vec<_>>())?
+                .f_to_device(forecast.device())?;
+            // QL = max(q·(y − ŷ), (q − 1)·(y − ŷ)), averaged over levels.
+            let diff = y.f_unsqueeze(-1)?.f_sub(forecast)?;
+            let above = diff.f_mul(&q)?;
+            let below = diff.f_mul(&q.f_sub_scalar(1.0)?)?;
+            above
+                .f_maximum(&below)?
+                .f_mean_dim(-1, false, Kind::Float)?
+        };
+        per_target.f_mul(valid)?.f_sum(Kind::Float)?.f_div(&count)
+    })()
+    .plugin_err("computing the loss")
+}
+
+fn symbols(data: &TaskData) -> String {
+    data.assets
+        .iter()
+        .map(|a| a.symbol.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl Trainer for Mamba2Trainer {
+    fn step(&mut self, n: u64) -> Result<StepReport, PluginError> {
+        let mut loss_sum = 0.0;
+        let mut done = 0;
+        while done < n {
+            if self.host.is_cancelled() {
+                break;
+            }
+            match self.train_one_batch()? {
+                Some(loss) => loss_sum += loss,
+                None => break,
+            }
+            done += 1;
+        }
+        let mut metrics = vec![
+            Metric::new("learning_rate", self.learning_rate()),
+            Metric::new("epoch", self.cursor.epoch as f64),
+        ];
+        if done > 0 {
+            metrics.push(Metric::new("train_loss", loss_sum / done as f64));
+        }
+        Ok(StepReport {
+            steps_done: done,
+            metrics: metrics.into(),
+        })
+    }
+
+    fn evaluate(&mut self) -> Result<EvalReport, PluginError> {
+        if self.data.valid.is_empty() {
+            return Err(PluginError::invalid_data(format!(
+                "the validation split of {} has no complete window of lookback {} \
+                 (+{} bar(s) ahead): lower lookback or enlarge the validation split",
+                symbols(&self.data),
+                self.config.lookback,
+                self.config.horizons
+            )));
+        }
+        let mut metrics = Vec::new();
+        for split in [Split::Validation, Split::Test] {
+            metrics.extend(evaluation::split_metrics(
+                &self.model,
+                &self.config,
+                &self.data,
+                split,
+            )?);
+        }
+        Ok(EvalReport {
+            metrics: metrics.into(),
+        })
+    }
+
+    fn save_checkpoint(&mut self, dir: &Path) -> Result<(), PluginError> {
+        let state = SavedState {
+            config: self.config.clone(),
+            steps: self.steps,
+            optimizer_steps: self.optimizer.step,
+            cursor: self.cursor,
+            dropout_rng: self.dropout_rng.state(),
+            width: self.data.width,
+            train_windows: self.data.train.len(),
+        };
+        checkpoint::save(dir, &self.named_tensors(), &state)
+    }
+
+    fn load_checkpoint(&mut self, dir: &Path) -> Result<(), PluginError> {
+        let (tensors, state): (_, SavedState) = checkpoint::load(dir, self.device)?;
+        let mut differing = architecture_differences(&state.config, &self.config);
+        if state.width != self.data.width {
+            differing.push(format!(
+                "inputs per bar (checkpoint {}, this task {})",
+                state.width, self.data.width
+            ));
+        }
+        if state.train_windows != self.data.train.len() {
+            differing.push(format!(
+                "training windows (checkpoint {}, this task {}): other data or lookback",
+                state.train_windows,
+                self.data.train.len()
+            ));
+        }
+        checkpoint::refuse_mismatch(dir, "model or data", &differing)?;
+        self.optimizer.check_named(&tensors)?;
+        self.model.load_named("", &tensors)?;
+        self.optimizer.load_named(&tensors, state.optimizer_steps)?;
+        self.steps = state.steps;
+        self.cursor = state.cursor;
+        self.set_order(state.cursor.epoch);
+        self.dropout_rng = CounterRng::from_state(state.dropout_rng);
+        Ok(())
+    }
+
+    fn memory(&self) -> Result<MemoryBreakdown, PluginError> {
+        let params: u64 = self
+            .model
+            .parameters()
+            .iter()
+            .map(|t| tensor_bytes(t))
+            .sum();
+        Ok(MemoryBreakdown {
+            parameters: params,
+            gradients: self.optimizer.gradient_bytes(),
+            optimizer_state: self.optimizer.state_bytes(),
+            activations: self.data.bytes()
+                + memory::activation_bytes(&self.config, self.data.width as u64),
+        })
+    }
+
+    fn total_steps(&self) -> u64 {
+        self.steps
+    }
+}
+
+/// The architecture keys in which a checkpoint's config differs.
+fn architecture_differences(saved: &ForecasterConfig, current: &ForecasterConfig) -> Vec<String> {
+    const ARCHITECTURE: [&str; 9] = [
+        "d_model",
+        "layers",
+        "d_state",
+        "headdim",
+        "expand",
+        "d_conv",
+        "ngroups",
+        "horizons",
+        "quantiles",
+    ];
+    tli_plugin_kit::config::differing_keys(saved, current)
+        .into_iter()
+        .filter(|k| ARCHITECTURE.iter().any(|a| k.starts_with(&format!("{a} "))))
+        .collect()
+}
