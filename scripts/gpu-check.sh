@@ -9,7 +9,11 @@
 #      and the largest number of tasks that ran at the same time; the job includes a
 #      pooled template task (plugin API 1.1) across both assets,
 #   5. runs the kit's integration tests (if their binary was built: `cargo test --release
-#      -p tli-plugin-kit --no-run`), whose counter-RNG tests compare CUDA with the CPU.
+#      -p tli-plugin-kit --no-run`), whose counter-RNG tests compare CUDA with the CPU,
+#   6. runs the Mamba-2 tests (binary from `cargo test --release -p tli-plugin-mamba2 --no-run`):
+#      chunked SSD vs the recurrence vs the streaming step on the GPU; the job of step 2 holds
+#      two Mamba-2 models (default, and lookback 2048 with quantiles) whose estimate vs
+#      measured memory is in the table.
 # Usage: scripts/gpu-check.sh            (after `make build`, or with TLI=/path/to/tli)
 # Binaries built on another machine find this machine's torch through LD_LIBRARY_PATH.
 set -euo pipefail
@@ -42,6 +46,12 @@ for name in plugins:
                            "config": {"hidden_sizes": hidden, "batch_size": 256 if small else 8192}})
         models.append({"plugin": name, "steps": 40 if small else 200, "pooled": True,
                        "config": {"hidden_sizes": [256, 256]}})
+    elif name == "mamba2":
+        models.append({"plugin": name, "steps": 40 if small else 200})
+        models.append({"plugin": name, "steps": 20 if small else 200,
+                       "config": {"lookback": 256 if small else 2048, "chunk_size": 128,
+                                  "batch_size": 8 if small else 32, "horizons": 5,
+                                  "quantiles": [0.1, 0.5, 0.9]}})
     else:
         models.append({"plugin": name, "steps": 40 if small else 200})
 rows = 2000 if small else 200000
@@ -105,4 +115,12 @@ if [ -n "$kit_tests" ]; then
   "$kit_tests" --test-threads 1 counter_rng nn_blocks flat_adamw windows
 else
   echo "gpu-check: kit test binary not built (cargo test --release -p tli-plugin-kit --no-run); skipped"
+fi
+
+mamba_tests=$(ls -t target/release/deps/mamba2-* 2>/dev/null | grep -v '\.d$' | head -1 || true)
+if [ -n "$mamba_tests" ]; then
+  echo "gpu-check: Mamba-2 tests ($mamba_tests) with CUDA visible"
+  "$mamba_tests" --test-threads 1 --nocapture chunked_recurrent_and_streaming_agree_on_the_available_device
+else
+  echo "gpu-check: Mamba-2 test binary not built (cargo test --release -p tli-plugin-mamba2 --no-run); skipped"
 fi

@@ -29,6 +29,11 @@ pub struct ForecasterConfig {
     pub d_conv: usize,
     /// Groups sharing `B` and `C` (divides the number of heads).
     pub ngroups: usize,
+    /// `A` starts at `−U[lo, hi]` per head (`mamba_ssm`: [1, 16]). Smaller
+    /// values start heads with slower decay (longer memory).
+    pub a_init_range: [f64; 2],
+    /// `dt` starts log-uniform in `[min, max]` per head (`mamba_ssm`: [0.001, 0.1]).
+    pub dt_init_range: [f64; 2],
     /// Chunk length of the chunked SSD (any value gives the same result; speed differs).
     pub chunk_size: usize,
     /// Bars per window the model reads.
@@ -77,6 +82,8 @@ impl Default for ForecasterConfig {
             expand: 2,
             d_conv: 4,
             ngroups: 1,
+            a_init_range: [1.0, 16.0],
+            dt_init_range: [0.001, 0.1],
             chunk_size: 64,
             lookback: 256,
             loss_positions: 1,
@@ -112,6 +119,9 @@ impl ForecasterConfig {
             expand: self.expand,
             headdim: self.headdim,
             ngroups: self.ngroups,
+            a_init_range: (self.a_init_range[0], self.a_init_range[1]),
+            dt_min: self.dt_init_range[0],
+            dt_max: self.dt_init_range[1],
             ..Mamba2Config::new(self.d_model)
         }
     }
@@ -168,6 +178,20 @@ impl ForecasterConfig {
                     self.ngroups,
                     d_inner / self.headdim
                 ),
+            );
+        }
+        let [a_lo, a_hi] = self.a_init_range;
+        if !(a_lo > 0.0 && a_hi >= a_lo && a_hi <= 1e4) {
+            return bad(
+                "a_init_range",
+                format!("{:?} needs 0 < lo ≤ hi ≤ 1e4", self.a_init_range),
+            );
+        }
+        let [dt_lo, dt_hi] = self.dt_init_range;
+        if !(dt_lo > 0.0 && dt_hi >= dt_lo && dt_hi <= 10.0) {
+            return bad(
+                "dt_init_range",
+                format!("{:?} needs 0 < min ≤ max ≤ 10", self.dt_init_range),
             );
         }
         if self.quantiles.len() > 32 {
@@ -237,6 +261,8 @@ impl ForecasterConfig {
                 "expand": int(1, 8, d.expand),
                 "d_conv": int(1, 16, d.d_conv),
                 "ngroups": int(1, 64, d.ngroups),
+                "a_init_range": {"type": "array", "items": {"type": "number", "exclusiveMinimum": 0, "maximum": 1e4}, "minItems": 2, "maxItems": 2, "default": d.a_init_range},
+                "dt_init_range": {"type": "array", "items": {"type": "number", "exclusiveMinimum": 0, "maximum": 10}, "minItems": 2, "maxItems": 2, "default": d.dt_init_range},
                 "chunk_size": int(1, 4096, d.chunk_size),
                 "lookback": int(1, MAX_LOOKBACK, d.lookback),
                 "loss_positions": int(1, MAX_LOOKBACK, d.loss_positions),
@@ -275,6 +301,9 @@ mod tests {
             (r#"{"d_conv": 0}"#, "d_conv"),
             (r#"{"ngroups": 3}"#, "ngroups"),
             (r#"{"chunk_size": 0}"#, "chunk_size"),
+            (r#"{"a_init_range": [2, 1]}"#, "a_init_range"),
+            (r#"{"a_init_range": [1]}"#, "a_init_range"),
+            (r#"{"dt_init_range": [0, 0.1]}"#, "dt_init_range"),
             (r#"{"lookback": 100000}"#, "lookback"),
             (r#"{"loss_positions": 300}"#, "loss_positions"),
             (r#"{"horizons": 0}"#, "horizons"),

@@ -134,6 +134,8 @@ pub struct TemplateTrainer {
     train_rows: u64,
     shape: DatasetShape,
     valid_rows: std::ops::Range<usize>,
+    /// Test rows of a per-asset task (empty for a pooled one).
+    test_rows: std::ops::Range<usize>,
     /// A pooled task's assets: symbol and validation rows (empty otherwise).
     pooled_valid: Vec<(String, std::ops::Range<usize>)>,
 }
@@ -157,6 +159,10 @@ impl TemplateTrainer {
             )));
         }
         let all = 0..dataset.rows();
+        let test_rows = match pooled {
+            None => data::split_rows(dataset, Split::Test),
+            Some(_) => 0..0,
+        };
         let (features, targets, train_rows, valid_rows, pooled_valid) = match pooled {
             None => (
                 data::features(dataset, all.clone(), device)?,
@@ -216,6 +222,7 @@ impl TemplateTrainer {
             train_rows,
             shape,
             valid_rows,
+            test_rows,
             pooled_valid,
             config,
             host,
@@ -267,9 +274,10 @@ impl TemplateTrainer {
         loss.f_double_value(&[]).plugin_err("reading the loss")
     }
 
-    /// Validation metrics over `rows` of the data tensors, names suffixed with `suffix`.
-    fn validation_metrics(
+    /// Metrics over `rows` of the data tensors, named `{prefix}_…{suffix}`.
+    fn split_metrics(
         &self,
+        prefix: &str,
         rows: std::ops::Range<usize>,
         suffix: &str,
     ) -> Result<Vec<Metric>, PluginError> {
@@ -287,18 +295,18 @@ impl TemplateTrainer {
             };
             Ok((flat(&p)?, flat(&y)?))
         })
-        .plugin_err("evaluating on the validation split")?;
+        .plugin_err("evaluating a split")?;
         let m = forecast_metrics::point_metrics(&target, &forecast);
         let (mse, zero_mse) = (m.mse, m.mse_zero_forecast);
         self.host.debug(&format!(
-            "validation{suffix} mse {mse:.6e} vs zero forecast {zero_mse:.6e}"
+            "{prefix}{suffix} mse {mse:.6e} vs zero forecast {zero_mse:.6e}"
         ));
         Ok(vec![
-            Metric::new(&format!("valid_mse{suffix}"), mse),
-            Metric::new(&format!("valid_mse_zero_forecast{suffix}"), zero_mse),
-            Metric::new(&format!("valid_skill{suffix}"), m.skill),
-            Metric::new(&format!("valid_hit_rate{suffix}"), m.hit_rate),
-            Metric::new(&format!("valid_correlation{suffix}"), m.correlation),
+            Metric::new(&format!("{prefix}_mse{suffix}"), mse),
+            Metric::new(&format!("{prefix}_mse_zero_forecast{suffix}"), zero_mse),
+            Metric::new(&format!("{prefix}_skill{suffix}"), m.skill),
+            Metric::new(&format!("{prefix}_hit_rate{suffix}"), m.hit_rate),
+            Metric::new(&format!("{prefix}_correlation{suffix}"), m.correlation),
         ])
     }
 
@@ -336,11 +344,15 @@ impl Trainer for TemplateTrainer {
         if rows.is_empty() {
             return Err(PluginError::invalid_data("the validation split is empty"));
         }
-        let mut metrics = self.validation_metrics(rows, "")?;
+        let mut metrics = self.split_metrics("valid", rows, "")?;
         for (symbol, rows) in self.pooled_valid.clone() {
             if !rows.is_empty() {
-                metrics.extend(self.validation_metrics(rows, &format!("@{symbol}"))?);
+                metrics.extend(self.split_metrics("valid", rows, &format!("@{symbol}"))?);
             }
+        }
+        // The test split of a per-asset task (its rows are on the device already).
+        if self.pooled_valid.is_empty() && !self.test_rows.is_empty() {
+            metrics.extend(self.split_metrics("test", self.test_rows.clone(), "")?);
         }
         Ok(EvalReport {
             metrics: metrics.into(),

@@ -138,7 +138,7 @@ fn install_puts_tli_and_stripped_plugins_where_tli_finds_them() {
         .expect("run scripts/install.sh");
     assert!(out.status.success(), "{}", stderr(&out));
     let plugin_dir = prefix.path().join("lib/tli/plugins");
-    for name in [TEMPLATE, DQN, PPO] {
+    for name in [TEMPLATE, DQN, PPO, MAMBA2] {
         let file = plugin_dir.join(format!("lib{name}.so"));
         let size = std::fs::metadata(&file)
             .unwrap_or_else(|e| panic!("{}: {e}", file.display()))
@@ -157,7 +157,7 @@ fn install_puts_tli_and_stripped_plugins_where_tli_finds_them() {
         .expect("run the installed tli");
     let listed = ok_json(&listed);
     let text = listed.to_string();
-    for plugin in ["\"template\"", "\"dqn\"", "\"ppo\""] {
+    for plugin in ["\"template\"", "\"dqn\"", "\"ppo\"", "\"mamba2\""] {
         assert!(text.contains(plugin), "{plugin} not listed: {text}");
     }
     assert!(

@@ -38,7 +38,7 @@ fn streaming_step_gives_the_windowed_forecasts_bar_by_bar() {
 fn forecasts_never_read_later_bars() {
     let model = forecaster();
     let x = randn(&mut Rng::new(4), &[1, 30, 5], Kind::Float);
-    let mut changed = x.copy();
+    let changed = x.copy();
     let _ = changed.narrow(1, 20, 10).fill_(7.0);
     let a = tch::no_grad(|| model.forward(&x, 30, None).unwrap());
     let b = tch::no_grad(|| model.forward(&changed, 30, None).unwrap());
@@ -74,4 +74,44 @@ fn weight_decay_spares_biases_norms_and_the_ssm_parameters() {
         5,
     );
     assert_eq!(counted, model.parameter_count());
+}
+
+/// The chunked forward against the recurrence and the streaming step on the
+/// device at hand (CUDA when this process sees one, else the CPU): a 2-layer
+/// stack, 300 bars (not a multiple of the chunk), f32. `scripts/gpu-check.sh`
+/// runs this on the GPU.
+#[test]
+fn chunked_recurrent_and_streaming_agree_on_the_available_device() {
+    use tli_plugin_mamba2::{Mamba2Config, Mamba2Stack};
+    let device = if tch::Cuda::is_available() {
+        Device::Cuda(0)
+    } else {
+        Device::Cpu
+    };
+    let config = Mamba2Config {
+        d_state: 16,
+        headdim: 16,
+        ..Mamba2Config::new(32)
+    };
+    let stack = Mamba2Stack::new(&config, 2, &mut Rng::new(5), device).unwrap();
+    let x = randn(&mut Rng::new(6), &[3, 300, 32], Kind::Float).to_device(device);
+    let (chunked, sequential) = tch::no_grad(|| {
+        (
+            stack.forward(&x, 64).unwrap(),
+            stack.forward_sequential(&x).unwrap(),
+        )
+    });
+    let e = rel_err(&chunked, &sequential);
+    let mut state = StackState::zeros(&stack, 3).unwrap();
+    let mut worst_step: f64 = 0.0;
+    for t in 0..300 {
+        let y = tch::no_grad(|| stack.step(&x.select(1, t), &mut state).unwrap());
+        worst_step = worst_step.max(rel_err(&y, &chunked.select(1, t)));
+    }
+    eprintln!(
+        "{device:?}: chunked vs recurrence {e:.2e}, streaming step vs chunked {worst_step:.2e}"
+    );
+    // cuDNN may run the convolution in TF32 on a GPU: a looser bound there.
+    let bound = if device == Device::Cpu { 1e-4 } else { 2e-3 };
+    assert!(e < bound && worst_step < bound, "{e:e} / {worst_step:e}");
 }
