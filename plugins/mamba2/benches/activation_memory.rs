@@ -54,6 +54,12 @@ fn main() {
         r#"{"lookback": 4096, "batch_size": 4}"#,
         r#"{"lookback": 512, "batch_size": 16, "d_model": 128, "layers": 4, "d_state": 64, "headdim": 64}"#,
         r#"{"lookback": 256, "batch_size": 32, "loss_positions": 64, "horizons": 5, "quantiles": [0.1, 0.5, 0.9]}"#,
+        r#"{"lookback": 2048, "batch_size": 2, "d_model": 96, "headdim": 16, "d_state": 8, "layers": 3, "chunk_size": 32}"#,
+        r#"{"lookback": 768, "batch_size": 8, "d_model": 32, "expand": 4, "ngroups": 2, "headdim": 16, "d_state": 48, "layers": 1, "d_conv": 8}"#,
+        r#"{"lookback": 300, "batch_size": 24, "d_model": 48, "headdim": 8, "d_state": 24, "layers": 6, "chunk_size": 100}"#,
+        // Not used to fit the memory model's two weights:
+        r#"{"lookback": 1500, "batch_size": 3, "d_model": 80, "headdim": 20, "d_state": 12, "layers": 2, "chunk_size": 48}"#,
+        r#"{"lookback": 640, "batch_size": 12, "d_model": 64, "expand": 3, "headdim": 24, "d_state": 40, "layers": 3, "chunk_size": 80, "ngroups": 2}"#,
     ];
     println!("| config | estimate MB | measured peak MB | estimate / measured |");
     println!("|---|---:|---:|---:|");

@@ -3,11 +3,13 @@
 //! trainer). It follows the forward pass tensor by tensor, per token (batch
 //! × padded lookback) and layer; the chunked SSD adds its within-chunk
 //! matrices (`H × chunk` per token) and its chunk states (`H·P·N` per
-//! chunk). The backward pass holds the gradient of one layer's activations
-//! at a time on top, counted as one more layer.
+//! chunk). The backward pass holds the gradients of about a third of a
+//! layer's activations on top.
 //!
-//! Checked against measured peaks in `docs/benchmarks.md` (the heap on CPU,
-//! the CUDA allocator on a GPU).
+//! Two weights (3.5 `H × chunk` matrices per token, a third of a layer for
+//! the backward pass) are fitted to the CPU heap peaks of
+//! `benches/activation_memory.rs` over seven configs (worst error 8%) (docs/benchmarks.md, "Mamba-2"); `scripts/gpu-check.sh` compares
+//! with the CUDA allocator's peak.
 
 use crate::config::ForecasterConfig;
 
@@ -23,6 +25,12 @@ fn tokens_and_chunk(config: &ForecasterConfig, windows: u64) -> (u64, u64) {
 
 /// Floats saved per token by one Mamba-2 layer at chunk size `chunk`.
 fn layer_floats_per_token(config: &ForecasterConfig, chunk: u64) -> u64 {
+    let (per_tensor, within_chunk_heads) = layer_terms(config, chunk);
+    per_tensor + within_chunk_heads * 7 / 2
+}
+
+/// `(the per-token tensors of a layer but the within-chunk matrices, H × chunk)`.
+fn layer_terms(config: &ForecasterConfig, chunk: u64) -> (u64, u64) {
     let c = config.block();
     let (d, di, h) = (c.d_model as u64, c.d_inner() as u64, c.nheads() as u64);
     let (g, n, p) = (c.ngroups as u64, c.d_state as u64, c.headdim as u64);
@@ -32,30 +40,32 @@ fn layer_floats_per_token(config: &ForecasterConfig, chunk: u64) -> u64 {
     let conv = 3 * conv_dim;
     let dt = 4 * h;
     let ssd_inputs = di + 2 * g * n;
-    let within_chunk = 4 * h * chunk + g * chunk;
+    let group_scores = g * chunk;
     let chunk_states = (3 * h * p * n).div_ceil(chunk);
     let ssd_outputs = 3 * di;
     let gate_norm = 4 * di;
-    norm_and_residual
+    let per_tensor = norm_and_residual
         + in_proj
         + conv
         + dt
         + ssd_inputs
-        + within_chunk
+        + group_scores
         + chunk_states
         + ssd_outputs
-        + gate_norm
+        + gate_norm;
+    (per_tensor, h * chunk)
 }
 
 /// Activation bytes of one training step over inputs of `width` features.
 pub fn step_activation_bytes(config: &ForecasterConfig, width: u64) -> u64 {
     let (tokens, chunk) = tokens_and_chunk(config, config.batch_size as u64);
     let layer = layer_floats_per_token(config, chunk);
-    let layers = config.layers as u64 + 1; // + one layer's gradients in the backward pass
+    // Every layer, plus a third of one for the gradients in flight.
+    let layers_thirds = 3 * config.layers as u64 + 1;
     let input = width + 2 * config.d_model as u64;
     let head =
         (config.loss_positions * config.horizons * (config.outputs_per_horizon() + 2)) as u64;
-    F32 * (tokens * (layers * layer + input) + config.batch_size as u64 * head)
+    F32 * (tokens * (layers_thirds * layer / 3 + input) + config.batch_size as u64 * head)
 }
 
 /// Activation bytes of one evaluation batch (no graph: the largest layer's
