@@ -54,6 +54,19 @@ pub fn trainer(
         .unwrap_or_else(|e| panic!("trainer of {name} not created: {e}"))
 }
 
+/// Trains `steps` in calls of `slice`; returns the last call's metrics.
+pub fn train(t: &mut TrainerHandle, steps: u64, slice: u64) -> BTreeMap<String, f64> {
+    let mut done = 0;
+    let mut last = BTreeMap::new();
+    while done < steps {
+        let report = t.step(slice.min(steps - done)).unwrap();
+        assert!(report.steps_done > 0);
+        done += report.steps_done;
+        last = as_map(&report.metrics);
+    }
+    last
+}
+
 /// Metrics by name.
 pub fn as_map(metrics: &[Metric]) -> BTreeMap<String, f64> {
     metrics

@@ -48,6 +48,20 @@ impl ConfigObject {
         self.whole(key, value)
     }
 
+    /// A list of finite numbers (left out when empty).
+    fn numbers(&mut self, key: &str, values: &[f64]) -> Result<&mut Self, Status> {
+        if let Some(v) = values.iter().find(|v| !v.is_finite()) {
+            return Err(invalid(format!(
+                "{}.{key}: {v} is not a finite number",
+                self.path
+            )));
+        }
+        if !values.is_empty() {
+            self.map.insert(key.into(), values.to_vec().into());
+        }
+        Ok(self)
+    }
+
     fn sizes(&mut self, key: &str, values: &[u32]) -> &mut Self {
         if !values.is_empty() {
             self.map.insert(key.into(), values.to_vec().into());
@@ -196,16 +210,9 @@ pub fn ppo(i: usize, p: &pb::PpoConfig) -> Result<Value, Status> {
 pub fn mamba2(i: usize, m: &pb::Mamba2Config) -> Result<Value, Status> {
     let path = format!("models[{i}].mamba2");
     let schedule = lr_schedule(&path, m.lr_schedule)?;
-    let mut c = ConfigObject::new(path.clone());
-    if let Some(q) = m.quantiles.iter().find(|q| !q.is_finite()) {
-        return Err(invalid(format!(
-            "{path}.quantiles: {q} is not a finite number"
-        )));
-    }
-    if !m.quantiles.is_empty() {
-        c.map.insert("quantiles".into(), m.quantiles.clone().into());
-    }
-    c.whole("d_model", m.d_model)
+    let mut c = ConfigObject::new(path);
+    c.numbers("quantiles", &m.quantiles)?
+        .whole("d_model", m.d_model)
         .whole("layers", m.layers)
         .whole("d_state", m.d_state)
         .whole("headdim", m.headdim)

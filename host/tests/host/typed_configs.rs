@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 use tli_host::orchestrator::state::TaskState;
-use tli_host::orchestrator::store::Store;
+use tli_host::orchestrator::store::{Store, TaskRow};
 use tli_host::testing::{
     plugin_model, synthetic_asset, ApiServer, PluginDir, DQN, MAMBA2, PPO, TEMPLATE,
 };
@@ -20,6 +20,19 @@ fn model(steps: u64, config: pb::model_spec::Config) -> pb::ModelSpec {
         priority: 0,
         pooled: false,
         config: Some(config),
+    }
+}
+
+/// The tasks of `job` once all have finished (within `seconds`).
+async fn finished_tasks(store: &Store, job: i64, seconds: u64) -> Vec<TaskRow> {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    loop {
+        let tasks = store.tasks_of(job).expect("tasks");
+        if tasks.iter().all(|t| t.state.is_finished()) {
+            return tasks;
+        }
+        assert!(Instant::now() < deadline, "job did not finish: {tasks:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -64,15 +77,7 @@ async fn typed_dqn_and_ppo_configs_reach_the_plugins_under_their_keys() {
     let job = started.job.expect("job").job_id as i64;
 
     let store = Store::open_read_only(state.path()).expect("store");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let tasks = loop {
-        let tasks = store.tasks_of(job).expect("tasks");
-        if tasks.iter().all(|t| t.state.is_finished()) {
-            break tasks;
-        }
-        assert!(Instant::now() < deadline, "job did not finish: {tasks:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let tasks = finished_tasks(&store, job, 120).await;
     for t in &tasks {
         assert_eq!(t.state, TaskState::Completed, "{t:?}");
     }
@@ -158,15 +163,7 @@ async fn mamba2_trains_beside_the_other_families_from_typed_and_generic_configs(
         .into_inner();
     let job = started.job.expect("job").job_id as i64;
     let store = Store::open_read_only(state.path()).expect("store");
-    let deadline = Instant::now() + Duration::from_secs(300);
-    let tasks = loop {
-        let tasks = store.tasks_of(job).expect("tasks");
-        if tasks.iter().all(|t| t.state.is_finished()) {
-            break tasks;
-        }
-        assert!(Instant::now() < deadline, "job did not finish: {tasks:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let tasks = finished_tasks(&store, job, 300).await;
     assert_eq!(tasks.len(), 5);
     for t in &tasks {
         assert_eq!(t.state, TaskState::Completed, "{t:?}");

@@ -75,6 +75,24 @@ pub fn target_column(
     matrix(&values, 1, device)
 }
 
+/// `[rows, count]` float zeros with ones in column `index`: a one-hot of an
+/// asset index for every row (a pooled task's static covariate).
+pub fn one_hot_rows(
+    rows: usize,
+    count: usize,
+    index: usize,
+    device: Device,
+) -> Result<Tensor, PluginError> {
+    if index >= count {
+        return Err(PluginError::invalid_data(format!(
+            "asset index {index} is outside the job's {count} assets"
+        )));
+    }
+    Tensor::f_zeros([rows as i64, count as i64], (tch::Kind::Float, device))
+        .and_then(|t| t.f_narrow(1, index as i64, 1)?.f_fill_(1.0).map(|_| t))
+        .plugin_err("building the asset one-hot")
+}
+
 fn matrix(values: &[f32], width: usize, device: Device) -> Result<Tensor, PluginError> {
     let rows = values.len().checked_div(width).unwrap_or(0);
     Tensor::f_from_slice(values)

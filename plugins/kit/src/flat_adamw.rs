@@ -78,12 +78,7 @@ impl FlatAdamW {
     ) -> Result<Self, PluginError> {
         let all: Vec<&Tensor> = decayed.iter().chain(not_decayed).copied().collect();
         let params = FlatParams::adopt(&all)?;
-        let decayed_numel = params
-            .slots()
-            .get(decayed.len().wrapping_sub(1))
-            .filter(|_| !decayed.is_empty())
-            .map(|s| s.offset + s.numel)
-            .unwrap_or(0);
+        let decayed_numel = decayed.iter().map(|t| t.numel() as i64).sum();
         let zeros = || {
             params
                 .values()

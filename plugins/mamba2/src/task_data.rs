@@ -11,7 +11,7 @@
 //! refused: sums of overlapping returns would mean nothing).
 
 use std::ops::Range;
-use tch::{Device, Kind, Tensor};
+use tch::{Device, Tensor};
 use tli_plugin_api::{Dataset, PluginError, TaskInputs};
 use tli_plugin_kit::data::{self, Split};
 use tli_plugin_kit::windows::{HorizonTarget, RowRuns, BREAK_ON_DEFAULT};
@@ -90,13 +90,7 @@ impl TaskData {
             let (values, ok) = horizon_targets(d, &runs, &annex, horizons, target_index)?;
             let mut x = data::features(d, 0..rows, device)?;
             if let Some(n) = one_hot_width {
-                let one_hot = Tensor::f_zeros([rows as i64, n as i64], (Kind::Float, device))
-                    .and_then(|t| {
-                        t.f_narrow(1, annex.asset_index as i64, 1)?
-                            .f_fill_(1.0)
-                            .map(|_| t)
-                    })
-                    .plugin_err("building the asset one-hot")?;
+                let one_hot = data::one_hot_rows(rows, n, annex.asset_index as usize, device)?;
                 x = Tensor::f_cat(&[x, one_hot], 1).plugin_err("pooling features")?;
             }
             features.push(x);

@@ -34,7 +34,7 @@ use tli_plugin_kit::grad_clip::clip_grad_norm;
 use tli_plugin_kit::nn::Parameters;
 use tli_plugin_kit::rng::Rng;
 use tli_plugin_kit::windows::{select_rows, window_batch};
-use tli_plugin_kit::{checkpoint, tensor_bytes, TchResultExt};
+use tli_plugin_kit::{checkpoint, TchResultExt};
 
 /// Where training is in the stream of training windows.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -376,14 +376,9 @@ impl Trainer for Mamba2Trainer {
     }
 
     fn memory(&self) -> Result<MemoryBreakdown, PluginError> {
-        let params: u64 = self
-            .model
-            .parameters()
-            .iter()
-            .map(|t| tensor_bytes(t))
-            .sum();
         Ok(MemoryBreakdown {
-            parameters: params,
+            // Every parameter lives in the optimizer's flat buffer.
+            parameters: self.optimizer.params().bytes(),
             gradients: self.optimizer.gradient_bytes(),
             optimizer_state: self.optimizer.state_bytes(),
             activations: self.data.bytes()

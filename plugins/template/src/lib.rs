@@ -390,14 +390,9 @@ impl Trainer for TemplateTrainer {
     }
 
     fn memory(&self) -> Result<MemoryBreakdown, PluginError> {
-        let params: u64 = self
-            .model
-            .parameters()
-            .iter()
-            .map(|t| tensor_bytes(t))
-            .sum();
         Ok(MemoryBreakdown {
-            parameters: params,
+            // Every parameter lives in the optimizer's flat buffer.
+            parameters: self.optimizer.params().bytes(),
             // The flat gradient each step gathers.
             gradients: self.optimizer.gradient_bytes(),
             optimizer_state: self.optimizer.state_bytes(),

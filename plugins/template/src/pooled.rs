@@ -50,16 +50,7 @@ pub fn pooled_data(
         for (i, dataset) in inputs.datasets.iter().enumerate() {
             let rows = data::split_rows(dataset, split);
             let x = data::features(dataset, rows.clone(), device)?;
-            let one_hot = Tensor::f_zeros(
-                [rows.len() as i64, assets as i64],
-                (tch::Kind::Float, device),
-            )
-            .and_then(|t| {
-                t.f_narrow(1, asset_index[i] as i64, 1)?
-                    .f_fill_(1.0)
-                    .map(|_| t)
-            })
-            .plugin_err("building the asset one-hot")?;
+            let one_hot = data::one_hot_rows(rows.len(), assets, asset_index[i] as usize, device)?;
             feature_parts.push(Tensor::f_cat(&[x, one_hot], 1).plugin_err("pooling features")?);
             target_parts.push(data::target_column(dataset, rows.clone(), target, device)?);
             sizes.push((dataset.symbol.to_string(), rows.len()));

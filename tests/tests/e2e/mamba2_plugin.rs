@@ -9,14 +9,13 @@
 //! `target/release/libtli_plugin_mamba2.so` and the template's).
 
 use abi_stable::std_types::RArc;
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use tli_data::synthetic_memory::{planted_memory, PlantedMemorySpec};
 use tli_e2e_tests::trainers::*;
 use tli_e2e_tests::*;
-use tli_host::registry::{PluginRegistry, TrainerHandle};
+use tli_host::registry::PluginRegistry;
 use tli_host::services::TaskServices;
 use tli_plugin_api::{Dataset, DatasetAnnex, ErrorCode, TaskInputs, GAP_BEFORE};
 use tli_plugin_kit::forecast_metrics::point_metrics;
@@ -31,19 +30,6 @@ fn registry() -> (PluginDir, PluginRegistry) {
 /// A small model for CI: 1 layer, d_model 16, lookback 32.
 const SMALL: &str = r#"{"d_model": 16, "layers": 1, "d_state": 8, "headdim": 8, "chunk_size": 8,
     "lookback": 32, "batch_size": 8, "eval_batch_size": 32}"#;
-
-/// Trains `steps` in calls of `slice`; returns the last call's metrics.
-fn train(t: &mut TrainerHandle, steps: u64, slice: u64) -> BTreeMap<String, f64> {
-    let mut done = 0;
-    let mut last = BTreeMap::new();
-    while done < steps {
-        let report = t.step(slice.min(steps - done)).unwrap();
-        assert!(report.steps_done > 0);
-        done += report.steps_done;
-        last = as_map(&report.metrics);
-    }
-    last
-}
 
 fn with(base: &str, extra: &str) -> String {
     let mut a: serde_json::Value = serde_json::from_str(base).unwrap();

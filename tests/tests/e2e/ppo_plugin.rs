@@ -15,25 +15,12 @@ use std::time::Instant;
 use tli_data::synthetic_ar::{synthetic_ar_dataset, SyntheticArSpec};
 use tli_e2e_tests::trainers::*;
 use tli_e2e_tests::*;
-use tli_host::registry::{LoadedPlugin, PluginRegistry, TrainerHandle};
+use tli_host::registry::{LoadedPlugin, PluginRegistry};
 use tli_host::services::TaskServices;
 use tli_plugin_api::{Dataset, ErrorCode};
 
 fn registry() -> (PluginDir, PluginRegistry) {
     registry_of(PPO, "ppo")
-}
-
-/// Trains `steps` in calls of `slice`; returns the last call's metrics.
-fn train(t: &mut TrainerHandle, steps: u64, slice: u64) -> BTreeMap<String, f64> {
-    let mut done = 0;
-    let mut last = BTreeMap::new();
-    while done < steps {
-        let report = t.step(slice.min(steps - done)).unwrap();
-        assert!(report.steps_done > 0);
-        done += report.steps_done;
-        last = as_map(&report.metrics);
-    }
-    last
 }
 
 /// The shared N+M checkpoint equivalence, plus: the step metrics of one
