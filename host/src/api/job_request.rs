@@ -347,7 +347,7 @@ mod tests {
         }
         assert_eq!(
             message(&req),
-            "models[0].config: set template, dqn, ppo or plugin"
+            "models[0].config: set template, dqn, ppo, mamba2 or plugin"
         );
 
         let mut req = request();
