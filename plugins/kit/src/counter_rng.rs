@@ -67,6 +67,26 @@ impl CounterRng {
         self.base
     }
 
+    /// Value `counter + index` of the stream as a uniform `f32` in `[0, 1)`,
+    /// computed on the host: exactly the element `index` of the next
+    /// [`uniform`](Self::uniform) draw. Does not advance the counter (see
+    /// [`skip`](Self::skip)); host kernels that draw in parallel use it.
+    pub fn uniform_at(&self, index: u64) -> f32 {
+        let state = self.base.wrapping_add(
+            self.counter
+                .wrapping_add(index)
+                .wrapping_add(1)
+                .wrapping_mul(GAMMA),
+        );
+        (mix64(state) >> (64 - FLOAT_BITS)) as f32 * (1.0 / (1u64 << FLOAT_BITS) as f32)
+    }
+
+    /// Advances the counter by `n`, as a draw of `n` values would (after a
+    /// host kernel has used them through [`uniform_at`](Self::uniform_at)).
+    pub fn skip(&mut self, n: u64) {
+        self.counter = self.counter.wrapping_add(n);
+    }
+
     /// Raw 64-bit values `[counter, counter + numel)` as an int64 tensor of
     /// `shape` (the bits of the `u64`s), on `device`; advances the counter.
     pub fn bits(&mut self, shape: &[i64], device: Device) -> Result<Tensor, PluginError> {
@@ -198,5 +218,15 @@ mod tests {
                 .wrapping_add(n.wrapping_add(1).wrapping_mul(GAMMA));
             assert_eq!(mix64(state), reference.next_u64());
         }
+    }
+
+    #[test]
+    fn host_values_are_the_device_draw() {
+        let mut r = CounterRng::new(29);
+        r.skip(1000);
+        let host: Vec<f32> = (0..64).map(|i| r.uniform_at(i)).collect();
+        let device = Vec::<f32>::try_from(&r.uniform(&[64], Device::Cpu).unwrap()).unwrap();
+        assert_eq!(host, device);
+        assert_eq!(r.state().counter, 1064);
     }
 }

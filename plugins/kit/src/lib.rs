@@ -29,6 +29,8 @@
 //!   (causal; standard or the TFT's interpretable variant).
 //! * [`windows`]: sliding windows over rows and multi-horizon targets that
 //!   never span a gap, a roll or a split boundary; windows are tensor views.
+//! * [`int8`]: INT8 weights with per-row scales and 8-bit blockwise AdamW
+//!   state, no f32 master copy (the TFT's `precision: "int8"`).
 //! * [`counter_rng`]: a seeded counter-based RNG that draws on the device
 //!   (dropout masks, stochastic rounding); its state is `(seed, counter)`.
 
@@ -44,6 +46,7 @@ pub mod flat_adamw;
 pub mod flat_params;
 pub mod forecast_metrics;
 pub mod grad_clip;
+pub mod int8;
 pub mod metrics;
 pub mod mlp;
 pub mod nn;

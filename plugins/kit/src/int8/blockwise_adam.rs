@@ -1,0 +1,362 @@
+//! One AdamW update of an INT8 weight whose moments are 8-bit blockwise
+//! state (`shared/reference/models.md` §5.1–5.2), in two interchangeable
+//! implementations:
+//!
+//! * [`update_host`]: a fused pass in Rust over the tensors' host memory
+//!   (CPU), parallel over blocks and then over rows. Per element it reads
+//!   the gradient, the weight code and the two moment codes once and writes
+//!   them once — memory-bound, no temporaries beyond the gradient it
+//!   overwrites.
+//! * [`update_tensors`]: the same arithmetic as libtorch tensor ops, for
+//!   any device (CUDA), with whole-tensor temporaries.
+//!
+//! The state of a tensor of `N` elements is `⌈N / 256⌉` blocks of 256
+//! consecutive elements (row-major; the last block may be short): a code
+//! per element and moment (signed [`DynamicMap`] for `m`, unsigned for
+//! `v`) and an f32 absolute maximum per block and moment. One update:
+//!
+//! ```text
+//! g = grad · grad_scale                        (global-norm clipping)
+//! m = decode(m) ;  m ← m + (1 − β1)(g − m)     (torch.lerp's formula)
+//! v = decode(v) ;  v ← v + (1 − β2)(g² − v)
+//! w = q · s_row
+//! w ← w − lr · (m / b1 / (√v / √b2 + ε) + λ·w)   (λ = 0 for undecayed tensors)
+//! absmax_block = max |m|, max v ;  codes = nearest(m / absmax), nearest(v / absmax)
+//! s_row = max_row |w| / 127 ;  q = clamp(⌊w / s_row + u⌋, ±127)   (u from the CounterRng)
+//! ```
+//!
+//! `b1 = 1 − β1ᵗ`, `b2 = 1 − β2ᵗ`. Both implementations draw `u` for
+//! element `j` as value `counter + j` of the plugin's [`CounterRng`], so
+//! they agree up to floating-point rounding differences of libtorch's
+//! vectorised kernels (a tie in an encoding can then land on the other code).
+
+use super::dynamic_map::DynamicMap;
+use super::weight::{Int8Weight, MAX_CODE};
+use crate::counter_rng::CounterRng;
+use crate::errors::TchResultExt;
+use tch::{Device, Kind, Tensor};
+use tli_plugin_api::PluginError;
+
+/// Elements per block of 8-bit state (bitsandbytes' default since 2024).
+pub const BLOCK: usize = 256;
+
+/// Blocks of state for a tensor of `numel` elements.
+pub fn blocks_for(numel: usize) -> usize {
+    numel.div_ceil(BLOCK)
+}
+
+/// The scalars of one update (f32, as libtorch computes with them on f32 tensors).
+#[derive(Clone, Copy, Debug)]
+pub struct UpdateScalars {
+    pub beta1: f32,
+    pub beta2: f32,
+    pub eps: f32,
+    pub lr: f32,
+    /// The decoupled weight decay for this tensor (0 when it is not decayed).
+    pub weight_decay: f32,
+    /// `1 − β1ᵗ`.
+    pub bias1: f32,
+    /// `√(1 − β2ᵗ)`.
+    pub sqrt_bias2: f32,
+    /// The clipping coefficient applied to the gradient (1: none).
+    pub grad_scale: f32,
+}
+
+/// One tensor's 8-bit moments, as host slices (for [`update_host`]).
+pub struct HostState<'a> {
+    pub m_codes: &'a mut [u8],
+    pub v_codes: &'a mut [u8],
+    pub m_absmax: &'a mut [f32],
+    pub v_absmax: &'a mut [f32],
+}
+
+/// One tensor's 8-bit moments as tensors (views into the flat buffers), for
+/// [`update_tensors`]: codes `[N]` (`Uint8`), absmax `[⌈N/256⌉]` (f32).
+pub struct TensorState<'a> {
+    pub m_codes: &'a Tensor,
+    pub v_codes: &'a Tensor,
+    pub m_absmax: &'a Tensor,
+    pub v_absmax: &'a Tensor,
+}
+
+/// The fused host update. `grad` holds the weight's gradient (row-major,
+/// `codes.len()` elements) and is overwritten with the updated f32 weight;
+/// `codes`/`scales` are the weight (`cols` columns per row) and receive
+/// its stochastic re-quantization; the draw advances `rng` by `N`.
+#[allow(clippy::too_many_arguments)]
+pub fn update_host(
+    grad: &mut [f32],
+    codes: &mut [i8],
+    scales: &mut [f32],
+    cols: usize,
+    state: HostState<'_>,
+    s: &UpdateScalars,
+    rng: &mut CounterRng,
+    threads: usize,
+) -> Result<(), PluginError> {
+    let n = grad.len();
+    let rows = scales.len();
+    let blocks = blocks_for(n);
+    if codes.len() != n
+        || rows * cols != n
+        || state.m_codes.len() != n
+        || state.v_codes.len() != n
+        || state.m_absmax.len() != blocks
+        || state.v_absmax.len() != blocks
+    {
+        return Err(PluginError::other(format!(
+            "int8 update: inconsistent sizes (gradient {n}, codes {}, {rows}×{cols} weight, \
+             moment codes {}/{}, absmax {}/{} for {blocks} blocks)",
+            codes.len(),
+            state.m_codes.len(),
+            state.v_codes.len(),
+            state.m_absmax.len(),
+            state.v_absmax.len()
+        )));
+    }
+    let threads = threads.max(1);
+    // Phase 1, parallel over blocks: moments and the f32 weight update.
+    let blocks_per_thread = blocks.div_ceil(threads).max(1);
+    let chunk = blocks_per_thread * BLOCK;
+    let scales_ro: &[f32] = scales;
+    std::thread::scope(|scope| {
+        let parts = grad
+            .chunks_mut(chunk)
+            .zip(codes.chunks(chunk))
+            .zip(state.m_codes.chunks_mut(chunk))
+            .zip(state.v_codes.chunks_mut(chunk))
+            .zip(state.m_absmax.chunks_mut(blocks_per_thread))
+            .zip(state.v_absmax.chunks_mut(blocks_per_thread))
+            .enumerate();
+        for (t, (((((g, q), mc), vc), ma), va)) in parts {
+            let first = t * chunk;
+            scope.spawn(move || {
+                update_blocks(first, g, q, scales_ro, cols, mc, vc, ma, va, s);
+            });
+        }
+    });
+    // Phase 2, parallel over rows: new scales, stochastic rounding.
+    let rows_per_thread = rows.div_ceil(threads).max(1);
+    let rng_ro: &CounterRng = rng;
+    std::thread::scope(|scope| {
+        let parts = grad
+            .chunks(rows_per_thread * cols)
+            .zip(codes.chunks_mut(rows_per_thread * cols))
+            .zip(scales.chunks_mut(rows_per_thread))
+            .enumerate();
+        for (t, ((w, q), sc)) in parts {
+            let first = (t * rows_per_thread * cols) as u64;
+            scope.spawn(move || requantize_rows(w, q, sc, cols, rng_ro, first));
+        }
+    });
+    rng.skip(n as u64);
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn update_blocks(
+    first: usize,
+    grad: &mut [f32],
+    codes: &[i8],
+    scales: &[f32],
+    cols: usize,
+    m_codes: &mut [u8],
+    v_codes: &mut [u8],
+    m_absmax: &mut [f32],
+    v_absmax: &mut [f32],
+    s: &UpdateScalars,
+) {
+    let (smap, umap) = (DynamicMap::signed(), DynamicMap::unsigned());
+    let (svals, uvals) = (smap.values(), umap.values());
+    // Per-block scratch; simple loops over it vectorise.
+    let mut m = [0f32; BLOCK];
+    let mut v = [0f32; BLOCK];
+    let (w1, w2) = (1.0 - s.beta1, 1.0 - s.beta2);
+    for (b, start) in (0..grad.len()).step_by(BLOCK).enumerate() {
+        let end = (start + BLOCK).min(grad.len());
+        let len = end - start;
+        let (g, m, v) = (&mut grad[start..end], &mut m[..len], &mut v[..len]);
+        let (mc, vc) = (&mut m_codes[start..end], &mut v_codes[start..end]);
+        // Decode and advance the moments.
+        let (old_m, old_v) = (m_absmax[b], v_absmax[b]);
+        for k in 0..len {
+            m[k] = svals[mc[k] as usize] * old_m;
+            v[k] = uvals[vc[k] as usize] * old_v;
+        }
+        for k in 0..len {
+            let gk = g[k] * s.grad_scale;
+            m[k] += w1 * (gk - m[k]);
+            v[k] += w2 * (gk * gk - v[k]);
+        }
+        let (new_m, new_v) = (abs_max(m), abs_max(v));
+        m_absmax[b] = new_m;
+        v_absmax[b] = new_v;
+        // The f32 weight update, one row segment at a time (one scale each).
+        let mut k = 0;
+        while k < len {
+            let row = (first + start + k) / cols;
+            let seg_end = ((row + 1) * cols - first - start).min(len);
+            let scale = scales[row];
+            for i in k..seg_end {
+                let w = codes[start + i] as f32 * scale;
+                let denom = v[i].sqrt() / s.sqrt_bias2 + s.eps;
+                g[i] = w - s.lr * (m[i] / s.bias1 / denom + s.weight_decay * w);
+            }
+            k = seg_end;
+        }
+        // Encode the new moments relative to their block maxima.
+        let (dm, dv) = (nonzero_or_one(new_m), nonzero_or_one(new_v));
+        for k in 0..len {
+            m[k] /= dm;
+            v[k] /= dv;
+        }
+        for k in 0..len {
+            mc[k] = smap.encode(m[k]);
+            vc[k] = umap.encode(v[k]);
+        }
+    }
+}
+
+/// `max |x|` (0 for an empty slice), in eight lanes so that it vectorises.
+fn abs_max(x: &[f32]) -> f32 {
+    let mut lanes = [0f32; 8];
+    let mut chunks = x.chunks_exact(8);
+    for c in &mut chunks {
+        for (l, v) in lanes.iter_mut().zip(c) {
+            *l = l.max(v.abs());
+        }
+    }
+    let tail = chunks.remainder().iter().fold(0f32, |a, v| a.max(v.abs()));
+    lanes.iter().fold(tail, |a, &l| a.max(l))
+}
+
+/// `x`, or 1 where `x` is 0 (a block or row of zeros divides by 1).
+fn nonzero_or_one(x: f32) -> f32 {
+    if x > 0.0 {
+        x
+    } else {
+        1.0
+    }
+}
+
+fn requantize_rows(
+    weights: &[f32],
+    codes: &mut [i8],
+    scales: &mut [f32],
+    cols: usize,
+    rng: &CounterRng,
+    first: u64,
+) {
+    let max_code = MAX_CODE as f32;
+    for (r, (w, q)) in weights.chunks(cols).zip(codes.chunks_mut(cols)).enumerate() {
+        let scale = abs_max(w) / max_code;
+        scales[r] = scale;
+        let divisor = nonzero_or_one(scale);
+        let row_first = first + (r * cols) as u64;
+        for (k, (wk, qk)) in w.iter().zip(q.iter_mut()).enumerate() {
+            let u = rng.uniform_at(row_first + k as u64);
+            *qk = (wk / divisor + u).floor().clamp(-max_code, max_code) as i8;
+        }
+    }
+}
+
+/// Lookup tensors of the two maps on one device (values, and midpoints for
+/// `searchsorted`), built once per optimizer.
+pub struct DeviceMaps {
+    signed: Tensor,
+    signed_mid: Tensor,
+    unsigned: Tensor,
+    unsigned_mid: Tensor,
+}
+
+impl DeviceMaps {
+    pub fn new(device: Device) -> Result<Self, PluginError> {
+        let on = |v: &[f32]| {
+            Tensor::f_from_slice(v)
+                .and_then(|t| t.f_to_device(device))
+                .plugin_err("copying the 8-bit maps to the device")
+        };
+        let (s, u) = (DynamicMap::signed(), DynamicMap::unsigned());
+        Ok(Self {
+            signed: on(s.values())?,
+            signed_mid: on(s.midpoints())?,
+            unsigned: on(u.values())?,
+            unsigned_mid: on(u.midpoints())?,
+        })
+    }
+}
+
+/// The same update as [`update_host`] with tensor ops (any device).
+/// `grad` is the weight's gradient (same shape as the weight); `weight` is
+/// replaced by its stochastic re-quantization.
+pub fn update_tensors(
+    grad: &Tensor,
+    weight: &mut Int8Weight,
+    state: TensorState<'_>,
+    maps: &DeviceMaps,
+    s: &UpdateScalars,
+    rng: &mut CounterRng,
+) -> Result<(), PluginError> {
+    let n = weight.numel();
+    let blocks = blocks_for(n as usize) as i64;
+    let pad = blocks * BLOCK as i64 - n;
+    let updated = tch::no_grad(|| -> Result<Tensor, tch::TchError> {
+        // Flat [n] → [blocks, 256], the tail padded with zeros.
+        let blocked = |t: &Tensor| -> Result<Tensor, tch::TchError> {
+            t.f_reshape([n])?
+                .f_constant_pad_nd([0, pad].as_slice())?
+                .f_reshape([blocks, BLOCK as i64])
+        };
+        // Decoded moments, blocked (padding decodes to 0, so it never sets an absmax).
+        let decode = |codes: &Tensor, map: &Tensor, absmax: &Tensor| {
+            let values = map.f_index_select(0, &codes.f_to_kind(Kind::Int64)?)?;
+            let per_element = absmax
+                .f_unsqueeze(1)?
+                .f_expand([blocks, BLOCK as i64], false)?
+                .f_reshape([-1])?
+                .f_narrow(0, 0, n)?;
+            blocked(&values.f_mul(&per_element)?)
+        };
+        let g = blocked(&grad.f_mul_scalar(s.grad_scale as f64)?)?;
+        let mut m = decode(state.m_codes, &maps.signed, state.m_absmax)?;
+        let mut v = decode(state.v_codes, &maps.unsigned, state.v_absmax)?;
+        let _ = m.f_lerp_(&g, (1.0 - s.beta1) as f64)?;
+        let _ = v.f_lerp_(&g.f_square()?, (1.0 - s.beta2) as f64)?;
+        let new_m = m.f_abs()?.f_amax([1i64].as_slice(), false)?;
+        let new_v = v.f_amax([1i64].as_slice(), false)?;
+        let encode = |x: &Tensor, absmax: &Tensor, mid: &Tensor| -> Result<Tensor, tch::TchError> {
+            let safe = absmax.f_where_scalarother(&absmax.f_gt(0.0)?, 1.0)?;
+            let ratio = x.f_div(&safe.f_unsqueeze(1)?)?.f_reshape([-1])?;
+            ratio
+                .f_searchsorted(mid, false, false, "left", None::<Tensor>)?
+                .f_narrow(0, 0, n)?
+                .f_to_kind(Kind::Uint8)
+        };
+        let m_codes = encode(&m, &new_m, &maps.signed_mid)?;
+        let v_codes = encode(&v, &new_v, &maps.unsigned_mid)?;
+        state.m_codes.shallow_clone().f_copy_(&m_codes)?;
+        state.v_codes.shallow_clone().f_copy_(&v_codes)?;
+        state.m_absmax.shallow_clone().f_copy_(&new_m)?;
+        state.v_absmax.shallow_clone().f_copy_(&new_v)?;
+        let flat = |t: Tensor| t.f_reshape([-1])?.f_narrow(0, 0, n);
+        let (m, v) = (flat(m)?, flat(v)?);
+        let w = weight
+            .codes
+            .f_to_kind(Kind::Float)?
+            .f_mul(&weight.scales.f_unsqueeze(1)?)?
+            .f_reshape([n])?;
+        let denom = v
+            .f_sqrt()?
+            .f_div_scalar(s.sqrt_bias2 as f64)?
+            .f_add_scalar(s.eps as f64)?;
+        let step = m
+            .f_div_scalar(s.bias1 as f64)?
+            .f_div(&denom)?
+            .f_add(&w.f_mul_scalar(s.weight_decay as f64)?)?;
+        w.f_sub(&step.f_mul_scalar(s.lr as f64)?)?
+            .f_reshape(weight.shape().as_slice())
+    })
+    .plugin_err("8-bit Adam update")?;
+    *weight = Int8Weight::quantize_stochastic(&updated, rng)?;
+    Ok(())
+}

@@ -1,0 +1,29 @@
+//! INT8 training: weights stored as int8 with per-row scales and AdamW
+//! moments stored as 8-bit blockwise codes, with no f32 master copy
+//! (`shared/reference/models.md` §5; the TFT plugin's `precision: "int8"`).
+//!
+//! * [`dynamic_map`]: the signed and unsigned 256-value dynamic maps of
+//!   8-bit Adam and an exact table-driven nearest-value encoder.
+//! * [`weight`]: [`Int8Weight`], an `[out, in]` weight as int8 codes and
+//!   per-row scales; round-to-nearest and stochastic quantization.
+//! * [`blockwise_adam`]: one AdamW update of an int8 weight with 8-bit
+//!   moments in blocks of 256, as a fused host pass (CPU) or tensor ops
+//!   (any device), both drawing the stochastic rounding from a [`CounterRng`].
+//! * [`optimizer`]: [`Int8AdamW`], the whole-model optimizer: quantizes the
+//!   large matrices, keeps small tensors in f32 ([`FlatAdamW`]), materializes
+//!   f32 weights for a step and releases them after, checkpoints exactly.
+//!
+//! [`CounterRng`]: crate::counter_rng::CounterRng
+//! [`FlatAdamW`]: crate::flat_adamw::FlatAdamW
+
+pub mod blockwise_adam;
+pub mod dynamic_map;
+pub mod optimizer;
+pub mod weight;
+
+pub use dynamic_map::DynamicMap;
+pub use optimizer::{Int8AdamW, Int8AdamWState, Int8Options};
+pub use weight::Int8Weight;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,492 @@
+//! [`Int8AdamW`]: training with INT8 weights and 8-bit optimizer state, no
+//! f32 master copy (`shared/reference/models.md` §5).
+//!
+//! At construction every 2-D parameter with at least
+//! [`Int8Options::min_numel`] elements is quantized ([`Int8Weight`],
+//! round-to-nearest) and its f32 data is released: the model's parameter
+//! tensor stays the same autograd leaf but holds no elements. The others
+//! (biases, norms, small matrices) keep f32 values and f32 AdamW state in
+//! a [`FlatAdamW`]; they are counted in every byte figure.
+//!
+//! A training step:
+//! 1. [`materialize`](Int8AdamW::materialize): each quantized leaf's data
+//!    becomes its dequantized f32 weight (transient);
+//! 2. the plugin's forward pass and loss, as in f32;
+//! 3. [`backward_step`](Int8AdamW::backward_step): one backward pass for
+//!    every leaf, global-norm clipping over all gradients, the f32 AdamW
+//!    update of the small tensors, and for each quantized weight the
+//!    8-bit blockwise Adam update and stochastic re-quantization
+//!    ([`blockwise_adam`](super::blockwise_adam): a fused host pass on CPU,
+//!    tensor ops elsewhere); then the f32 weights and gradients are released.
+//!
+//! Evaluation calls `materialize` too (and [`release`](Int8AdamW::release)
+//! after). The stochastic rounding draws from the optimizer's own
+//! [`CounterRng`], whose state travels in [`Int8AdamWState`].
+//!
+//! Checkpoint tensors ([`named_tensors`](Int8AdamW::named_tensors)): each
+//! quantized weight as `<name>.int8` and `<name>.scale`, every other
+//! parameter under its own name, the 8-bit state as `adam8.{m,v}_codes` and
+//! `adam8.{m,v}_absmax`, the small tensors' moments as `adamw.{m,v}`.
+
+use super::blockwise_adam::{
+    blocks_for, update_host, update_tensors, DeviceMaps, HostState, TensorState, UpdateScalars,
+};
+use super::weight::Int8Weight;
+use crate::adam::AdamConfig;
+use crate::counter_rng::{CounterRng, CounterRngState};
+use crate::errors::TchResultExt;
+use crate::flat_adamw::FlatAdamW;
+use crate::mlp::{copy_checked, find};
+use serde::{Deserialize, Serialize};
+use tch::{Device, Kind, Tensor};
+use tli_plugin_api::PluginError;
+
+/// Checkpoint names of the 8-bit state.
+pub const M_CODES: &str = "adam8.m_codes";
+pub const V_CODES: &str = "adam8.v_codes";
+pub const M_ABSMAX: &str = "adam8.m_absmax";
+pub const V_ABSMAX: &str = "adam8.v_absmax";
+
+/// Which tensors are quantized.
+#[derive(Clone, Copy, Debug)]
+pub struct Int8Options {
+    /// 2-D parameters with fewer elements keep f32 weights and state
+    /// (bitsandbytes' `min_8bit_size` is 4096).
+    pub min_numel: usize,
+    /// Seed of the stochastic-rounding stream.
+    pub seed: u64,
+}
+
+impl Default for Int8Options {
+    fn default() -> Self {
+        Self {
+            min_numel: 4096,
+            seed: 0,
+        }
+    }
+}
+
+/// What a checkpoint's JSON keeps of the optimizer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Int8AdamWState {
+    pub step: u64,
+    pub rounding_rng: CounterRngState,
+}
+
+struct Quantized {
+    name: String,
+    /// The model's parameter (a shallow clone: same tensor).
+    leaf: Tensor,
+    weight: Int8Weight,
+    decayed: bool,
+    /// First element of this tensor in the flat 8-bit code buffers.
+    offset: i64,
+    /// First block of this tensor in the flat absmax buffers.
+    block_offset: i64,
+}
+
+/// AdamW with INT8 weights and 8-bit blockwise moments (see the module docs).
+pub struct Int8AdamW {
+    pub config: AdamConfig,
+    step: u64,
+    quantized: Vec<Quantized>,
+    /// Unquantized parameters: `(name, leaf)` in the dense optimizer's layout order.
+    dense: Vec<(String, Tensor)>,
+    dense_optimizer: Option<FlatAdamW>,
+    m_codes: Tensor,
+    v_codes: Tensor,
+    m_absmax: Tensor,
+    v_absmax: Tensor,
+    maps: DeviceMaps,
+    rng: CounterRng,
+    device: Device,
+    materialized: bool,
+}
+
+impl Int8AdamW {
+    /// Takes the model's parameters, `(name, tensor)`, split into those
+    /// weight decay applies to and the rest; quantizes the large 2-D ones
+    /// (releasing their f32 data) and adopts the others into a flat f32
+    /// AdamW. All must be f32 leaves requiring gradients on one device.
+    pub fn new(
+        config: AdamConfig,
+        decayed: &[(String, &Tensor)],
+        not_decayed: &[(String, &Tensor)],
+        options: Int8Options,
+    ) -> Result<Self, PluginError> {
+        let device = decayed
+            .iter()
+            .chain(not_decayed)
+            .map(|(_, t)| t.device())
+            .next()
+            .ok_or_else(|| PluginError::other("int8 optimizer: no parameters given"))?;
+        let mut quantized = Vec::new();
+        let (mut dense_decayed, mut dense_rest) = (Vec::new(), Vec::new());
+        let (mut offset, mut block_offset) = (0i64, 0i64);
+        for (group, is_decayed) in [(decayed, true), (not_decayed, false)] {
+            for (name, t) in group {
+                if t.kind() != Kind::Float || !t.requires_grad() || t.device() != device {
+                    return Err(PluginError::other(format!(
+                        "int8 optimizer: parameter {name:?} is a {:?} tensor on {:?} (requires \
+                         grad: {}); all must be f32 leaves requiring gradients on {device:?}",
+                        t.kind(),
+                        t.device(),
+                        t.requires_grad()
+                    )));
+                }
+                if t.dim() == 2 && t.numel() >= options.min_numel {
+                    let weight = Int8Weight::quantize_nearest(t)?;
+                    let numel = weight.numel();
+                    quantized.push(Quantized {
+                        name: name.clone(),
+                        leaf: t.shallow_clone(),
+                        weight,
+                        decayed: is_decayed,
+                        offset,
+                        block_offset,
+                    });
+                    offset += numel;
+                    block_offset += blocks_for(numel as usize) as i64;
+                } else if is_decayed {
+                    dense_decayed.push((name.clone(), t.shallow_clone()));
+                } else {
+                    dense_rest.push((name.clone(), t.shallow_clone()));
+                }
+            }
+        }
+        let dense_optimizer = if dense_decayed.is_empty() && dense_rest.is_empty() {
+            None
+        } else {
+            fn refs(v: &[(String, Tensor)]) -> Vec<&Tensor> {
+                v.iter().map(|(_, t)| t).collect()
+            }
+            Some(FlatAdamW::with_decay_groups(
+                config,
+                &refs(&dense_decayed),
+                &refs(&dense_rest),
+            )?)
+        };
+        let ctx = "allocating 8-bit optimizer state";
+        let zero_m = super::dynamic_map::DynamicMap::signed().zero_code() as i64;
+        let zero_v = super::dynamic_map::DynamicMap::unsigned().zero_code() as i64;
+        let codes =
+            |fill: i64| Tensor::f_full([offset], fill, (Kind::Uint8, device)).plugin_err(ctx);
+        let absmax = || Tensor::f_zeros([block_offset], (Kind::Float, device)).plugin_err(ctx);
+        let mut optimizer = Self {
+            config,
+            step: 0,
+            quantized,
+            dense: dense_decayed.into_iter().chain(dense_rest).collect(),
+            dense_optimizer,
+            m_codes: codes(zero_m)?,
+            v_codes: codes(zero_v)?,
+            m_absmax: absmax()?,
+            v_absmax: absmax()?,
+            maps: DeviceMaps::new(device)?,
+            rng: CounterRng::new(options.seed),
+            device,
+            materialized: true,
+        };
+        optimizer.release()?;
+        Ok(optimizer)
+    }
+
+    /// Updates applied so far.
+    pub fn step(&self) -> u64 {
+        self.step
+    }
+
+    /// Names of the quantized parameters, in layout order.
+    pub fn quantized_names(&self) -> Vec<&str> {
+        self.quantized.iter().map(|q| q.name.as_str()).collect()
+    }
+
+    /// Makes every quantized parameter hold its dequantized f32 weight (for
+    /// a forward pass); a no-op when it already does.
+    pub fn materialize(&mut self) -> Result<(), PluginError> {
+        if self.materialized {
+            return Ok(());
+        }
+        for q in &mut self.quantized {
+            let w = q.weight.dequantize()?;
+            tch::no_grad(|| q.leaf.f_set_data(&w)).plugin_err("materializing int8 weights")?;
+        }
+        self.materialized = true;
+        Ok(())
+    }
+
+    /// Drops the f32 copies made by [`materialize`](Self::materialize): the
+    /// quantized parameters hold no elements until the next one.
+    pub fn release(&mut self) -> Result<(), PluginError> {
+        if !self.materialized {
+            return Ok(());
+        }
+        let ctx = "releasing int8 weights";
+        for q in &mut self.quantized {
+            let empty = Tensor::f_empty([0], (Kind::Float, self.device)).plugin_err(ctx)?;
+            tch::no_grad(|| q.leaf.f_set_data(&empty)).plugin_err(ctx)?;
+        }
+        self.materialized = false;
+        Ok(())
+    }
+
+    /// Backward pass from `loss` (computed with the weights materialized),
+    /// global-norm clipping at `max_grad_norm` (≤ 0: none), one update at
+    /// learning rate `lr`, then [`release`](Self::release). Returns the
+    /// gradient norm before clipping (a host value).
+    pub fn backward_step(
+        &mut self,
+        loss: &Tensor,
+        lr: f64,
+        max_grad_norm: f64,
+    ) -> Result<f64, PluginError> {
+        if !self.materialized {
+            return Err(PluginError::other(
+                "int8 optimizer: backward_step without materialize (the loss cannot depend on \
+                 the quantized weights)",
+            ));
+        }
+        let leaves: Vec<&Tensor> = self
+            .quantized
+            .iter()
+            .map(|q| &q.leaf)
+            .chain(self.dense.iter().map(|(_, t)| t))
+            .collect();
+        let grads = Tensor::f_run_backward(&[loss], &leaves, false, false)
+            .plugin_err("int8 optimizer backward pass")?;
+        let (q_grads, d_grads) = grads.split_at(self.quantized.len());
+        let ctx = "int8 optimizer update";
+        let norm = {
+            let squares = grads
+                .iter()
+                .map(|g| g.f_square().and_then(|s| s.f_sum(Kind::Double)))
+                .collect::<Result<Vec<_>, _>>()
+                .plugin_err(ctx)?;
+            Tensor::f_stack(&squares, 0)
+                .and_then(|s| s.f_sum(Kind::Double))
+                .plugin_err(ctx)?
+                .double_value(&[])
+                .sqrt()
+        };
+        let grad_scale = if max_grad_norm > 0.0 && max_grad_norm.is_finite() {
+            (max_grad_norm / (norm + 1e-6)).min(1.0)
+        } else {
+            1.0
+        };
+        // The weights are about to change: the f32 copies go first (the host
+        // kernel reads the codes, not them).
+        self.release()?;
+        if let Some(dense) = &mut self.dense_optimizer {
+            let flat = d_grads
+                .iter()
+                .map(|g| g.f_reshape([-1]))
+                .collect::<Result<Vec<_>, _>>()
+                .and_then(|gs| Tensor::f_cat(&gs, 0))
+                .and_then(|g| g.f_mul_scalar(grad_scale))
+                .plugin_err(ctx)?;
+            dense.apply(&flat, lr)?;
+        }
+        self.step += 1;
+        let c = self.config;
+        let t = self.step as i32;
+        let scalars = |decayed: bool| UpdateScalars {
+            beta1: c.beta1 as f32,
+            beta2: c.beta2 as f32,
+            eps: c.eps as f32,
+            lr: lr as f32,
+            weight_decay: if decayed { c.weight_decay as f32 } else { 0.0 },
+            bias1: (1.0 - c.beta1.powi(t)) as f32,
+            sqrt_bias2: (1.0 - c.beta2.powi(t)).sqrt() as f32,
+            grad_scale: grad_scale as f32,
+        };
+        let threads = tch::get_num_threads().max(1) as usize;
+        for (q, grad) in self.quantized.iter_mut().zip(q_grads) {
+            let s = scalars(q.decayed);
+            let numel = q.weight.numel();
+            let blocks = blocks_for(numel as usize) as i64;
+            let codes = |t: &Tensor| t.f_narrow(0, q.offset, numel).plugin_err(ctx);
+            let maxima = |t: &Tensor| t.f_narrow(0, q.block_offset, blocks).plugin_err(ctx);
+            let mut views = [
+                codes(&self.m_codes)?,
+                codes(&self.v_codes)?,
+                maxima(&self.m_absmax)?,
+                maxima(&self.v_absmax)?,
+            ];
+            if self.device == Device::Cpu {
+                let mut grad = grad.f_contiguous().plugin_err(ctx)?;
+                let cols = q.weight.shape()[1] as usize;
+                // SAFETY: every tensor below is a contiguous CPU tensor of the
+                // element type named, alive for this block; the gradient is our
+                // own, and the codes, scales and state views are disjoint tensors
+                // (or disjoint ranges of the flat buffers) that nothing else
+                // touches while the update runs.
+                unsafe {
+                    update_host(
+                        host_slice::<f32>(&mut grad, Kind::Float)?,
+                        host_slice::<i8>(&mut q.weight.codes, Kind::Int8)?,
+                        host_slice::<f32>(&mut q.weight.scales, Kind::Float)?,
+                        cols,
+                        {
+                            let [mc, vc, ma, va] = &mut views;
+                            HostState {
+                                m_codes: host_slice::<u8>(mc, Kind::Uint8)?,
+                                v_codes: host_slice::<u8>(vc, Kind::Uint8)?,
+                                m_absmax: host_slice::<f32>(ma, Kind::Float)?,
+                                v_absmax: host_slice::<f32>(va, Kind::Float)?,
+                            }
+                        },
+                        &s,
+                        &mut self.rng,
+                        threads,
+                    )?;
+                }
+            } else {
+                update_tensors(
+                    grad,
+                    &mut q.weight,
+                    TensorState {
+                        m_codes: &views[0],
+                        v_codes: &views[1],
+                        m_absmax: &views[2],
+                        v_absmax: &views[3],
+                    },
+                    &self.maps,
+                    &s,
+                    &mut self.rng,
+                )?;
+            }
+        }
+        Ok(norm)
+    }
+
+    /// The JSON part of a checkpoint.
+    pub fn state(&self) -> Int8AdamWState {
+        Int8AdamWState {
+            step: self.step,
+            rounding_rng: self.rng.state(),
+        }
+    }
+
+    /// Bytes of the weights as stored: int8 codes and scales, f32 small tensors.
+    pub fn parameter_bytes(&self) -> u64 {
+        let q: u64 = self.quantized.iter().map(|q| q.weight.bytes()).sum();
+        let d: u64 = self.dense.iter().map(|(_, t)| crate::tensor_bytes(t)).sum();
+        q + d
+    }
+
+    /// Bytes of optimizer state: 8-bit codes and block maxima, f32 moments
+    /// of the small tensors.
+    pub fn state_bytes(&self) -> u64 {
+        [&self.m_codes, &self.v_codes, &self.m_absmax, &self.v_absmax]
+            .into_iter()
+            .map(crate::tensor_bytes)
+            .sum::<u64>()
+            + self.dense_optimizer.as_ref().map_or(0, |d| d.state_bytes())
+    }
+
+    /// Bytes that exist only during a step: the f32 copies of the quantized
+    /// weights and the f32 gradient of every parameter.
+    pub fn transient_bytes(&self) -> u64 {
+        let quantized: u64 = self
+            .quantized
+            .iter()
+            .map(|q| 4 * q.weight.numel() as u64)
+            .sum();
+        let dense: u64 = self.dense.iter().map(|(_, t)| crate::tensor_bytes(t)).sum();
+        2 * quantized + dense
+    }
+
+    /// Every tensor a checkpoint needs (see the module docs), by name.
+    pub fn named_tensors(&self) -> Vec<(String, Tensor)> {
+        let mut out = Vec::new();
+        for q in &self.quantized {
+            out.push((format!("{}.int8", q.name), q.weight.codes.shallow_clone()));
+            out.push((format!("{}.scale", q.name), q.weight.scales.shallow_clone()));
+        }
+        for (name, t) in &self.dense {
+            out.push((name.clone(), t.shallow_clone()));
+        }
+        for (name, t) in [
+            (M_CODES, &self.m_codes),
+            (V_CODES, &self.v_codes),
+            (M_ABSMAX, &self.m_absmax),
+            (V_ABSMAX, &self.v_absmax),
+        ] {
+            out.push((name.to_string(), t.shallow_clone()));
+        }
+        if let Some(d) = &self.dense_optimizer {
+            out.extend(
+                d.named_state()
+                    .into_iter()
+                    .map(|(n, t)| (n, t.shallow_clone())),
+            );
+        }
+        out
+    }
+
+    /// Restores what [`named_tensors`](Self::named_tensors) and
+    /// [`state`](Self::state) saved. Every tensor is checked (present, same
+    /// shape and kind) before anything changes, so a refused checkpoint
+    /// leaves the optimizer and the model as they were.
+    pub fn load(
+        &mut self,
+        tensors: &[(String, Tensor)],
+        state: Int8AdamWState,
+    ) -> Result<(), PluginError> {
+        let own = self.named_tensors();
+        for (name, t) in &own {
+            let saved = find(tensors, name).map_err(|_| {
+                PluginError::io(format!(
+                    "the checkpoint has no tensor {name:?}: it was not written by this model in \
+                     int8 precision (different precision or config?)"
+                ))
+            })?;
+            if saved.size() != t.size() || saved.kind() != t.kind() {
+                return Err(PluginError::io(format!(
+                    "checkpoint tensor {name:?} is {:?} of shape {:?}, this model expects {:?} of \
+                     shape {:?} (different config?)",
+                    saved.kind(),
+                    saved.size(),
+                    t.kind(),
+                    t.size()
+                )));
+            }
+        }
+        let was_materialized = self.materialized;
+        self.release()?;
+        for (name, t) in &own {
+            copy_checked(t, find(tensors, name)?, name)?;
+        }
+        if let Some(d) = &mut self.dense_optimizer {
+            d.step = state.step;
+        }
+        self.step = state.step;
+        self.rng = CounterRng::from_state(state.rounding_rng);
+        if was_materialized {
+            self.materialize()?;
+        }
+        Ok(())
+    }
+}
+
+/// The elements of `t` as a mutable host slice.
+///
+/// # Safety
+/// The caller guarantees that nothing else reads or writes `t`'s elements
+/// while the slice lives.
+unsafe fn host_slice<T>(t: &mut Tensor, kind: Kind) -> Result<&mut [T], PluginError> {
+    if t.device() != Device::Cpu || !t.is_contiguous() || t.kind() != kind {
+        return Err(PluginError::other(format!(
+            "int8 optimizer: expected a contiguous CPU {kind:?} tensor, got {:?} on {:?}",
+            t.kind(),
+            t.device()
+        )));
+    }
+    let len = t.numel();
+    if len == 0 {
+        return Ok(&mut []);
+    }
+    // SAFETY: the tensor is contiguous on the CPU with `len` elements of `T`
+    // (checked above) from `data_ptr`; exclusivity is the caller's promise.
+    Ok(unsafe { std::slice::from_raw_parts_mut(t.data_ptr() as *mut T, len) })
+}
