@@ -47,6 +47,9 @@ pub const V_CODES: &str = "adam8.v_codes";
 pub const M_ABSMAX: &str = "adam8.m_absmax";
 pub const V_ABSMAX: &str = "adam8.v_absmax";
 
+/// Fewest elements per thread of the fused host update.
+const MIN_ELEMENTS_PER_THREAD: usize = 1 << 18;
+
 /// Which tensors are quantized.
 #[derive(Clone, Copy, Debug)]
 pub struct Int8Options {
@@ -299,7 +302,7 @@ impl Int8AdamW {
             sqrt_bias2: (1.0 - c.beta2.powi(t)).sqrt() as f32,
             grad_scale: grad_scale as f32,
         };
-        let threads = tch::get_num_threads().max(1) as usize;
+        let libtorch_threads = tch::get_num_threads().max(1) as usize;
         for (q, grad) in self.quantized.iter_mut().zip(q_grads) {
             let s = scalars(q.decayed);
             let numel = q.weight.numel();
@@ -315,6 +318,11 @@ impl Int8AdamW {
             if self.device == Device::Cpu {
                 let mut grad = grad.f_contiguous().plugin_err(ctx)?;
                 let cols = q.weight.shape()[1] as usize;
+                // Threads only where the work outweighs starting them (and competing
+                // with libtorch's spinning OpenMP workers): one per 256 Ki elements.
+                let threads = libtorch_threads
+                    .min(numel as usize / MIN_ELEMENTS_PER_THREAD)
+                    .max(1);
                 // SAFETY: every tensor below is a contiguous CPU tensor of the
                 // element type named, alive for this block; the gradient is our
                 // own, and the codes, scales and state views are disjoint tensors

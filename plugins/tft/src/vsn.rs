@@ -1,0 +1,161 @@
+//! The TFT's variable selection network (Lim et al. 2021, §4.2) and the
+//! per-variable input transform in front of it.
+//!
+//! Each real input `x_j` is first turned into a `d`-vector by its own
+//! linear map (`ξ_j = x_j·w_j + b_j`, [`RealInputs`]; categorical inputs
+//! arrive as embeddings). The network then
+//!
+//! ```text
+//! v = softmax(GRN_v(Ξ, c))           Ξ = [ξ_1 … ξ_n] flattened, c the static context
+//! ξ̃_j = GRN_j(ξ_j)                   one GRN per variable, weights not shared
+//! out = Σ_j v_j ξ̃_j
+//! ```
+//!
+//! and returns the weights `v` with the output: their mean over a split is
+//! the TFT's variable-importance readout.
+
+use tch::{Device, Kind, Tensor};
+use tli_plugin_api::PluginError;
+use tli_plugin_kit::counter_rng::CounterRng;
+use tli_plugin_kit::nn::{join, Grn, Parameters};
+use tli_plugin_kit::rng::Rng;
+use tli_plugin_kit::TchResultExt;
+
+/// `n` real inputs → `n` vectors of size `d`, one affine map per input.
+pub struct RealInputs {
+    /// `[n, d]`.
+    pub weight: Tensor,
+    /// `[n, d]`.
+    pub bias: Tensor,
+}
+
+impl RealInputs {
+    /// Weights uniform in `±1` (PyTorch's `Linear(1, d)` default for one input), zero bias.
+    pub fn new(
+        count: usize,
+        dim: usize,
+        rng: &mut Rng,
+        device: Device,
+    ) -> Result<Self, PluginError> {
+        let n = count * dim;
+        let values: Vec<f32> = (0..n).map(|_| (rng.uniform() * 2.0 - 1.0) as f32).collect();
+        let shape = [count as i64, dim as i64];
+        let ctx = "allocating input transforms";
+        let weight = Tensor::f_from_slice(&values)
+            .and_then(|t| t.f_reshape(shape))
+            .and_then(|t| t.f_to_device(device))
+            .plugin_err(ctx)?
+            .set_requires_grad(true);
+        let bias = Tensor::f_zeros(shape, (Kind::Float, device))
+            .plugin_err(ctx)?
+            .set_requires_grad(true);
+        Ok(Self { weight, bias })
+    }
+
+    /// `x [..., n]` → `[..., n, d]`.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor, PluginError> {
+        let n = self.weight.size()[0];
+        if x.size().last() != Some(&n) {
+            return Err(PluginError::invalid_data(format!(
+                "input transform expects [..., {n}] values, got shape {:?}",
+                x.size()
+            )));
+        }
+        x.f_unsqueeze(-1)
+            .and_then(|x| x.f_mul(&self.weight))
+            .and_then(|x| x.f_add(&self.bias))
+            .plugin_err("input transform")
+    }
+}
+
+impl Parameters for RealInputs {
+    fn named_parameters(&self, prefix: &str) -> Vec<(String, &Tensor)> {
+        vec![
+            (join(prefix, "weight"), &self.weight),
+            (join(prefix, "bias"), &self.bias),
+        ]
+    }
+}
+
+/// Variable selection over `n` inputs of size `d`.
+pub struct VariableSelection {
+    /// `n·d → n` selection weights (with the static context when built with one).
+    pub selector: Grn,
+    /// One `d → d` GRN per variable.
+    pub transforms: Vec<Grn>,
+}
+
+impl VariableSelection {
+    pub fn new(
+        count: usize,
+        dim: usize,
+        context: Option<usize>,
+        dropout: f64,
+        rng: &mut Rng,
+        device: Device,
+    ) -> Result<Self, PluginError> {
+        if count == 0 {
+            return Err(PluginError::invalid_config(
+                "a variable selection network needs at least one input",
+            ));
+        }
+        let selector = Grn::new(count * dim, dim, count, context, dropout, rng, device)?;
+        let transforms = (0..count)
+            .map(|_| Grn::new(dim, dim, dim, None, dropout, rng, device))
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            selector,
+            transforms,
+        })
+    }
+
+    pub fn count(&self) -> usize {
+        self.transforms.len()
+    }
+
+    /// `inputs [..., n, d]` (with `context [batch, c]` when built with one)
+    /// → (combined `[..., d]`, selection weights `[..., n]`).
+    pub fn forward(
+        &self,
+        inputs: &Tensor,
+        context: Option<&Tensor>,
+        mut rng: Option<&mut CounterRng>,
+    ) -> Result<(Tensor, Tensor), PluginError> {
+        let ctx = "variable selection";
+        let size = inputs.size();
+        let n = self.count() as i64;
+        if size.len() < 2 || size[size.len() - 2] != n {
+            return Err(PluginError::invalid_data(format!(
+                "variable selection over {n} inputs got shape {size:?}"
+            )));
+        }
+        let flat = inputs.f_flatten(-2, -1).plugin_err(ctx)?;
+        let logits = self.selector.forward(&flat, context, rng.as_deref_mut())?;
+        let weights = logits.f_softmax(-1, Kind::Float).plugin_err(ctx)?;
+        let transformed = self
+            .transforms
+            .iter()
+            .enumerate()
+            .map(|(j, grn)| {
+                let xj = inputs.f_select(-2, j as i64).plugin_err(ctx)?;
+                grn.forward(&xj, None, rng.as_deref_mut())
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let stacked = Tensor::f_stack(&transformed, -2).plugin_err(ctx)?;
+        let combined = stacked
+            .f_mul(&weights.f_unsqueeze(-1).plugin_err(ctx)?)
+            .and_then(|t| t.f_sum_dim_intlist([-2i64].as_slice(), false, Kind::Float))
+            .plugin_err(ctx)?;
+        Ok((combined, weights))
+    }
+}
+
+impl Parameters for VariableSelection {
+    fn named_parameters(&self, prefix: &str) -> Vec<(String, &Tensor)> {
+        let mut out = self.selector.named_parameters(&join(prefix, "selector"));
+        for (j, grn) in self.transforms.iter().enumerate() {
+            out.extend(grn.named_parameters(&join(prefix, &format!("var{j}"))));
+        }
+        out
+    }
+}
