@@ -20,10 +20,13 @@ trap 'rm -rf "$work"' EXIT
 # Mamba-2 on daily data: a lookback of 64 bars (about three months), 1-bar target.
 MAMBA_DAILY='{"lookback": 64, "chunk_size": 32, "d_model": 32, "layers": 2, "d_state": 16, "headdim": 16, "loss_positions": 16, "batch_size": 32, "dropout": 0.1, "weight_decay": 0.05}'
 
-run() { # name, data args…
-  local name=$1; shift
-  "$TLI" train local -p mamba2 -p template --steps "$STEPS" --seed "$SEED" --threads "$THREADS" \
-    --config "mamba2=$MAMBA_DAILY" "$@" -o json > "$work/$name.json"
+# The e2e AR(1) parity test's config (tests/tests/e2e/mamba2_plugin.rs: SMALL + lr 0.003).
+MAMBA_SMALL='{"d_model": 16, "layers": 1, "d_state": 8, "headdim": 8, "chunk_size": 8, "lookback": 32, "batch_size": 8, "learning_rate": 0.003, "loss_positions": 16}'
+
+run() { # name, mamba2 config, steps, data args…
+  local name=$1 config=$2 steps=$3; shift 3
+  "$TLI" train local -p mamba2 -p template --steps "$steps" --seed "$SEED" --threads "$THREADS" \
+    --config "mamba2=$config" "$@" -o json > "$work/$name.json"
   python3 - "$work/$name.json" "$name" <<'PYEOF'
 import json, sys
 runs, name = json.load(open(sys.argv[1])), sys.argv[2]
@@ -40,10 +43,11 @@ if [ "$WHAT" = forecast ] || [ "$WHAT" = all ]; then
   echo "## forecasts: $STEPS steps, seed $SEED, $THREADS threads; mamba2 config $MAMBA_DAILY"
   echo "| data | plugin | status | valid skill | valid MSE | zero-forecast MSE | test skill | test MSE | zero-forecast MSE | s |"
   echo "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"
-  run "synthetic AR(1), 20000 rows" --rows 20000
-  run "S&P 500 daily (ES proxy)" --data data/samples/es_proxy_sp500_1d.dbn.zst
-  run "NASDAQ daily (NQ proxy)" --data data/samples/nq_proxy_nasdaq_1d.dbn.zst
-  run "WTI daily (CL proxy)" --data data/samples/cl_proxy_wti_1d.dbn.zst
+  run "synthetic AR(1), 20000 rows" "$MAMBA_DAILY" "$STEPS" --rows 20000
+  run "synthetic AR(1), 20000 rows, parity-test config, 600 steps" "$MAMBA_SMALL" 600 --rows 20000
+  run "S&P 500 daily (ES proxy)" "$MAMBA_DAILY" "$STEPS" --data data/samples/es_proxy_sp500_1d.dbn.zst
+  run "NASDAQ daily (NQ proxy)" "$MAMBA_DAILY" "$STEPS" --data data/samples/nq_proxy_nasdaq_1d.dbn.zst
+  run "WTI daily (CL proxy)" "$MAMBA_DAILY" "$STEPS" --data data/samples/cl_proxy_wti_1d.dbn.zst
 fi
 
 memory_run() { # label, extra env…

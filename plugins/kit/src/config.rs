@@ -73,6 +73,21 @@ pub fn parse_layered<T: Serialize + DeserializeOwned>(
     }
 }
 
+/// Checks quantile levels: at most 32, each in (0, 1), strictly
+/// increasing; the message (without the key) says what is wrong.
+pub fn check_quantiles(levels: &[f64]) -> Result<(), String> {
+    if levels.len() > 32 {
+        return Err(format!("{} levels; at most 32", levels.len()));
+    }
+    if let Some(q) = levels.iter().find(|q| !(**q > 0.0 && **q < 1.0)) {
+        return Err(format!("{q} is outside (0, 1)"));
+    }
+    if levels.windows(2).any(|w| w[0] >= w[1]) {
+        return Err(format!("{levels:?} must be strictly increasing"));
+    }
+    Ok(())
+}
+
 /// Top-level keys whose values differ between the config a checkpoint was
 /// written with (`saved`) and this trainer's (`current`), sorted, each as
 /// `key (checkpoint …, this trainer …)`.

@@ -27,6 +27,7 @@
 //! * [`nn`]: building blocks for the forecasting plugins: layer norm,
 //!   embedding, LSTM, GLU, gated residual network, multi-head attention
 //!   (causal; standard or the TFT's interpretable variant).
+//! * [`schedule`]: learning-rate warm-up and constant or cosine schedules.
 //! * [`windows`]: sliding windows over rows and multi-horizon targets that
 //!   never span a gap, a roll or a split boundary; windows are tensor views.
 //! * [`int8`]: INT8 weights with per-row scales and 8-bit blockwise AdamW
@@ -51,6 +52,7 @@ pub mod metrics;
 pub mod mlp;
 pub mod nn;
 pub mod rl;
+pub mod schedule;
 pub mod windows;
 pub use tli_rng as rng;
 

@@ -64,13 +64,7 @@ pub struct ForecasterConfig {
     pub eval_batch_size: usize,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LrSchedule {
-    Constant,
-    /// Decays to 10% of `learning_rate` over the task's step budget.
-    Cosine,
-}
+pub use tli_plugin_kit::schedule::LrSchedule;
 
 impl Default for ForecasterConfig {
     fn default() -> Self {
@@ -194,20 +188,8 @@ impl ForecasterConfig {
                 format!("{:?} needs 0 < min ≤ max ≤ 10", self.dt_init_range),
             );
         }
-        if self.quantiles.len() > 32 {
-            return bad(
-                "quantiles",
-                format!("{} levels; at most 32", self.quantiles.len()),
-            );
-        }
-        if let Some(q) = self.quantiles.iter().find(|q| !(**q > 0.0 && **q < 1.0)) {
-            return bad("quantiles", format!("{q} is outside (0, 1)"));
-        }
-        if self.quantiles.windows(2).any(|w| w[0] >= w[1]) {
-            return bad(
-                "quantiles",
-                format!("{:?} must be strictly increasing", self.quantiles),
-            );
+        if let Err(why) = tli_plugin_kit::config::check_quantiles(&self.quantiles) {
+            return bad("quantiles", why);
         }
         if !(self.learning_rate > 0.0 && self.learning_rate <= 1.0) {
             return bad(

@@ -13,7 +13,7 @@
 //! forward and backward passes (the long part of a step at long lookbacks),
 //! so a cancelled task stops within one forward pass.
 
-use crate::config::{ForecasterConfig, LrSchedule};
+use crate::config::ForecasterConfig;
 use crate::evaluation;
 use crate::memory;
 use crate::model::Forecaster;
@@ -33,6 +33,7 @@ use tli_plugin_kit::flat_adamw::FlatAdamW;
 use tli_plugin_kit::grad_clip::clip_grad_norm;
 use tli_plugin_kit::nn::Parameters;
 use tli_plugin_kit::rng::Rng;
+use tli_plugin_kit::schedule::learning_rate_at;
 use tli_plugin_kit::windows::{select_rows, window_batch};
 use tli_plugin_kit::{checkpoint, TchResultExt};
 
@@ -178,20 +179,14 @@ impl Mamba2Trainer {
     }
 
     fn learning_rate(&self) -> f64 {
-        let base = self.config.learning_rate;
-        let warmup = self.config.warmup_steps;
-        if self.steps < warmup {
-            return base * (self.steps + 1) as f64 / warmup as f64;
-        }
-        match self.config.lr_schedule {
-            LrSchedule::Constant => base,
-            LrSchedule::Cosine => {
-                let span = self.max_steps.saturating_sub(warmup).max(1) as f64;
-                let progress = ((self.steps - warmup) as f64 / span).min(1.0);
-                let floor = 0.1 * base;
-                floor + (base - floor) * 0.5 * (1.0 + (std::f64::consts::PI * progress).cos())
-            }
-        }
+        let c = &self.config;
+        learning_rate_at(
+            c.learning_rate,
+            c.lr_schedule,
+            c.warmup_steps,
+            self.steps,
+            self.max_steps,
+        )
     }
 
     /// One optimisation step; `None` when cancelled between the forward and

@@ -18,12 +18,7 @@ pub struct TemplateConfig {
     pub lr_schedule: LrSchedule,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LrSchedule {
-    Constant,
-    Cosine,
-}
+pub use tli_plugin_kit::schedule::LrSchedule;
 
 impl Default for TemplateConfig {
     fn default() -> Self {

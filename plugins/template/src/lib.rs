@@ -10,7 +10,7 @@
 mod config;
 mod pooled;
 
-use config::{LrSchedule, TemplateConfig};
+use config::TemplateConfig;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use tch::{Device, Kind, Tensor};
@@ -19,6 +19,7 @@ use tli_plugin_api::{
     Host, Manifest, MemoryBreakdown, Metric, Plugin, PluginError, StepReport, TaskInputs, TaskSpec,
     Trainer,
 };
+use tli_plugin_kit::schedule::learning_rate_at;
 use tli_plugin_kit::{
     adam::AdamConfig,
     checkpoint,
@@ -238,15 +239,14 @@ impl TemplateTrainer {
     }
 
     fn learning_rate(&self) -> f64 {
-        let base = self.config.learning_rate;
-        match self.config.lr_schedule {
-            LrSchedule::Constant => base,
-            LrSchedule::Cosine => {
-                let progress = (self.steps as f64 / self.max_steps as f64).min(1.0);
-                let floor = 0.1 * base;
-                floor + (base - floor) * 0.5 * (1.0 + (std::f64::consts::PI * progress).cos())
-            }
-        }
+        let c = &self.config;
+        learning_rate_at(
+            c.learning_rate,
+            c.lr_schedule,
+            0,
+            self.steps,
+            self.max_steps,
+        )
     }
 
     fn train_one_batch(&mut self) -> Result<f64, PluginError> {

@@ -3,6 +3,8 @@
 //! known-future and static inputs, with FP32 or INT8 weights and optimizer
 //! state (the kit's [`int8`](tli_plugin_kit::int8)).
 //!
+//! * [`config`]: the plugin's config keys (`precision: "fp32" | "int8"`,
+//!   sizes, horizons, quantiles, optimisation), checks and JSON Schema.
 //! * [`vsn`]: per-input transforms and the variable selection network.
 //! * [`model`]: the network — static covariate encoders, LSTM
 //!   encoder–decoder, static enrichment, interpretable multi-head attention,
@@ -12,6 +14,7 @@
 //! Built from the kit's blocks ([`tli_plugin_kit::nn`]); parameters are
 //! plain leaf tensors from the kit's seeded RNG under stable names.
 
+pub mod config;
 pub mod model;
 pub mod vsn;
 

@@ -284,9 +284,7 @@ impl Tft {
         let psi = self
             .positionwise
             .forward(&delta, None, rng.as_deref_mut())?;
-        let out = self
-            .pre_output
-            .forward(&psi, &future_of(&phi)?, rng)?;
+        let out = self.pre_output.forward(&psi, &future_of(&phi)?, rng)?;
         Ok(TftOutput {
             forecast: self.output.forward(&out)?,
             static_weights,
