@@ -28,6 +28,9 @@
 //!   embedding, LSTM, GLU, gated residual network, multi-head attention
 //!   (causal; standard or the TFT's interpretable variant).
 //! * [`schedule`]: learning-rate warm-up and constant or cosine schedules.
+//! * [`task_rows`]: a sequence model's task data on the device: every
+//!   asset's rows, feature roles, multi-horizon targets (cumulative or per
+//!   bar), window ends per split.
 //! * [`windows`]: sliding windows over rows and multi-horizon targets that
 //!   never span a gap, a roll or a split boundary; windows are tensor views.
 //! * [`int8`]: INT8 weights with per-row scales and 8-bit blockwise AdamW
@@ -53,6 +56,7 @@ pub mod mlp;
 pub mod nn;
 pub mod rl;
 pub mod schedule;
+pub mod task_rows;
 pub mod windows;
 pub use tli_rng as rng;
 

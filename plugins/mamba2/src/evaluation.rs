@@ -16,12 +16,12 @@
 
 use crate::config::ForecasterConfig;
 use crate::model::Forecaster;
-use crate::task_data::{TaskData, WindowEnd};
 use std::collections::BTreeMap;
 use tch::Kind;
 use tli_plugin_api::{Metric, PluginError};
 use tli_plugin_kit::data::Split;
 use tli_plugin_kit::forecast_metrics as fm;
+use tli_plugin_kit::task_rows::{TaskData, WindowEnd};
 use tli_plugin_kit::windows::{select_rows, window_batch};
 use tli_plugin_kit::TchResultExt;
 

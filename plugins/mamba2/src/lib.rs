@@ -15,7 +15,6 @@
 //! * [`norm`]: RMSNorm, plain and gated.
 //! * [`config`]: the plugin's config keys, checks and JSON Schema.
 //! * [`model`]: input projection → stack → multi-horizon head.
-//! * [`task_data`]: the task's rows, targets and windows on the device.
 //! * [`trainer`]: the training loop, evaluation driver and checkpoints;
 //!   [`evaluation`]: the metrics of a split; [`memory`]: the memory model.
 //!
@@ -32,7 +31,6 @@ pub mod model;
 pub mod norm;
 pub mod ssd;
 pub mod stack;
-pub mod task_data;
 pub mod trainer;
 
 pub use block::{Mamba2Block, Mamba2Config, State};
@@ -87,8 +85,11 @@ impl Plugin for Mamba2Plugin {
             parameters: params,
             gradients: params,
             optimizer_state: 2 * params,
-            activations: task_data::data_bytes(shape.rows, shape.features, config.horizons as u64)
-                + memory::activation_bytes(&config, shape.features),
+            activations: tli_plugin_kit::task_rows::data_bytes(
+                shape.rows,
+                shape.features,
+                config.horizons as u64,
+            ) + memory::activation_bytes(&config, shape.features),
         })
     }
 

@@ -17,7 +17,6 @@ use crate::config::ForecasterConfig;
 use crate::evaluation;
 use crate::memory;
 use crate::model::Forecaster;
-use crate::task_data::{TaskData, WindowEnd};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use tch::{Device, Kind, Tensor};
@@ -34,6 +33,7 @@ use tli_plugin_kit::grad_clip::clip_grad_norm;
 use tli_plugin_kit::nn::Parameters;
 use tli_plugin_kit::rng::Rng;
 use tli_plugin_kit::schedule::learning_rate_at;
+use tli_plugin_kit::task_rows::{TargetKind, TaskData, TaskLayout, WindowEnd};
 use tli_plugin_kit::windows::{select_rows, window_batch};
 use tli_plugin_kit::{checkpoint, TchResultExt};
 
@@ -84,14 +84,14 @@ impl Mamba2Trainer {
     ) -> Result<Self, PluginError> {
         let config = ForecasterConfig::parse(&spec.config_json)?;
         let device = parse_device(&spec.device)?;
-        let data = TaskData::build(
-            &spec.dataset,
-            inputs,
-            config.lookback,
-            config.horizons,
-            config.target_index,
-            device,
-        )?;
+        let layout = TaskLayout {
+            lookback: config.lookback,
+            horizons: config.horizons,
+            target_index: config.target_index,
+            target_kind: TargetKind::Cumulative,
+            one_hot_assets: true,
+        };
+        let data = TaskData::build(&spec.dataset, inputs, layout, device)?;
         if data.train.is_empty() {
             return Err(PluginError::invalid_data(format!(
                 "no training window of lookback {} (+{} bar(s) ahead) fits in the training \

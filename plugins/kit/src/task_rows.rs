@@ -1,21 +1,44 @@
-//! A task's data on the device, windowed: every asset's feature rows in one
-//! tensor (a pooled task appends a one-hot of the asset index, the static
-//! covariate), multi-horizon targets with their validity, and the window
-//! end rows of each split. Windows never span a gap, a roll, a split
-//! boundary or two assets (the kit's [`RowRuns`]).
+//! A sequence model's task data on the device, windowed (Mamba-2, TFT):
+//! every asset's feature rows in one tensor (a pooled task may append a
+//! one-hot of the asset index), multi-horizon targets with their validity,
+//! each feature's role, and the window end rows of each split. Windows
+//! never span a gap, a roll, a split boundary or two assets ([`RowRuns`]).
 //!
 //! Targets: with `horizons = 1` the chosen target column as it is (valid
 //! where its value is finite and its own horizon stays inside the row's
-//! run); with `horizons = H > 1` the cumulative returns over 1..H bars,
-//! summed from a 1-bar target column (a column of another horizon is
-//! refused: sums of overlapping returns would mean nothing).
+//! run); with `horizons = H > 1`, from a 1-bar target column (a column of
+//! another horizon is refused), for a window ending at row `e` either the
+//! cumulative returns over 1..H bars ([`TargetKind::Cumulative`]: from the
+//! close of bar `e` to that of `e + h`) or the return of each of bars
+//! `e + 1 … e + H` ([`TargetKind::PerBar`]: from the close of `e + h − 1`
+//! to that of `e + h`, the TFT's per-step decoder targets).
 
+use crate::data::{self, Split};
+use crate::windows::{HorizonTarget, RowRuns, BREAK_ON_DEFAULT};
+use crate::TchResultExt;
 use std::ops::Range;
 use tch::{Device, Tensor};
-use tli_plugin_api::{Dataset, PluginError, TaskInputs};
-use tli_plugin_kit::data::{self, Split};
-use tli_plugin_kit::windows::{HorizonTarget, RowRuns, BREAK_ON_DEFAULT};
-use tli_plugin_kit::TchResultExt;
+use tli_plugin_api::{Dataset, FeatureRole, PluginError, TaskInputs};
+
+/// What the targets at horizons 1..H are (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TargetKind {
+    /// The `h`-bar return from the window's last bar.
+    Cumulative,
+    /// The 1-bar return of the `h`-th bar after the window.
+    PerBar,
+}
+
+/// How [`TaskData::build`] lays a task out.
+#[derive(Clone, Copy, Debug)]
+pub struct TaskLayout {
+    pub lookback: usize,
+    pub horizons: usize,
+    pub target_index: usize,
+    pub target_kind: TargetKind,
+    /// Append a one-hot of the asset index to a pooled task's features.
+    pub one_hot_assets: bool,
+}
 
 /// One window: its asset and its last row in the pooled row numbering.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,6 +50,8 @@ pub struct WindowEnd {
 /// One asset of the task.
 pub struct AssetRows {
     pub symbol: String,
+    /// Its index in the job (the annex's `asset_index`; 0 for a plain dataset).
+    pub asset_index: u32,
     /// Its rows in the task's tensors.
     pub rows: Range<usize>,
 }
@@ -39,6 +64,11 @@ pub struct TaskData {
     /// `[rows, horizons]` float, 1 where the target is valid.
     pub target_valid: Tensor,
     pub width: usize,
+    /// The role of each of the dataset's features (the first `width` columns
+    /// without a one-hot), from the annex (all observed-past without one).
+    pub roles: Vec<FeatureRole>,
+    /// Asset categories: the job's asset count for a pooled task, else 1.
+    pub asset_count: usize,
     pub assets: Vec<AssetRows>,
     pub train: Vec<WindowEnd>,
     pub valid: Vec<WindowEnd>,
@@ -46,18 +76,24 @@ pub struct TaskData {
 }
 
 impl TaskData {
-    /// The windowed data of `datasets` (one, or every asset of a pooled
-    /// task when `inputs` is given) for windows of `lookback` bars.
+    /// The windowed data of `dataset` (or of every asset of a pooled task
+    /// when `inputs` says so) laid out as `layout` says.
     pub fn build(
         dataset: &Dataset,
         inputs: Option<&TaskInputs>,
-        lookback: usize,
-        horizons: usize,
-        target_index: usize,
+        layout: TaskLayout,
         device: Device,
     ) -> Result<Self, PluginError> {
+        let TaskLayout {
+            lookback,
+            horizons,
+            target_index,
+            target_kind,
+            one_hot_assets,
+        } = layout;
         let pooled = inputs.filter(|i| i.pooled);
-        let one_hot_width = pooled.map(|i| i.asset_count().max(i.datasets.len()));
+        let asset_count = pooled.map_or(1, |i| i.asset_count().max(i.datasets.len()));
+        let one_hot_width = pooled.filter(|_| one_hot_assets).map(|_| asset_count);
         let datasets: Vec<&Dataset> = match pooled {
             Some(inputs) => inputs.datasets.iter().map(|d| &**d).collect(),
             None => vec![dataset],
@@ -73,6 +109,7 @@ impl TaskData {
         let mut target_valid = Vec::new();
         let mut assets = Vec::new();
         let (mut train, mut valid, mut test) = (Vec::new(), Vec::new(), Vec::new());
+        let mut roles = Vec::new();
         let mut offset = 0usize;
         for (i, d) in datasets.iter().enumerate() {
             if d.feature_names != datasets[0].feature_names {
@@ -85,9 +122,18 @@ impl TaskData {
                 Some(inputs) => inputs.annex(if pooled.is_some() { i } else { 0 })?,
                 None => tli_plugin_api::DatasetAnnex::plain(d),
             };
+            if i == 0 {
+                roles = annex.feature_roles.clone();
+            } else if annex.feature_roles != roles {
+                return Err(PluginError::invalid_data(format!(
+                    "pooled assets must give their features the same roles; {} and {} differ",
+                    datasets[0].symbol, d.symbol
+                )));
+            }
             let rows = d.rows();
             let runs = RowRuns::new(rows, &annex.row_markers, BREAK_ON_DEFAULT, &d.splits)?;
-            let (values, ok) = horizon_targets(d, &runs, &annex, horizons, target_index)?;
+            let (values, ok) =
+                horizon_targets(d, &runs, &annex, horizons, target_index, target_kind)?;
             let mut x = data::features(d, 0..rows, device)?;
             if let Some(n) = one_hot_width {
                 let one_hot = data::one_hot_rows(rows, n, annex.asset_index as usize, device)?;
@@ -112,6 +158,11 @@ impl TaskData {
             }
             assets.push(AssetRows {
                 symbol: d.symbol.to_string(),
+                asset_index: if pooled.is_some() {
+                    annex.asset_index
+                } else {
+                    0
+                },
                 rows: offset..offset + rows,
             });
             offset += rows;
@@ -134,6 +185,8 @@ impl TaskData {
             targets: matrix(&targets)?,
             target_valid: matrix(&target_valid)?,
             width: base_width + one_hot_width.unwrap_or(0),
+            roles,
+            asset_count,
             assets,
             train,
             valid,
@@ -153,7 +206,7 @@ impl TaskData {
     pub fn bytes(&self) -> u64 {
         [&self.features, &self.targets, &self.target_valid]
             .iter()
-            .map(|t| tli_plugin_kit::tensor_bytes(t))
+            .map(|t| crate::tensor_bytes(t))
             .sum()
     }
 }
@@ -170,6 +223,7 @@ fn horizon_targets(
     annex: &tli_plugin_api::DatasetAnnex,
     horizons: usize,
     column: usize,
+    kind: TargetKind,
 ) -> Result<(Vec<f32>, Vec<bool>), PluginError> {
     let width = d.target_names.len();
     if column >= width {
@@ -204,17 +258,21 @@ fn horizon_targets(
     }
     if own_horizon != 1 {
         return Err(PluginError::invalid_config(format!(
-            "horizons: {horizons} horizons are summed from a 1-bar target, but target \
+            "horizons: {horizons} horizons are built from a 1-bar target, but target \
              {:?} looks {own_horizon} bars ahead; choose a 1-bar target_index or horizons 1",
             d.target_names[column].as_str()
         )));
     }
-    // Row t's 1-bar target is the return of bar t + 1: shift by one so the
-    // kit's sums s[t+1] + … + s[t+h] are the h-bar return from bar t.
+    // Row t's 1-bar target is the return of bar t + 1: shifted by one, s[t+h]
+    // is the return of bar t + h and s[t+1] + … + s[t+h] the h-bar return from bar t.
     let mut shifted = vec![f32::NAN; rows];
     if rows > 1 {
         shifted[1..].copy_from_slice(&column_values[..rows - 1]);
     }
-    let t = runs.horizon_targets(&shifted, horizons, HorizonTarget::Sum)?;
+    let kind = match kind {
+        TargetKind::Cumulative => HorizonTarget::Sum,
+        TargetKind::PerBar => HorizonTarget::Value,
+    };
+    let t = runs.horizon_targets(&shifted, horizons, kind)?;
     Ok((t.values, t.valid))
 }
