@@ -19,7 +19,10 @@
 //!   keys a checkpoint's config differs in.
 //! * [`data`]: dataset rows → tensors.
 //! * [`env`]: CartPole-v1 and a futures trading environment, vectorized, checkpointable.
+//! * [`epochs`]: seeded shuffled epochs over training examples, resumable
+//!   from a `(epoch, position)` cursor.
 //! * [`metrics`]: Sharpe, Sortino, drawdown, turnover, hit rate; baselines.
+//! * [`forecast_loss`]: the masked MSE / pinball training loss.
 //! * [`forecast_metrics`]: MSE, skill over the zero forecast, hit rate,
 //!   correlation, pinball loss, q-risk, interval coverage, per-horizon MSE.
 //! * [`rl`]: what the RL plugins share: one environment wrapper over CartPole
@@ -45,9 +48,11 @@ pub mod counter_rng;
 pub mod data;
 pub mod device;
 pub mod env;
+pub mod epochs;
 pub mod errors;
 pub mod flat_adamw;
 pub mod flat_params;
+pub mod forecast_loss;
 pub mod forecast_metrics;
 pub mod grad_clip;
 pub mod int8;

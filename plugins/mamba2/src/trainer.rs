@@ -19,7 +19,7 @@ use crate::memory;
 use crate::model::Forecaster;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
-use tch::{Device, Kind, Tensor};
+use tch::{Device, Tensor};
 use tli_plugin_api::{
     EvalReport, Host, MemoryBreakdown, Metric, PluginError, StepReport, TaskInputs, TaskSpec,
     Trainer,
@@ -28,7 +28,9 @@ use tli_plugin_kit::adam::AdamConfig;
 use tli_plugin_kit::counter_rng::{CounterRng, CounterRngState};
 use tli_plugin_kit::data::Split;
 use tli_plugin_kit::device::parse_device;
+use tli_plugin_kit::epochs::{DataCursor, EpochSampler};
 use tli_plugin_kit::flat_adamw::FlatAdamW;
+use tli_plugin_kit::forecast_loss::masked_loss;
 use tli_plugin_kit::grad_clip::clip_grad_norm;
 use tli_plugin_kit::nn::Parameters;
 use tli_plugin_kit::rng::Rng;
@@ -36,14 +38,6 @@ use tli_plugin_kit::schedule::learning_rate_at;
 use tli_plugin_kit::task_rows::{TargetKind, TaskData, TaskLayout, WindowEnd};
 use tli_plugin_kit::windows::{select_rows, window_batch};
 use tli_plugin_kit::{checkpoint, TchResultExt};
-
-/// Where training is in the stream of training windows.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DataCursor {
-    pub epoch: u64,
-    /// Windows of this epoch's order already used.
-    pub position: u64,
-}
 
 /// What `state.json` holds besides the tensors.
 #[derive(Serialize, Deserialize)]
@@ -62,18 +56,14 @@ pub struct Mamba2Trainer {
     config: ForecasterConfig,
     host: Host,
     device: Device,
-    seed: u64,
     max_steps: u64,
     steps: u64,
     model: Forecaster,
     optimizer: FlatAdamW,
     dropout_rng: CounterRng,
     data: TaskData,
-    cursor: DataCursor,
-    /// The training windows' order in epoch `order_epoch` (indices into
-    /// `data.train`); the cursor's epoch except while a batch is undone.
-    order: Vec<u32>,
-    order_epoch: u64,
+    /// Epochs over `data.train` (the data cursor).
+    sampler: EpochSampler,
 }
 
 impl Mamba2Trainer {
@@ -128,54 +118,27 @@ impl Mamba2Trainer {
             data.test.len(),
             symbols(&data),
         ));
-        let mut trainer = Self {
-            seed: spec.seed,
+        Ok(Self {
             max_steps: spec.max_steps.max(1),
             steps: 0,
             dropout_rng: CounterRng::new(Rng::new(spec.seed).fork(2).next_u64()),
-            cursor: DataCursor::default(),
-            order: Vec::new(),
-            order_epoch: 0,
+            sampler: EpochSampler::new(spec.seed, data.train.len()),
             config,
             host,
             device,
             model,
             optimizer,
             data,
-        };
-        trainer.set_order(0);
-        Ok(trainer)
+        })
     }
 
-    /// The training windows' order in `epoch`: a Fisher–Yates shuffle drawn
-    /// from `(seed, epoch)` alone, so a resumed trainer regenerates it.
-    fn epoch_order(&self, epoch: u64) -> Vec<u32> {
-        let mut rng = Rng::new(self.seed).fork(1000 + epoch);
-        let mut order: Vec<u32> = (0..self.data.train.len() as u32).collect();
-        for i in (1..order.len()).rev() {
-            let j = rng.below(i as u64 + 1) as usize;
-            order.swap(i, j);
-        }
-        order
-    }
-
-    /// The next batch's windows, advancing the cursor (into the next epoch
-    /// when this one runs out).
+    /// The next batch's windows, advancing the data cursor.
     fn next_batch(&mut self) -> Vec<WindowEnd> {
-        let mut batch = Vec::with_capacity(self.config.batch_size);
-        while batch.len() < self.config.batch_size {
-            if self.cursor.position as usize >= self.order.len() {
-                self.cursor = DataCursor {
-                    epoch: self.cursor.epoch + 1,
-                    position: 0,
-                };
-                self.set_order(self.cursor.epoch);
-            }
-            let i = self.order[self.cursor.position as usize] as usize;
-            batch.push(self.data.train[i]);
-            self.cursor.position += 1;
-        }
-        batch
+        self.sampler
+            .next_batch(self.config.batch_size)
+            .into_iter()
+            .map(|i| self.data.train[i])
+            .collect()
     }
 
     fn learning_rate(&self) -> f64 {
@@ -193,7 +156,7 @@ impl Mamba2Trainer {
     /// the backward pass (nothing is updated then, the batch is not counted
     /// and the cursor is rewound).
     fn train_one_batch(&mut self) -> Result<Option<f64>, PluginError> {
-        let cursor = self.cursor;
+        let cursor = self.sampler.cursor();
         let dropout_before = self.dropout_rng.state();
         let batch = self.next_batch();
         let k = self.config.loss_positions;
@@ -211,12 +174,11 @@ impl Mamba2Trainer {
         let forecast = self.model.forward(&x, k, dropout)?;
         if self.host.is_cancelled() {
             // Undo the batch: the next call draws the same windows and masks.
-            self.cursor = cursor;
-            self.set_order(cursor.epoch);
+            self.sampler.restore(cursor);
             self.dropout_rng = CounterRng::from_state(dropout_before);
             return Ok(None);
         }
-        let loss = loss(&forecast, &y, &valid, &self.config.quantiles)?;
+        let loss = masked_loss(&forecast, &y, &valid, &self.config.quantiles)?;
         let grad = self.optimizer.gradients(&loss)?;
         let _norm = clip_grad_norm(&grad, self.config.max_grad_norm)?;
         let lr = self.learning_rate();
@@ -227,48 +189,11 @@ impl Mamba2Trainer {
             .plugin_err("reading the loss")
     }
 
-    /// Makes `order` the order of `epoch` (regenerated only when it is not).
-    fn set_order(&mut self, epoch: u64) {
-        if self.order_epoch != epoch || self.order.is_empty() {
-            self.order = self.epoch_order(epoch);
-            self.order_epoch = epoch;
-        }
-    }
-
     fn named_tensors(&self) -> Vec<(String, &Tensor)> {
         let mut all = self.model.named_parameters("");
         all.extend(self.optimizer.named_state());
         all
     }
-}
-
-/// Masked training loss of `forecast (B, k, H, Q)` against `y (B, k, H)`
-/// where `valid` is 1: mean squared error for point forecasts, the mean
-/// pinball loss over the quantile levels otherwise.
-fn loss(
-    forecast: &Tensor,
-    y: &Tensor,
-    valid: &Tensor,
-    quantiles: &[f64],
-) -> Result<Tensor, PluginError> {
-    (|| -> Result<Tensor, tch::TchError> {
-        let count = valid.f_sum(Kind::Float)?.f_clamp_min(1.0)?;
-        let per_target = if quantiles.is_empty() {
-            forecast.f_select(-1, 0)?.f_sub(y)?.f_square()?
-        } else {
-            let q = Tensor::f_from_slice(&quantiles.iter().map(|&q| q as f32).collect::<Vec<_>>())?
-                .f_to_device(forecast.device())?;
-            // QL = max(q·(y − ŷ), (q − 1)·(y − ŷ)), averaged over levels.
-            let diff = y.f_unsqueeze(-1)?.f_sub(forecast)?;
-            let above = diff.f_mul(&q)?;
-            let below = diff.f_mul(&q.f_sub_scalar(1.0)?)?;
-            above
-                .f_maximum(&below)?
-                .f_mean_dim(-1, false, Kind::Float)?
-        };
-        per_target.f_mul(valid)?.f_sum(Kind::Float)?.f_div(&count)
-    })()
-    .plugin_err("computing the loss")
 }
 
 fn symbols(data: &TaskData) -> String {
@@ -295,7 +220,7 @@ impl Trainer for Mamba2Trainer {
         }
         let mut metrics = vec![
             Metric::new("learning_rate", self.learning_rate()),
-            Metric::new("epoch", self.cursor.epoch as f64),
+            Metric::new("epoch", self.sampler.cursor().epoch as f64),
         ];
         if done > 0 {
             metrics.push(Metric::new("train_loss", loss_sum / done as f64));
@@ -335,7 +260,7 @@ impl Trainer for Mamba2Trainer {
             config: self.config.clone(),
             steps: self.steps,
             optimizer_steps: self.optimizer.step,
-            cursor: self.cursor,
+            cursor: self.sampler.cursor(),
             dropout_rng: self.dropout_rng.state(),
             width: self.data.width,
             train_windows: self.data.train.len(),
@@ -364,8 +289,7 @@ impl Trainer for Mamba2Trainer {
         self.model.load_named("", &tensors)?;
         self.optimizer.load_named(&tensors, state.optimizer_steps)?;
         self.steps = state.steps;
-        self.cursor = state.cursor;
-        self.set_order(state.cursor.epoch);
+        self.sampler.restore(state.cursor);
         self.dropout_rng = CounterRng::from_state(state.dropout_rng);
         Ok(())
     }
