@@ -25,6 +25,9 @@
 //! * [`forecast_loss`]: the masked MSE / pinball training loss.
 //! * [`forecast_metrics`]: MSE, skill over the zero forecast, hit rate,
 //!   correlation, pinball loss, q-risk, interval coverage, per-horizon MSE.
+//! * [`forecast_report`]: a split's forecasts → the metrics every
+//!   forecasting plugin reports (point, per horizon, per quantile, coverage,
+//!   per asset).
 //! * [`rl`]: what the RL plugins share: one environment wrapper over CartPole
 //!   and trading, greedy CartPole evaluation, a greedy walk over a trading split.
 //! * [`nn`]: building blocks for the forecasting plugins: layer norm,
@@ -54,6 +57,7 @@ pub mod flat_adamw;
 pub mod flat_params;
 pub mod forecast_loss;
 pub mod forecast_metrics;
+pub mod forecast_report;
 pub mod grad_clip;
 pub mod int8;
 pub mod metrics;

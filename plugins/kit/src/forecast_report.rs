@@ -1,0 +1,170 @@
+//! A split's forecasts turned into the metrics every forecasting plugin
+//! reports (Mamba-2, TFT), through [`forecast_metrics`](crate::forecast_metrics),
+//! so the numbers are computed and named the same way everywhere.
+//!
+//! Names are `{prefix}_{metric}{suffix}`: the prefix is the split (`valid`,
+//! `test`), the suffix `@SYMBOL` for one asset of a pooled task. Point
+//! metrics use the output itself, or (quantile forecasts) the level nearest
+//! the median: `mse`, `mse_zero_forecast`, `skill`, `hit_rate`,
+//! `correlation`, and with several horizons `mse_h{h}`, `skill_h{h}`.
+//! Quantile forecasts add per level `pinball_p{100q}` and `qrisk_p{100q}`
+//! (and per horizon `qrisk_p{100q}_h{h}`), and the coverage of the
+//! outermost pair `coverage_p{lo}_p{hi}`.
+
+use crate::forecast_metrics as fm;
+use tli_plugin_api::Metric;
+
+/// Forecasts and targets of some windows, row-major `[windows × horizons]`
+/// (forecasts `× outputs`), with the targets' validity and each window's asset.
+#[derive(Clone, Debug, Default)]
+pub struct ForecastSet {
+    pub asset: Vec<u32>,
+    pub forecast: Vec<f32>,
+    pub target: Vec<f32>,
+    pub valid: Vec<bool>,
+}
+
+/// What the forecasts are: horizons per window, and the quantile levels of
+/// the outputs (empty: one point forecast per horizon).
+#[derive(Clone, Copy, Debug)]
+pub struct ForecastLayout<'a> {
+    pub horizons: usize,
+    pub quantiles: &'a [f64],
+}
+
+impl ForecastLayout<'_> {
+    pub fn outputs(&self) -> usize {
+        self.quantiles.len().max(1)
+    }
+}
+
+impl ForecastSet {
+    /// The windows `rows` (indices into this set).
+    pub fn subset(&self, rows: &[usize], layout: ForecastLayout<'_>) -> Self {
+        let (h, q) = (layout.horizons, layout.outputs());
+        let mut out = ForecastSet {
+            asset: rows.iter().map(|&r| self.asset[r]).collect(),
+            forecast: Vec::with_capacity(rows.len() * h * q),
+            target: Vec::with_capacity(rows.len() * h),
+            valid: Vec::with_capacity(rows.len() * h),
+        };
+        for &r in rows {
+            out.forecast
+                .extend_from_slice(&self.forecast[r * h * q..(r + 1) * h * q]);
+            out.target
+                .extend_from_slice(&self.target[r * h..(r + 1) * h]);
+            out.valid.extend_from_slice(&self.valid[r * h..(r + 1) * h]);
+        }
+        out
+    }
+
+    /// The metrics of the whole set, then (when `symbols` names more than
+    /// one asset) of each asset's windows with the suffix `@SYMBOL`.
+    pub fn metrics_with_assets(
+        &self,
+        layout: ForecastLayout<'_>,
+        prefix: &str,
+        symbols: &[&str],
+    ) -> Vec<Metric> {
+        let mut out = self.metrics(layout, prefix, "");
+        if symbols.len() > 1 {
+            for (i, symbol) in symbols.iter().enumerate() {
+                let mine: Vec<usize> = (0..self.asset.len())
+                    .filter(|&j| self.asset[j] as usize == i)
+                    .collect();
+                if !mine.is_empty() {
+                    let part = self.subset(&mine, layout);
+                    out.extend(part.metrics(layout, prefix, &format!("@{symbol}")));
+                }
+            }
+        }
+        out
+    }
+
+    /// The metrics of the whole set (see the module docs).
+    pub fn metrics(&self, layout: ForecastLayout<'_>, prefix: &str, suffix: &str) -> Vec<Metric> {
+        let (h, q) = (layout.horizons, layout.outputs());
+        let name = |m: &str| format!("{prefix}_{m}{suffix}");
+        // Valid (target, output j) pairs, optionally of one horizon.
+        let pairs = |j: usize, horizon: Option<usize>| -> (Vec<f32>, Vec<f32>) {
+            let mut y = Vec::new();
+            let mut p = Vec::new();
+            for (i, (&t, &ok)) in self.target.iter().zip(&self.valid).enumerate() {
+                if ok && horizon.is_none_or(|k| i % h == k) {
+                    y.push(t);
+                    p.push(self.forecast[i * q + j]);
+                }
+            }
+            (y, p)
+        };
+        let point = point_output(layout.quantiles);
+        let (y, p) = pairs(point, None);
+        let m = fm::point_metrics(&y, &p);
+        let mut out = vec![
+            Metric::new(&name("mse"), m.mse),
+            Metric::new(&name("mse_zero_forecast"), m.mse_zero_forecast),
+            Metric::new(&name("skill"), m.skill),
+            Metric::new(&name("hit_rate"), m.hit_rate),
+            Metric::new(&name("correlation"), m.correlation),
+        ];
+        if h > 1 {
+            for k in 0..h {
+                let (y, p) = pairs(point, Some(k));
+                let m = fm::point_metrics(&y, &p);
+                out.push(Metric::new(&name(&format!("mse_h{}", k + 1)), m.mse));
+                out.push(Metric::new(&name(&format!("skill_h{}", k + 1)), m.skill));
+            }
+        }
+        for (j, &level_q) in layout.quantiles.iter().enumerate() {
+            let (y, p) = pairs(j, None);
+            let l = level(level_q);
+            out.push(Metric::new(
+                &name(&format!("pinball_p{l}")),
+                fm::pinball_loss(&y, &p, level_q),
+            ));
+            out.push(Metric::new(
+                &name(&format!("qrisk_p{l}")),
+                fm::quantile_risk(&y, &p, level_q),
+            ));
+            if h > 1 {
+                for k in 0..h {
+                    let (y, p) = pairs(j, Some(k));
+                    out.push(Metric::new(
+                        &name(&format!("qrisk_p{l}_h{}", k + 1)),
+                        fm::quantile_risk(&y, &p, level_q),
+                    ));
+                }
+            }
+        }
+        if q >= 2 {
+            let (y, lower) = pairs(0, None);
+            let (_, upper) = pairs(q - 1, None);
+            let (lo, hi) = (level(layout.quantiles[0]), level(layout.quantiles[q - 1]));
+            out.push(Metric::new(
+                &name(&format!("coverage_p{lo}_p{hi}")),
+                fm::coverage(&y, &lower, &upper),
+            ));
+        }
+        out
+    }
+}
+
+/// Output index of the point forecast: 0, or the quantile nearest 0.5.
+pub fn point_output(quantiles: &[f64]) -> usize {
+    quantiles
+        .iter()
+        .enumerate()
+        .min_by(|a, b| (a.1 - 0.5).abs().total_cmp(&(b.1 - 0.5).abs()))
+        .map(|(i, _)| i)
+        .unwrap_or(0)
+}
+
+/// Percent label of a quantile level (0.1 → "10", 0.025 → "2.5").
+pub fn level(q: f64) -> String {
+    let p = q * 100.0;
+    if (p - p.round()).abs() < 1e-9 {
+        format!("{}", p.round() as i64)
+    } else {
+        format!("{p}")
+    }
+}
