@@ -54,6 +54,7 @@ pub const TEMPLATE: &str = "tli_plugin_template";
 pub const DQN: &str = "tli_plugin_dqn";
 pub const PPO: &str = "tli_plugin_ppo";
 pub const MAMBA2: &str = "tli_plugin_mamba2";
+pub const TFT: &str = "tli_plugin_tft";
 pub const BEHAVIOUR: &str = "tli_fixture_behaviour";
 pub const FUTURE_API: &str = "tli_fixture_future_api";
 pub const NOT_A_PLUGIN: &str = "tli_fixture_not_a_plugin";

@@ -15,7 +15,7 @@ use std::process::{Command, Output};
 // tests and benchmarks (one definition, in `tli_host::testing`).
 pub use tli_host::testing::{
     artifact, library, profile_dir, PluginDir, BEHAVIOUR, DQN, FUTURE_API, MAMBA2, NOT_A_PLUGIN,
-    PPO, TEMPLATE,
+    PPO, TEMPLATE, TFT,
 };
 
 pub fn tli_binary() -> PathBuf {

@@ -14,4 +14,5 @@ mod orchestrator;
 mod plugin_loading;
 mod ppo_plugin;
 mod proto_api;
+mod tft_plugin;
 mod training_through_the_abi;

@@ -170,3 +170,23 @@ fn fp32_and_int8_both_learn_a_known_future_effect() {
         "int8 {int8_loss} vs fp32 {fp32_loss}"
     );
 }
+
+#[test]
+fn the_analytic_shapes_are_the_models() {
+    for (static_reals, heads, layers, known) in [(0, 1, 1, 0), (2, 4, 2, 3)] {
+        let s = TftShape {
+            static_reals,
+            heads,
+            lstm_layers: layers,
+            known,
+            ..shape()
+        };
+        let model = Tft::new(&s, &mut Rng::new(1), Device::Cpu).unwrap();
+        let built: Vec<Vec<i64>> = model.parameters().iter().map(|t| t.size()).collect();
+        assert_eq!(built, tli_plugin_tft::memory::tensor_shapes(&s));
+        assert_eq!(
+            model.parameter_count(),
+            tli_plugin_tft::memory::parameter_count(&s)
+        );
+    }
+}

@@ -1,0 +1,164 @@
+//! The two ways the TFT keeps its weights and optimizer state, behind one
+//! interface for the trainer: FP32 (the kit's [`FlatAdamW`]) or INT8 (the
+//! kit's [`Int8AdamW`]: int8 matrices with per-row scales, 8-bit moments,
+//! no f32 master copy).
+//!
+//! INT8 weights hold no f32 values between steps: [`Weights::ready`] makes
+//! them usable for a forward pass (training or evaluation) and
+//! [`Weights::rest`] drops the f32 copies after evaluation (a training step
+//! drops them itself).
+
+use crate::config::{Precision, TftConfig};
+use crate::model::Tft;
+use serde::{Deserialize, Serialize};
+use tch::Tensor;
+use tli_plugin_api::PluginError;
+use tli_plugin_kit::adam::AdamConfig;
+use tli_plugin_kit::flat_adamw::FlatAdamW;
+use tli_plugin_kit::grad_clip::clip_grad_norm;
+use tli_plugin_kit::int8::{Int8AdamW, Int8AdamWState, Int8Options};
+use tli_plugin_kit::nn::Parameters;
+use tli_plugin_kit::TchResultExt;
+
+pub enum Weights {
+    Fp32(FlatAdamW),
+    Int8(Box<Int8AdamW>),
+}
+
+/// The optimizer's part of a checkpoint's JSON.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WeightsState {
+    Fp32 { step: u64 },
+    Int8(Int8AdamWState),
+}
+
+impl Weights {
+    /// Takes over `model`'s parameters (see the kit optimizers).
+    pub fn new(model: &Tft, config: &TftConfig, seed: u64) -> Result<Self, PluginError> {
+        let adam = AdamConfig {
+            learning_rate: config.learning_rate,
+            weight_decay: config.weight_decay,
+            ..AdamConfig::default()
+        };
+        let (decayed, rest) = model.decay_groups();
+        Ok(match config.precision {
+            Precision::Fp32 => {
+                let d: Vec<&Tensor> = decayed.iter().map(|(_, t)| *t).collect();
+                let r: Vec<&Tensor> = rest.iter().map(|(_, t)| *t).collect();
+                Weights::Fp32(FlatAdamW::with_decay_groups(adam, &d, &r)?)
+            }
+            Precision::Int8 => {
+                let options = Int8Options {
+                    min_numel: config.int8_min_elements,
+                    seed,
+                };
+                Weights::Int8(Box::new(Int8AdamW::new(adam, &decayed, &rest, options)?))
+            }
+        })
+    }
+
+    /// Makes the weights usable for a forward pass.
+    pub fn ready(&mut self) -> Result<(), PluginError> {
+        match self {
+            Weights::Fp32(_) => Ok(()),
+            Weights::Int8(opt) => opt.materialize(),
+        }
+    }
+
+    /// Drops transient f32 copies (after evaluation).
+    pub fn rest(&mut self) -> Result<(), PluginError> {
+        match self {
+            Weights::Fp32(_) => Ok(()),
+            Weights::Int8(opt) => opt.release(),
+        }
+    }
+
+    /// Backward pass, clipping and one update; returns the gradient norm.
+    pub fn backward_step(
+        &mut self,
+        loss: &Tensor,
+        lr: f64,
+        max_grad_norm: f64,
+    ) -> Result<f64, PluginError> {
+        match self {
+            Weights::Fp32(opt) => {
+                let grad = opt.gradients(loss)?;
+                let norm = clip_grad_norm(&grad, max_grad_norm)?;
+                opt.apply(&grad, lr)?;
+                norm.f_double_value(&[])
+                    .plugin_err("reading the gradient norm")
+            }
+            Weights::Int8(opt) => opt.backward_step(loss, lr, max_grad_norm),
+        }
+    }
+
+    /// Every tensor a checkpoint holds, by name.
+    pub fn named_tensors(&self, model: &Tft) -> Vec<(String, Tensor)> {
+        match self {
+            Weights::Fp32(opt) => {
+                let mut out: Vec<(String, Tensor)> = model
+                    .named_parameters("")
+                    .into_iter()
+                    .map(|(n, t)| (n, t.shallow_clone()))
+                    .collect();
+                out.extend(
+                    opt.named_state()
+                        .into_iter()
+                        .map(|(n, t)| (n, t.shallow_clone())),
+                );
+                out
+            }
+            Weights::Int8(opt) => opt.named_tensors(),
+        }
+    }
+
+    pub fn state(&self) -> WeightsState {
+        match self {
+            Weights::Fp32(opt) => WeightsState::Fp32 { step: opt.step },
+            Weights::Int8(opt) => WeightsState::Int8(opt.state()),
+        }
+    }
+
+    /// Restores a checkpoint of the same precision; all checks run before
+    /// anything changes.
+    pub fn load(
+        &mut self,
+        model: &Tft,
+        tensors: &[(String, Tensor)],
+        state: WeightsState,
+    ) -> Result<(), PluginError> {
+        match (self, state) {
+            (Weights::Fp32(opt), WeightsState::Fp32 { step }) => {
+                opt.check_named(tensors)?;
+                model.load_named("", tensors)?;
+                opt.load_named(tensors, step)
+            }
+            (Weights::Int8(opt), WeightsState::Int8(state)) => opt.load(tensors, state),
+            (_, saved) => Err(PluginError::io(format!(
+                "the checkpoint was written in {} precision, this task trains in the other: \
+                 resume with the checkpoint's precision or start again",
+                match saved {
+                    WeightsState::Fp32 { .. } => "fp32",
+                    WeightsState::Int8(_) => "int8",
+                }
+            ))),
+        }
+    }
+
+    /// (weights, optimizer state, transient bytes of a step) as held now.
+    pub fn bytes(&self) -> (u64, u64, u64) {
+        match self {
+            Weights::Fp32(opt) => (
+                opt.params().bytes(),
+                opt.state_bytes(),
+                opt.gradient_bytes(),
+            ),
+            Weights::Int8(opt) => (
+                opt.parameter_bytes(),
+                opt.state_bytes(),
+                opt.transient_bytes(),
+            ),
+        }
+    }
+}

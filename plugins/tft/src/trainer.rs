@@ -1,0 +1,317 @@
+//! The TFT trainer: seeded epochs over the training windows (the kit's
+//! [`EpochSampler`], whose cursor is `(epoch, position)`), the masked
+//! pinball loss over the quantile levels, AdamW in FP32 or INT8
+//! ([`Weights`]), warm-up then a constant or cosine learning rate,
+//! global-norm clipping; evaluation on every validation and test window;
+//! exact checkpoints in both precisions.
+//!
+//! Everything random is seeded from the task seed and saved: the window
+//! order, the dropout stream and (INT8) the stochastic-rounding stream, both
+//! kit [`CounterRng`]s. A resumed trainer continues bit for bit.
+//!
+//! Cancellation is checked before each batch and again between a batch's
+//! forward and backward passes; a batch cut there is undone (cursor and
+//! dropout stream rewound) so training later continues exactly.
+
+use crate::batches::TftData;
+use crate::config::TftConfig;
+use crate::evaluation;
+use crate::memory;
+use crate::model::Tft;
+use crate::precision::{Weights, WeightsState};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use tch::Device;
+use tli_plugin_api::{
+    EvalReport, Host, MemoryBreakdown, Metric, PluginError, StepReport, TaskInputs, TaskSpec,
+    Trainer,
+};
+use tli_plugin_kit::checkpoint;
+use tli_plugin_kit::counter_rng::{CounterRng, CounterRngState};
+use tli_plugin_kit::data::Split;
+use tli_plugin_kit::device::parse_device;
+use tli_plugin_kit::epochs::{DataCursor, EpochSampler};
+use tli_plugin_kit::forecast_loss::masked_loss;
+use tli_plugin_kit::rng::Rng;
+use tli_plugin_kit::schedule::learning_rate_at;
+use tli_plugin_kit::TchResultExt;
+
+/// What `state.json` holds besides the tensors.
+#[derive(Serialize, Deserialize)]
+struct SavedState {
+    config: TftConfig,
+    steps: u64,
+    weights: WeightsState,
+    cursor: DataCursor,
+    dropout_rng: CounterRngState,
+    /// The data the checkpoint belongs to: inputs by role, training windows.
+    inputs: [usize; 3],
+    train_windows: usize,
+}
+
+pub struct TftTrainer {
+    config: TftConfig,
+    host: Host,
+    device: Device,
+    max_steps: u64,
+    steps: u64,
+    model: Tft,
+    weights: Weights,
+    dropout_rng: CounterRng,
+    data: TftData,
+    sampler: EpochSampler,
+}
+
+impl TftTrainer {
+    pub fn new(
+        spec: TaskSpec,
+        inputs: Option<&TaskInputs>,
+        host: Host,
+    ) -> Result<Self, PluginError> {
+        let config = TftConfig::parse(&spec.config_json)?;
+        let device = parse_device(&spec.device)?;
+        let data = TftData::build(&spec.dataset, inputs, &config, device)?;
+        if data.rows.train.is_empty() {
+            return Err(PluginError::invalid_data(format!(
+                "no training window of lookback {} (+{} bar(s) ahead) fits in the training \
+                 split of {}: lower lookback or use more data",
+                config.lookback,
+                config.horizons,
+                symbols(&data)
+            )));
+        }
+        let shape = data.shape(&config);
+        let model = Tft::new(&shape, &mut Rng::new(spec.seed).fork(1), device)?;
+        let weights = Weights::new(&model, &config, Rng::new(spec.seed).fork(3).next_u64())?;
+        host.info(&format!(
+            "task {}: TFT hidden {} × {} heads, {} precision ({} parameters) on {}, lookback {}, \
+             {} horizon(s), inputs {} observed / {} known / {} static, {} training / {} \
+             validation / {} test windows of {}",
+            spec.task_id,
+            config.hidden_size,
+            config.attention_heads,
+            match config.precision {
+                crate::config::Precision::Fp32 => "fp32",
+                crate::config::Precision::Int8 => "int8",
+            },
+            memory::parameter_count(&shape),
+            spec.device,
+            config.lookback,
+            config.horizons,
+            data.observed_names.len(),
+            data.known_names.len(),
+            data.static_names.len(),
+            data.rows.train.len(),
+            data.rows.valid.len(),
+            data.rows.test.len(),
+            symbols(&data),
+        ));
+        Ok(Self {
+            max_steps: spec.max_steps.max(1),
+            steps: 0,
+            dropout_rng: CounterRng::new(Rng::new(spec.seed).fork(2).next_u64()),
+            sampler: EpochSampler::new(spec.seed, data.rows.train.len()),
+            config,
+            host,
+            device,
+            model,
+            weights,
+            data,
+        })
+    }
+
+    fn learning_rate(&self) -> f64 {
+        let c = &self.config;
+        learning_rate_at(
+            c.learning_rate,
+            c.lr_schedule,
+            c.warmup_steps,
+            self.steps,
+            self.max_steps,
+        )
+    }
+
+    /// One optimisation step; `None` when cancelled between the forward and
+    /// the backward pass (nothing is updated, the batch is not counted, the
+    /// cursor and dropout stream are rewound).
+    fn train_one_batch(&mut self) -> Result<Option<f64>, PluginError> {
+        let cursor = self.sampler.cursor();
+        let dropout_before = self.dropout_rng.state();
+        let ends: Vec<_> = self
+            .sampler
+            .next_batch(self.config.batch_size)
+            .into_iter()
+            .map(|i| self.data.rows.train[i])
+            .collect();
+        let batch = self
+            .data
+            .batch(&ends, self.config.lookback, self.config.horizons)?;
+        self.weights.ready()?;
+        let dropout = (self.config.dropout > 0.0).then_some(&mut self.dropout_rng);
+        let out = self.model.forward(&batch.inputs, dropout)?;
+        if self.host.is_cancelled() {
+            self.sampler.restore(cursor);
+            self.dropout_rng = CounterRng::from_state(dropout_before);
+            self.weights.rest()?;
+            return Ok(None);
+        }
+        let loss = masked_loss(
+            &out.forecast,
+            &batch.targets,
+            &batch.valid,
+            &self.config.quantiles,
+        )?;
+        let value = loss.f_double_value(&[]).plugin_err("reading the loss")?;
+        let lr = self.learning_rate();
+        self.weights
+            .backward_step(&loss, lr, self.config.max_grad_norm)?;
+        self.steps += 1;
+        Ok(Some(value))
+    }
+}
+
+fn symbols(data: &TftData) -> String {
+    data.rows
+        .assets
+        .iter()
+        .map(|a| a.symbol.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl Trainer for TftTrainer {
+    fn step(&mut self, n: u64) -> Result<StepReport, PluginError> {
+        let mut loss_sum = 0.0;
+        let mut done = 0;
+        while done < n {
+            if self.host.is_cancelled() {
+                break;
+            }
+            match self.train_one_batch()? {
+                Some(loss) => loss_sum += loss,
+                None => break,
+            }
+            done += 1;
+        }
+        let mut metrics = vec![
+            Metric::new("learning_rate", self.learning_rate()),
+            Metric::new("epoch", self.sampler.cursor().epoch as f64),
+        ];
+        if done > 0 {
+            metrics.push(Metric::new("train_loss", loss_sum / done as f64));
+        }
+        Ok(StepReport {
+            steps_done: done,
+            metrics: metrics.into(),
+        })
+    }
+
+    fn evaluate(&mut self) -> Result<EvalReport, PluginError> {
+        if self.data.rows.valid.is_empty() {
+            return Err(PluginError::invalid_data(format!(
+                "the validation split of {} has no complete window of lookback {} \
+                 (+{} bar(s) ahead): lower lookback or enlarge the validation split",
+                symbols(&self.data),
+                self.config.lookback,
+                self.config.horizons
+            )));
+        }
+        self.weights.ready()?;
+        let mut metrics = Vec::new();
+        for split in [Split::Validation, Split::Test] {
+            let part = evaluation::split_metrics(&self.model, &self.config, &self.data, split);
+            match part {
+                Ok(m) => metrics.extend(m),
+                Err(e) => {
+                    self.weights.rest()?;
+                    return Err(e);
+                }
+            }
+        }
+        self.weights.rest()?;
+        Ok(EvalReport {
+            metrics: metrics.into(),
+        })
+    }
+
+    fn save_checkpoint(&mut self, dir: &Path) -> Result<(), PluginError> {
+        let state = SavedState {
+            config: self.config.clone(),
+            steps: self.steps,
+            weights: self.weights.state(),
+            cursor: self.sampler.cursor(),
+            dropout_rng: self.dropout_rng.state(),
+            inputs: input_counts(&self.data),
+            train_windows: self.data.rows.train.len(),
+        };
+        let tensors = self.weights.named_tensors(&self.model);
+        let refs: Vec<(String, &tch::Tensor)> =
+            tensors.iter().map(|(n, t)| (n.clone(), t)).collect();
+        checkpoint::save(dir, &refs, &state)
+    }
+
+    fn load_checkpoint(&mut self, dir: &Path) -> Result<(), PluginError> {
+        let (tensors, state): (_, SavedState) = checkpoint::load(dir, self.device)?;
+        let mut differing = architecture_differences(&state.config, &self.config);
+        if state.inputs != input_counts(&self.data) {
+            differing.push(format!(
+                "inputs observed/known/static (checkpoint {:?}, this task {:?})",
+                state.inputs,
+                input_counts(&self.data)
+            ));
+        }
+        if state.train_windows != self.data.rows.train.len() {
+            differing.push(format!(
+                "training windows (checkpoint {}, this task {}): other data or lookback",
+                state.train_windows,
+                self.data.rows.train.len()
+            ));
+        }
+        checkpoint::refuse_mismatch(dir, "model or data", &differing)?;
+        self.weights.load(&self.model, &tensors, state.weights)?;
+        self.steps = state.steps;
+        self.sampler.restore(state.cursor);
+        self.dropout_rng = CounterRng::from_state(state.dropout_rng);
+        Ok(())
+    }
+
+    fn memory(&self) -> Result<MemoryBreakdown, PluginError> {
+        let (parameters, optimizer_state, transient) = self.weights.bytes();
+        let estimate = memory::breakdown(&self.config, &self.data.shape(&self.config));
+        Ok(MemoryBreakdown {
+            parameters,
+            gradients: transient,
+            optimizer_state,
+            activations: self.data.rows.bytes() + estimate.activations,
+        })
+    }
+
+    fn total_steps(&self) -> u64 {
+        self.steps
+    }
+}
+
+fn input_counts(data: &TftData) -> [usize; 3] {
+    [
+        data.observed_names.len(),
+        data.known_names.len(),
+        data.static_names.len(),
+    ]
+}
+
+/// The architecture keys in which a checkpoint's config differs.
+fn architecture_differences(saved: &TftConfig, current: &TftConfig) -> Vec<String> {
+    const ARCHITECTURE: [&str; 7] = [
+        "precision",
+        "hidden_size",
+        "attention_heads",
+        "lstm_layers",
+        "horizons",
+        "quantiles",
+        "int8_min_elements",
+    ];
+    tli_plugin_kit::config::differing_keys(saved, current)
+        .into_iter()
+        .filter(|k| ARCHITECTURE.iter().any(|a| k.starts_with(&format!("{a} "))))
+        .collect()
+}

@@ -1,0 +1,146 @@
+//! The TFT plugin through its real `.so`, loaded by the host's registry:
+//! config refusals, exact checkpoint resumption in FP32 and INT8 (dropout,
+//! epochs wrapping, stochastic rounding), a checkpoint of the other
+//! precision refused, the metrics and interpretability readouts an
+//! evaluation reports, and INT8's bytes against FP32's.
+//!
+//! Needs the workspace built first (the test loads
+//! `target/release/libtli_plugin_tft.so`).
+
+use tli_e2e_tests::trainers::*;
+use tli_e2e_tests::*;
+use tli_host::services::TaskServices;
+use tli_plugin_api::ErrorCode;
+
+/// A small model for CI: hidden 16, 2 heads, lookback 16, 3 horizons.
+const SMALL: &str = r#"{"hidden_size": 16, "attention_heads": 2, "lookback": 16, "horizons": 3,
+    "batch_size": 8, "eval_batch_size": 64}"#;
+
+fn with(base: &str, extra: &str) -> String {
+    let mut a: serde_json::Value = serde_json::from_str(base).unwrap();
+    let b: serde_json::Value = serde_json::from_str(extra).unwrap();
+    for (k, v) in b.as_object().unwrap() {
+        a[k] = v.clone();
+    }
+    a.to_string()
+}
+
+#[test]
+fn bad_configs_are_refused_naming_the_key() {
+    let (_dir, registry) = registry_of(TFT, "tft");
+    let tft = registry.get("tft").unwrap();
+    assert_config_checks(
+        tft,
+        &[
+            (r#"{"precision": "int4"}"#, "precision"),
+            (
+                r#"{"hidden_size": 30, "attention_heads": 4}"#,
+                "attention_heads",
+            ),
+            (r#"{"quantiles": []}"#, "quantiles"),
+            (r#"{"lookback": 0}"#, "lookback"),
+            (r#"{"dropout": "lots"}"#, "dropout"),
+            (r#"{"hidden": 64}"#, "hidden"),
+        ],
+        SMALL,
+    );
+    let e = tft
+        .estimate_memory("{}", synthetic(100).shape(), "cuda:7")
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::UNSUPPORTED_DEVICE, "{e}");
+    let config = tft.validate_config(r#"{"lookback": 2000}"#).unwrap();
+    let e = tft
+        .create_trainer(
+            task_spec(&config, 1, 10, &synthetic(1000)),
+            TaskServices::new("tft", "t"),
+        )
+        .err()
+        .expect("a 2000-bar lookback on 1000 rows was accepted");
+    assert_eq!(e.code, ErrorCode::INVALID_DATA, "{e}");
+    assert!(e.message.contains("lookback"), "{e}");
+}
+
+#[test]
+fn checkpoints_resume_exactly_in_both_precisions() {
+    one_thread();
+    let (_dir, registry) = registry_of(TFT, "tft");
+    let tft = registry.get("tft").unwrap();
+    // 500 rows: 350 training rows, ~330 windows; 8 per batch → an epoch every ~42 steps.
+    let data = synthetic(500);
+    let fp32 = with(SMALL, r#"{"dropout": 0.1, "warmup_steps": 5}"#);
+    let (_, eval) = assert_resumes_exactly(tft, &fp32, &data, 30, 20);
+    for key in [
+        "valid_qrisk_p10",
+        "valid_qrisk_p50",
+        "valid_qrisk_p90",
+        "valid_qrisk_p50_h3",
+        "valid_coverage_p10_p90",
+        "valid_skill_h1",
+        "test_qrisk_p50",
+        "valid_vsn_static_asset",
+        "valid_vsn_past_position",
+        "valid_vsn_future_position",
+        "valid_attention_lag_h1",
+        "valid_attention_encoder_h3",
+    ] {
+        assert!(eval.contains_key(key), "{key} missing: {eval:?}");
+    }
+    // The selection weights of the past inputs are a distribution.
+    let past: f64 = eval
+        .iter()
+        .filter(|(k, _)| k.starts_with("valid_vsn_past_"))
+        .map(|(_, v)| v)
+        .sum();
+    assert!((past - 1.0).abs() < 1e-4, "past weights sum to {past}");
+    // INT8 with a low threshold so that most matrices are quantized.
+    let int8 = with(&fp32, r#"{"precision": "int8", "int8_min_elements": 256}"#);
+    assert_resumes_exactly(tft, &int8, &data, 23, 17);
+}
+
+#[test]
+fn a_checkpoint_of_the_other_precision_is_refused() {
+    let (_dir, registry) = registry_of(TFT, "tft");
+    let tft = registry.get("tft").unwrap();
+    let data = synthetic(300);
+    let ckpt = tempfile::tempdir().unwrap();
+    let mut t = trainer(tft, SMALL, 1, 10, &data);
+    t.step(2).unwrap();
+    t.save_checkpoint(ckpt.path()).unwrap();
+    let mut other = trainer(tft, &with(SMALL, r#"{"precision": "int8"}"#), 1, 10, &data);
+    let e = other.load_checkpoint(ckpt.path()).unwrap_err();
+    assert_eq!(e.code, ErrorCode::IO, "{e}");
+    assert!(e.message.contains("precision"), "{e}");
+}
+
+#[test]
+fn int8_holds_about_a_quarter_of_the_fp32_bytes() {
+    let (_dir, registry) = registry_of(TFT, "tft");
+    let tft = registry.get("tft").unwrap();
+    let data = synthetic(400);
+    let config = with(SMALL, r#"{"hidden_size": 128, "attention_heads": 4}"#);
+    let fp32 = trainer(tft, &config, 1, 10, &data).memory().unwrap();
+    let int8 = trainer(
+        tft,
+        &with(&config, r#"{"precision": "int8"}"#),
+        1,
+        10,
+        &data,
+    )
+    .memory()
+    .unwrap();
+    let ratio = (int8.parameters + int8.optimizer_state) as f64
+        / (fp32.parameters + fp32.optimizer_state) as f64;
+    assert!(
+        ratio < 0.35,
+        "int8/fp32 parameters + optimizer state = {ratio:.3}"
+    );
+    // The estimate from the dataset shape alone is of the same size as what the trainer holds.
+    let estimate = tft
+        .estimate_memory(&tft.validate_config(&config).unwrap(), data.shape(), "cpu")
+        .unwrap();
+    let ratio = estimate.parameters as f64 / fp32.parameters as f64;
+    assert!(
+        (0.5..2.0).contains(&ratio),
+        "estimate/held parameters = {ratio:.2}"
+    );
+}
