@@ -91,7 +91,7 @@ fn model_spec(i: usize, m: &pb::ModelSpec) -> Result<job::ModelSpec, Status> {
     let (plugin, config) = match &m.config {
         None => {
             return Err(invalid(format!(
-                "models[{i}].config: set template, dqn, ppo, mamba2 or plugin"
+                "models[{i}].config: set template, dqn, ppo, mamba2, tft or plugin"
             )))
         }
         Some(pb::model_spec::Config::Template(t)) => {
@@ -105,6 +105,9 @@ fn model_spec(i: usize, m: &pb::ModelSpec) -> Result<job::ModelSpec, Status> {
         }
         Some(pb::model_spec::Config::Mamba2(m)) => {
             ("mamba2".to_string(), Some(typed_configs::mamba2(i, m)?))
+        }
+        Some(pb::model_spec::Config::Tft(t)) => {
+            ("tft".to_string(), Some(typed_configs::tft(i, t)?))
         }
         Some(pb::model_spec::Config::Plugin(p)) => {
             if p.plugin.trim().is_empty() {
@@ -347,7 +350,7 @@ mod tests {
         }
         assert_eq!(
             message(&req),
-            "models[0].config: set template, dqn, ppo, mamba2 or plugin"
+            "models[0].config: set template, dqn, ppo, mamba2, tft or plugin"
         );
 
         let mut req = request();

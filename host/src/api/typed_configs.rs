@@ -1,6 +1,6 @@
 //! The built-in plugins' typed configs (`TemplateConfig`, `DqnConfig`,
-//! `PpoConfig`, `Mamba2Config` in tli.v1) as the JSON config objects the plugins read: the
-//! fields that are set, under the plugin's own key names; the plugin fills in
+//! `PpoConfig`, `Mamba2Config`, `TftConfig` in tli.v1) as the JSON config
+//! objects the plugins read: the fields that are set, under the plugin's own key names; the plugin fills in
 //! the rest and checks the values (its errors name the key). Here only what
 //! JSON cannot carry is refused: a non-finite number, an unknown enum value.
 
@@ -235,6 +235,42 @@ pub fn mamba2(i: usize, m: &pb::Mamba2Config) -> Result<Value, Status> {
     Ok(c.done())
 }
 
+/// The TFT plugin's config.
+pub fn tft(i: usize, m: &pb::TftConfig) -> Result<Value, Status> {
+    let path = format!("models[{i}].tft");
+    let schedule = lr_schedule(&path, m.lr_schedule)?;
+    let precision = match pb::TftPrecision::try_from(m.precision) {
+        Ok(pb::TftPrecision::Unspecified) => None,
+        Ok(pb::TftPrecision::Fp32) => Some("fp32"),
+        Ok(pb::TftPrecision::Int8) => Some("int8"),
+        Err(_) => {
+            return Err(invalid(format!(
+                "{path}.precision: {} is not a TftPrecision",
+                m.precision
+            )))
+        }
+    };
+    let mut c = ConfigObject::new(path);
+    c.numbers("quantiles", &m.quantiles)?
+        .text("precision", precision)
+        .whole("hidden_size", m.hidden_size)
+        .whole("attention_heads", m.attention_heads)
+        .whole("lstm_layers", m.lstm_layers)
+        .number("dropout", m.dropout)?
+        .whole("lookback", m.lookback)
+        .whole("horizons", m.horizons)
+        .whole("target_index", m.target_index)
+        .number("learning_rate", m.learning_rate)?
+        .text("lr_schedule", schedule)
+        .whole("warmup_steps", m.warmup_steps)
+        .whole("batch_size", m.batch_size)
+        .number("weight_decay", m.weight_decay)?
+        .number("max_grad_norm", m.max_grad_norm)?
+        .whole("eval_batch_size", m.eval_batch_size)
+        .whole("int8_min_elements", m.int8_min_elements);
+    Ok(c.done())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -284,6 +320,28 @@ mod tests {
                    "dropout": 0.1})
         );
         assert_eq!(mamba2(0, &pb::Mamba2Config::default()).unwrap(), json!({}));
+        assert_eq!(tft(0, &pb::TftConfig::default()).unwrap(), json!({}));
+        let t = pb::TftConfig {
+            precision: pb::TftPrecision::Int8 as i32,
+            hidden_size: Some(32),
+            quantiles: vec![0.05, 0.5, 0.95],
+            lr_schedule: pb::LrSchedule::Constant as i32,
+            int8_min_elements: Some(1024),
+            ..Default::default()
+        };
+        assert_eq!(
+            tft(1, &t).unwrap(),
+            json!({"precision": "int8", "hidden_size": 32, "quantiles": [0.05, 0.5, 0.95],
+                   "lr_schedule": "constant", "int8_min_elements": 1024})
+        );
+        let bad = pb::TftConfig {
+            precision: 9,
+            ..Default::default()
+        };
+        assert_eq!(
+            tft(2, &bad).unwrap_err().message(),
+            "models[2].tft.precision: 9 is not a TftPrecision"
+        );
     }
 
     #[test]

@@ -3,13 +3,13 @@
 //! set (the plugins' own defaults for the rest), and a bad value is refused
 //! by the plugin with the key named, before anything is stored. A typed
 //! `Mamba2Config` and the generic `PluginConfig` train Mamba-2 in one job
-//! beside the template, DQN and PPO.
+//! beside the template, DQN, PPO and the TFT (typed `TftConfig`, FP32 and INT8).
 
 use std::time::{Duration, Instant};
 use tli_host::orchestrator::state::TaskState;
 use tli_host::orchestrator::store::{Store, TaskRow};
 use tli_host::testing::{
-    plugin_model, synthetic_asset, ApiServer, PluginDir, DQN, MAMBA2, PPO, TEMPLATE,
+    plugin_model, synthetic_asset, ApiServer, PluginDir, DQN, MAMBA2, PPO, TEMPLATE, TFT,
 };
 use tli_proto::v1 as pb;
 use tli_proto::v1::training_service_client::TrainingServiceClient;
@@ -126,11 +126,22 @@ async fn mamba2_trains_beside_the_other_families_from_typed_and_generic_configs(
         (TEMPLATE, "template"),
         (DQN, "dqn"),
         (PPO, "ppo"),
+        (TFT, "tft"),
     ]);
     let server = ApiServer::start_on_cpu(state.path(), plugins.path()).await;
     let mut client = TrainingServiceClient::connect(server.endpoint())
         .await
         .expect("connect");
+    let tft = |precision: pb::TftPrecision| pb::TftConfig {
+        precision: precision as i32,
+        hidden_size: Some(16),
+        attention_heads: Some(2),
+        lookback: Some(16),
+        horizons: Some(3),
+        batch_size: Some(8),
+        int8_min_elements: Some(256),
+        ..Default::default()
+    };
     let typed = pb::Mamba2Config {
         d_model: Some(16),
         layers: Some(1),
@@ -154,6 +165,8 @@ async fn mamba2_trains_beside_the_other_families_from_typed_and_generic_configs(
                 plugin_model("template", 40, "{}"),
                 plugin_model("dqn", 300, r#"{"env": "cartpole", "hidden_sizes": [16]}"#),
                 plugin_model("ppo", 128, r#"{"num_envs": 2, "num_steps": 32}"#),
+                model(30, pb::model_spec::Config::Tft(tft(pb::TftPrecision::Fp32))),
+                model(30, pb::model_spec::Config::Tft(tft(pb::TftPrecision::Int8))),
             ],
             assets: vec![synthetic_asset(2000, 1)],
             ..Default::default()
@@ -164,7 +177,7 @@ async fn mamba2_trains_beside_the_other_families_from_typed_and_generic_configs(
     let job = started.job.expect("job").job_id as i64;
     let store = Store::open_read_only(state.path()).expect("store");
     let tasks = finished_tasks(&store, job, 300).await;
-    assert_eq!(tasks.len(), 5);
+    assert_eq!(tasks.len(), 7);
     for t in &tasks {
         assert_eq!(t.state, TaskState::Completed, "{t:?}");
     }
@@ -194,4 +207,20 @@ async fn mamba2_trains_beside_the_other_families_from_typed_and_generic_configs(
             .any(|(name, _)| name == "valid_coverage_p10_p90"),
         "{typed_metrics:?}"
     );
+
+    // Both TFT tasks ran in the precision asked for and report q-risk.
+    let tft: Vec<_> = tasks.iter().filter(|t| t.plugin == "tft").collect();
+    assert_eq!(tft.len(), 2);
+    for (t, precision) in tft.iter().zip(["fp32", "int8"]) {
+        let config: serde_json::Value =
+            serde_json::from_str(&t.config_json).expect("stored config is JSON");
+        assert_eq!(config["precision"], precision);
+        let metrics = store.latest_metrics(t.id).expect("metrics");
+        assert!(
+            metrics
+                .iter()
+                .any(|(name, v)| name == "valid_qrisk_p50" && v.is_finite()),
+            "{metrics:?}"
+        );
+    }
 }
