@@ -144,3 +144,59 @@ fn int8_holds_about_a_quarter_of_the_fp32_bytes() {
         "estimate/held parameters = {ratio:.2}"
     );
 }
+
+/// The real `tli` CLI against a running host: one job trains the TFT
+/// (pooled in FP32 across both assets, and per asset in INT8) beside
+/// Mamba-2, the template, DQN and PPO; `train status` then shows every task
+/// completed with the TFT's q-risk per asset of the pooled task.
+#[test]
+fn the_cli_trains_the_tft_in_a_job_beside_the_other_families() {
+    let plugins = PluginDir::with(&[
+        (TFT, "tft"),
+        (MAMBA2, "mamba2"),
+        (TEMPLATE, "template"),
+        (DQN, "dqn"),
+        (PPO, "ppo"),
+    ]);
+    let state = tempfile::tempdir().unwrap();
+    let server = Server::start(plugins.path(), state.path(), &[]);
+    let spec = state.path().join("job.json");
+    std::fs::write(
+        &spec,
+        r#"{"name": "families", "models": [
+            {"plugin": "tft", "steps": 20, "pooled": true,
+             "config": {"hidden_size": 16, "attention_heads": 2, "lookback": 16, "horizons": 3, "batch_size": 8}},
+            {"plugin": "tft", "steps": 20,
+             "config": {"precision": "int8", "hidden_size": 32, "lookback": 16, "horizons": 2, "batch_size": 8}},
+            {"plugin": "mamba2", "steps": 20,
+             "config": {"d_model": 16, "layers": 1, "d_state": 8, "headdim": 8, "lookback": 32, "batch_size": 8}},
+            {"plugin": "template", "steps": 20},
+            {"plugin": "dqn", "steps": 300, "config": {"env": "cartpole", "hidden_sizes": [16]}},
+            {"plugin": "ppo", "steps": 128, "config": {"num_envs": 2, "num_steps": 32}}],
+           "assets": [{"synthetic": {"rows": 1200, "seed": 1}}, {"synthetic": {"rows": 1200, "seed": 2}}]}"#,
+    )
+    .unwrap();
+    let started = ok_json(&server.client(&[
+        "train",
+        "start",
+        "--spec",
+        spec.to_str().unwrap(),
+        "-o",
+        "json",
+    ]));
+    let job = started["job_id"].as_u64().expect("job id").to_string();
+    let watched = server.client(&["train", "watch", &job]);
+    assert!(watched.status.success(), "{}", stderr(&watched));
+    let status = ok_json(&server.client(&["train", "status", &job, "-o", "json"]));
+    let tasks = status["progress"]["tasks"].as_array().expect("tasks");
+    // Pooled TFT: one task; the rest one per asset.
+    assert_eq!(tasks.len(), 11, "{status}");
+    for t in tasks {
+        assert_eq!(t["state"], "completed", "{t}");
+    }
+    let text = status.to_string();
+    assert!(
+        text.contains("valid_qrisk_p50@"),
+        "per-asset q-risk of the pooled TFT task: {text}"
+    );
+}
