@@ -14,6 +14,9 @@
 #      chunked SSD vs the recurrence vs the streaming step on the GPU; the job of step 2 holds
 #      two Mamba-2 models (default, and lookback 2048 with quantiles) whose estimate vs
 #      measured memory is in the table.
+#   7. runs the TFT's device tests (binary from `cargo test --release -p tli-plugin-tft --no-run`):
+#      the 8-bit Adam tensor-op update on CUDA against the host kernel, INT8 training on the
+#      GPU; the job of step 2 holds a TFT in FP32 and one in INT8 (estimate vs measured).
 # Usage: scripts/gpu-check.sh            (after `make build`, or with TLI=/path/to/tli)
 # Binaries built on another machine find this machine's torch through LD_LIBRARY_PATH.
 set -euo pipefail
@@ -52,6 +55,13 @@ for name in plugins:
                        "config": {"lookback": 256 if small else 2048, "chunk_size": 128,
                                   "batch_size": 8 if small else 32, "horizons": 5,
                                   "quantiles": [0.1, 0.5, 0.9]}})
+    elif name == "tft":
+        for precision in ("fp32", "int8"):
+            models.append({"plugin": name, "steps": 20 if small else 200,
+                           "config": {"precision": precision,
+                                      "hidden_size": 32 if small else 512,
+                                      "lookback": 32 if small else 128,
+                                      "batch_size": 16 if small else 64}})
     else:
         models.append({"plugin": name, "steps": 40 if small else 200})
 rows = 2000 if small else 200000
@@ -123,4 +133,12 @@ if [ -n "$mamba_tests" ]; then
   "$mamba_tests" --test-threads 1 --nocapture chunked_recurrent_and_streaming_agree_on_the_available_device
 else
   echo "gpu-check: Mamba-2 test binary not built (cargo test --release -p tli-plugin-mamba2 --no-run); skipped"
+fi
+
+tft_tests=$(ls -t target/release/deps/tft-* 2>/dev/null | grep -v '\.d$' | head -1 || true)
+if [ -n "$tft_tests" ]; then
+  echo "gpu-check: TFT tests ($tft_tests) with CUDA visible"
+  "$tft_tests" --test-threads 1 --nocapture device::
+else
+  echo "gpu-check: TFT test binary not built (cargo test --release -p tli-plugin-tft --no-run); skipped"
 fi

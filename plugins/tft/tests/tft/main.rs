@@ -1,4 +1,6 @@
 //! Tests of the TFT network: shapes and interpretability outputs, causality
-//! over the decoder bars, and learning a planted effect in FP32 and INT8.
+//! over the decoder bars, learning a planted effect in FP32 and INT8, and
+//! INT8 on the available device (CUDA when present).
 
+mod device;
 mod network;
