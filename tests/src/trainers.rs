@@ -54,6 +54,16 @@ pub fn trainer(
         .unwrap_or_else(|e| panic!("trainer of {name} not created: {e}"))
 }
 
+/// The JSON object `base` with the keys of `extra` set over it (configs in tests).
+pub fn with(base: &str, extra: &str) -> String {
+    let mut a: serde_json::Value = serde_json::from_str(base).expect("base config is JSON");
+    let b: serde_json::Value = serde_json::from_str(extra).expect("extra keys are JSON");
+    for (k, v) in b.as_object().expect("extra keys are an object") {
+        a[k] = v.clone();
+    }
+    a.to_string()
+}
+
 /// Trains `steps` in calls of `slice`; returns the last call's metrics.
 pub fn train(t: &mut TrainerHandle, steps: u64, slice: u64) -> BTreeMap<String, f64> {
     let mut done = 0;

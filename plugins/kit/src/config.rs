@@ -88,6 +88,45 @@ pub fn check_quantiles(levels: &[f64]) -> Result<(), String> {
     Ok(())
 }
 
+/// The optimisation keys the forecasting plugins share.
+#[derive(Clone, Copy, Debug)]
+pub struct Optimisation {
+    pub learning_rate: f64,
+    pub dropout: f64,
+    pub weight_decay: f64,
+    pub max_grad_norm: f64,
+    pub warmup_steps: u64,
+}
+
+/// Range checks of [`Optimisation`]; the error is `"key: what is wrong"`.
+pub fn check_optimisation(o: &Optimisation) -> Result<(), String> {
+    if !(o.learning_rate > 0.0 && o.learning_rate <= 1.0) {
+        return Err(format!(
+            "learning_rate: {} is outside (0, 1]",
+            o.learning_rate
+        ));
+    }
+    if !(0.0..1.0).contains(&o.dropout) {
+        return Err(format!("dropout: {} is outside [0, 1)", o.dropout));
+    }
+    if !(0.0..=1.0).contains(&o.weight_decay) {
+        return Err(format!(
+            "weight_decay: {} is outside [0, 1]",
+            o.weight_decay
+        ));
+    }
+    if !(o.max_grad_norm >= 0.0 && o.max_grad_norm.is_finite()) {
+        return Err(format!(
+            "max_grad_norm: {} is not a finite number ≥ 0",
+            o.max_grad_norm
+        ));
+    }
+    if o.warmup_steps > 1_000_000_000 {
+        return Err(format!("warmup_steps: {} is above 1e9", o.warmup_steps));
+    }
+    Ok(())
+}
+
 /// Top-level keys whose values differ between the config a checkpoint was
 /// written with (`saved`) and this trainer's (`current`), sorted, each as
 /// `key (checkpoint …, this trainer …)`.

@@ -2,10 +2,11 @@
 //! resumable exactly: the position is a [`DataCursor`] `(epoch, position)`
 //! and each epoch's order is regenerated from `(seed, epoch)` alone (a
 //! Fisher–Yates shuffle from the kit's [`Rng`]), so a checkpoint needs only
-//! the cursor.
+//! the cursor. [`run_steps`] is the step loop of a trainer's `step(n)`.
 
 use crate::rng::Rng;
 use serde::{Deserialize, Serialize};
+use tli_plugin_api::{Metric, PluginError, StepReport};
 
 /// Where training is in the stream of examples.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -83,6 +84,52 @@ impl EpochSampler {
             self.order_epoch = epoch;
         }
     }
+}
+
+/// What [`run_steps`] did.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepsRun {
+    pub done: u64,
+    /// Mean loss of the steps done (`None` when none was).
+    pub mean_loss: Option<f64>,
+}
+
+impl StepsRun {
+    /// The report a trainer's `step` gives: steps done, `learning_rate`,
+    /// `epoch` and (after at least one step) the mean `train_loss`.
+    pub fn report(&self, learning_rate: f64, epoch: u64) -> StepReport {
+        let mut metrics = vec![
+            Metric::new("learning_rate", learning_rate),
+            Metric::new("epoch", epoch as f64),
+        ];
+        if let Some(loss) = self.mean_loss {
+            metrics.push(Metric::new("train_loss", loss));
+        }
+        StepReport {
+            steps_done: self.done,
+            metrics: metrics.into(),
+        }
+    }
+}
+
+/// Runs up to `n` training steps: `one` does a step and returns its loss,
+/// or `None` when the task was cancelled (then nothing more runs).
+pub fn run_steps(
+    n: u64,
+    mut one: impl FnMut() -> Result<Option<f64>, PluginError>,
+) -> Result<StepsRun, PluginError> {
+    let (mut done, mut loss_sum) = (0u64, 0.0);
+    while done < n {
+        match one()? {
+            Some(loss) => loss_sum += loss,
+            None => break,
+        }
+        done += 1;
+    }
+    Ok(StepsRun {
+        done,
+        mean_loss: (done > 0).then(|| loss_sum / done as f64),
+    })
 }
 
 #[cfg(test)]

@@ -191,34 +191,14 @@ impl ForecasterConfig {
         if let Err(why) = tli_plugin_kit::config::check_quantiles(&self.quantiles) {
             return bad("quantiles", why);
         }
-        if !(self.learning_rate > 0.0 && self.learning_rate <= 1.0) {
-            return bad(
-                "learning_rate",
-                format!("{} is outside (0, 1]", self.learning_rate),
-            );
-        }
-        if !(0.0..1.0).contains(&self.dropout) {
-            return bad("dropout", format!("{} is outside [0, 1)", self.dropout));
-        }
-        if !(0.0..=1.0).contains(&self.weight_decay) {
-            return bad(
-                "weight_decay",
-                format!("{} is outside [0, 1]", self.weight_decay),
-            );
-        }
-        if !(self.max_grad_norm >= 0.0 && self.max_grad_norm.is_finite()) {
-            return bad(
-                "max_grad_norm",
-                format!("{} is not a finite number ≥ 0", self.max_grad_norm),
-            );
-        }
-        if self.warmup_steps > 1_000_000_000 {
-            return bad(
-                "warmup_steps",
-                format!("{} is above 1e9", self.warmup_steps),
-            );
-        }
-        Ok(())
+        tli_plugin_kit::config::check_optimisation(&tli_plugin_kit::config::Optimisation {
+            learning_rate: self.learning_rate,
+            dropout: self.dropout,
+            weight_decay: self.weight_decay,
+            max_grad_norm: self.max_grad_norm,
+            warmup_steps: self.warmup_steps,
+        })
+        .map_err(PluginError::invalid_config)
     }
 
     fn block_dims_fit(&self) -> bool {

@@ -21,14 +21,13 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 use tch::{Device, Tensor};
 use tli_plugin_api::{
-    EvalReport, Host, MemoryBreakdown, Metric, PluginError, StepReport, TaskInputs, TaskSpec,
-    Trainer,
+    EvalReport, Host, MemoryBreakdown, PluginError, StepReport, TaskInputs, TaskSpec, Trainer,
 };
 use tli_plugin_kit::adam::AdamConfig;
 use tli_plugin_kit::counter_rng::{CounterRng, CounterRngState};
 use tli_plugin_kit::data::Split;
 use tli_plugin_kit::device::parse_device;
-use tli_plugin_kit::epochs::{DataCursor, EpochSampler};
+use tli_plugin_kit::epochs::{run_steps, DataCursor, EpochSampler};
 use tli_plugin_kit::flat_adamw::FlatAdamW;
 use tli_plugin_kit::forecast_loss::masked_loss;
 use tli_plugin_kit::grad_clip::clip_grad_norm;
@@ -156,6 +155,9 @@ impl Mamba2Trainer {
     /// the backward pass (nothing is updated then, the batch is not counted
     /// and the cursor is rewound).
     fn train_one_batch(&mut self) -> Result<Option<f64>, PluginError> {
+        if self.host.is_cancelled() {
+            return Ok(None);
+        }
         let cursor = self.sampler.cursor();
         let dropout_before = self.dropout_rng.state();
         let batch = self.next_batch();
@@ -206,29 +208,8 @@ fn symbols(data: &TaskData) -> String {
 
 impl Trainer for Mamba2Trainer {
     fn step(&mut self, n: u64) -> Result<StepReport, PluginError> {
-        let mut loss_sum = 0.0;
-        let mut done = 0;
-        while done < n {
-            if self.host.is_cancelled() {
-                break;
-            }
-            match self.train_one_batch()? {
-                Some(loss) => loss_sum += loss,
-                None => break,
-            }
-            done += 1;
-        }
-        let mut metrics = vec![
-            Metric::new("learning_rate", self.learning_rate()),
-            Metric::new("epoch", self.sampler.cursor().epoch as f64),
-        ];
-        if done > 0 {
-            metrics.push(Metric::new("train_loss", loss_sum / done as f64));
-        }
-        Ok(StepReport {
-            steps_done: done,
-            metrics: metrics.into(),
-        })
+        let run = run_steps(n, || self.train_one_batch())?;
+        Ok(run.report(self.learning_rate(), self.sampler.cursor().epoch))
     }
 
     fn evaluate(&mut self) -> Result<EvalReport, PluginError> {

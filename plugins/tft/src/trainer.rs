@@ -23,14 +23,13 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 use tch::Device;
 use tli_plugin_api::{
-    EvalReport, Host, MemoryBreakdown, Metric, PluginError, StepReport, TaskInputs, TaskSpec,
-    Trainer,
+    EvalReport, Host, MemoryBreakdown, PluginError, StepReport, TaskInputs, TaskSpec, Trainer,
 };
 use tli_plugin_kit::checkpoint;
 use tli_plugin_kit::counter_rng::{CounterRng, CounterRngState};
 use tli_plugin_kit::data::Split;
 use tli_plugin_kit::device::parse_device;
-use tli_plugin_kit::epochs::{DataCursor, EpochSampler};
+use tli_plugin_kit::epochs::{run_steps, DataCursor, EpochSampler};
 use tli_plugin_kit::forecast_loss::masked_loss;
 use tli_plugin_kit::rng::Rng;
 use tli_plugin_kit::schedule::learning_rate_at;
@@ -135,6 +134,9 @@ impl TftTrainer {
     /// the backward pass (nothing is updated, the batch is not counted, the
     /// cursor and dropout stream are rewound).
     fn train_one_batch(&mut self) -> Result<Option<f64>, PluginError> {
+        if self.host.is_cancelled() {
+            return Ok(None);
+        }
         let cursor = self.sampler.cursor();
         let dropout_before = self.dropout_rng.state();
         let ends: Vec<_> = self
@@ -181,29 +183,8 @@ fn symbols(data: &TftData) -> String {
 
 impl Trainer for TftTrainer {
     fn step(&mut self, n: u64) -> Result<StepReport, PluginError> {
-        let mut loss_sum = 0.0;
-        let mut done = 0;
-        while done < n {
-            if self.host.is_cancelled() {
-                break;
-            }
-            match self.train_one_batch()? {
-                Some(loss) => loss_sum += loss,
-                None => break,
-            }
-            done += 1;
-        }
-        let mut metrics = vec![
-            Metric::new("learning_rate", self.learning_rate()),
-            Metric::new("epoch", self.sampler.cursor().epoch as f64),
-        ];
-        if done > 0 {
-            metrics.push(Metric::new("train_loss", loss_sum / done as f64));
-        }
-        Ok(StepReport {
-            steps_done: done,
-            metrics: metrics.into(),
-        })
+        let run = run_steps(n, || self.train_one_batch())?;
+        Ok(run.report(self.learning_rate(), self.sampler.cursor().epoch))
     }
 
     fn evaluate(&mut self) -> Result<EvalReport, PluginError> {

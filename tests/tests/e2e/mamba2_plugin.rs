@@ -31,15 +31,6 @@ fn registry() -> (PluginDir, PluginRegistry) {
 const SMALL: &str = r#"{"d_model": 16, "layers": 1, "d_state": 8, "headdim": 8, "chunk_size": 8,
     "lookback": 32, "batch_size": 8, "eval_batch_size": 32}"#;
 
-fn with(base: &str, extra: &str) -> String {
-    let mut a: serde_json::Value = serde_json::from_str(base).unwrap();
-    let b: serde_json::Value = serde_json::from_str(extra).unwrap();
-    for (k, v) in b.as_object().unwrap() {
-        a[k] = v.clone();
-    }
-    a.to_string()
-}
-
 #[test]
 fn bad_configs_are_refused_naming_the_key() {
     let (_dir, registry) = registry();

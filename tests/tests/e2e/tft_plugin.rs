@@ -16,15 +16,6 @@ use tli_plugin_api::ErrorCode;
 const SMALL: &str = r#"{"hidden_size": 16, "attention_heads": 2, "lookback": 16, "horizons": 3,
     "batch_size": 8, "eval_batch_size": 64}"#;
 
-fn with(base: &str, extra: &str) -> String {
-    let mut a: serde_json::Value = serde_json::from_str(base).unwrap();
-    let b: serde_json::Value = serde_json::from_str(extra).unwrap();
-    for (k, v) in b.as_object().unwrap() {
-        a[k] = v.clone();
-    }
-    a.to_string()
-}
-
 #[test]
 fn bad_configs_are_refused_naming_the_key() {
     let (_dir, registry) = registry_of(TFT, "tft");
