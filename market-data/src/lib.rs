@@ -15,6 +15,8 @@
 //! * [`timefmt`]: UTC ns ↔ text, civil-date arithmetic.
 //! * [`synthetic_ar`]: the deterministic synthetic AR(1) `Dataset` (offline demo and tests).
 //! * [`synthetic_memory`]: a `Dataset` with a planted long-memory signal (200+ bars back).
+//! * [`synthetic_seasonal`]: assets with a planted known-future (calendar) and observed-past
+//!   (flow) effect, for the TFT.
 //!
 //! Nothing is silently repaired: a bad row is an error that names the file,
 //! the row and the problem ([`DataError`]).
@@ -29,6 +31,7 @@ pub mod parquet_format;
 pub mod synth;
 pub mod synthetic_ar;
 pub mod synthetic_memory;
+pub mod synthetic_seasonal;
 pub mod table;
 pub mod timefmt;
 
