@@ -259,13 +259,17 @@ impl Int8AdamW {
             .plugin_err("int8 optimizer backward pass")?;
         let (q_grads, d_grads) = grads.split_at(self.quantized.len());
         let ctx = "int8 optimizer update";
+        // The global norm from each gradient's norm (one pass each, no temporaries).
         let norm = {
-            let squares = grads
+            let norms = grads
                 .iter()
-                .map(|g| g.f_square().and_then(|s| s.f_sum(Kind::Double)))
+                .map(|g| g.f_norm())
                 .collect::<Result<Vec<_>, _>>()
+                .and_then(|n| Tensor::f_stack(&n, 0))
+                .and_then(|n| n.f_to_kind(Kind::Double))
                 .plugin_err(ctx)?;
-            Tensor::f_stack(&squares, 0)
+            norms
+                .f_square()
                 .and_then(|s| s.f_sum(Kind::Double))
                 .plugin_err(ctx)?
                 .double_value(&[])
