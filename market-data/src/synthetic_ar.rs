@@ -88,7 +88,6 @@ pub fn synthetic_ar_annotated(spec: SyntheticArSpec) -> AnnotatedDataset {
         timestamps.push(START_NS + row as i64 * DAY_NS);
     }
     let embargo = lags;
-    let valid_end = rows * 85 / 100;
     let annex = DatasetAnnex {
         feature_roles: vec![FeatureRole::ObservedPast; lags],
         target_horizons: vec![1],
@@ -106,22 +105,34 @@ pub fn synthetic_ar_annotated(spec: SyntheticArSpec) -> AnnotatedDataset {
             .collect::<RVec<_>>(),
         targets: targets.into(),
         target_names: vec![RString::from("fwd_ret_1")].into(),
-        splits: SplitBounds {
-            train_end: train_end as u64,
-            valid_start: (train_end + embargo) as u64,
-            valid_end: valid_end as u64,
-            test_start: (valid_end + embargo) as u64,
-        },
+        splits: synthetic_splits(rows, embargo),
         close: close.into(),
-        contract: ContractTerms {
-            root: RString::from("SYNTH"),
-            tick_size: 0.01,
-            point_value: 100.0,
-            currency: RString::from("USD"),
-        },
+        contract: synthetic_contract(),
         periods_per_year: 252.0,
     };
     AnnotatedDataset { dataset, annex }
+}
+
+/// The synthetic datasets' chronological split: 70% train, 15% validation,
+/// 15% test, with `embargo` rows dropped before validation and before test.
+pub(crate) fn synthetic_splits(rows: usize, embargo: usize) -> SplitBounds {
+    let (train_end, valid_end) = (rows * 70 / 100, rows * 85 / 100);
+    SplitBounds {
+        train_end: train_end as u64,
+        valid_start: (train_end + embargo) as u64,
+        valid_end: valid_end as u64,
+        test_start: (valid_end + embargo) as u64,
+    }
+}
+
+/// The contract terms of every synthetic dataset.
+pub(crate) fn synthetic_contract() -> ContractTerms {
+    ContractTerms {
+        root: RString::from("SYNTH"),
+        tick_size: 0.01,
+        point_value: 100.0,
+        currency: RString::from("USD"),
+    }
 }
 
 #[cfg(test)]

@@ -20,8 +20,9 @@
 //! ([`PlantedMemorySpec::population_skill`]).
 
 use crate::features::AnnotatedDataset;
+use crate::synthetic_ar::{synthetic_contract, synthetic_splits};
 use abi_stable::std_types::RString;
-use tli_plugin_api::{ContractTerms, Dataset, DatasetAnnex, FeatureRole, SplitBounds};
+use tli_plugin_api::{Dataset, DatasetAnnex, FeatureRole};
 use tli_rng::Rng;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -119,7 +120,6 @@ pub fn planted_memory(spec: PlantedMemorySpec) -> PlantedMemory {
         oracle.push((SIGMA * mean[t + 1] / scale) as f32);
         timestamps.push(START_NS + t as i64 * DAY_NS);
     }
-    let valid_end = rows * 85 / 100;
     let annex = DatasetAnnex {
         feature_roles: vec![FeatureRole::ObservedPast; 1],
         target_horizons: vec![1],
@@ -135,19 +135,9 @@ pub fn planted_memory(spec: PlantedMemorySpec) -> PlantedMemory {
         feature_names: vec![RString::from("pulse")].into(),
         targets: targets.into(),
         target_names: vec![RString::from("fwd_ret_1")].into(),
-        splits: SplitBounds {
-            train_end: train_end as u64,
-            valid_start: train_end as u64,
-            valid_end: valid_end as u64,
-            test_start: valid_end as u64,
-        },
+        splits: synthetic_splits(rows, 0),
         close: close.into(),
-        contract: ContractTerms {
-            root: RString::from("SYNTH"),
-            tick_size: 0.01,
-            point_value: 100.0,
-            currency: RString::from("USD"),
-        },
+        contract: synthetic_contract(),
         periods_per_year: 252.0,
     };
     PlantedMemory {

@@ -20,8 +20,9 @@
 //! q-risk and skill are measured on the same rows as a model's.
 
 use crate::features::AnnotatedDataset;
+use crate::synthetic_ar::{synthetic_contract, synthetic_splits};
 use abi_stable::std_types::RString;
-use tli_plugin_api::{ContractTerms, Dataset, DatasetAnnex, FeatureRole, SplitBounds};
+use tli_plugin_api::{Dataset, DatasetAnnex, FeatureRole};
 use tli_rng::Rng;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -111,7 +112,6 @@ pub fn planted_seasonal(spec: SeasonalSpec) -> Vec<SeasonalAsset> {
         ]
     };
     let train_end = spec.rows * 70 / 100;
-    let valid_end = spec.rows * 85 / 100;
     (0..spec.assets.max(1))
         .map(|a| {
             let mut rng = Rng::new(spec.seed).fork(100 + a as u64);
@@ -167,19 +167,9 @@ pub fn planted_seasonal(spec: SeasonalSpec) -> Vec<SeasonalAsset> {
                     .into(),
                 targets: targets.into(),
                 target_names: vec![RString::from("fwd_ret_1")].into(),
-                splits: SplitBounds {
-                    train_end: train_end as u64,
-                    valid_start: train_end as u64,
-                    valid_end: valid_end as u64,
-                    test_start: valid_end as u64,
-                },
+                splits: synthetic_splits(spec.rows, 0),
                 close: close.into(),
-                contract: ContractTerms {
-                    root: RString::from("SYNTH"),
-                    tick_size: 0.01,
-                    point_value: 100.0,
-                    currency: RString::from("USD"),
-                },
+                contract: synthetic_contract(),
                 periods_per_year: 252.0 * slots as f64,
             };
             SeasonalAsset {

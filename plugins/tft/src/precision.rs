@@ -15,7 +15,6 @@ use tch::Tensor;
 use tli_plugin_api::PluginError;
 use tli_plugin_kit::adam::AdamConfig;
 use tli_plugin_kit::flat_adamw::FlatAdamW;
-use tli_plugin_kit::grad_clip::clip_grad_norm;
 use tli_plugin_kit::int8::{Int8AdamW, Int8AdamWState, Int8Options};
 use tli_plugin_kit::nn::Parameters;
 use tli_plugin_kit::TchResultExt;
@@ -83,9 +82,7 @@ impl Weights {
     ) -> Result<f64, PluginError> {
         match self {
             Weights::Fp32(opt) => {
-                let grad = opt.gradients(loss)?;
-                let norm = clip_grad_norm(&grad, max_grad_norm)?;
-                opt.apply(&grad, lr)?;
+                let norm = opt.backward_step(loss, lr, max_grad_norm)?;
                 norm.f_double_value(&[])
                     .plugin_err("reading the gradient norm")
             }

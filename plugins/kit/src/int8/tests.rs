@@ -4,7 +4,6 @@
 
 use super::blockwise_adam::{
     blocks_for, update_host, update_tensors, DeviceMaps, HostState, TensorState, UpdateScalars,
-    BLOCK,
 };
 use super::*;
 use crate::adam::AdamConfig;
@@ -139,7 +138,6 @@ fn host_and_tensor_updates_agree() {
         .max()
         .double_value(&[]);
     assert!(absmax_rel < 1e-5, "m absmax differ by {absmax_rel}");
-    let _ = BLOCK;
 }
 
 /// Parameters by name.

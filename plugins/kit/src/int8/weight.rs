@@ -100,7 +100,6 @@ impl Int8Weight {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tch::Device;
 
     fn max_abs_diff(a: &Tensor, b: &Tensor) -> f64 {
         (a - b).abs().max().double_value(&[])
@@ -161,6 +160,5 @@ mod tests {
                 .double_value(&[]),
             0.0
         );
-        let _ = Device::Cpu;
     }
 }
