@@ -74,6 +74,11 @@ pub enum Command {
         #[command(subcommand)]
         command: DataCommand,
     },
+    /// Measure what a plugin's trainer costs (memory).
+    Profile {
+        #[command(subcommand)]
+        command: ProfileCommand,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -335,6 +340,13 @@ pub struct LocalArgs {
     /// libtorch intra-op threads (default: one per core).
     #[arg(long, value_parser = clap::value_parser!(i32).range(1..=1024))]
     pub threads: Option<i32>,
+    #[command(flatten)]
+    pub data: DataArgs,
+}
+
+/// The dataset of an in-process run (`train local`, `profile memory`).
+#[derive(Args, Debug, Clone)]
+pub struct DataArgs {
     /// Bar file to train on (DBN, Parquet or CSV), through the feature pipeline.
     /// Without it: the synthetic AR(1) dataset.
     #[arg(long)]
@@ -345,6 +357,55 @@ pub struct LocalArgs {
     /// Rows of the synthetic AR(1) dataset (without --data).
     #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(64..=10_000_000))]
     pub rows: u64,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ProfileCommand {
+    /// Measure a plugin trainer's memory: build it for a config and dataset, run a
+    /// few steps, and report parameters, gradients, optimizer state and activations
+    /// from its tensors, beside the process's peak resident memory (and the CUDA
+    /// allocator's peak on a GPU). Each config runs in its own child process;
+    /// two or more are shown side by side with ratios to the first.
+    Memory(ProfileMemoryArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ProfileMemoryArgs {
+    /// The plugin whose trainer to measure.
+    #[arg(long = "plugin", short = 'p')]
+    pub plugin: String,
+    /// Config as JSON or `@file.json`; repeat to compare several (ratios are to the
+    /// first). None: the plugin's default config.
+    #[arg(long)]
+    pub config: Vec<String>,
+    /// Name of each config in the table and chart, in order (default: config 1, 2, …).
+    #[arg(long)]
+    pub label: Vec<String>,
+    /// Training steps to run before reading the figures (the peak covers them all).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub steps: u64,
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// `cpu` or `cuda:N`.
+    #[arg(long, default_value = "cpu")]
+    pub device: Device,
+    /// libtorch intra-op threads (default: one per core).
+    #[arg(long, value_parser = clap::value_parser!(i32).range(1..=1024))]
+    pub threads: Option<i32>,
+    /// Skip the warm-up trainer (one step, discarded) that each child runs before
+    /// its baseline, so that libtorch's code pages and thread pools touched by a
+    /// first step are not counted as the trainer's memory.
+    #[arg(long)]
+    pub no_warmup: bool,
+    /// Also write the comparison as a bar chart (PNG).
+    #[arg(long, value_name = "FILE.png")]
+    pub chart: Option<PathBuf>,
+    #[command(flatten)]
+    pub data: DataArgs,
+    /// Internal: measure exactly one config in this process and print its JSON
+    /// (what each child of `profile memory` runs).
+    #[arg(long, hide = true)]
+    pub child: bool,
 }
 
 #[cfg(test)]

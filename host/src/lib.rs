@@ -6,6 +6,7 @@
 //! * [`services`]: what the host offers plugins (logging, cancellation).
 //! * [`orchestrator`]: jobs, tasks, the store, checkpoints, the memory arbiter.
 //! * [`local_train`]: training plugins in-process for N steps (`tli train local`).
+//! * [`profile`]: measured memory of a plugin's trainer (`tli profile memory`).
 //! * [`plugin_configs`]: `--config` values and which one applies to which plugin.
 //! * [`libtorch_info`]: which libtorch this process runs on, and CUDA.
 //! * [`byte_size`]: byte sizes formatted and parsed for people.
@@ -26,6 +27,7 @@ pub mod libtorch_info;
 pub mod local_train;
 pub mod orchestrator;
 pub mod plugin_configs;
+pub mod profile;
 pub mod registry;
 pub mod services;
 pub mod stdout;

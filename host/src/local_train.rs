@@ -52,7 +52,7 @@ pub struct LocalRunReport {
 }
 
 /// [`MemoryBreakdown`] for output (the ABI crate stays free of serde).
-#[derive(Clone, Copy, Debug, Serialize)]
+#[derive(Clone, Copy, Debug, Serialize, serde::Deserialize)]
 pub struct MemoryBytes {
     pub parameters: u64,
     pub gradients: u64,

@@ -3,6 +3,7 @@
 //!
 //! * [`plugins`]: `tli plugins list`, `tli doctor`
 //! * [`train`]: `tli train local`
+//! * [`profile`]: `tli profile memory` (measured memory, child processes, chart)
 //! * [`data`]: `tli data synth|inspect|convert|contracts`
 //! * [`host`]: `tli host run|status`
 //! * [`serve`]: `tli host serve` (the gRPC server)
@@ -12,13 +13,16 @@ mod data;
 mod host;
 mod plugin_table;
 mod plugins;
+mod profile;
 mod remote;
 mod render;
 mod serve;
 mod train;
 mod view;
 
-use crate::cli::{Cli, Command, DataCommand, HostCommand, PluginsCommand, TrainCommand};
+use crate::cli::{
+    Cli, Command, DataCommand, HostCommand, PluginsCommand, ProfileCommand, TrainCommand,
+};
 use crate::registry::PluginRegistry;
 use anyhow::Result;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, ContentArrangement, Table};
@@ -79,6 +83,9 @@ pub fn run(cli: Cli) -> Result<()> {
             } => data::convert(source, destination),
             DataCommand::Contracts => data::contracts(contracts, cli.output),
         },
+        Command::Profile {
+            command: ProfileCommand::Memory(args),
+        } => profile::memory(&plugin_dir, contracts, args, cli.output),
     }
 }
 

@@ -1,8 +1,9 @@
-//! `tli train local`: in-process training on the synthetic dataset or a bar file.
+//! `tli train local`: in-process training on the synthetic dataset or a bar file
+//! (and the dataset loader `tli profile memory` shares).
 
 use super::{new_table, print_json, scan};
 use crate::byte_size::format_bytes;
-use crate::cli::{LocalArgs, OutputFormat};
+use crate::cli::{DataArgs, LocalArgs, OutputFormat};
 use crate::local_train::{self, LocalTrainRequest};
 use crate::plugin_configs::PluginConfigs;
 use abi_stable::std_types::RArc;
@@ -13,12 +14,17 @@ use tli_data::contracts::ContractBook;
 use tli_data::features::{AnnotatedDataset, FeatureConfig};
 use tli_data::synthetic_ar::{synthetic_ar_annotated, SyntheticArSpec};
 
-/// The bar file through the feature pipeline, or the synthetic AR(1) dataset.
-fn dataset_for(contracts: Option<&Path>, args: &LocalArgs) -> Result<AnnotatedDataset> {
+/// The bar file through the feature pipeline, or the synthetic AR(1) dataset
+/// (seeded with `seed`).
+pub(super) fn dataset_for(
+    contracts: Option<&Path>,
+    args: &DataArgs,
+    seed: u64,
+) -> Result<AnnotatedDataset> {
     let Some(path) = &args.data else {
         return Ok(synthetic_ar_annotated(SyntheticArSpec {
             rows: args.rows as usize,
-            seed: args.seed,
+            seed,
             ..SyntheticArSpec::default()
         }));
     };
@@ -36,15 +42,8 @@ fn dataset_for(contracts: Option<&Path>, args: &LocalArgs) -> Result<AnnotatedDa
     )?)
 }
 
-pub(super) fn local(
-    plugin_dir: &Path,
-    contracts: Option<&Path>,
-    args: &LocalArgs,
-    output: OutputFormat,
-) -> Result<()> {
-    let configs = PluginConfigs::parse(&args.config, &args.plugins)?;
-    let AnnotatedDataset { dataset, annex } = dataset_for(contracts, args)?;
-    let dataset = RArc::new(dataset);
+/// One line on stderr: the dataset's size and splits.
+pub(super) fn describe_dataset(dataset: &tli_plugin_api::Dataset) {
     eprintln!(
         "dataset {}: {} rows x {} features ({} train / {} validation / {} test)",
         dataset.symbol,
@@ -54,6 +53,18 @@ pub(super) fn local(
         dataset.splits.valid_end - dataset.splits.valid_start,
         dataset.rows() as u64 - dataset.splits.test_start
     );
+}
+
+pub(super) fn local(
+    plugin_dir: &Path,
+    contracts: Option<&Path>,
+    args: &LocalArgs,
+    output: OutputFormat,
+) -> Result<()> {
+    let configs = PluginConfigs::parse(&args.config, &args.plugins)?;
+    let AnnotatedDataset { dataset, annex } = dataset_for(contracts, &args.data, args.seed)?;
+    let dataset = RArc::new(dataset);
+    describe_dataset(&dataset);
     let registry = scan(plugin_dir)?;
     if registry.loaded.is_empty() {
         bail!(

@@ -13,6 +13,7 @@ mod mamba2_plugin;
 mod orchestrator;
 mod plugin_loading;
 mod ppo_plugin;
+mod profile_cli;
 mod proto_api;
 mod tft_plugin;
 mod training_through_the_abi;
