@@ -256,8 +256,14 @@ mod tests {
         drop(block);
         let after = read_status().unwrap();
         // The kernel syncs per-thread counters lazily: allow a few pages of slack.
-        assert!(during.peak >= before.rss + (60 << 20), "{before:?} {during:?}");
-        assert!(after.peak >= before.rss + (60 << 20), "{before:?} {after:?}");
+        assert!(
+            during.peak >= before.rss + (60 << 20),
+            "{before:?} {during:?}"
+        );
+        assert!(
+            after.peak >= before.rss + (60 << 20),
+            "{before:?} {after:?}"
+        );
         assert!(after.rss + (32 << 20) < after.peak, "the block was freed");
     }
 }

@@ -22,9 +22,11 @@
 //! per-tensor reference, where `p.mul_(1 − lr·λ)` first would round it twice
 //! and drift from it by up to ~1e-6 in 100 steps); bias corrections and scalars are
 //! computed on the host from the step counter, so nothing waits for the
-//! device. Gathering the gradient is one `cat` after the backward pass;
-//! clipping ([`clip_grad_norm`]) is one norm, four kernels on a 0-dim
-//! coefficient and one scale.
+//! device. The update runs in pieces of [`PIECE`] elements, so its
+//! temporaries (`g²`, `d`, `u`) are a piece, not a model, in size;
+//! [`FlatAdamW::backward_step`] also takes the backward pass's gradients
+//! per parameter (no flat copy), clips by their global norm (one norm per
+//! piece) and frees each once applied.
 //!
 //! Weight decay can spare some parameters (biases, norms, a state-space
 //! model's `A_log`, `dt_bias` and `D`): [`FlatAdamW::with_decay_groups`]
@@ -40,7 +42,7 @@
 use crate::adam::AdamConfig;
 use crate::errors::TchResultExt;
 use crate::flat_params::FlatParams;
-use crate::grad_clip::clip_grad_norm;
+use crate::grad_clip::clip_coefficient;
 use crate::mlp::{copy_checked, find};
 use tch::Tensor;
 use tli_plugin_api::PluginError;
@@ -107,68 +109,127 @@ impl FlatAdamW {
     /// Backward pass, global-norm clipping at `max_grad_norm` (≤ 0: none) and
     /// one update at learning rate `lr`. Returns the gradient norm before
     /// clipping, a 0-dim tensor on the device.
+    ///
+    /// Memory: the backward pass's per-parameter gradients and pieces of at
+    /// most [`PIECE`] elements of temporaries — no flat copy of the gradient
+    /// (small parameters' gradients are concatenated a piece at a time), and
+    /// each gradient is freed once its last piece is applied.
     pub fn backward_step(
         &mut self,
         loss: &Tensor,
         lr: f64,
         max_grad_norm: f64,
     ) -> Result<Tensor, PluginError> {
-        let grad = self.gradients(loss)?;
-        let norm = clip_grad_norm(&grad, max_grad_norm)?;
-        self.apply(&grad, lr)?;
+        let grads = self.params.tensor_gradients(loss)?;
+        let pieces = pieces_of(grads).plugin_err("splitting the gradient")?;
+        let norm = tch::no_grad(|| -> Result<Tensor, tch::TchError> {
+            let norms = pieces
+                .iter()
+                .map(|(_, g)| g.f_norm())
+                .collect::<Result<Vec<_>, _>>()?;
+            Tensor::f_stack(&norms, 0)?.f_norm()
+        })
+        .plugin_err("the gradient norm")?;
+        let coefficient = clip_coefficient(&norm, max_grad_norm)?;
+        let scalars = self.next_step(lr);
+        for (offset, grad) in pieces {
+            if let Some(c) = &coefficient {
+                tch::no_grad(|| grad.shallow_clone().f_mul_(c).map(drop))
+                    .plugin_err("clipping gradients")?;
+            }
+            self.apply_range(offset, &grad, &scalars)?;
+        }
         Ok(norm)
     }
 
     /// One update at learning rate `lr` from `grad`, a flat gradient in this
     /// optimizer's layout (it is read, not modified). A zero learning rate
     /// advances the moments and the step counter but leaves the parameters.
+    /// Runs in pieces of [`PIECE`] elements (temporaries of that size).
     pub fn apply(&mut self, grad: &Tensor, lr: f64) -> Result<(), PluginError> {
+        let total = self.params.numel();
         if grad.size() != self.params.values().size() {
             return Err(PluginError::other(format!(
-                "optimizer update: gradient of shape {:?}, the parameters have {}",
+                "optimizer update: gradient of shape {:?}, the parameters have {total}",
                 grad.size(),
-                self.params.numel()
             )));
         }
+        let scalars = self.next_step(lr);
+        for offset in (0..total).step_by(PIECE as usize) {
+            let piece = grad
+                .f_narrow(0, offset, PIECE.min(total - offset))
+                .plugin_err("optimizer update")?;
+            self.apply_range(offset, &piece, &scalars)?;
+        }
+        Ok(())
+    }
+
+    /// Advances the step counter; the scalars of its update.
+    fn next_step(&mut self, lr: f64) -> StepScalars {
         self.step += 1;
         let c = self.config;
-        let bias1 = 1.0 - c.beta1.powi(self.step as i32);
-        let bias2 = 1.0 - c.beta2.powi(self.step as i32);
+        StepScalars {
+            lr,
+            bias1: 1.0 - c.beta1.powi(self.step as i32),
+            bias2: 1.0 - c.beta2.powi(self.step as i32),
+        }
+    }
+
+    /// The update of elements `[offset, offset + grad.numel())`, split where
+    /// the decayed prefix ends.
+    fn apply_range(
+        &mut self,
+        offset: i64,
+        grad: &Tensor,
+        s: &StepScalars,
+    ) -> Result<(), PluginError> {
+        let len = grad.numel() as i64;
+        let n = self.decayed_numel;
+        let decay = self.config.weight_decay != 0.0;
+        let split = (n - offset).clamp(0, len);
+        let ctx = "optimizer update";
+        if decay && split > 0 && split < len {
+            let head = grad.f_narrow(0, 0, split).plugin_err(ctx)?;
+            let tail = grad.f_narrow(0, split, len - split).plugin_err(ctx)?;
+            self.apply_piece(offset, &head, true, s)?;
+            return self.apply_piece(offset + split, &tail, false, s);
+        }
+        self.apply_piece(offset, grad, decay && split > 0, s)
+    }
+
+    /// The seven (nine with `decayed`) kernels of one update on one piece.
+    fn apply_piece(
+        &mut self,
+        offset: i64,
+        grad: &Tensor,
+        decayed: bool,
+        s: &StepScalars,
+    ) -> Result<(), PluginError> {
+        let c = self.config;
+        let len = grad.numel() as i64;
         tch::no_grad(|| -> Result<(), tch::TchError> {
+            let piece = |t: &Tensor| t.f_narrow(0, offset, len);
+            let (mut m, mut v) = (piece(&self.first_moment)?, piece(&self.second_moment)?);
             // In-place ops return their target again; `drop` discards that alias.
-            self.first_moment.f_lerp_(grad, 1.0 - c.beta1).map(drop)?;
-            let grad_sq = grad.f_square()?;
-            self.second_moment
-                .f_lerp_(&grad_sq, 1.0 - c.beta2)
-                .map(drop)?;
-            if lr == 0.0 {
+            m.f_lerp_(grad, 1.0 - c.beta1).map(drop)?;
+            v.f_lerp_(&grad.f_square()?, 1.0 - c.beta2).map(drop)?;
+            if s.lr == 0.0 {
                 return Ok(());
             }
-            let mut denom = self.second_moment.f_sqrt()?;
+            let mut denom = v.f_sqrt()?;
             denom
-                .f_mul_scalar_(-bias1 / (lr * bias2.sqrt()))
+                .f_mul_scalar_(-s.bias1 / (s.lr * s.bias2.sqrt()))
                 .map(drop)?;
-            denom.f_sub_scalar_(c.eps * bias1 / lr).map(drop)?;
-            let mut p = self.params.values().shallow_clone();
-            let total = self.params.numel();
-            let n = self.decayed_numel;
-            if c.weight_decay == 0.0 || n == 0 {
-                return p.f_addcdiv_(&self.first_moment, &denom).map(drop);
+            denom.f_sub_scalar_(c.eps * s.bias1 / s.lr).map(drop)?;
+            let mut p = piece(self.params.values())?;
+            if !decayed {
+                return p.f_addcdiv_(&m, &denom).map(drop);
             }
             // The decay joins the Adam step before it touches p, so p is
             // rounded once per update (as in the per-tensor reference).
-            let decayed = |t: &Tensor| t.f_narrow(0, 0, n);
-            let mut step = decayed(&p)?.f_mul_scalar(-lr * c.weight_decay)?;
-            step.f_addcdiv_(&decayed(&self.first_moment)?, &decayed(&denom)?)
-                .map(drop)?;
-            decayed(&p)?.f_add_(&step).map(drop)?;
-            if n < total {
-                let rest = |t: &Tensor| t.f_narrow(0, n, total - n);
-                rest(&p)?
-                    .f_addcdiv_(&rest(&self.first_moment)?, &rest(&denom)?)
-                    .map(drop)?;
-            }
-            Ok(())
+            let mut step = p.f_mul_scalar(-s.lr * c.weight_decay)?;
+            step.f_addcdiv_(&m, &denom).map(drop)?;
+            p.f_add_(&step).map(drop)
         })
         .plugin_err("optimizer update")
     }
@@ -241,4 +302,59 @@ impl FlatAdamW {
         self.step = step;
         Ok(())
     }
+}
+
+/// Elements per piece of an update: its temporaries are this size (4 MiB of
+/// f32), not the model's, and a piece stays in cache between kernels.
+pub const PIECE: i64 = 1 << 20;
+
+/// The scalars of one update.
+struct StepScalars {
+    lr: f64,
+    /// `1 − β1ᵗ`.
+    bias1: f64,
+    /// `1 − β2ᵗ`.
+    bias2: f64,
+}
+
+/// Per-parameter 1-D gradients (layout order) as `(offset, piece)`: runs of
+/// small gradients concatenated up to [`PIECE`] elements, large ones as
+/// views of at most [`PIECE`]. Together they cover the layout in order.
+fn pieces_of(grads: Vec<Tensor>) -> Result<Vec<(i64, Tensor)>, tch::TchError> {
+    let mut pieces = Vec::new();
+    let mut pending: Vec<Tensor> = Vec::new();
+    let (mut offset, mut pending_len) = (0i64, 0i64);
+    let flush = |pending: &mut Vec<Tensor>, pieces: &mut Vec<(i64, Tensor)>, start: i64| {
+        let piece = match pending.len() {
+            0 => return Ok(()),
+            1 => pending.remove(0),
+            _ => Tensor::f_cat(pending, 0)?,
+        };
+        pending.clear();
+        pieces.push((start, piece));
+        Ok::<(), tch::TchError>(())
+    };
+    for g in grads {
+        let len = g.numel() as i64;
+        if len >= PIECE {
+            flush(&mut pending, &mut pieces, offset - pending_len)?;
+            pending_len = 0;
+            for start in (0..len).step_by(PIECE as usize) {
+                pieces.push((
+                    offset + start,
+                    g.f_narrow(0, start, PIECE.min(len - start))?,
+                ));
+            }
+        } else {
+            if pending_len + len > PIECE {
+                flush(&mut pending, &mut pieces, offset - pending_len)?;
+                pending_len = 0;
+            }
+            pending.push(g);
+            pending_len += len;
+        }
+        offset += len;
+    }
+    flush(&mut pending, &mut pieces, offset - pending_len)?;
+    Ok(pieces)
 }

@@ -11,7 +11,9 @@
 //! Gradients come back as one flat tensor in the same layout:
 //! [`FlatParams::gradients`] runs the backward pass for exactly these inputs
 //! (`Tensor::run_backward`, nothing accumulates in `.grad`, so there is
-//! nothing to zero) and concatenates the results (one `cat`).
+//! nothing to zero) and concatenates the results (one `cat`);
+//! [`FlatParams::tensor_gradients`] returns them per parameter instead (no
+//! second copy of the gradient, for optimizers that walk the layout in pieces).
 
 use crate::errors::TchResultExt;
 use tch::{Device, Kind, Tensor};
@@ -120,17 +122,25 @@ impl FlatParams {
     /// graph; parameters' `.grad` fields are neither read nor written. A
     /// parameter the loss does not depend on gets zeros.
     pub fn gradients(&self, loss: &Tensor) -> Result<Tensor, PluginError> {
-        (|| -> Result<Tensor, tch::TchError> {
+        let flat = self.tensor_gradients(loss)?;
+        Tensor::f_cat(&flat, 0).plugin_err("gathering the gradients")
+    }
+
+    /// d`loss`/d(parameters), one 1-D tensor per parameter in layout order
+    /// (zeros for a parameter the loss does not depend on): the backward
+    /// pass's own tensors, without the copy [`gradients`](Self::gradients)
+    /// makes.
+    pub fn tensor_gradients(&self, loss: &Tensor) -> Result<Vec<Tensor>, PluginError> {
+        (|| -> Result<Vec<Tensor>, tch::TchError> {
             let grads = Tensor::f_run_backward(&[loss], &self.params, false, false)?;
-            let flat = grads
-                .iter()
+            grads
+                .into_iter()
                 .zip(&self.slots)
                 .map(|(g, s)| match g.defined() {
                     true => g.f_reshape([-1]),
                     false => Tensor::f_zeros([s.numel], (Kind::Float, self.device())),
                 })
-                .collect::<Result<Vec<_>, _>>()?;
-            Tensor::f_cat(&flat, 0)
+                .collect()
         })()
         .plugin_err("backward pass")
     }

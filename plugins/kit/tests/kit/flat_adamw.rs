@@ -327,3 +327,61 @@ fn a_per_tensor_adam_checkpoint_is_refused_with_a_clear_error() {
     assert!(err.message.contains("adamw.m"), "{}", err.message);
     assert_eq!(flat.step, 0);
 }
+
+/// `backward_step` walks the layout in pieces (a matrix larger than a piece
+/// split into views, small tensors concatenated, the decayed prefix ending
+/// inside a piece): the same update as the flat gradient's `clip_grad_norm`
+/// + `apply`, up to the rounding of the norm.
+#[test]
+fn the_pieced_step_matches_the_flat_one() {
+    use tli_plugin_kit::flat_adamw::PIECE;
+    let mut rng = Rng::new(5);
+    let mut normal = |shape: &[i64], scale: f64| {
+        let n: i64 = shape.iter().product();
+        let v: Vec<f32> = (0..n).map(|_| (rng.normal() * scale) as f32).collect();
+        Tensor::from_slice(&v).reshape(shape)
+    };
+    let (rows, cols) = (PIECE / 1000 + 100, 1000);
+    let init = [
+        normal(&[rows, cols], 0.03),
+        normal(&[10, cols], 0.03),
+        normal(&[cols], 0.1),
+    ];
+    let x = normal(&[64, cols], 1.0);
+    let config = AdamConfig {
+        weight_decay: 0.1,
+        ..AdamConfig::default()
+    };
+    let build = || {
+        let p: Vec<Tensor> = init
+            .iter()
+            .map(|t| t.copy().set_requires_grad(true))
+            .collect();
+        let opt = FlatAdamW::with_decay_groups(config, &[&p[0], &p[1]], &[&p[2]]).unwrap();
+        (p, opt)
+    };
+    let loss = |p: &[Tensor]| {
+        let h = x.matmul(&p[0].tr()).tanh().mean_dim(1, true, Kind::Float);
+        (h * x.matmul(&p[1].tr()) + x.matmul(&p[2].unsqueeze(1)))
+            .square()
+            .mean(Kind::Float)
+    };
+    let (pieced, mut pieced_opt) = build();
+    let (flat, mut flat_opt) = build();
+    for max_norm in [0.5, 0.0, 1e9] {
+        let n1 = pieced_opt
+            .backward_step(&loss(&pieced), 1e-3, max_norm)
+            .unwrap();
+        let grad = flat_opt.gradients(&loss(&flat)).unwrap();
+        let n2 = clip_grad_norm(&grad, max_norm).unwrap();
+        flat_opt.apply(&grad, 1e-3).unwrap();
+        let (n1, n2) = (n1.double_value(&[]), n2.double_value(&[]));
+        assert!((n1 - n2).abs() <= 1e-5 * n2, "norms {n1} vs {n2}");
+    }
+    for (a, b) in pieced.iter().zip(&flat) {
+        let diff = (a - b).abs().max().double_value(&[]);
+        assert!(diff < 1e-7, "parameters {:?} differ by {diff}", a.size());
+        assert!(a.abs().max().double_value(&[]) > 0.0);
+    }
+    assert_eq!(pieced_opt.step, 3);
+}

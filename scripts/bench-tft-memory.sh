@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The measured FP32-vs-INT8 memory of a TFT of the seed's size class
+# (issue 13): `tli profile memory` on the bundled daily ES proxy with
+# hidden 1024 (≈178 M parameters on its 6 observed + 7 known inputs),
+# lookback 32, batch 8, two steps each, in child processes; prints the table
+# and the JSON, writes the chart to docs/images/tft-memory-seed-size.png.
+# Needs `make build` first; about 15 GiB of free RAM and ~10 minutes on 2 cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TLI=${TLI:-target/release/tli}
+DATA=${DATA:-data/samples/es_proxy_sp500_1d.dbn.zst}
+HIDDEN=${HIDDEN:-1024}
+STEPS=${STEPS:-2}
+CHART=${CHART:-docs/images/tft-memory-seed-size.png}
+base="\"hidden_size\": $HIDDEN, \"attention_heads\": 4, \"lookback\": 32, \"batch_size\": 8"
+out=$(mktemp)
+"$TLI" profile memory -p tft --data "$DATA" --steps "$STEPS" \
+  --config "{$base, \"precision\": \"fp32\"}" --label fp32 \
+  --config "{$base, \"precision\": \"int8\"}" --label int8 \
+  --chart "$CHART" -o json >"$out"
+python3 - "$out" <<'PY'
+import json, sys
+fp32, int8 = json.load(open(sys.argv[1]))
+mib = lambda b: f"{b / 2**20:,.1f} MiB"
+rows = [
+    ("parameters", lambda p: p["tensors"]["parameters"]),
+    ("gradients (transient)", lambda p: p["tensors"]["gradients"]),
+    ("optimizer state", lambda p: p["tensors"]["optimizer_state"]),
+    ("parameters + optimizer", lambda p: p["tensors"]["parameters"] + p["tensors"]["optimizer_state"]),
+    ("activations", lambda p: p["tensors"]["activations"]),
+    ("tensor total", lambda p: p["tensors"]["total"]),
+    ("plugin estimate (total)", lambda p: p["estimate"]["total"]),
+    ("peak RSS over baseline", lambda p: p["process"]["peak_over_baseline"]),
+]
+print(f"parameters: {fp32['tensors']['parameters'] / 4 / 1e6:.1f} M (fp32 bytes / 4)")
+print("| | FP32 | INT8 | INT8 / FP32 |")
+print("|---|---:|---:|---:|")
+for name, f in rows:
+    print(f"| {name} | {mib(f(fp32))} | {mib(f(int8))} | {f(int8) / f(fp32):.3f}× |")
+for p in (fp32, int8):
+    print(f"| {p['label']}: peak RSS / tensor total | {p['process']['ratio_to_tensors']:.3f} | seconds per step {p['seconds_per_step']:.1f} | |")
+PY
+rm -f "$out"
