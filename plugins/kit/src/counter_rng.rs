@@ -71,6 +71,7 @@ impl CounterRng {
     /// computed on the host: exactly the element `index` of the next
     /// [`uniform`](Self::uniform) draw. Does not advance the counter (see
     /// [`skip`](Self::skip)); host kernels that draw in parallel use it.
+    #[inline(always)]
     pub fn uniform_at(&self, index: u64) -> f32 {
         let state = self.base.wrapping_add(
             self.counter
@@ -162,6 +163,7 @@ impl CounterRng {
 }
 
 /// SplitMix64's finalizer, on the host.
+#[inline(always)]
 fn mix64(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(MIX1);
     z = (z ^ (z >> 27)).wrapping_mul(MIX2);

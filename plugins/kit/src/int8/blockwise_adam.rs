@@ -153,8 +153,70 @@ pub fn update_host(
     Ok(())
 }
 
+/// Phase 1 on one thread's blocks: the AVX2 + FMA build of
+/// [`update_blocks_body`] where the CPU has them (checked at run time: the
+/// crate itself targets baseline x86-64), else the baseline build. Both give
+/// the same bits (no fused multiply-adds are formed; `sqrt`, `/` and `floor`
+/// are exact in either).
 #[allow(clippy::too_many_arguments)]
 fn update_blocks(
+    first: usize,
+    grad: &mut [f32],
+    codes: &[i8],
+    scales: &[f32],
+    cols: usize,
+    m_codes: &mut [u8],
+    v_codes: &mut [u8],
+    m_absmax: &mut [f32],
+    v_absmax: &mut [f32],
+    s: &UpdateScalars,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_fma() {
+        // SAFETY: the CPU has AVX2 and FMA (checked just above).
+        return unsafe {
+            update_blocks_avx2(
+                first, grad, codes, scales, cols, m_codes, v_codes, m_absmax, v_absmax, s,
+            )
+        };
+    }
+    update_blocks_body(
+        first, grad, codes, scales, cols, m_codes, v_codes, m_absmax, v_absmax, s,
+    )
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn update_blocks_avx2(
+    first: usize,
+    grad: &mut [f32],
+    codes: &[i8],
+    scales: &[f32],
+    cols: usize,
+    m_codes: &mut [u8],
+    v_codes: &mut [u8],
+    m_absmax: &mut [f32],
+    v_absmax: &mut [f32],
+    s: &UpdateScalars,
+) {
+    update_blocks_body(
+        first, grad, codes, scales, cols, m_codes, v_codes, m_absmax, v_absmax, s,
+    )
+}
+
+/// Whether this CPU runs the AVX2 + FMA builds of the host kernels.
+#[cfg(target_arch = "x86_64")]
+fn has_avx2_fma() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    })
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn update_blocks_body(
     first: usize,
     grad: &mut [f32],
     codes: &[i8],
@@ -218,6 +280,7 @@ fn update_blocks(
 }
 
 /// `max |x|` (0 for an empty slice), in eight lanes so that it vectorises.
+#[inline(always)]
 fn abs_max(x: &[f32]) -> f32 {
     let mut lanes = [0f32; 8];
     let mut chunks = x.chunks_exact(8);
@@ -231,6 +294,7 @@ fn abs_max(x: &[f32]) -> f32 {
 }
 
 /// `x`, or 1 where `x` is 0 (a block or row of zeros divides by 1).
+#[inline(always)]
 fn nonzero_or_one(x: f32) -> f32 {
     if x > 0.0 {
         x
@@ -239,7 +303,39 @@ fn nonzero_or_one(x: f32) -> f32 {
     }
 }
 
+/// Phase 2 on one thread's rows (AVX2 + FMA build where the CPU has them,
+/// as [`update_blocks`]).
 fn requantize_rows(
+    weights: &[f32],
+    codes: &mut [i8],
+    scales: &mut [f32],
+    cols: usize,
+    rng: &CounterRng,
+    first: u64,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_fma() {
+        // SAFETY: the CPU has AVX2 and FMA (checked just above).
+        return unsafe { requantize_rows_avx2(weights, codes, scales, cols, rng, first) };
+    }
+    requantize_rows_body(weights, codes, scales, cols, rng, first)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn requantize_rows_avx2(
+    weights: &[f32],
+    codes: &mut [i8],
+    scales: &mut [f32],
+    cols: usize,
+    rng: &CounterRng,
+    first: u64,
+) {
+    requantize_rows_body(weights, codes, scales, cols, rng, first)
+}
+
+#[inline(always)]
+fn requantize_rows_body(
     weights: &[f32],
     codes: &mut [i8],
     scales: &mut [f32],

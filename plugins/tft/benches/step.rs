@@ -1,0 +1,120 @@
+//! One TFT training step in FP32 against INT8, same size, same process:
+//! `cargo bench -p tli-plugin-tft --bench step`.
+//!
+//! The network on the daily features' input counts (6 observed, 7 known,
+//! 2 assets, 5 horizons × 3 quantiles); each run times a forward pass, the
+//! loss, the backward pass, clipping and one update — FP32 weights with the
+//! kit's `FlatAdamW`; INT8 weights with `Int8AdamW` (materialize, forward,
+//! backward, fused update with stochastic re-quantization, release) — and
+//! the two precisions alternate run by run so that machine noise hits both.
+//! Prints the median of `RUNS` after one warm-up step each.
+//!
+//! Sizes: `TLI_BENCH_HIDDEN` (default 256), `TLI_BENCH_BATCH` (64),
+//! `TLI_BENCH_LOOKBACK` (64); `TLI_BENCH_THREADS` sets libtorch's intra-op
+//! threads (default: libtorch's own, one per core).
+
+use std::time::Instant;
+use tch::{Device, Kind, Tensor};
+use tli_plugin_kit::adam::AdamConfig;
+use tli_plugin_kit::flat_adamw::FlatAdamW;
+use tli_plugin_kit::int8::{Int8AdamW, Int8Options};
+use tli_plugin_kit::rng::Rng;
+use tli_plugin_tft::{Tft, TftBatch, TftShape};
+
+const RUNS: usize = 5;
+
+fn env_or(name: &str, default: i64) -> i64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
+fn random(shape: &[i64], rng: &mut Rng) -> Tensor {
+    let n: i64 = shape.iter().product();
+    let v: Vec<f32> = (0..n).map(|_| rng.normal() as f32).collect();
+    Tensor::from_slice(&v).reshape(shape)
+}
+
+fn main() {
+    if let Some(t) = std::env::var("TLI_BENCH_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        tch::set_num_threads(t);
+    }
+    let (hidden, batch, lookback) = (
+        env_or("TLI_BENCH_HIDDEN", 256),
+        env_or("TLI_BENCH_BATCH", 64),
+        env_or("TLI_BENCH_LOOKBACK", 64),
+    );
+    let s = TftShape {
+        hidden: hidden as usize,
+        heads: 4,
+        lstm_layers: 1,
+        dropout: 0.0,
+        observed: 6,
+        known: 7,
+        static_reals: 0,
+        assets: 2,
+        horizons: 5,
+        outputs: 15,
+    };
+    let mut rng = Rng::new(3);
+    let x = TftBatch {
+        past: random(&[batch, lookback, 13], &mut rng),
+        future: random(&[batch, 5, 7], &mut rng),
+        static_reals: Tensor::zeros([batch, 0], (Kind::Float, Device::Cpu)),
+        asset: Tensor::from_slice(&(0..batch).map(|i| i % 2).collect::<Vec<i64>>()),
+    };
+    let y = random(&[batch, 5, 15], &mut rng);
+    let loss = |m: &Tft| {
+        (m.forward(&x, None).unwrap().forecast - &y)
+            .square()
+            .mean(Kind::Float)
+    };
+    let config = AdamConfig {
+        learning_rate: 1e-3,
+        ..AdamConfig::default()
+    };
+
+    let fp32 = Tft::new(&s, &mut Rng::new(7), Device::Cpu).unwrap();
+    let params = tli_plugin_tft::memory::parameter_count(&s);
+    let (decayed, rest) = fp32.decay_groups();
+    let d: Vec<&Tensor> = decayed.iter().map(|(_, t)| *t).collect();
+    let r: Vec<&Tensor> = rest.iter().map(|(_, t)| *t).collect();
+    let mut fp32_opt = FlatAdamW::with_decay_groups(config, &d, &r).unwrap();
+    let int8 = Tft::new(&s, &mut Rng::new(7), Device::Cpu).unwrap();
+    let (decayed, rest) = int8.decay_groups();
+    let mut int8_opt = Int8AdamW::new(config, &decayed, &rest, Int8Options::default()).unwrap();
+
+    let (mut f_times, mut i_times) = (vec![], vec![]);
+    for run in 0..=RUNS {
+        let t = Instant::now();
+        let _ = fp32_opt.backward_step(&loss(&fp32), 1e-3, 1.0).unwrap();
+        let f = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        int8_opt.materialize().unwrap();
+        int8_opt.backward_step(&loss(&int8), 1e-3, 1.0).unwrap();
+        let i = t.elapsed().as_secs_f64();
+        if run > 0 {
+            f_times.push(f);
+            i_times.push(i);
+        }
+    }
+    let (f, i) = (median(f_times), median(i_times));
+    println!(
+        "TFT hidden {hidden} ({:.1} M parameters), batch {batch} × lookback {lookback} + 5, \
+         {} thread(s), median of {RUNS} steps: FP32 {:.1} ms, INT8 {:.1} ms, INT8 / FP32 {:.3}×",
+        params as f64 / 1e6,
+        tch::get_num_threads(),
+        f * 1e3,
+        i * 1e3,
+        i / f
+    );
+}
