@@ -94,21 +94,32 @@ fn child(plugin_dir: &Path, contracts: Option<&Path>, args: &ProfileMemoryArgs) 
 /// One row of the table: a name and each profile's bytes.
 type Row = (&'static str, fn(&MemoryProfile) -> Option<u64>);
 
-const ROWS: [Row; 10] = [
+const ROWS: [Row; 13] = [
     ("parameters", |p| Some(p.tensors.parameters)),
     ("gradients (transient)", |p| Some(p.tensors.gradients)),
     ("optimizer state", |p| Some(p.tensors.optimizer_state)),
     ("parameters + optimizer", |p| {
         Some(p.tensors.parameters + p.tensors.optimizer_state)
     }),
-    ("activations", |p| Some(p.tensors.activations)),
+    ("activations (trainer's count)", |p| {
+        Some(p.tensors.activations)
+    }),
     ("tensor total", |p| Some(p.tensors.total)),
     ("plugin estimate (total)", |p| Some(p.estimate.total)),
     ("peak RSS over baseline", |p| {
         Some(p.process.peak_over_baseline)
     }),
+    ("  of it while building the trainer", |p| {
+        Some(p.process.build_peak_over_baseline)
+    }),
+    ("  less weights, gradients, state", |p| {
+        Some(p.process.activations)
+    }),
     ("CUDA peak allocated over baseline", |p| {
         p.cuda.map(|c| c.peak_over_baseline)
+    }),
+    ("  less weights, gradients, state", |p| {
+        p.cuda.map(|c| c.activations)
     }),
     ("CUDA peak reserved", |p| p.cuda.map(|c| c.peak_reserved)),
 ];

@@ -60,6 +60,11 @@ pub struct ProcessMemory {
     pub peak: u64,
     /// `peak - baseline`: the trainer's memory as the kernel saw it.
     pub peak_over_baseline: u64,
+    /// The peak while the trainer was being built, before its first step.
+    pub build_peak_over_baseline: u64,
+    /// `peak_over_baseline` less the trainer's parameters, gradients and
+    /// optimizer state: activations and workspace as measured, not estimated.
+    pub activations: u64,
     /// Whether the kernel's peak counter could be reset at the baseline; if
     /// not, `peak` may be an earlier, higher peak (e.g. of the warm-up).
     pub peak_reset: bool,
@@ -78,6 +83,9 @@ pub struct CudaPeak {
     pub peak_over_baseline: u64,
     /// Peak bytes held from CUDA (allocated plus cached).
     pub peak_reserved: u64,
+    /// `peak_over_baseline` less the trainer's parameters, gradients and
+    /// optimizer state.
+    pub activations: u64,
     /// `peak_over_baseline / tensors.total`.
     pub ratio_to_tensors: f64,
 }

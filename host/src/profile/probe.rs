@@ -109,6 +109,7 @@ pub fn measure(
     let peak_reset = reset_peak_rss();
 
     let mut trainer = create("profile")?;
+    let peak_after_build = read_status()?.peak.max(baseline) - baseline;
     let started = Instant::now();
     for done in 0..request.steps {
         let t = Instant::now();
@@ -125,6 +126,7 @@ pub fn measure(
     let tensors: MemoryBytes = trainer.memory().map_err(plugin_err("memory"))?.into();
     let peak = read_status()?.peak.max(baseline);
     let ratio = |bytes: u64| bytes as f64 / tensors.total.max(1) as f64;
+    let held = tensors.parameters + tensors.gradients + tensors.optimizer_state;
     let cuda = match (cuda_index, cuda_baseline) {
         (Some(i), Some(base)) => {
             let stats = cuda::allocator_stats(i)?;
@@ -134,6 +136,7 @@ pub fn measure(
                 peak_allocated: stats.allocated_peak,
                 peak_over_baseline: over,
                 peak_reserved: stats.reserved_peak,
+                activations: over.saturating_sub(held),
                 ratio_to_tensors: ratio(over),
             })
         }
@@ -152,6 +155,8 @@ pub fn measure(
             baseline,
             peak,
             peak_over_baseline: peak - baseline,
+            build_peak_over_baseline: peak_after_build,
+            activations: (peak - baseline).saturating_sub(held),
             peak_reset,
             warmup: request.warmup,
             ratio_to_tensors: ratio(peak - baseline),

@@ -307,6 +307,11 @@ impl TemplateTrainer {
             Metric::new(&format!("{prefix}_skill{suffix}"), m.skill),
             Metric::new(&format!("{prefix}_hit_rate{suffix}"), m.hit_rate),
             Metric::new(&format!("{prefix}_correlation{suffix}"), m.correlation),
+            // The point forecast as a median: comparable with quantile models' P50 q-risk.
+            Metric::new(
+                &format!("{prefix}_qrisk_p50{suffix}"),
+                forecast_metrics::quantile_risk(&target, &forecast, 0.5),
+            ),
         ])
     }
 
