@@ -17,6 +17,10 @@
 #   7. runs the TFT's device tests (binary from `cargo test --release -p tli-plugin-tft --no-run`):
 #      the 8-bit Adam tensor-op update on CUDA against the host kernel, INT8 training on the
 #      GPU; the job of step 2 holds a TFT in FP32 and one in INT8 (estimate vs measured).
+#   8. measures a seed-size TFT (hidden 1024, ≈178 M parameters) in FP32 and INT8 with
+#      `tli profile memory` (the CUDA allocator's peak beside the tensor count), and one training
+#      step of each with the TFT step bench (binary from `cargo bench -p tli-plugin-tft --bench
+#      step --no-run`): INT8 / FP32 step time on the GPU.
 # Usage: scripts/gpu-check.sh            (after `make build`, or with TLI=/path/to/tli)
 # Binaries built on another machine find this machine's torch through LD_LIBRARY_PATH.
 set -euo pipefail
@@ -141,4 +145,19 @@ if [ -n "$tft_tests" ]; then
   "$tft_tests" --test-threads 1 --nocapture device::
 else
   echo "gpu-check: TFT test binary not built (cargo test --release -p tli-plugin-tft --no-run); skipped"
+fi
+
+hidden=$([ "$SMALL" = 1 ] && echo 64 || echo 1024)
+base="\"hidden_size\": $hidden, \"attention_heads\": 4, \"lookback\": 64, \"batch_size\": 64"
+echo "gpu-check: tli profile memory, TFT hidden $hidden, FP32 vs INT8 on $DEVICE"
+"$TLI" profile memory -p tft --device "$DEVICE" --data data/samples/es_proxy_sp500_1d.dbn.zst \
+  --steps 3 --config "{$base, \"precision\": \"fp32\"}" --label fp32 \
+  --config "{$base, \"precision\": \"int8\"}" --label int8 || echo "gpu-check: profile failed"
+step_bench=$(ls -t target/release/deps/step-* 2>/dev/null | grep -v '\.d$' | head -1 || true)
+if [ -n "$step_bench" ]; then
+  for hidden in $([ "$SMALL" = 1 ] && echo 32 || echo "256 1024"); do
+    TLI_BENCH_DEVICE="$DEVICE" TLI_BENCH_HIDDEN=$hidden "$step_bench" --bench || echo "gpu-check: step bench failed"
+  done
+else
+  echo "gpu-check: TFT step bench not built (cargo bench -p tli-plugin-tft --bench step --no-run); skipped"
 fi

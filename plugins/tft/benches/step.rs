@@ -11,7 +11,9 @@
 //!
 //! Sizes: `TLI_BENCH_HIDDEN` (default 256), `TLI_BENCH_BATCH` (64),
 //! `TLI_BENCH_LOOKBACK` (64); `TLI_BENCH_THREADS` sets libtorch's intra-op
-//! threads (default: libtorch's own, one per core).
+//! threads (default: libtorch's own, one per core); `TLI_BENCH_DEVICE=cuda:N`
+//! runs on a GPU (INT8 then uses the tensor-op update; times include a
+//! synchronisation per step).
 
 use std::time::Instant;
 use tch::{Device, Kind, Tensor};
@@ -41,7 +43,21 @@ fn random(shape: &[i64], rng: &mut Rng) -> Tensor {
     Tensor::from_slice(&v).reshape(shape)
 }
 
+/// `cpu` (default) or `cuda:N` from `TLI_BENCH_DEVICE`.
+fn device() -> Device {
+    match std::env::var("TLI_BENCH_DEVICE") {
+        Ok(d) if d.starts_with("cuda") => Device::Cuda(
+            d.trim_start_matches("cuda")
+                .trim_start_matches(':')
+                .parse()
+                .unwrap_or(0),
+        ),
+        _ => Device::Cpu,
+    }
+}
+
 fn main() {
+    let dev = device();
     if let Some(t) = std::env::var("TLI_BENCH_THREADS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -67,12 +83,17 @@ fn main() {
     };
     let mut rng = Rng::new(3);
     let x = TftBatch {
-        past: random(&[batch, lookback, 13], &mut rng),
-        future: random(&[batch, 5, 7], &mut rng),
-        static_reals: Tensor::zeros([batch, 0], (Kind::Float, Device::Cpu)),
-        asset: Tensor::from_slice(&(0..batch).map(|i| i % 2).collect::<Vec<i64>>()),
+        past: random(&[batch, lookback, 13], &mut rng).to_device(dev),
+        future: random(&[batch, 5, 7], &mut rng).to_device(dev),
+        static_reals: Tensor::zeros([batch, 0], (Kind::Float, dev)),
+        asset: Tensor::from_slice(&(0..batch).map(|i| i % 2).collect::<Vec<i64>>()).to_device(dev),
     };
-    let y = random(&[batch, 5, 15], &mut rng);
+    let y = random(&[batch, 5, 15], &mut rng).to_device(dev);
+    let sync = || {
+        if let Device::Cuda(i) = dev {
+            tch::Cuda::synchronize(i as i64);
+        }
+    };
     let loss = |m: &Tft| {
         (m.forward(&x, None).unwrap().forecast - &y)
             .square()
@@ -83,13 +104,13 @@ fn main() {
         ..AdamConfig::default()
     };
 
-    let fp32 = Tft::new(&s, &mut Rng::new(7), Device::Cpu).unwrap();
+    let fp32 = Tft::new(&s, &mut Rng::new(7), dev).unwrap();
     let params = tli_plugin_tft::memory::parameter_count(&s);
     let (decayed, rest) = fp32.decay_groups();
     let d: Vec<&Tensor> = decayed.iter().map(|(_, t)| *t).collect();
     let r: Vec<&Tensor> = rest.iter().map(|(_, t)| *t).collect();
     let mut fp32_opt = FlatAdamW::with_decay_groups(config, &d, &r).unwrap();
-    let int8 = Tft::new(&s, &mut Rng::new(7), Device::Cpu).unwrap();
+    let int8 = Tft::new(&s, &mut Rng::new(7), dev).unwrap();
     let (decayed, rest) = int8.decay_groups();
     let mut int8_opt = Int8AdamW::new(config, &decayed, &rest, Int8Options::default()).unwrap();
 
@@ -97,10 +118,12 @@ fn main() {
     for run in 0..=RUNS {
         let t = Instant::now();
         let _ = fp32_opt.backward_step(&loss(&fp32), 1e-3, 1.0).unwrap();
+        sync();
         let f = t.elapsed().as_secs_f64();
         let t = Instant::now();
         int8_opt.materialize().unwrap();
         int8_opt.backward_step(&loss(&int8), 1e-3, 1.0).unwrap();
+        sync();
         let i = t.elapsed().as_secs_f64();
         if run > 0 {
             f_times.push(f);
@@ -110,7 +133,8 @@ fn main() {
     let (f, i) = (median(f_times), median(i_times));
     println!(
         "TFT hidden {hidden} ({:.1} M parameters), batch {batch} × lookback {lookback} + 5, \
-         {} thread(s), median of {RUNS} steps: FP32 {:.1} ms, INT8 {:.1} ms, INT8 / FP32 {:.3}×",
+         {dev:?}, {} thread(s), median of {RUNS} steps: FP32 {:.1} ms, INT8 {:.1} ms, INT8 / FP32 \
+         {:.3}×",
         params as f64 / 1e6,
         tch::get_num_threads(),
         f * 1e3,
