@@ -133,11 +133,15 @@ pub fn write_chart(path: &Path, profiles: &[MemoryProfile]) -> Result<(), ChartE
             .color(&BLACK);
         let labels = groups.iter().enumerate().map(|(g, (_, values))| {
             let mib = values[k] as f64 / MIB;
-            let text = if k == 0 {
-                format!("{mib:.0}")
+            let size = if mib < 10.0 {
+                format!("{mib:.1}")
             } else {
-                let base = values[0].max(1) as f64;
-                format!("{mib:.0} ({:.2}×)", values[k] as f64 / base)
+                format!("{mib:.0}")
+            };
+            let text = match values[0] {
+                _ if k == 0 => size,
+                0 => format!("{size} (–)"),
+                base => format!("{size} ({:.2}×)", values[k] as f64 / base as f64),
             };
             Text::new(
                 text,

@@ -115,6 +115,24 @@ pub fn update_host(
         )));
     }
     let threads = threads.max(1);
+    if threads == 1 {
+        // No threads to start (their start and join cost more than a small tensor's update).
+        update_blocks(
+            0,
+            grad,
+            codes,
+            scales,
+            cols,
+            state.m_codes,
+            state.v_codes,
+            state.m_absmax,
+            state.v_absmax,
+            s,
+        );
+        requantize_rows(grad, codes, scales, cols, rng, 0);
+        rng.skip(n as u64);
+        return Ok(());
+    }
     // Phase 1, parallel over blocks: moments and the f32 weight update.
     let blocks_per_thread = blocks.div_ceil(threads).max(1);
     let chunk = blocks_per_thread * BLOCK;
