@@ -256,19 +256,19 @@ mod tests {
         if !reset_peak_rss() {
             return; // not allowed here: nothing to show
         }
-        let block = std::hint::black_box(vec![1u8; 64 << 20]);
+        let block = std::hint::black_box(vec![1u8; 256 << 20]);
         let during = read_status().unwrap();
         drop(block);
         let after = read_status().unwrap();
         // The kernel syncs per-thread counters lazily: allow a few pages of slack.
         assert!(
-            during.peak >= before.rss + (60 << 20),
+            during.peak >= before.rss + (200 << 20),
             "{before:?} {during:?}"
         );
         assert!(
-            after.peak >= before.rss + (60 << 20),
+            after.peak >= before.rss + (200 << 20),
             "{before:?} {after:?}"
         );
-        assert!(after.rss + (32 << 20) < after.peak, "the block was freed");
+        assert!(after.rss + (128 << 20) < after.peak, "the block was freed");
     }
 }
