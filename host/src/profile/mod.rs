@@ -92,14 +92,14 @@ pub struct CudaPeak {
 
 #[derive(Debug, Error)]
 pub enum ProfileError {
-    #[error("could not start the profiling child process {exe}: {source}")]
+    #[error("could not start the profiling child process {exe}")]
     Spawn { exe: String, source: std::io::Error },
     #[error("profiling {label:?} failed ({status}); its messages are above")]
     ChildFailed {
         label: String,
         status: std::process::ExitStatus,
     },
-    #[error("profiling {label:?} printed no readable result: {source}")]
+    #[error("profiling {label:?} printed no readable result")]
     BadOutput {
         label: String,
         source: serde_json::Error,

@@ -33,7 +33,7 @@ pub struct ProbeRequest<'a> {
 
 #[derive(Debug, Error)]
 pub enum ProbeError {
-    #[error("{what}: {source}")]
+    #[error("{what}")]
     Plugin {
         what: &'static str,
         source: PluginError,
@@ -42,9 +42,9 @@ pub enum ProbeError {
     NoProgress { done: u64 },
     #[error("reading this process's memory from /proc/self/status: {0}")]
     ProcStatus(String),
-    #[error("the CUDA allocator: {0}")]
+    #[error("reading the CUDA allocator")]
     Cuda(#[from] cuda::CudaError),
-    #[error("the validated config is not JSON: {0}")]
+    #[error("the validated config is not JSON")]
     Config(#[from] serde_json::Error),
 }
 
