@@ -20,7 +20,9 @@ fn main() -> std::process::ExitCode {
     match tli_host::commands::run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            // Each cause once: many errors repeat their source in their own message.
+            let chain = tli_host::error_chain::error_chain(error.as_ref());
+            eprintln!("error: {chain}");
             std::process::ExitCode::FAILURE
         }
     }
