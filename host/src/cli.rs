@@ -332,6 +332,15 @@ pub struct LocalArgs {
     /// Config as JSON, `@file.json`, or `PLUGIN=JSON` / `PLUGIN=@file` for one plugin. Repeatable.
     #[arg(long)]
     pub config: Vec<String>,
+    #[command(flatten)]
+    pub run: InProcessArgs,
+    #[command(flatten)]
+    pub data: DataArgs,
+}
+
+/// Seed, device and threads of an in-process run (`train local`, `profile memory`).
+#[derive(Args, Debug, Clone)]
+pub struct InProcessArgs {
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
     /// `cpu` or `cuda:N`.
@@ -340,8 +349,6 @@ pub struct LocalArgs {
     /// libtorch intra-op threads (default: one per core).
     #[arg(long, value_parser = clap::value_parser!(i32).range(1..=1024))]
     pub threads: Option<i32>,
-    #[command(flatten)]
-    pub data: DataArgs,
 }
 
 /// The dataset of an in-process run (`train local`, `profile memory`).
@@ -384,14 +391,8 @@ pub struct ProfileMemoryArgs {
     /// Training steps to run before reading the figures (the peak covers them all).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub steps: u64,
-    #[arg(long, default_value_t = 42)]
-    pub seed: u64,
-    /// `cpu` or `cuda:N`.
-    #[arg(long, default_value = "cpu")]
-    pub device: Device,
-    /// libtorch intra-op threads (default: one per core).
-    #[arg(long, value_parser = clap::value_parser!(i32).range(1..=1024))]
-    pub threads: Option<i32>,
+    #[command(flatten)]
+    pub run: InProcessArgs,
     /// Skip the warm-up trainer (one step, discarded) that each child runs before
     /// its baseline, so that libtorch's code pages and thread pools touched by a
     /// first step are not counted as the trainer's memory.

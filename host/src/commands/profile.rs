@@ -54,10 +54,10 @@ fn child(plugin_dir: &Path, contracts: Option<&Path>, args: &ProfileMemoryArgs) 
         );
     }
     let (label, config_arg) = configs.remove(0);
-    if let Some(threads) = args.threads {
+    if let Some(threads) = args.run.threads {
         tch::set_num_threads(threads);
     }
-    let AnnotatedDataset { dataset, annex } = dataset_for(contracts, &args.data, args.seed)?;
+    let AnnotatedDataset { dataset, annex } = dataset_for(contracts, &args.data, args.run.seed)?;
     let dataset = RArc::new(dataset);
     describe_dataset(&dataset);
     let registry = scan(plugin_dir)?;
@@ -82,8 +82,8 @@ fn child(plugin_dir: &Path, contracts: Option<&Path>, args: &ProfileMemoryArgs) 
         label: &label,
         config: config.as_deref(),
         steps: args.steps,
-        seed: args.seed,
-        device: args.device,
+        seed: args.run.seed,
+        device: args.run.device,
         warmup: !args.no_warmup,
     };
     let profile = probe::measure(plugin, &request, &dataset, &annex)

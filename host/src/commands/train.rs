@@ -62,7 +62,7 @@ pub(super) fn local(
     output: OutputFormat,
 ) -> Result<()> {
     let configs = PluginConfigs::parse(&args.config, &args.plugins)?;
-    let AnnotatedDataset { dataset, annex } = dataset_for(contracts, &args.data, args.seed)?;
+    let AnnotatedDataset { dataset, annex } = dataset_for(contracts, &args.data, args.run.seed)?;
     let dataset = RArc::new(dataset);
     describe_dataset(&dataset);
     let registry = scan(plugin_dir)?;
@@ -78,9 +78,9 @@ pub(super) fn local(
         steps: args.steps,
         slice: args.slice,
         configs,
-        seed: args.seed,
-        device: args.device,
-        threads: args.threads,
+        seed: args.run.seed,
+        device: args.run.device,
+        threads: args.run.threads,
         interactive: std::io::stderr().is_terminal(),
     };
     let reports = local_train::run(&registry, &request, &dataset, &annex);

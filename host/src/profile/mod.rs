@@ -159,14 +159,14 @@ fn child_args(
     }
     for (flag, value) in [
         ("--steps", args.steps.to_string()),
-        ("--seed", args.seed.to_string()),
-        ("--device", args.device.to_string()),
+        ("--seed", args.run.seed.to_string()),
+        ("--device", args.run.device.to_string()),
         ("--rows", args.data.rows.to_string()),
     ] {
         push(flag);
         push(&value);
     }
-    if let Some(threads) = args.threads {
+    if let Some(threads) = args.run.threads {
         push("--threads");
         push(&threads.to_string());
     }

@@ -117,18 +117,15 @@ pub fn update_host(
     let threads = threads.max(1);
     if threads == 1 {
         // No threads to start (their start and join cost more than a small tensor's update).
-        update_blocks(
-            0,
-            grad,
-            codes,
-            scales,
+        let range = BlockRange {
+            first: 0,
+            grad: &mut *grad,
+            codes: &*codes,
+            scales: &*scales,
             cols,
-            state.m_codes,
-            state.v_codes,
-            state.m_absmax,
-            state.v_absmax,
-            s,
-        );
+            state,
+        };
+        update_blocks(range, s);
         requantize_rows(grad, codes, scales, cols, rng, 0);
         rng.skip(n as u64);
         return Ok(());
@@ -147,10 +144,21 @@ pub fn update_host(
             .zip(state.v_absmax.chunks_mut(blocks_per_thread))
             .enumerate();
         for (t, (((((g, q), mc), vc), ma), va)) in parts {
-            let first = t * chunk;
-            scope.spawn(move || {
-                update_blocks(first, g, q, scales_ro, cols, mc, vc, ma, va, s);
-            });
+            let state = HostState {
+                m_codes: mc,
+                v_codes: vc,
+                m_absmax: ma,
+                v_absmax: va,
+            };
+            let range = BlockRange {
+                first: t * chunk,
+                grad: g,
+                codes: q,
+                scales: scales_ro,
+                cols,
+                state,
+            };
+            scope.spawn(move || update_blocks(range, s));
         }
     });
     // Phase 2, parallel over rows: new scales, stochastic rounding.
@@ -171,56 +179,35 @@ pub fn update_host(
     Ok(())
 }
 
+/// One thread's share of phase 1: whole blocks from element `first` on
+/// (the gradient, weight codes and moments of those elements; every row's scale).
+struct BlockRange<'a> {
+    first: usize,
+    grad: &'a mut [f32],
+    codes: &'a [i8],
+    scales: &'a [f32],
+    cols: usize,
+    state: HostState<'a>,
+}
+
 /// Phase 1 on one thread's blocks: the AVX2 + FMA build of
 /// [`update_blocks_body`] where the CPU has them (checked at run time: the
 /// crate itself targets baseline x86-64), else the baseline build. Both give
 /// the same bits (no fused multiply-adds are formed; `sqrt`, `/` and `floor`
 /// are exact in either).
-#[allow(clippy::too_many_arguments)]
-fn update_blocks(
-    first: usize,
-    grad: &mut [f32],
-    codes: &[i8],
-    scales: &[f32],
-    cols: usize,
-    m_codes: &mut [u8],
-    v_codes: &mut [u8],
-    m_absmax: &mut [f32],
-    v_absmax: &mut [f32],
-    s: &UpdateScalars,
-) {
+fn update_blocks(range: BlockRange<'_>, s: &UpdateScalars) {
     #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
         // SAFETY: the CPU has AVX2 and FMA (checked just above).
-        return unsafe {
-            update_blocks_avx2(
-                first, grad, codes, scales, cols, m_codes, v_codes, m_absmax, v_absmax, s,
-            )
-        };
+        return unsafe { update_blocks_avx2(range, s) };
     }
-    update_blocks_body(
-        first, grad, codes, scales, cols, m_codes, v_codes, m_absmax, v_absmax, s,
-    )
+    update_blocks_body(range, s)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn update_blocks_avx2(
-    first: usize,
-    grad: &mut [f32],
-    codes: &[i8],
-    scales: &[f32],
-    cols: usize,
-    m_codes: &mut [u8],
-    v_codes: &mut [u8],
-    m_absmax: &mut [f32],
-    v_absmax: &mut [f32],
-    s: &UpdateScalars,
-) {
-    update_blocks_body(
-        first, grad, codes, scales, cols, m_codes, v_codes, m_absmax, v_absmax, s,
-    )
+unsafe fn update_blocks_avx2(range: BlockRange<'_>, s: &UpdateScalars) {
+    update_blocks_body(range, s)
 }
 
 /// Whether this CPU runs the AVX2 + FMA builds of the host kernels.
@@ -233,19 +220,21 @@ fn has_avx2_fma() -> bool {
 }
 
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn update_blocks_body(
-    first: usize,
-    grad: &mut [f32],
-    codes: &[i8],
-    scales: &[f32],
-    cols: usize,
-    m_codes: &mut [u8],
-    v_codes: &mut [u8],
-    m_absmax: &mut [f32],
-    v_absmax: &mut [f32],
-    s: &UpdateScalars,
-) {
+fn update_blocks_body(range: BlockRange<'_>, s: &UpdateScalars) {
+    let BlockRange {
+        first,
+        grad,
+        codes,
+        scales,
+        cols,
+        state:
+            HostState {
+                m_codes,
+                v_codes,
+                m_absmax,
+                v_absmax,
+            },
+    } = range;
     let (smap, umap) = (DynamicMap::signed(), DynamicMap::unsigned());
     let (svals, uvals) = (smap.values(), umap.values());
     // Per-block scratch; simple loops over it vectorise.
