@@ -34,6 +34,8 @@
 //!   embedding, LSTM, GLU, gated residual network, multi-head attention
 //!   (causal; standard or the TFT's interpretable variant).
 //! * [`schedule`]: learning-rate warm-up and constant or cosine schedules.
+//! * [`staged`]: a forward pass written as stages, run directly or staged
+//!   (weights usable one stage at a time, gradients stage by stage).
 //! * [`task_rows`]: a sequence model's task data on the device: every
 //!   asset's rows, feature roles, multi-horizon targets (cumulative or per
 //!   bar), window ends per split.
@@ -65,6 +67,7 @@ pub mod mlp;
 pub mod nn;
 pub mod rl;
 pub mod schedule;
+pub mod staged;
 pub mod task_rows;
 pub mod windows;
 pub use tli_rng as rng;

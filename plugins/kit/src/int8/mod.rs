@@ -11,7 +11,9 @@
 //!   (any device), both drawing the stochastic rounding from a [`CounterRng`].
 //! * [`optimizer`]: [`Int8AdamW`], the whole-model optimizer: quantizes the
 //!   large matrices, keeps small tensors in f32 ([`FlatAdamW`]), materializes
-//!   f32 weights for a step and releases them after, checkpoints exactly.
+//!   f32 weights for a step and releases them after, checkpoints exactly;
+//!   its staged step ([`StagedStep`]) holds one stage's f32 weights and
+//!   gradients at a time (a [`staged`](crate::staged) forward pass).
 //!
 //! [`CounterRng`]: crate::counter_rng::CounterRng
 //! [`FlatAdamW`]: crate::flat_adamw::FlatAdamW
@@ -22,8 +24,12 @@ pub mod optimizer;
 pub mod weight;
 
 pub use dynamic_map::DynamicMap;
+pub use optimizer::staged_step::StagedStep;
 pub use optimizer::{Int8AdamW, Int8AdamWState, Int8Options};
 pub use weight::Int8Weight;
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod staged_tests;

@@ -32,6 +32,9 @@ use super::blockwise_adam::{
     blocks_for, update_host, update_tensors, DeviceMaps, HostState, TensorState, UpdateScalars,
 };
 use super::weight::Int8Weight;
+
+#[path = "staged_step.rs"]
+pub mod staged_step;
 use crate::adam::AdamConfig;
 use crate::counter_rng::{CounterRng, CounterRngState};
 use crate::errors::TchResultExt;
@@ -104,6 +107,9 @@ pub struct Int8AdamW {
     rng: CounterRng,
     device: Device,
     materialized: bool,
+    /// Peak f32 bytes of weight copies and gradients held by the last
+    /// staged step (0 before one).
+    last_step_transient: u64,
 }
 
 impl Int8AdamW {
@@ -189,6 +195,7 @@ impl Int8AdamW {
             rng: CounterRng::new(options.seed),
             device,
             materialized: true,
+            last_step_transient: 0,
         };
         optimizer.release()?;
         Ok(optimizer)
@@ -294,81 +301,118 @@ impl Int8AdamW {
             dense.apply(&flat, lr)?;
         }
         self.step += 1;
+        let first_draw = self.rng.state().counter;
+        for (index, grad) in q_grads.iter().enumerate() {
+            self.update_quantized(index, grad, lr, grad_scale, first_draw)?;
+        }
+        self.finish_draws(first_draw);
+        Ok(norm)
+    }
+
+    /// The update of quantized tensor `index` from its gradient (this
+    /// step's counter already advanced): 8-bit blockwise AdamW at `lr` with
+    /// the gradient scaled by `grad_scale`, then stochastic re-quantization
+    /// drawing values `first_draw + offset ..` of the rounding stream (so
+    /// the draws do not depend on the order tensors are updated in).
+    pub(super) fn update_quantized(
+        &mut self,
+        index: usize,
+        grad: &Tensor,
+        lr: f64,
+        grad_scale: f64,
+        first_draw: u64,
+    ) -> Result<(), PluginError> {
+        let ctx = "int8 optimizer update";
         let c = self.config;
         let t = self.step as i32;
-        let scalars = |decayed: bool| UpdateScalars {
+        let libtorch_threads = tch::get_num_threads().max(1) as usize;
+        let q = &mut self.quantized[index];
+        let s = UpdateScalars {
             beta1: c.beta1 as f32,
             beta2: c.beta2 as f32,
             eps: c.eps as f32,
             lr: lr as f32,
-            weight_decay: if decayed { c.weight_decay as f32 } else { 0.0 },
+            weight_decay: if q.decayed {
+                c.weight_decay as f32
+            } else {
+                0.0
+            },
             bias1: (1.0 - c.beta1.powi(t)) as f32,
             sqrt_bias2: (1.0 - c.beta2.powi(t)).sqrt() as f32,
             grad_scale: grad_scale as f32,
         };
-        let libtorch_threads = tch::get_num_threads().max(1) as usize;
-        for (q, grad) in self.quantized.iter_mut().zip(q_grads) {
-            let s = scalars(q.decayed);
-            let numel = q.weight.numel();
-            let blocks = blocks_for(numel as usize) as i64;
-            let codes = |t: &Tensor| t.f_narrow(0, q.offset, numel).plugin_err(ctx);
-            let maxima = |t: &Tensor| t.f_narrow(0, q.block_offset, blocks).plugin_err(ctx);
-            let mut views = [
-                codes(&self.m_codes)?,
-                codes(&self.v_codes)?,
-                maxima(&self.m_absmax)?,
-                maxima(&self.v_absmax)?,
-            ];
-            if self.device == Device::Cpu {
-                let mut grad = grad.f_contiguous().plugin_err(ctx)?;
-                let cols = q.weight.shape()[1] as usize;
-                // Threads only where the work outweighs starting them (and competing
-                // with libtorch's spinning OpenMP workers): one per 256 Ki elements.
-                let threads = libtorch_threads
-                    .min(numel as usize / MIN_ELEMENTS_PER_THREAD)
-                    .max(1);
-                // SAFETY: every tensor below is a contiguous CPU tensor of the
-                // element type named, alive for this block; the gradient is our
-                // own, and the codes, scales and state views are disjoint tensors
-                // (or disjoint ranges of the flat buffers) that nothing else
-                // touches while the update runs.
-                unsafe {
-                    update_host(
-                        host_slice::<f32>(&mut grad, Kind::Float)?,
-                        host_slice::<i8>(&mut q.weight.codes, Kind::Int8)?,
-                        host_slice::<f32>(&mut q.weight.scales, Kind::Float)?,
-                        cols,
-                        {
-                            let [mc, vc, ma, va] = &mut views;
-                            HostState {
-                                m_codes: host_slice::<u8>(mc, Kind::Uint8)?,
-                                v_codes: host_slice::<u8>(vc, Kind::Uint8)?,
-                                m_absmax: host_slice::<f32>(ma, Kind::Float)?,
-                                v_absmax: host_slice::<f32>(va, Kind::Float)?,
-                            }
-                        },
-                        &s,
-                        &mut self.rng,
-                        threads,
-                    )?;
-                }
-            } else {
-                update_tensors(
-                    grad,
-                    &mut q.weight,
-                    TensorState {
-                        m_codes: &views[0],
-                        v_codes: &views[1],
-                        m_absmax: &views[2],
-                        v_absmax: &views[3],
+        let mut rng = CounterRng::from_state(CounterRngState {
+            seed: self.rng.state().seed,
+            counter: first_draw.wrapping_add(q.offset as u64),
+        });
+        let numel = q.weight.numel();
+        let blocks = blocks_for(numel as usize) as i64;
+        let codes = |t: &Tensor| t.f_narrow(0, q.offset, numel).plugin_err(ctx);
+        let maxima = |t: &Tensor| t.f_narrow(0, q.block_offset, blocks).plugin_err(ctx);
+        let mut views = [
+            codes(&self.m_codes)?,
+            codes(&self.v_codes)?,
+            maxima(&self.m_absmax)?,
+            maxima(&self.v_absmax)?,
+        ];
+        if self.device == Device::Cpu {
+            let mut grad = grad.f_contiguous().plugin_err(ctx)?;
+            let cols = q.weight.shape()[1] as usize;
+            // Threads only where the work outweighs starting them (and competing
+            // with libtorch's spinning OpenMP workers): one per 256 Ki elements.
+            let threads = libtorch_threads
+                .min(numel as usize / MIN_ELEMENTS_PER_THREAD)
+                .max(1);
+            // SAFETY: every tensor below is a contiguous CPU tensor of the
+            // element type named, alive for this block; the gradient is our
+            // own, and the codes, scales and state views are disjoint tensors
+            // (or disjoint ranges of the flat buffers) that nothing else
+            // touches while the update runs.
+            unsafe {
+                update_host(
+                    host_slice::<f32>(&mut grad, Kind::Float)?,
+                    host_slice::<i8>(&mut q.weight.codes, Kind::Int8)?,
+                    host_slice::<f32>(&mut q.weight.scales, Kind::Float)?,
+                    cols,
+                    {
+                        let [mc, vc, ma, va] = &mut views;
+                        HostState {
+                            m_codes: host_slice::<u8>(mc, Kind::Uint8)?,
+                            v_codes: host_slice::<u8>(vc, Kind::Uint8)?,
+                            m_absmax: host_slice::<f32>(ma, Kind::Float)?,
+                            v_absmax: host_slice::<f32>(va, Kind::Float)?,
+                        }
                     },
-                    &self.maps,
                     &s,
-                    &mut self.rng,
-                )?;
+                    &mut rng,
+                    threads,
+                )
             }
+        } else {
+            update_tensors(
+                grad,
+                &mut q.weight,
+                TensorState {
+                    m_codes: &views[0],
+                    v_codes: &views[1],
+                    m_absmax: &views[2],
+                    v_absmax: &views[3],
+                },
+                &self.maps,
+                &s,
+                &mut rng,
+            )
         }
-        Ok(norm)
+    }
+
+    /// After a step's updates: the rounding stream moves past every
+    /// quantized element's draw.
+    pub(super) fn finish_draws(&mut self, first_draw: u64) {
+        let total: i64 = self.quantized.iter().map(|q| q.weight.numel()).sum();
+        self.rng = CounterRng::from_state(CounterRngState {
+            seed: self.rng.state().seed,
+            counter: first_draw.wrapping_add(total as u64),
+        });
     }
 
     /// The JSON part of a checkpoint.
@@ -396,8 +440,14 @@ impl Int8AdamW {
             + self.dense_optimizer.as_ref().map_or(0, |d| d.state_bytes())
     }
 
-    /// Bytes that exist only during a step: the f32 copies of the quantized
-    /// weights and the f32 gradient of every parameter.
+    /// Peak f32 bytes of weight copies and gradients the last staged step
+    /// held (0 before one).
+    pub fn last_staged_transient_bytes(&self) -> u64 {
+        self.last_step_transient
+    }
+
+    /// Bytes that exist only during a (one-pass) step: the f32 copies of
+    /// the quantized weights and the f32 gradient of every parameter.
     pub fn transient_bytes(&self) -> u64 {
         let quantized: u64 = self
             .quantized
