@@ -23,6 +23,18 @@ pub enum Precision {
     Int8,
 }
 
+/// How a training step holds its f32 transient (INT8 only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepMemory {
+    /// Every f32 weight copy and gradient at once (one backward pass).
+    Full,
+    /// One block's f32 weights and gradients at a time: the forward pass
+    /// keeps no autograd graph and each block is recomputed in the backward
+    /// sweep (two sweeps with clipping); slower, a fraction of the memory.
+    Staged,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TftConfig {
@@ -56,6 +68,9 @@ pub struct TftConfig {
     /// With `precision: "int8"`: matrices with fewer elements stay f32
     /// (bitsandbytes' `min_8bit_size`: 4096).
     pub int8_min_elements: usize,
+    /// With `precision: "int8"`: `"staged"` trains (and evaluates) holding
+    /// one block's f32 weights and gradients at a time.
+    pub step_memory: StepMemory,
 }
 
 impl Default for TftConfig {
@@ -78,6 +93,7 @@ impl Default for TftConfig {
             max_grad_norm: 1.0,
             eval_batch_size: 256,
             int8_min_elements: 4096,
+            step_memory: StepMemory::Full,
         }
     }
 }
@@ -117,6 +133,14 @@ impl TftConfig {
                     "{} must divide hidden_size {}",
                     self.attention_heads, self.hidden_size
                 ),
+            );
+        }
+        if self.step_memory == StepMemory::Staged && self.precision != Precision::Int8 {
+            return bad(
+                "step_memory",
+                "\"staged\" needs precision \"int8\" (an fp32 step keeps its weights in f32 \
+                 anyway): set precision to \"int8\" or step_memory to \"full\""
+                    .into(),
             );
         }
         if self.quantiles.is_empty() {
@@ -160,7 +184,8 @@ impl TftConfig {
                 "weight_decay": {"type": "number", "minimum": 0, "maximum": 1, "default": d.weight_decay},
                 "max_grad_norm": {"type": "number", "minimum": 0, "default": d.max_grad_norm},
                 "eval_batch_size": int(1, 1 << 16, d.eval_batch_size),
-                "int8_min_elements": int(1, 1 << 30, d.int8_min_elements)
+                "int8_min_elements": int(1, 1 << 30, d.int8_min_elements),
+                "step_memory": {"enum": ["full", "staged"], "default": "full"}
             }
         })
     }
@@ -196,6 +221,8 @@ mod tests {
             (r#"{"int8_min_elements": 0}"#, "int8_min_elements"),
             (r#"{"warmup_steps": 2000000000}"#, "warmup_steps"),
             (r#"{"hidden": 10}"#, "hidden"),
+            (r#"{"step_memory": "staged"}"#, "step_memory"),
+            (r#"{"step_memory": "half"}"#, "step_memory"),
         ];
         for (json, key) in refused {
             let e = TftConfig::parse(json).unwrap_err();

@@ -16,7 +16,7 @@
 
 use crate::batches::TftData;
 use crate::config::TftConfig;
-use crate::model::Tft;
+use crate::model::{TftBatch, TftOutput};
 use tch::{Kind, Tensor};
 use tli_plugin_api::{Metric, PluginError};
 use tli_plugin_kit::data::Split;
@@ -50,7 +50,7 @@ fn to_f32(t: &Tensor) -> Result<Vec<f32>, PluginError> {
 
 /// The metrics of `split` (none when it has no window).
 pub fn split_metrics(
-    model: &Tft,
+    forward: &mut dyn FnMut(&TftBatch) -> Result<TftOutput, PluginError>,
     config: &TftConfig,
     data: &TftData,
     split: Split,
@@ -94,7 +94,7 @@ pub fn split_metrics(
     };
     for chunk in windows.chunks(config.eval_batch_size) {
         let batch = data.batch(chunk, config.lookback, config.horizons)?;
-        let out = tch::no_grad(|| model.forward(&batch.inputs, None))?;
+        let out = forward(&batch.inputs)?;
         set.asset.extend(chunk.iter().map(|w| w.asset));
         set.forecast.extend(to_f32(&out.forecast)?);
         set.target.extend(to_f32(&batch.targets)?);

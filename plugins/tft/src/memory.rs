@@ -10,10 +10,13 @@
 //! f32 maximum per 256-element block for matrices of at least
 //! `int8_min_elements`, f32 for the rest). Gradients exist only during a
 //! step: f32 for every parameter, and with INT8 also the dequantized f32
-//! weights. Activations: the larger of a per-token model and one f32 copy
-//! of the parameters (`ACTIVATION_*` below, fitted to measured peaks).
+//! weights; with `step_memory: "staged"` only the largest stage's weight
+//! copies and gradients (plus the small f32 tensors' gradients), from
+//! [`stage_shapes`]. Activations: the larger of a per-token model and one
+//! f32 copy of the parameters (`ACTIVATION_*` below, fitted to measured
+//! peaks).
 
-use crate::config::{Precision, TftConfig};
+use crate::config::{Precision, StepMemory, TftConfig};
 use crate::model::TftShape;
 use tli_plugin_kit::int8::blockwise_adam::blocks_for;
 
@@ -40,11 +43,19 @@ fn gate_add_norm(input: i64, output: i64, out: &mut Vec<Vec<i64>>) {
     out.push(vec![output]);
 }
 
-fn selection(count: i64, d: i64, context: Option<i64>, out: &mut Vec<Vec<i64>>) {
-    grn(count * d, d, count, context, out);
+/// A variable selection network: the selector, then one GRN per variable (a stage each).
+fn selection(count: i64, d: i64, context: Option<i64>, stages: &mut Vec<Vec<Vec<i64>>>) {
+    stages.push(block(|out| grn(count * d, d, count, context, out)));
     for _ in 0..count {
-        grn(d, d, d, None, out);
+        stages.push(block(|out| grn(d, d, d, None, out)));
     }
+}
+
+/// The shapes one builder pushes.
+fn block(build: impl FnOnce(&mut Vec<Vec<i64>>)) -> Vec<Vec<i64>> {
+    let mut out = Vec::new();
+    build(&mut out);
+    out
 }
 
 fn lstm(d: i64, layers: usize, out: &mut Vec<Vec<i64>>) {
@@ -53,37 +64,36 @@ fn lstm(d: i64, layers: usize, out: &mut Vec<Vec<i64>>) {
     }
 }
 
-/// Every parameter tensor's shape, in the model's naming order.
-pub fn tensor_shapes(s: &TftShape) -> Vec<Vec<i64>> {
+/// Every parameter tensor's shape by stage of the model's forward pass
+/// (`Tft::forward_graph`), in the model's naming order.
+pub fn stage_shapes(s: &TftShape) -> Vec<Vec<Vec<i64>>> {
     let d = s.hidden as i64;
     let (past, future, statics) = (
         s.past_inputs() as i64,
         s.future_inputs() as i64,
         s.static_inputs() as i64,
     );
-    let mut out = vec![vec![s.assets as i64, d]];
+    let mut stages = Vec::new();
+    let mut embeddings = vec![vec![s.assets as i64, d]];
     if s.static_reals > 0 {
         let reals = vec![s.static_reals as i64, d];
-        out.extend([reals.clone(), reals]);
+        embeddings.extend([reals.clone(), reals]);
     }
-    out.extend([
-        vec![past, d],
-        vec![past, d],
-        vec![future, d],
-        vec![future, d],
-    ]);
-    selection(statics, d, None, &mut out);
-    selection(past, d, Some(d), &mut out);
-    selection(future, d, Some(d), &mut out);
+    stages.push(embeddings);
+    stages.push(vec![vec![past, d], vec![past, d]]);
+    stages.push(vec![vec![future, d], vec![future, d]]);
+    selection(statics, d, None, &mut stages);
+    selection(past, d, Some(d), &mut stages);
+    selection(future, d, Some(d), &mut stages);
     for _ in 0..4 {
-        grn(d, d, d, None, &mut out);
+        stages.push(block(|out| grn(d, d, d, None, out)));
     }
-    lstm(d, s.lstm_layers, &mut out);
-    lstm(d, s.lstm_layers, &mut out);
-    gate_add_norm(d, d, &mut out);
-    grn(d, d, d, Some(d), &mut out);
+    stages.push(block(|out| lstm(d, s.lstm_layers, out)));
+    stages.push(block(|out| lstm(d, s.lstm_layers, out)));
+    stages.push(block(|out| gate_add_norm(d, d, out)));
+    stages.push(block(|out| grn(d, d, d, Some(d), out)));
     let dk = d / s.heads as i64;
-    out.extend([
+    stages.push(vec![
         vec![d, d],
         vec![d],
         vec![d, d],
@@ -93,11 +103,18 @@ pub fn tensor_shapes(s: &TftShape) -> Vec<Vec<i64>> {
         vec![d, dk],
         vec![d],
     ]);
-    gate_add_norm(d, d, &mut out);
-    grn(d, d, d, None, &mut out);
-    gate_add_norm(d, d, &mut out);
-    out.extend([vec![s.outputs as i64, d], vec![s.outputs as i64]]);
-    out
+    stages.push(block(|out| gate_add_norm(d, d, out)));
+    stages.push(block(|out| grn(d, d, d, None, out)));
+    stages.push(block(|out| {
+        gate_add_norm(d, d, out);
+        out.extend([vec![s.outputs as i64, d], vec![s.outputs as i64]]);
+    }));
+    stages
+}
+
+/// Every parameter tensor's shape, in the model's naming order.
+pub fn tensor_shapes(s: &TftShape) -> Vec<Vec<i64>> {
+    stage_shapes(s).concat()
 }
 
 pub fn parameter_count(s: &TftShape) -> u64 {
@@ -129,6 +146,27 @@ pub struct Bytes {
     pub activations: u64,
 }
 
+/// The f32 transient of a staged INT8 step: the largest stage's weight
+/// copies and gradients, and the gradients of every f32 tensor (kept until
+/// the dense update at the end of the sweep).
+fn staged_transient(config: &TftConfig, s: &TftShape) -> u64 {
+    let quantized = |shape: &Vec<i64>| {
+        let n = shape.iter().product::<i64>() as u64;
+        (shape.len() == 2 && n >= config.int8_min_elements as u64).then_some(n)
+    };
+    let largest_stage = stage_shapes(s)
+        .iter()
+        .map(|stage| stage.iter().filter_map(quantized).sum::<u64>())
+        .max()
+        .unwrap_or(0);
+    let dense: u64 = tensor_shapes(s)
+        .iter()
+        .filter(|shape| quantized(shape).is_none())
+        .map(|shape| shape.iter().product::<i64>() as u64)
+        .sum();
+    8 * largest_stage + 4 * dense
+}
+
 pub fn breakdown(config: &TftConfig, s: &TftShape) -> Bytes {
     let (mut parameters, mut gradients, mut optimizer_state) = (0u64, 0u64, 0u64);
     for shape in tensor_shapes(s) {
@@ -145,6 +183,9 @@ pub fn breakdown(config: &TftConfig, s: &TftShape) -> Bytes {
             parameters += 4 * n;
             optimizer_state += 8 * n;
         }
+    }
+    if config.step_memory == StepMemory::Staged && config.precision == Precision::Int8 {
+        gradients = staged_transient(config, s);
     }
     let bars = (config.lookback + config.horizons) as u64;
     let per_bar =

@@ -27,6 +27,7 @@ use tli_plugin_kit::nn::{
     Parameters,
 };
 use tli_plugin_kit::rng::Rng;
+use tli_plugin_kit::staged::{Graph, Node, Recording};
 use tli_plugin_kit::TchResultExt;
 
 /// Parameters by name.
@@ -95,6 +96,50 @@ pub struct TftOutput {
     pub future_weights: Tensor,
     /// `[B, heads, H, T + H]`.
     pub attention: Tensor,
+}
+
+/// The nodes of a staged forward pass that make up a [`TftOutput`].
+pub struct OutputNodes {
+    pub forecast: Node,
+    pub static_weights: Node,
+    pub past_weights: Node,
+    pub future_weights: Node,
+    pub attention: Node,
+}
+
+impl OutputNodes {
+    pub fn tensors(&self, recording: &Recording<'_>) -> TftOutput {
+        let get = |n: Node| recording.value(n).shallow_clone();
+        TftOutput {
+            forecast: get(self.forecast),
+            static_weights: get(self.static_weights),
+            past_weights: get(self.past_weights),
+            future_weights: get(self.future_weights),
+            attention: get(self.attention),
+        }
+    }
+}
+
+/// Names of the static context encoders: c_s, c_e, c_h, c_c.
+const CONTEXT_NAMES: [&str; 4] = [
+    "context_selection",
+    "context_enrichment",
+    "context_h",
+    "context_c",
+];
+
+/// `x [B, len, k]` with the relative position `(start + i)/scale` of each
+/// bar appended as one more input → `[B, len, k + 1]`.
+fn with_position(x: &Tensor, start: i64, scale: i64) -> Result<Tensor, PluginError> {
+    let ctx = "TFT position input";
+    let size = x.size();
+    let (b, len) = (size[0], size[1]);
+    let position = Tensor::f_arange_start(start, start + len, (Kind::Float, x.device()))
+        .and_then(|p| p.f_div_scalar(scale as f64))
+        .and_then(|p| p.f_view([1, len, 1]))
+        .and_then(|p| p.f_expand([b, len, 1], false))
+        .plugin_err(ctx)?;
+    Tensor::f_cat(&[x.shallow_clone(), position], 2).plugin_err(ctx)
 }
 
 pub struct Tft {
@@ -183,12 +228,26 @@ impl Tft {
         })
     }
 
-    /// The forward pass; `rng` is `Some` when training (dropout).
+    /// The forward pass run directly (one autograd graph); `rng` is `Some`
+    /// when training (dropout).
     pub fn forward(
         &self,
         batch: &TftBatch,
-        mut rng: Option<&mut CounterRng>,
+        rng: Option<&mut CounterRng>,
     ) -> Result<TftOutput, PluginError> {
+        let mut graph = Graph::direct(rng);
+        let nodes = self.forward_graph(&mut graph, batch)?;
+        Ok(nodes.tensors(&graph.finish()))
+    }
+
+    /// The forward pass as stages of `graph` (run directly or staged, see
+    /// the kit's [`staged`](tli_plugin_kit::staged)): one stage per named
+    /// block (each GRN, LSTM, the attention…), each naming its parameters.
+    pub fn forward_graph<'a>(
+        &'a self,
+        graph: &mut Graph<'a, '_>,
+        batch: &TftBatch,
+    ) -> Result<OutputNodes, PluginError> {
         let ctx = "TFT forward";
         let s = &self.shape;
         let past_size = batch.past.size();
@@ -198,95 +257,125 @@ impl Tft {
                 s.observed + s.known
             )));
         }
-        let (b, t, h) = (past_size[0], past_size[1], s.horizons as i64);
-        let device = batch.past.device();
+        let (t, h) = (past_size[1], s.horizons as i64);
 
         // Static covariates → the four context vectors.
-        let mut statics = vec![self
-            .asset_embedding
-            .forward(&batch.asset)?
-            .f_unsqueeze(1)
-            .plugin_err(ctx)?];
-        if let Some(reals) = &self.static_reals {
-            statics.push(reals.forward(&batch.static_reals)?);
-        }
-        let statics = Tensor::f_cat(&statics, 1).plugin_err(ctx)?;
+        let asset = graph.input(batch.asset.shallow_clone());
+        let static_reals = graph.input(batch.static_reals.shallow_clone());
+        let [statics] = graph.stage(
+            &["asset_embedding", "inputs.static"],
+            &[asset, static_reals],
+            move |xs, _| {
+                let mut parts = vec![self
+                    .asset_embedding
+                    .forward(&xs[0])?
+                    .f_unsqueeze(1)
+                    .plugin_err(ctx)?];
+                if let Some(reals) = &self.static_reals {
+                    parts.push(reals.forward(&xs[1])?);
+                }
+                Ok(vec![Tensor::f_cat(&parts, 1).plugin_err(ctx)?])
+            },
+        )?;
         let (static_emb, static_weights) =
             self.static_selection
-                .forward(&statics, None, rng.as_deref_mut())?;
+                .forward_graph(graph, "static_selection", statics, None)?;
         let mut contexts = Vec::with_capacity(4);
-        for encoder in &self.static_encoders {
-            contexts.push(encoder.forward(&static_emb, None, rng.as_deref_mut())?);
+        for (name, encoder) in CONTEXT_NAMES.iter().zip(&self.static_encoders) {
+            let [c] = graph.stage(&[name], &[static_emb], move |xs, rng| {
+                Ok(vec![encoder.forward(&xs[0], None, rng)?])
+            })?;
+            contexts.push(c);
         }
-        let [c_s, c_e, c_h, c_c]: [Tensor; 4] = contexts
-            .try_into()
-            .map_err(|_| PluginError::other("TFT: four static contexts"))?;
+        let [c_s, c_e, c_h, c_c] = [contexts[0], contexts[1], contexts[2], contexts[3]];
 
         // Past and future inputs, each bar with its relative position.
-        let position = |start: i64, len: i64| -> Result<Tensor, PluginError> {
-            Tensor::f_arange_start(start, start + len, (Kind::Float, device))
-                .and_then(|p| p.f_div_scalar(t as f64))
-                .and_then(|p| p.f_view([1, len, 1]))
-                .and_then(|p| p.f_expand([b, len, 1], false))
-                .plugin_err(ctx)
-        };
-        let past =
-            Tensor::f_cat(&[batch.past.shallow_clone(), position(-t, t)?], 2).plugin_err(ctx)?;
-        let future =
-            Tensor::f_cat(&[batch.future.shallow_clone(), position(0, h)?], 2).plugin_err(ctx)?;
-        let (past_emb, past_weights) = self.past_selection.forward(
-            &self.past_reals.forward(&past)?,
-            Some(&c_s),
-            rng.as_deref_mut(),
-        )?;
-        let (future_emb, future_weights) = self.future_selection.forward(
-            &self.future_reals.forward(&future)?,
-            Some(&c_s),
-            rng.as_deref_mut(),
-        )?;
+        let past = graph.input(batch.past.shallow_clone());
+        let [past] = graph.stage(&["inputs.past"], &[past], move |xs, _| {
+            Ok(vec![self
+                .past_reals
+                .forward(&with_position(&xs[0], -t, t)?)?])
+        })?;
+        let future = graph.input(batch.future.shallow_clone());
+        let [future] = graph.stage(&["inputs.future"], &[future], move |xs, _| {
+            Ok(vec![self
+                .future_reals
+                .forward(&with_position(&xs[0], 0, t)?)?])
+        })?;
+        let (past_emb, past_weights) =
+            self.past_selection
+                .forward_graph(graph, "past_selection", past, Some(c_s))?;
+        let (future_emb, future_weights) =
+            self.future_selection
+                .forward_graph(graph, "future_selection", future, Some(c_s))?;
 
         // LSTM encoder–decoder from the static state.
         let layers = s.lstm_layers as i64;
-        let init = |c: &Tensor| {
-            c.f_unsqueeze(0)
-                .and_then(|c| c.f_expand([layers, b, s.hidden as i64], false))
-                .and_then(|c| c.f_contiguous())
-                .plugin_err(ctx)
-        };
-        let state = LstmState {
-            h: init(&c_h)?,
-            c: init(&c_c)?,
-        };
-        let (encoded, state) = self
-            .encoder
-            .forward(&past_emb, Some(&state), rng.as_deref_mut())?;
-        let (decoded, _) = self
-            .decoder
-            .forward(&future_emb, Some(&state), rng.as_deref_mut())?;
-        let lstm_out = Tensor::f_cat(&[encoded, decoded], 1).plugin_err(ctx)?;
-        let embedded = Tensor::f_cat(&[past_emb, future_emb], 1).plugin_err(ctx)?;
-        let phi = self
-            .post_lstm
-            .forward(&lstm_out, &embedded, rng.as_deref_mut())?;
+        let hidden = s.hidden as i64;
+        let [encoded, state_h, state_c] =
+            graph.stage(&["encoder"], &[past_emb, c_h, c_c], move |xs, rng| {
+                let b = xs[0].size()[0];
+                let init = |c: &Tensor| {
+                    c.f_unsqueeze(0)
+                        .and_then(|c| c.f_expand([layers, b, hidden], false))
+                        .and_then(|c| c.f_contiguous())
+                        .plugin_err(ctx)
+                };
+                let state = LstmState {
+                    h: init(&xs[1])?,
+                    c: init(&xs[2])?,
+                };
+                let (encoded, state) = self.encoder.forward(&xs[0], Some(&state), rng)?;
+                Ok(vec![encoded, state.h, state.c])
+            })?;
+        let [decoded] = graph.stage(
+            &["decoder"],
+            &[future_emb, state_h, state_c],
+            move |xs, rng| {
+                let state = LstmState {
+                    h: xs[1].shallow_clone(),
+                    c: xs[2].shallow_clone(),
+                };
+                Ok(vec![self.decoder.forward(&xs[0], Some(&state), rng)?.0])
+            },
+        )?;
+        let [phi] = graph.stage(
+            &["post_lstm"],
+            &[encoded, decoded, past_emb, future_emb],
+            move |xs, rng| {
+                let lstm_out = Tensor::f_cat(&[&xs[0], &xs[1]], 1).plugin_err(ctx)?;
+                let embedded = Tensor::f_cat(&[&xs[2], &xs[3]], 1).plugin_err(ctx)?;
+                Ok(vec![self.post_lstm.forward(&lstm_out, &embedded, rng)?])
+            },
+        )?;
 
         // Static enrichment, then attention from the future bars over everything before them.
-        let theta = self
-            .enrichment
-            .forward(&phi, Some(&c_e), rng.as_deref_mut())?;
-        let future_of = |x: &Tensor| x.f_narrow(1, t, h).plugin_err(ctx);
-        let theta_future = future_of(&theta)?;
-        let (attended, attention) =
-            self.attention
-                .forward(&theta_future, &theta, true, rng.as_deref_mut())?;
-        let delta = self
-            .post_attention
-            .forward(&attended, &theta_future, rng.as_deref_mut())?;
-        let psi = self
-            .positionwise
-            .forward(&delta, None, rng.as_deref_mut())?;
-        let out = self.pre_output.forward(&psi, &future_of(&phi)?, rng)?;
-        Ok(TftOutput {
-            forecast: self.output.forward(&out)?,
+        let [theta] = graph.stage(&["enrichment"], &[phi, c_e], move |xs, rng| {
+            Ok(vec![self.enrichment.forward(&xs[0], Some(&xs[1]), rng)?])
+        })?;
+        let future_of = move |x: &Tensor| x.f_narrow(1, t, h).plugin_err(ctx);
+        let [attended, attention] = graph.stage(&["attention"], &[theta], move |xs, rng| {
+            let (attended, weights) =
+                self.attention
+                    .forward(&future_of(&xs[0])?, &xs[0], true, rng)?;
+            Ok(vec![attended, weights])
+        })?;
+        let [delta] = graph.stage(&["post_attention"], &[attended, theta], move |xs, rng| {
+            Ok(vec![self.post_attention.forward(
+                &xs[0],
+                &future_of(&xs[1])?,
+                rng,
+            )?])
+        })?;
+        let [psi] = graph.stage(&["positionwise"], &[delta], move |xs, rng| {
+            Ok(vec![self.positionwise.forward(&xs[0], None, rng)?])
+        })?;
+        let [forecast] = graph.stage(&["pre_output", "output"], &[psi, phi], move |xs, rng| {
+            let out = self.pre_output.forward(&xs[0], &future_of(&xs[1])?, rng)?;
+            Ok(vec![self.output.forward(&out)?])
+        })?;
+        Ok(OutputNodes {
+            forecast,
             static_weights,
             past_weights,
             future_weights,
@@ -323,15 +412,7 @@ impl Parameters for Tft {
             self.future_selection
                 .named_parameters(&p("future_selection")),
         );
-        for (name, grn) in [
-            "context_selection",
-            "context_enrichment",
-            "context_h",
-            "context_c",
-        ]
-        .iter()
-        .zip(&self.static_encoders)
-        {
+        for (name, grn) in CONTEXT_NAMES.iter().zip(&self.static_encoders) {
             out.extend(grn.named_parameters(&p(name)));
         }
         out.extend(self.encoder.named_parameters(&p("encoder")));

@@ -6,17 +6,24 @@
 //! INT8 weights hold no f32 values between steps: [`Weights::ready`] makes
 //! them usable for a forward pass (training or evaluation) and
 //! [`Weights::rest`] drops the f32 copies after evaluation (a training step
-//! drops them itself).
+//! drops them itself). With `step_memory: "staged"` neither is used: the
+//! forward pass runs as the model's stages and each makes only its own
+//! weights usable while it runs ([`Weights::train_step`],
+//! [`Weights::evaluate`]; the kit's `staged` module and `StagedStep`).
 
-use crate::config::{Precision, TftConfig};
-use crate::model::Tft;
+use crate::batches::WindowBatch;
+use crate::config::{Precision, StepMemory, TftConfig};
+use crate::model::{Tft, TftBatch, TftOutput};
 use serde::{Deserialize, Serialize};
 use tch::Tensor;
 use tli_plugin_api::PluginError;
 use tli_plugin_kit::adam::AdamConfig;
+use tli_plugin_kit::counter_rng::CounterRng;
 use tli_plugin_kit::flat_adamw::FlatAdamW;
+use tli_plugin_kit::forecast_loss::masked_loss;
 use tli_plugin_kit::int8::{Int8AdamW, Int8AdamWState, Int8Options};
 use tli_plugin_kit::nn::Parameters;
+use tli_plugin_kit::staged::Graph;
 use tli_plugin_kit::TchResultExt;
 
 pub enum Weights {
@@ -73,20 +80,81 @@ impl Weights {
         }
     }
 
-    /// Backward pass, clipping and one update; returns the gradient norm.
-    pub fn backward_step(
+    /// A forward pass without autograd (evaluation). Staged: each block's
+    /// weights are made usable only while it runs.
+    pub fn evaluate(
         &mut self,
-        loss: &Tensor,
-        lr: f64,
-        max_grad_norm: f64,
-    ) -> Result<f64, PluginError> {
+        model: &Tft,
+        batch: &TftBatch,
+        step_memory: StepMemory,
+    ) -> Result<TftOutput, PluginError> {
         match self {
-            Weights::Fp32(opt) => {
-                let norm = opt.backward_step(loss, lr, max_grad_norm)?;
-                norm.f_double_value(&[])
-                    .plugin_err("reading the gradient norm")
+            Weights::Int8(opt) if step_memory == StepMemory::Staged => {
+                let mut step = opt.staged_step()?;
+                let mut graph = Graph::staged(&mut step, None);
+                let nodes = model.forward_graph(&mut graph, batch)?;
+                Ok(nodes.tensors(&graph.finish()))
             }
-            Weights::Int8(opt) => opt.backward_step(loss, lr, max_grad_norm),
+            _ => {
+                self.ready()?;
+                tch::no_grad(|| model.forward(batch, None))
+            }
+        }
+    }
+
+    /// One training step on `batch`: forward pass, loss, then (unless
+    /// `cancelled()` says otherwise once the forward pass is done) backward
+    /// pass, clipping and the update. Returns the loss, `None` when
+    /// cancelled (nothing updated; the dropout stream has advanced).
+    pub fn train_step(
+        &mut self,
+        model: &Tft,
+        batch: &WindowBatch,
+        dropout: Option<&mut CounterRng>,
+        config: &TftConfig,
+        lr: f64,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<Option<f64>, PluginError> {
+        let quantiles = config.quantiles.clone();
+        let read = |t: &Tensor| t.f_double_value(&[]).plugin_err("reading the loss");
+        match self {
+            Weights::Int8(opt) if config.step_memory == StepMemory::Staged => {
+                let mut step = opt.staged_step()?;
+                let mut graph = Graph::staged(&mut step, dropout);
+                let out = model.forward_graph(&mut graph, &batch.inputs)?;
+                let targets = graph.input(batch.targets.shallow_clone());
+                let valid = graph.input(batch.valid.shallow_clone());
+                let [loss] = graph.stage(&[], &[out.forecast, targets, valid], move |xs, _| {
+                    Ok(vec![masked_loss(&xs[0], &xs[1], &xs[2], &quantiles)?])
+                })?;
+                let recording = graph.finish();
+                if cancelled() {
+                    return Ok(None);
+                }
+                let value = read(recording.value(loss))?;
+                step.backward_update(&recording, loss, lr, config.max_grad_norm)?;
+                Ok(Some(value))
+            }
+            _ => {
+                self.ready()?;
+                let out = model.forward(&batch.inputs, dropout)?;
+                if cancelled() {
+                    self.rest()?;
+                    return Ok(None);
+                }
+                let loss = masked_loss(&out.forecast, &batch.targets, &batch.valid, &quantiles)?;
+                let value = read(&loss)?;
+                match self {
+                    Weights::Fp32(opt) => {
+                        // The norm stays on the device: reading it would wait for the step.
+                        let _norm = opt.backward_step(&loss, lr, config.max_grad_norm)?;
+                    }
+                    Weights::Int8(opt) => {
+                        opt.backward_step(&loss, lr, config.max_grad_norm)?;
+                    }
+                }
+                Ok(Some(value))
+            }
         }
     }
 
@@ -143,8 +211,22 @@ impl Weights {
         }
     }
 
-    /// (weights, optimizer state, transient bytes of a step) as held now.
-    pub fn bytes(&self) -> (u64, u64, u64) {
+    /// (weights, optimizer state, transient bytes of a step) as held now;
+    /// staged, the transient is the last step's measured peak (the planned
+    /// figure before a step has run).
+    pub fn bytes(&self, step_memory: StepMemory, planned_transient: u64) -> (u64, u64, u64) {
+        if let (Weights::Int8(opt), StepMemory::Staged) = (self, step_memory) {
+            let measured = opt.last_staged_transient_bytes();
+            return (
+                opt.parameter_bytes(),
+                opt.state_bytes(),
+                if measured > 0 {
+                    measured
+                } else {
+                    planned_transient
+                },
+            );
+        }
         match self {
             Weights::Fp32(opt) => (
                 opt.params().bytes(),

@@ -17,7 +17,7 @@ use crate::batches::TftData;
 use crate::config::TftConfig;
 use crate::evaluation;
 use crate::memory;
-use crate::model::Tft;
+use crate::model::{Tft, TftBatch};
 use crate::precision::{Weights, WeightsState};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -30,10 +30,8 @@ use tli_plugin_kit::counter_rng::{CounterRng, CounterRngState};
 use tli_plugin_kit::data::Split;
 use tli_plugin_kit::device::parse_device;
 use tli_plugin_kit::epochs::{run_steps, DataCursor, EpochSampler};
-use tli_plugin_kit::forecast_loss::masked_loss;
 use tli_plugin_kit::rng::Rng;
 use tli_plugin_kit::schedule::learning_rate_at;
-use tli_plugin_kit::TchResultExt;
 
 /// What `state.json` holds besides the tensors.
 #[derive(Serialize, Deserialize)]
@@ -148,25 +146,19 @@ impl TftTrainer {
         let batch = self
             .data
             .batch(&ends, self.config.lookback, self.config.horizons)?;
-        self.weights.ready()?;
+        let lr = self.learning_rate();
         let dropout = (self.config.dropout > 0.0).then_some(&mut self.dropout_rng);
-        let out = self.model.forward(&batch.inputs, dropout)?;
-        if self.host.is_cancelled() {
+        let host = &self.host;
+        let outcome =
+            self.weights
+                .train_step(&self.model, &batch, dropout, &self.config, lr, &|| {
+                    host.is_cancelled()
+                })?;
+        let Some(value) = outcome else {
             self.sampler.restore(cursor);
             self.dropout_rng = CounterRng::from_state(dropout_before);
-            self.weights.rest()?;
             return Ok(None);
-        }
-        let loss = masked_loss(
-            &out.forecast,
-            &batch.targets,
-            &batch.valid,
-            &self.config.quantiles,
-        )?;
-        let value = loss.f_double_value(&[]).plugin_err("reading the loss")?;
-        let lr = self.learning_rate();
-        self.weights
-            .backward_step(&loss, lr, self.config.max_grad_norm)?;
+        };
         self.steps += 1;
         Ok(Some(value))
     }
@@ -197,10 +189,12 @@ impl Trainer for TftTrainer {
                 self.config.horizons
             )));
         }
-        self.weights.ready()?;
         let mut metrics = Vec::new();
+        let (model, weights, step_memory) =
+            (&self.model, &mut self.weights, self.config.step_memory);
+        let mut forward = |batch: &TftBatch| weights.evaluate(model, batch, step_memory);
         for split in [Split::Validation, Split::Test] {
-            let part = evaluation::split_metrics(&self.model, &self.config, &self.data, split);
+            let part = evaluation::split_metrics(&mut forward, &self.config, &self.data, split);
             match part {
                 Ok(m) => metrics.extend(m),
                 Err(e) => {
@@ -257,8 +251,10 @@ impl Trainer for TftTrainer {
     }
 
     fn memory(&self) -> Result<MemoryBreakdown, PluginError> {
-        let (parameters, optimizer_state, transient) = self.weights.bytes();
         let estimate = memory::breakdown(&self.config, &self.data.shape(&self.config));
+        let (parameters, optimizer_state, transient) = self
+            .weights
+            .bytes(self.config.step_memory, estimate.gradients);
         Ok(MemoryBreakdown {
             parameters,
             gradients: transient,

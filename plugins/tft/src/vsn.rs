@@ -16,9 +16,9 @@
 
 use tch::{Device, Kind, Tensor};
 use tli_plugin_api::PluginError;
-use tli_plugin_kit::counter_rng::CounterRng;
 use tli_plugin_kit::nn::{join, Grn, Parameters};
 use tli_plugin_kit::rng::Rng;
+use tli_plugin_kit::staged::{Graph, Node};
 use tli_plugin_kit::TchResultExt;
 
 /// `n` real inputs → `n` vectors of size `d`, one affine map per input.
@@ -114,38 +114,48 @@ impl VariableSelection {
     }
 
     /// `inputs [..., n, d]` (with `context [batch, c]` when built with one)
-    /// → (combined `[..., d]`, selection weights `[..., n]`).
-    pub fn forward(
-        &self,
-        inputs: &Tensor,
-        context: Option<&Tensor>,
-        mut rng: Option<&mut CounterRng>,
-    ) -> Result<(Tensor, Tensor), PluginError> {
+    /// → (combined `[..., d]`, selection weights `[..., n]`), as stages of
+    /// `graph`: the selector, each variable's GRN, the weighted sum. `name`
+    /// is this network's parameter prefix.
+    pub fn forward_graph<'a>(
+        &'a self,
+        graph: &mut Graph<'a, '_>,
+        name: &str,
+        inputs: Node,
+        context: Option<Node>,
+    ) -> Result<(Node, Node), PluginError> {
         let ctx = "variable selection";
-        let size = inputs.size();
+        let size = graph.value(inputs).size();
         let n = self.count() as i64;
         if size.len() < 2 || size[size.len() - 2] != n {
             return Err(PluginError::invalid_data(format!(
                 "variable selection over {n} inputs got shape {size:?}"
             )));
         }
-        let flat = inputs.f_flatten(-2, -1).plugin_err(ctx)?;
-        let logits = self.selector.forward(&flat, context, rng.as_deref_mut())?;
-        let weights = logits.f_softmax(-1, Kind::Float).plugin_err(ctx)?;
-        let transformed = self
-            .transforms
-            .iter()
-            .enumerate()
-            .map(|(j, grn)| {
-                let xj = inputs.f_select(-2, j as i64).plugin_err(ctx)?;
-                grn.forward(&xj, None, rng.as_deref_mut())
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let stacked = Tensor::f_stack(&transformed, -2).plugin_err(ctx)?;
-        let combined = stacked
-            .f_mul(&weights.f_unsqueeze(-1).plugin_err(ctx)?)
-            .and_then(|t| t.f_sum_dim_intlist([-2i64].as_slice(), false, Kind::Float))
-            .plugin_err(ctx)?;
+        let selector = join(name, "selector");
+        let mut args = vec![inputs];
+        args.extend(context);
+        let [weights] = graph.stage(&[&selector], &args, move |xs, rng| {
+            let flat = xs[0].f_flatten(-2, -1).plugin_err(ctx)?;
+            let logits = self.selector.forward(&flat, xs.get(1), rng)?;
+            Ok(vec![logits.f_softmax(-1, Kind::Float).plugin_err(ctx)?])
+        })?;
+        let mut combine = vec![weights];
+        for (j, grn) in self.transforms.iter().enumerate() {
+            let prefix = join(name, &format!("var{j}"));
+            let [transformed] = graph.stage(&[&prefix], &[inputs], move |xs, rng| {
+                let xj = xs[0].f_select(-2, j as i64).plugin_err(ctx)?;
+                Ok(vec![grn.forward(&xj, None, rng)?])
+            })?;
+            combine.push(transformed);
+        }
+        let [combined] = graph.stage(&[], &combine, move |xs, _| {
+            let stacked = Tensor::f_stack(&xs[1..], -2).plugin_err(ctx)?;
+            Ok(vec![stacked
+                .f_mul(&xs[0].f_unsqueeze(-1).plugin_err(ctx)?)
+                .and_then(|t| t.f_sum_dim_intlist([-2i64].as_slice(), false, Kind::Float))
+                .plugin_err(ctx)?])
+        })?;
         Ok((combined, weights))
     }
 }

@@ -1,6 +1,8 @@
 //! Tests of the TFT network: shapes and interpretability outputs, causality
 //! over the decoder bars, learning a planted effect in FP32 and INT8, and
-//! INT8 on the available device (CUDA when present).
+//! INT8 on the available device (CUDA when present), and the staged INT8
+//! step equal to the one-pass step.
 
 mod device;
 mod network;
+mod staged;

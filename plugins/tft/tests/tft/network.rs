@@ -11,7 +11,7 @@ use tli_plugin_kit::nn::Parameters;
 use tli_plugin_kit::rng::Rng;
 use tli_plugin_tft::{Tft, TftBatch, TftShape};
 
-fn shape() -> TftShape {
+pub fn shape() -> TftShape {
     TftShape {
         hidden: 16,
         heads: 4,
@@ -32,7 +32,7 @@ fn random(shape: &[i64], rng: &mut Rng) -> Tensor {
     Tensor::from_slice(&v).reshape(shape)
 }
 
-fn batch(s: &TftShape, b: i64, t: i64, rng: &mut Rng) -> TftBatch {
+pub fn batch(s: &TftShape, b: i64, t: i64, rng: &mut Rng) -> TftBatch {
     let assets: Vec<i64> = (0..b).map(|i| i % s.assets as i64).collect();
     TftBatch {
         past: random(&[b, t, (s.observed + s.known) as i64], rng),
@@ -103,13 +103,13 @@ fn a_horizon_never_sees_later_future_bars() {
 }
 
 /// Targets that depend only on a known-future input of the same bar.
-fn planted(s: &TftShape, rng: &mut Rng) -> (TftBatch, Tensor) {
+pub fn planted(s: &TftShape, rng: &mut Rng) -> (TftBatch, Tensor) {
     let x = batch(s, 64, 8, rng);
     let y = x.future.narrow(2, 0, 1).squeeze_dim(2) * 0.8;
     (x, y)
 }
 
-fn pinball(forecast: &Tensor, y: &Tensor) -> Tensor {
+pub fn pinball(forecast: &Tensor, y: &Tensor) -> Tensor {
     let q = Tensor::from_slice(&[0.1f32, 0.5, 0.9]);
     let e = y.unsqueeze(-1) - forecast;
     let loss = (&e * &q).maximum(&(&e * (q - 1.0)));
