@@ -30,11 +30,8 @@ impl Mlp {
             let values: Vec<f32> = (0..fan_in * fan_out)
                 .map(|_| ((rng.uniform() * 2.0 - 1.0) * bound) as f32)
                 .collect();
-            let weight = Tensor::f_from_slice(&values)
-                .and_then(|t| t.f_reshape([fan_out as i64, fan_in as i64]))
-                .and_then(|t| t.f_to_device(device))
-                .plugin_err("allocating MLP weights")?
-                .set_requires_grad(true);
+            let weight =
+                crate::nn::leaf_from_values(&values, &[fan_out as i64, fan_in as i64], device)?;
             let bias = Tensor::f_zeros([fan_out as i64], (Kind::Float, device))
                 .plugin_err("allocating MLP biases")?
                 .set_requires_grad(true);

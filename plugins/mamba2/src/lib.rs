@@ -115,11 +115,7 @@ impl Plugin for Mamba2Plugin {
 /// A float32 leaf parameter of `shape` holding `values`.
 pub(crate) fn leaf(values: &[f64], shape: &[i64], device: Device) -> Result<Tensor, PluginError> {
     let values: Vec<f32> = values.iter().map(|&v| v as f32).collect();
-    Ok(Tensor::f_from_slice(&values)
-        .and_then(|t| t.f_reshape(shape))
-        .and_then(|t| t.f_to_device(device))
-        .plugin_err("allocating parameters")?
-        .set_requires_grad(true))
+    tli_plugin_kit::nn::leaf_from_values(&values, shape, device)
 }
 
 /// A leaf parameter of `shape` uniform in `[−bound, bound)`.

@@ -16,7 +16,7 @@
 
 use tch::{Device, Kind, Tensor};
 use tli_plugin_api::PluginError;
-use tli_plugin_kit::nn::{join, Grn, Parameters};
+use tli_plugin_kit::nn::{join, leaf_from_values, Grn, Parameters};
 use tli_plugin_kit::rng::Rng;
 use tli_plugin_kit::staged::{Graph, Node};
 use tli_plugin_kit::TchResultExt;
@@ -41,11 +41,7 @@ impl RealInputs {
         let values: Vec<f32> = (0..n).map(|_| (rng.uniform() * 2.0 - 1.0) as f32).collect();
         let shape = [count as i64, dim as i64];
         let ctx = "allocating input transforms";
-        let weight = Tensor::f_from_slice(&values)
-            .and_then(|t| t.f_reshape(shape))
-            .and_then(|t| t.f_to_device(device))
-            .plugin_err(ctx)?
-            .set_requires_grad(true);
+        let weight = leaf_from_values(&values, &shape, device)?;
         let bias = Tensor::f_zeros(shape, (Kind::Float, device))
             .plugin_err(ctx)?
             .set_requires_grad(true);

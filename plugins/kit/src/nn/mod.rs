@@ -109,11 +109,26 @@ pub(crate) fn full_param(shape: &[i64], value: f64, device: Device) -> Result<Te
 }
 
 fn host_param(values: &[f32], shape: &[i64], device: Device) -> Result<Tensor, PluginError> {
-    Ok(Tensor::f_from_slice(values)
-        .and_then(|t| t.f_reshape(shape))
-        .and_then(|t| t.f_to_device(device))
-        .plugin_err("allocating parameters")?
-        .set_requires_grad(true))
+    leaf_from_values(values, shape, device)
+}
+
+/// A leaf parameter of `shape` on `device` holding `values`, in storage of
+/// its own.
+///
+/// Not a view: a reshaped view keeps its base tensor alive for autograd,
+/// so an optimizer that later gives the parameter new storage (`set_data`:
+/// the flat FP32 layout, INT8 release) would leave the original f32 values
+/// allocated for the model's lifetime (on CPU, where `to_device` is a no-op).
+pub fn leaf_from_values(
+    values: &[f32],
+    shape: &[i64],
+    device: Device,
+) -> Result<Tensor, PluginError> {
+    let ctx = "allocating parameters";
+    let flat = Tensor::f_from_slice(values).plugin_err(ctx)?;
+    let mut owned = Tensor::f_empty(shape, (Kind::Float, device)).plugin_err(ctx)?;
+    tch::no_grad(|| owned.f_copy_(&flat.f_view(shape)?)).plugin_err(ctx)?;
+    Ok(owned.set_requires_grad(true))
 }
 
 /// Dropout with probability `p` when training (`rng` is `Some`).
