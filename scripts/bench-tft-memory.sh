@@ -3,6 +3,7 @@
 # (issue 13): `tli profile memory` on the bundled daily ES proxy with
 # hidden 1024 (≈178 M parameters on its 6 observed + 7 known inputs),
 # lookback 32, batch 8, two steps each, in child processes; prints the table
+# (FP32, INT8 with one-pass steps, INT8 with staged steps)
 # and the JSON, writes the chart to docs/images/tft-memory-seed-size.png.
 # Needs `make build` first; about 15 GiB of free RAM and ~10 minutes on 2 cores.
 set -euo pipefail
@@ -17,10 +18,11 @@ out=$(mktemp)
 "$TLI" profile memory -p tft --data "$DATA" --steps "$STEPS" \
   --config "{$base, \"precision\": \"fp32\"}" --label fp32 \
   --config "{$base, \"precision\": \"int8\"}" --label int8 \
+  --config "{$base, \"precision\": \"int8\", \"step_memory\": \"staged\"}" --label int8-staged \
   --chart "$CHART" -o json >"$out"
 python3 - "$out" <<'PY'
 import json, sys
-fp32, int8 = json.load(open(sys.argv[1]))
+fp32, int8, staged = json.load(open(sys.argv[1]))
 mib = lambda b: f"{b / 2**20:,.1f} MiB"
 rows = [
     ("parameters", lambda p: p["tensors"]["parameters"]),
@@ -31,13 +33,15 @@ rows = [
     ("tensor total", lambda p: p["tensors"]["total"]),
     ("plugin estimate (total)", lambda p: p["estimate"]["total"]),
     ("peak RSS over baseline", lambda p: p["process"]["peak_over_baseline"]),
+    ("  of it while building", lambda p: p["process"]["build_peak_over_baseline"]),
 ]
 print(f"parameters: {fp32['tensors']['parameters'] / 4 / 1e6:.1f} M (fp32 bytes / 4)")
-print("| | FP32 | INT8 | INT8 / FP32 |")
-print("|---|---:|---:|---:|")
+print("| | FP32 | INT8 | INT8 / FP32 | INT8 staged | staged / FP32 |")
+print("|---|---:|---:|---:|---:|---:|")
 for name, f in rows:
-    print(f"| {name} | {mib(f(fp32))} | {mib(f(int8))} | {f(int8) / f(fp32):.3f}× |")
-for p in (fp32, int8):
+    print(f"| {name} | {mib(f(fp32))} | {mib(f(int8))} | {f(int8) / f(fp32):.3f}× "
+          f"| {mib(f(staged))} | {f(staged) / f(fp32):.3f}× |")
+for p in (fp32, int8, staged):
     print(f"| {p['label']}: peak RSS / tensor total | {p['process']['ratio_to_tensors']:.3f} | seconds per step {p['seconds_per_step']:.1f} | |")
 PY
 rm -f "$out"

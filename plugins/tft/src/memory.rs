@@ -12,9 +12,8 @@
 //! step: f32 for every parameter, and with INT8 also the dequantized f32
 //! weights; with `step_memory: "staged"` only the largest stage's weight
 //! copies and gradients (plus the small f32 tensors' gradients), from
-//! [`stage_shapes`]. Activations: the larger of a per-token model and one
-//! f32 copy of the parameters (`ACTIVATION_*` below, fitted to measured
-//! peaks).
+//! [`stage_shapes`]. Activations: bytes per window, bar and hidden unit,
+//! one-pass or staged (`ACTIVATION_*` below, fitted to measured peaks).
 
 use crate::config::{Precision, StepMemory, TftConfig};
 use crate::model::TftShape;
@@ -124,18 +123,21 @@ pub fn parameter_count(s: &TftShape) -> u64 {
         .sum()
 }
 
-/// Bytes per (batch window × bar × hidden unit) of the saved activations,
-/// for each input of a selection network and for the rest of the network.
+/// Bytes per (batch window × bar × hidden unit) of the activations at a
+/// step's peak, for each input of a selection network and for the rest of
+/// the network: `(per input, rest)`.
 ///
-/// Fitted to `tli profile memory` (peak RSS over the baseline less weights,
-/// gradients and state; docs/benchmarks.md, issue 13): hidden 32 and 64 with
-/// batch 64–512 give 0.63× the first model's 48 and 240 bytes. From hidden
-/// 512 up, with small batches, the measured peak instead holds about one more
-/// f32 copy of the parameters beyond the gradients, whatever the batch, so
-/// the estimate is the larger of the two (within 11% of the measurement at
-/// hidden 32/64/512/1024, batch 8–512).
-const ACTIVATION_PER_INPUT: u64 = 30;
-const ACTIVATION_REST: u64 = 150;
+/// Fitted to `tli profile memory` on daily ES (22 selection inputs, 37 bars;
+/// peak RSS over the baseline less weights, gradients and state;
+/// docs/benchmarks.md, issue 13). One-pass steps (FP32 and INT8 "full"):
+/// 650 bytes at hidden 64 with batch 64 and 512 (measured 101.6 and 775.5
+/// MiB: within 4%), fewer at hidden 256–1024 where the gradients outlive
+/// the activations (measured 345 MiB at hidden 256 × batch 64: the
+/// estimate is 9% over). Staged steps keep each block's outputs but no
+/// autograd graph: 329–411 bytes measured from hidden 64 to 1024, batch 8
+/// to 512.
+const ACTIVATION_ONE_PASS: (u64, u64) = (25, 100);
+const ACTIVATION_STAGED: (u64, u64) = (15, 30);
 
 /// Weights, gradients (transient), optimizer state and activations, in bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -184,15 +186,19 @@ pub fn breakdown(config: &TftConfig, s: &TftShape) -> Bytes {
             optimizer_state += 8 * n;
         }
     }
-    if config.step_memory == StepMemory::Staged && config.precision == Precision::Int8 {
+    let staged = config.step_memory == StepMemory::Staged && config.precision == Precision::Int8;
+    if staged {
         gradients = staged_transient(config, s);
     }
     let bars = (config.lookback + config.horizons) as u64;
-    let per_bar =
-        ACTIVATION_PER_INPUT * (s.past_inputs() + s.future_inputs()) as u64 + ACTIVATION_REST;
+    let (per_input, rest) = if staged {
+        ACTIVATION_STAGED
+    } else {
+        ACTIVATION_ONE_PASS
+    };
+    let per_bar = per_input * (s.past_inputs() + s.future_inputs()) as u64 + rest;
     let attention = 4 * (s.heads * config.horizons) as u64 * bars;
-    let batch_term = config.batch_size as u64 * (bars * s.hidden as u64 * per_bar + 3 * attention);
-    let activations = batch_term.max(4 * parameter_count(s));
+    let activations = config.batch_size as u64 * (bars * s.hidden as u64 * per_bar + 3 * attention);
     Bytes {
         parameters,
         gradients,

@@ -33,6 +33,9 @@ use tli_plugin_kit::TchResultExt;
 /// Parameters by name.
 pub type NamedTensors<'a> = Vec<(String, &'a Tensor)>;
 
+/// Called with each block's parameters as the network is built ([`Tft::build`]).
+pub type BlockHook<'h> = dyn FnMut(NamedTensors<'_>) -> Result<(), PluginError> + 'h;
+
 /// The sizes that fix the network's shape.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TftShape {
@@ -166,64 +169,111 @@ pub struct Tft {
 
 impl Tft {
     pub fn new(shape: &TftShape, rng: &mut Rng, device: Device) -> Result<Self, PluginError> {
+        Self::build(shape, rng, device, &mut |_| Ok(()))
+    }
+
+    /// Builds the network block by block, handing each block's parameters
+    /// (by name) to `after_block` as soon as it exists: an INT8 optimizer
+    /// quantizes them there, so the whole model never exists in f32.
+    /// The parameters and their random draws are those of [`new`](Self::new).
+    pub fn build(
+        shape: &TftShape,
+        rng: &mut Rng,
+        device: Device,
+        after_block: &mut BlockHook<'_>,
+    ) -> Result<Self, PluginError> {
         let (d, p) = (shape.hidden, shape.dropout);
-        let grn =
-            |rng: &mut Rng, context: Option<usize>| Grn::new(d, d, d, context, p, rng, device);
+        fn done<T: Parameters>(
+            block: T,
+            name: &str,
+            hook: &mut BlockHook<'_>,
+        ) -> Result<T, PluginError> {
+            hook(block.named_parameters(name))?;
+            Ok(block)
+        }
+        let grn = |rng: &mut Rng, context: Option<usize>, name: &str, hook: &mut BlockHook<'_>| {
+            done(Grn::new(d, d, d, context, p, rng, device)?, name, hook)
+        };
+        let asset_embedding = done(
+            Embedding::new(shape.assets, d, rng, device)?,
+            "asset_embedding",
+            after_block,
+        )?;
         let static_reals = match shape.static_reals {
             0 => None,
-            n => Some(RealInputs::new(n, d, rng, device)?),
+            n => Some(done(
+                RealInputs::new(n, d, rng, device)?,
+                "inputs.static",
+                after_block,
+            )?),
         };
+        let past_reals = done(
+            RealInputs::new(shape.past_inputs(), d, rng, device)?,
+            "inputs.past",
+            after_block,
+        )?;
+        let future_reals = done(
+            RealInputs::new(shape.future_inputs(), d, rng, device)?,
+            "inputs.future",
+            after_block,
+        )?;
+        let mut selection = |count: usize, context: Option<usize>, name: &str| {
+            VariableSelection::build(count, d, context, p, rng, device, name, after_block)
+        };
+        let static_selection = selection(shape.static_inputs(), None, "static_selection")?;
+        let past_selection = selection(shape.past_inputs(), Some(d), "past_selection")?;
+        let future_selection = selection(shape.future_inputs(), Some(d), "future_selection")?;
+        let static_encoders = [
+            grn(rng, None, CONTEXT_NAMES[0], after_block)?,
+            grn(rng, None, CONTEXT_NAMES[1], after_block)?,
+            grn(rng, None, CONTEXT_NAMES[2], after_block)?,
+            grn(rng, None, CONTEXT_NAMES[3], after_block)?,
+        ];
+        let lstm = |rng: &mut Rng, name: &str, hook: &mut BlockHook<'_>| {
+            done(
+                Lstm::new(d, d, shape.lstm_layers, p, rng, device)?,
+                name,
+                hook,
+            )
+        };
+        let encoder = lstm(rng, "encoder", after_block)?;
+        let decoder = lstm(rng, "decoder", after_block)?;
+        let gate = |rng: &mut Rng, name: &str, hook: &mut BlockHook<'_>| {
+            done(GateAddNorm::new(d, d, p, rng, device)?, name, hook)
+        };
+        let post_lstm = gate(rng, "post_lstm", after_block)?;
+        let enrichment = grn(rng, Some(d), "enrichment", after_block)?;
+        let attention = done(
+            MultiHeadAttention::new(d, shape.heads, AttentionKind::Interpretable, p, rng, device)?,
+            "attention",
+            after_block,
+        )?;
+        let post_attention = gate(rng, "post_attention", after_block)?;
+        let positionwise = grn(rng, None, "positionwise", after_block)?;
+        let pre_output = gate(rng, "pre_output", after_block)?;
+        let output = done(
+            Linear::new(d, shape.outputs, true, rng, device)?,
+            "output",
+            after_block,
+        )?;
         Ok(Self {
-            asset_embedding: Embedding::new(shape.assets, d, rng, device)?,
+            asset_embedding,
             static_reals,
-            past_reals: RealInputs::new(shape.past_inputs(), d, rng, device)?,
-            future_reals: RealInputs::new(shape.future_inputs(), d, rng, device)?,
-            static_selection: VariableSelection::new(
-                shape.static_inputs(),
-                d,
-                None,
-                p,
-                rng,
-                device,
-            )?,
-            past_selection: VariableSelection::new(
-                shape.past_inputs(),
-                d,
-                Some(d),
-                p,
-                rng,
-                device,
-            )?,
-            future_selection: VariableSelection::new(
-                shape.future_inputs(),
-                d,
-                Some(d),
-                p,
-                rng,
-                device,
-            )?,
-            static_encoders: [
-                grn(rng, None)?,
-                grn(rng, None)?,
-                grn(rng, None)?,
-                grn(rng, None)?,
-            ],
-            encoder: Lstm::new(d, d, shape.lstm_layers, p, rng, device)?,
-            decoder: Lstm::new(d, d, shape.lstm_layers, p, rng, device)?,
-            post_lstm: GateAddNorm::new(d, d, p, rng, device)?,
-            enrichment: grn(rng, Some(d))?,
-            attention: MultiHeadAttention::new(
-                d,
-                shape.heads,
-                AttentionKind::Interpretable,
-                p,
-                rng,
-                device,
-            )?,
-            post_attention: GateAddNorm::new(d, d, p, rng, device)?,
-            positionwise: grn(rng, None)?,
-            pre_output: GateAddNorm::new(d, d, p, rng, device)?,
-            output: Linear::new(d, shape.outputs, true, rng, device)?,
+            past_reals,
+            future_reals,
+            static_selection,
+            past_selection,
+            future_selection,
+            static_encoders,
+            encoder,
+            decoder,
+            post_lstm,
+            enrichment,
+            attention,
+            post_attention,
+            positionwise,
+            pre_output,
+            output,
             shape: shape.clone(),
         })
     }

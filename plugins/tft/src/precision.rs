@@ -13,16 +13,17 @@
 
 use crate::batches::WindowBatch;
 use crate::config::{Precision, StepMemory, TftConfig};
-use crate::model::{Tft, TftBatch, TftOutput};
+use crate::model::{Tft, TftBatch, TftOutput, TftShape};
 use serde::{Deserialize, Serialize};
-use tch::Tensor;
+use tch::{Device, Tensor};
 use tli_plugin_api::PluginError;
 use tli_plugin_kit::adam::AdamConfig;
 use tli_plugin_kit::counter_rng::CounterRng;
 use tli_plugin_kit::flat_adamw::FlatAdamW;
 use tli_plugin_kit::forecast_loss::masked_loss;
-use tli_plugin_kit::int8::{Int8AdamW, Int8AdamWState, Int8Options};
+use tli_plugin_kit::int8::{Int8AdamW, Int8AdamWState, Int8Options, Prequantized};
 use tli_plugin_kit::nn::Parameters;
+use tli_plugin_kit::rng::Rng;
 use tli_plugin_kit::staged::Graph;
 use tli_plugin_kit::TchResultExt;
 
@@ -40,28 +41,43 @@ pub enum WeightsState {
 }
 
 impl Weights {
-    /// Takes over `model`'s parameters (see the kit optimizers).
-    pub fn new(model: &Tft, config: &TftConfig, seed: u64) -> Result<Self, PluginError> {
+    /// Builds the network and takes over its parameters (see the kit
+    /// optimizers). INT8 quantizes each block's matrices as soon as the
+    /// block exists, so the model is never whole in f32.
+    pub fn build(
+        shape: &TftShape,
+        config: &TftConfig,
+        model_rng: &mut Rng,
+        rounding_seed: u64,
+        device: Device,
+    ) -> Result<(Tft, Self), PluginError> {
         let adam = AdamConfig {
             learning_rate: config.learning_rate,
             weight_decay: config.weight_decay,
             ..AdamConfig::default()
         };
-        let (decayed, rest) = model.decay_groups();
-        Ok(match config.precision {
+        match config.precision {
             Precision::Fp32 => {
+                let model = Tft::new(shape, model_rng, device)?;
+                let (decayed, rest) = model.decay_groups();
                 let d: Vec<&Tensor> = decayed.iter().map(|(_, t)| *t).collect();
                 let r: Vec<&Tensor> = rest.iter().map(|(_, t)| *t).collect();
-                Weights::Fp32(FlatAdamW::with_decay_groups(adam, &d, &r)?)
+                let weights = Weights::Fp32(FlatAdamW::with_decay_groups(adam, &d, &r)?);
+                Ok((model, weights))
             }
             Precision::Int8 => {
-                let options = Int8Options {
+                let mut prequantized = Prequantized::new(Int8Options {
                     min_numel: config.int8_min_elements,
-                    seed,
-                };
-                Weights::Int8(Box::new(Int8AdamW::new(adam, &decayed, &rest, options)?))
+                    seed: rounding_seed,
+                });
+                let model = Tft::build(shape, model_rng, device, &mut |block| {
+                    prequantized.take(block)
+                })?;
+                let (decayed, rest) = model.decay_groups();
+                let optimizer = Int8AdamW::with_prequantized(adam, &decayed, &rest, prequantized)?;
+                Ok((model, Weights::Int8(Box::new(optimizer))))
             }
-        })
+        }
     }
 
     /// Makes the weights usable for a forward pass.

@@ -78,8 +78,13 @@ impl TftTrainer {
             )));
         }
         let shape = data.shape(&config);
-        let model = Tft::new(&shape, &mut Rng::new(spec.seed).fork(1), device)?;
-        let weights = Weights::new(&model, &config, Rng::new(spec.seed).fork(3).next_u64())?;
+        let (model, weights) = Weights::build(
+            &shape,
+            &config,
+            &mut Rng::new(spec.seed).fork(1),
+            Rng::new(spec.seed).fork(3).next_u64(),
+            device,
+        )?;
         host.info(&format!(
             "task {}: TFT hidden {} × {} heads, {} precision ({} parameters) on {}, lookback {}, \
              {} horizon(s), inputs {} observed / {} known / {} static, {} training / {} \

@@ -14,6 +14,7 @@
 //! and returns the weights `v` with the output: their mean over a split is
 //! the TFT's variable-importance readout.
 
+use crate::model::BlockHook;
 use tch::{Device, Kind, Tensor};
 use tli_plugin_api::PluginError;
 use tli_plugin_kit::nn::{join, leaf_from_values, Grn, Parameters};
@@ -82,13 +83,19 @@ pub struct VariableSelection {
 }
 
 impl VariableSelection {
-    pub fn new(
+    /// Builds the selector, then each variable's GRN, handing each one's
+    /// parameters (named under `name`) to `after_block` as soon as it
+    /// exists (see `Tft::build`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn build(
         count: usize,
         dim: usize,
         context: Option<usize>,
         dropout: f64,
         rng: &mut Rng,
         device: Device,
+        name: &str,
+        after_block: &mut BlockHook<'_>,
     ) -> Result<Self, PluginError> {
         if count == 0 {
             return Err(PluginError::invalid_config(
@@ -96,9 +103,13 @@ impl VariableSelection {
             ));
         }
         let selector = Grn::new(count * dim, dim, count, context, dropout, rng, device)?;
-        let transforms = (0..count)
-            .map(|_| Grn::new(dim, dim, dim, None, dropout, rng, device))
-            .collect::<Result<_, _>>()?;
+        after_block(selector.named_parameters(&join(name, "selector")))?;
+        let mut transforms = Vec::with_capacity(count);
+        for j in 0..count {
+            let grn = Grn::new(dim, dim, dim, None, dropout, rng, device)?;
+            after_block(grn.named_parameters(&join(name, &format!("var{j}"))))?;
+            transforms.push(grn);
+        }
         Ok(Self {
             selector,
             transforms,

@@ -86,6 +86,10 @@ fn checkpoints_resume_exactly_in_both_precisions() {
     // INT8 with a low threshold so that most matrices are quantized.
     let int8 = with(&fp32, r#"{"precision": "int8", "int8_min_elements": 256}"#);
     assert_resumes_exactly(tft, &int8, &data, 23, 17);
+    // Staged INT8 steps (one block's f32 weights at a time), evaluation included.
+    let staged = with(&int8, r#"{"step_memory": "staged"}"#);
+    let (_, eval) = assert_resumes_exactly(tft, &staged, &data, 9, 7);
+    assert!(eval.contains_key("valid_qrisk_p50"), "{eval:?}");
 }
 
 #[test]
@@ -125,6 +129,30 @@ fn int8_holds_about_a_quarter_of_the_fp32_bytes() {
         ratio < 0.35,
         "int8/fp32 parameters + optimizer state = {ratio:.3}"
     );
+    // A staged step holds one block's f32 weights and gradients: its measured
+    // peak after a step is a fraction of the one-pass transient.
+    let mut staged = trainer(
+        tft,
+        &with(&config, r#"{"precision": "int8", "step_memory": "staged"}"#),
+        1,
+        10,
+        &data,
+    );
+    let planned = staged.memory().unwrap().gradients;
+    staged.step(1).unwrap();
+    let measured = staged.memory().unwrap();
+    assert!(
+        measured.gradients > 0 && measured.gradients <= planned,
+        "staged transient measured {} vs planned {planned}",
+        measured.gradients
+    );
+    assert!(
+        (measured.gradients as f64) < 0.3 * int8.gradients as f64,
+        "staged transient {} vs one-pass {}",
+        measured.gradients,
+        int8.gradients
+    );
+    assert_eq!(measured.parameters, int8.parameters);
     // The estimate from the dataset shape alone is of the same size as what the trainer holds.
     let estimate = tft
         .estimate_memory(&tft.validate_config(&config).unwrap(), data.shape(), "cpu")

@@ -25,7 +25,7 @@ pub mod weight;
 
 pub use dynamic_map::DynamicMap;
 pub use optimizer::staged_step::StagedStep;
-pub use optimizer::{Int8AdamW, Int8AdamWState, Int8Options};
+pub use optimizer::{Int8AdamW, Int8AdamWState, Int8Options, Prequantized};
 pub use weight::Int8Weight;
 
 #[cfg(test)]

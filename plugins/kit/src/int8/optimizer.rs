@@ -72,6 +72,60 @@ impl Default for Int8Options {
     }
 }
 
+impl Int8Options {
+    /// Is `t` stored as int8 (a matrix of at least `min_numel` elements)?
+    pub fn quantizes(&self, t: &Tensor) -> bool {
+        t.dim() == 2 && t.numel() >= self.min_numel
+    }
+}
+
+/// Matrices quantized as the model is built, block by block
+/// ([`take`](Self::take) after each block), for
+/// [`Int8AdamW::with_prequantized`]: the f32 values of a block are released
+/// before the next is allocated, so building never holds the whole model
+/// in f32.
+pub struct Prequantized {
+    options: Int8Options,
+    weights: std::collections::HashMap<String, Int8Weight>,
+}
+
+impl Prequantized {
+    pub fn new(options: Int8Options) -> Self {
+        Self {
+            options,
+            weights: Default::default(),
+        }
+    }
+
+    /// Quantizes (round to nearest) and releases every parameter of the
+    /// block `params` that the optimizer will store as int8.
+    pub fn take(&mut self, params: Vec<(String, &Tensor)>) -> Result<(), PluginError> {
+        for (name, t) in params {
+            if self.weights.contains_key(&name) {
+                return Err(PluginError::other(format!(
+                    "int8 optimizer: parameter {name:?} was handed over twice while building"
+                )));
+            }
+            if !self.options.quantizes(t) {
+                continue;
+            }
+            let weight = Int8Weight::quantize_nearest(t)?;
+            release_leaf(t)?;
+            self.weights.insert(name, weight);
+        }
+        Ok(())
+    }
+}
+
+/// Gives a parameter empty storage (its values live in an [`Int8Weight`]).
+fn release_leaf(t: &Tensor) -> Result<(), PluginError> {
+    let ctx = "releasing a quantized parameter's f32 values";
+    let empty = Tensor::f_empty([0], (Kind::Float, t.device())).plugin_err(ctx)?;
+    // A shallow clone shares the parameter's tensor: its storage changes for every handle.
+    let mut handle = t.shallow_clone();
+    tch::no_grad(|| handle.f_set_data(&empty)).plugin_err(ctx)
+}
+
 /// What a checkpoint's JSON keeps of the optimizer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Int8AdamWState {
@@ -123,6 +177,22 @@ impl Int8AdamW {
         not_decayed: &[(String, &Tensor)],
         options: Int8Options,
     ) -> Result<Self, PluginError> {
+        Self::with_prequantized(config, decayed, not_decayed, Prequantized::new(options))
+    }
+
+    /// As [`new`](Self::new), taking the matrices `prequantized` already
+    /// quantized (and released) while the model was being built, so that
+    /// the model never existed whole in f32.
+    pub fn with_prequantized(
+        config: AdamConfig,
+        decayed: &[(String, &Tensor)],
+        not_decayed: &[(String, &Tensor)],
+        prequantized: Prequantized,
+    ) -> Result<Self, PluginError> {
+        let Prequantized {
+            options,
+            weights: mut ready,
+        } = prequantized;
         let device = decayed
             .iter()
             .chain(not_decayed)
@@ -134,6 +204,20 @@ impl Int8AdamW {
         let (mut offset, mut block_offset) = (0i64, 0i64);
         for (group, is_decayed) in [(decayed, true), (not_decayed, false)] {
             for (name, t) in group {
+                if let Some(weight) = ready.remove(name.as_str()) {
+                    let numel = weight.numel();
+                    quantized.push(Quantized {
+                        name: name.clone(),
+                        leaf: t.shallow_clone(),
+                        weight,
+                        decayed: is_decayed,
+                        offset,
+                        block_offset,
+                    });
+                    offset += numel;
+                    block_offset += blocks_for(numel as usize) as i64;
+                    continue;
+                }
                 if t.kind() != Kind::Float || !t.requires_grad() || t.device() != device {
                     return Err(PluginError::other(format!(
                         "int8 optimizer: parameter {name:?} is a {:?} tensor on {:?} (requires \
@@ -143,8 +227,9 @@ impl Int8AdamW {
                         t.requires_grad()
                     )));
                 }
-                if t.dim() == 2 && t.numel() >= options.min_numel {
+                if options.quantizes(t) {
                     let weight = Int8Weight::quantize_nearest(t)?;
+                    release_leaf(t)?;
                     let numel = weight.numel();
                     quantized.push(Quantized {
                         name: name.clone(),
@@ -162,6 +247,12 @@ impl Int8AdamW {
                     dense_rest.push((name.clone(), t.shallow_clone()));
                 }
             }
+        }
+        if let Some(name) = ready.keys().next() {
+            return Err(PluginError::other(format!(
+                "int8 optimizer: {name:?} was quantized while building the model but is not \
+                 one of its parameters"
+            )));
         }
         let dense_optimizer = if dense_decayed.is_empty() && dense_rest.is_empty() {
             None

@@ -147,7 +147,7 @@ fn the_staged_step_equals_the_one_pass_step() {
         assert_eq!(rng_a.state(), rng_b.state());
     }
     assert_eq!(opt_a.state(), opt_b.state());
-    assert_eq!(opt_b.last_staged_transient_bytes() > 0, true);
+    assert!(opt_b.last_staged_transient_bytes() > 0);
     let (ta, tb) = (opt_a.named_tensors(), opt_b.named_tensors());
     for ((name, a), (_, b)) in ta.iter().zip(&tb) {
         if a.kind() == Kind::Float {

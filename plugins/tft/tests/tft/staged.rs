@@ -9,7 +9,7 @@ use crate::network::{pinball, planted, shape};
 use tch::{Device, Kind, Tensor};
 use tli_plugin_kit::adam::AdamConfig;
 use tli_plugin_kit::counter_rng::CounterRng;
-use tli_plugin_kit::int8::{Int8AdamW, Int8Options};
+use tli_plugin_kit::int8::{Int8AdamW, Int8Options, Prequantized};
 use tli_plugin_kit::rng::Rng;
 use tli_plugin_kit::staged::Graph;
 use tli_plugin_tft::Tft;
@@ -112,4 +112,48 @@ fn the_staged_tft_step_equals_the_one_pass_step() {
         diff < 0.02 * scale,
         "forecasts differ by {diff} (scale {scale})"
     );
+}
+
+#[test]
+fn quantizing_while_building_equals_quantizing_after() {
+    let mut s = shape();
+    s.hidden = 32;
+    let options = Int8Options {
+        min_numel: 1024,
+        seed: 11,
+    };
+    let after = Tft::new(&s, &mut Rng::new(7), Device::Cpu).unwrap();
+    let opt_after = optimizer(&after);
+    let mut prequantized = Prequantized::new(options);
+    let mut blocks = 0;
+    let built = Tft::build(&s, &mut Rng::new(7), Device::Cpu, &mut |block| {
+        blocks += 1;
+        prequantized.take(block)
+    })
+    .unwrap();
+    assert!(blocks > 20, "{blocks} blocks");
+    let (decayed, rest) = built.decay_groups();
+    let config = AdamConfig {
+        learning_rate: 3e-3,
+        weight_decay: 0.01,
+        ..AdamConfig::default()
+    };
+    let opt_built = Int8AdamW::with_prequantized(config, &decayed, &rest, prequantized).unwrap();
+    assert_eq!(opt_after.quantized_names(), opt_built.quantized_names());
+    for ((name, a), (other, b)) in opt_after
+        .named_tensors()
+        .iter()
+        .zip(&opt_built.named_tensors())
+    {
+        assert_eq!(name, other);
+        assert!(a.equal(b), "{name} differs");
+    }
+    // A block handed over twice is refused.
+    let mut twice = Prequantized::new(options);
+    let model = Tft::new(&s, &mut Rng::new(7), Device::Cpu).unwrap();
+    let (decayed, _) = model.decay_groups();
+    let first: Vec<(String, &Tensor)> = decayed.iter().take(1).cloned().collect();
+    twice.take(first.clone()).unwrap();
+    let err = twice.take(first).unwrap_err();
+    assert!(err.to_string().contains("twice"), "{err}");
 }

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Eight INT8 TFTs in a 4 GiB budget (issue 13): a host (`tli host run`,
+# strategy auto) given one job of 8 TFTs on daily ES, first with
+# precision "int8" and step_memory "staged", then the same job in fp32.
+# Prints, for each, the reservation timeline from the host's store (when
+# each task was admitted and released, what it reserved, what it then
+# measured), the most tasks that ran at once, and the host's peak RSS.
+#
+# Size: hidden 840 is ~120 M parameters on these inputs (FP32 weights
+# ≈ 480 MB). The seed's ≈175 M parameters cannot fit eight times in 4 GiB
+# whatever the implementation: int8 weights and two 8-bit moments are
+# 3.06 bytes per parameter, 8 × 175 M × 3.06 B = 4.28 GB > 4 GiB before any
+# gradient or activation (docs/benchmarks.md).
+#
+# Needs `make build` first; about 6 GiB of RAM, 16 GB of disk for the FP32
+# checkpoints (removed at the end) and ~25 minutes on 2 cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TLI=${TLI:-target/release/tli}
+DATA=${DATA:-data/samples/es_proxy_sp500_1d.dbn.zst}
+HIDDEN=${HIDDEN:-840}
+STEPS=${STEPS:-3}
+BUDGET=${BUDGET:-4GiB}
+MARGIN=${MARGIN:-0.1}
+LOOKBACK=${LOOKBACK:-16}
+BATCH=${BATCH:-4}
+TASKS=${TASKS:-8}
+PRECISIONS=${PRECISIONS:-int8 fp32}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+for precision in $PRECISIONS; do
+  case $precision in
+    int8) extra='"precision": "int8", "step_memory": "staged"' ;;
+    fp32) extra='"precision": "fp32"' ;;
+    *) echo "unknown precision $precision" >&2; exit 2 ;;
+  esac
+  config="{\"hidden_size\": $HIDDEN, \"attention_heads\": 4, \"lookback\": $LOOKBACK, \"batch_size\": $BATCH, \"eval_batch_size\": 64, $extra}"
+  python3 - "$work/$precision.json" "$config" "$DATA" "$STEPS" "$TASKS" <<'PY'
+import json, sys
+path, config, data, steps, tasks = sys.argv[1:]
+spec = {
+    "name": f"eight-tft-{json.loads(config)['precision']}",
+    "models": [{"plugin": "tft", "steps": int(steps), "config": json.loads(config)}
+               for _ in range(int(tasks))],
+    "assets": [{"data": data}],
+    "seed": 1,
+    "device": "cpu",
+    "checkpoint": {"every_seconds": 0, "keep": 1},
+    "slice_steps": 1,
+}
+json.dump(spec, open(path, "w"), indent=1)
+PY
+  echo "== $TASKS × TFT hidden $HIDDEN, $precision, budget $BUDGET, margin $MARGIN, $STEPS steps each"
+  timer=()
+  if [ -x /usr/bin/time ]; then timer=(/usr/bin/time -f "%M" -o "$work/$precision.maxrss"); fi
+  started=$(date +%s)
+  "${timer[@]}" "$TLI" host run --state-dir "$work/$precision" --memory-budget "$BUDGET" \
+    --margin "$MARGIN" --submit "$work/$precision.json" >"$work/$precision.log" 2>&1 || {
+    tail -30 "$work/$precision.log"; exit 1; }
+  echo "wall time: $(( $(date +%s) - started )) s"
+  rm -rf "$work/$precision/checkpoints"
+  python3 - "$work/$precision/tli.sqlite3" "$work/$precision.maxrss" "$BUDGET" <<'PY'
+import os, sqlite3, sys
+db, maxrss_path, budget = sys.argv[1:]
+c = sqlite3.connect(db)
+mib = lambda b: f"{b / 2**20:,.1f}"
+rows = c.execute(
+    "SELECT r.task_id, r.bytes, r.reserved_ms, r.released_ms, t.estimate_bytes, t.measured_bytes, "
+    "t.state, t.steps_done FROM reservations r JOIN tasks t ON t.id = r.task_id ORDER BY r.id").fetchall()
+t0 = min(r[2] for r in rows)
+print("| task | admitted (s) | released (s) | estimate (MiB) | reserved (MiB) | measured (MiB) | measured ≤ reserved | state |")
+print("|---:|---:|---:|---:|---:|---:|:---:|---|")
+for task, reserved, start, end, estimate, measured, state, steps in rows:
+    ok = "yes" if measured is not None and measured <= reserved else "NO"
+    end_s = f"{(end - t0) / 1000:.1f}" if end else "–"
+    print(f"| {task} | {(start - t0) / 1000:.1f} | {end_s} | {mib(estimate)} | {mib(reserved)} | "
+          f"{mib(measured) if measured else '–'} | {ok} | {state} ({steps} steps) |")
+events = sorted([(r[2], 1, r[1]) for r in rows] + [(r[3], -1, -r[1]) for r in rows if r[3]],
+                key=lambda e: (e[0], e[1]))
+running = most = 0
+reserved = peak = 0
+for _, d, b in events:
+    running += d
+    reserved += b
+    most = max(most, running)
+    peak = max(peak, reserved)
+print(f"most tasks running at once: {most}; most reserved at once: {mib(peak)} MiB of {budget}")
+if os.path.exists(maxrss_path):
+    kib = int(open(maxrss_path).read().split()[-1])
+    print(f"host peak RSS: {mib(kib * 1024)} MiB (libtorch, plugins and data included: ≈ 0.4 GiB with no task)")
+PY
+done
