@@ -35,7 +35,7 @@ for precision in $PRECISIONS; do
     fp32) extra='"precision": "fp32"' ;;
     *) echo "unknown precision $precision" >&2; exit 2 ;;
   esac
-  config="{\"hidden_size\": $HIDDEN, \"attention_heads\": 4, \"lookback\": $LOOKBACK, \"batch_size\": $BATCH, \"eval_batch_size\": 64, $extra}"
+  config="{\"hidden_size\": $HIDDEN, \"attention_heads\": 4, \"lookback\": $LOOKBACK, \"batch_size\": $BATCH, \"eval_batch_size\": $BATCH, $extra}"
   python3 - "$work/$precision.json" "$config" "$DATA" "$STEPS" "$TASKS" <<'PY'
 import json, sys
 path, config, data, steps, tasks = sys.argv[1:]

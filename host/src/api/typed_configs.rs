@@ -250,9 +250,21 @@ pub fn tft(i: usize, m: &pb::TftConfig) -> Result<Value, Status> {
             )))
         }
     };
+    let step_memory = match pb::TftStepMemory::try_from(m.step_memory) {
+        Ok(pb::TftStepMemory::Unspecified) => None,
+        Ok(pb::TftStepMemory::Full) => Some("full"),
+        Ok(pb::TftStepMemory::Staged) => Some("staged"),
+        Err(_) => {
+            return Err(invalid(format!(
+                "{path}.step_memory: {} is not a TftStepMemory",
+                m.step_memory
+            )))
+        }
+    };
     let mut c = ConfigObject::new(path);
     c.numbers("quantiles", &m.quantiles)?
         .text("precision", precision)
+        .text("step_memory", step_memory)
         .whole("hidden_size", m.hidden_size)
         .whole("attention_heads", m.attention_heads)
         .whole("lstm_layers", m.lstm_layers)
@@ -327,12 +339,13 @@ mod tests {
             quantiles: vec![0.05, 0.5, 0.95],
             lr_schedule: pb::LrSchedule::Constant as i32,
             int8_min_elements: Some(1024),
+            step_memory: pb::TftStepMemory::Staged as i32,
             ..Default::default()
         };
         assert_eq!(
             tft(1, &t).unwrap(),
             json!({"precision": "int8", "hidden_size": 32, "quantiles": [0.05, 0.5, 0.95],
-                   "lr_schedule": "constant", "int8_min_elements": 1024})
+                   "lr_schedule": "constant", "int8_min_elements": 1024, "step_memory": "staged"})
         );
         let bad = pb::TftConfig {
             precision: 9,
@@ -341,6 +354,14 @@ mod tests {
         assert_eq!(
             tft(2, &bad).unwrap_err().message(),
             "models[2].tft.precision: 9 is not a TftPrecision"
+        );
+        let bad = pb::TftConfig {
+            step_memory: 7,
+            ..Default::default()
+        };
+        assert_eq!(
+            tft(3, &bad).unwrap_err().message(),
+            "models[3].tft.step_memory: 7 is not a TftStepMemory"
         );
     }
 

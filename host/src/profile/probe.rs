@@ -218,12 +218,7 @@ fn reset_peak_rss() -> bool {
 /// default raises that threshold as large blocks are freed, after which freed
 /// tensors stay resident and hide a later peak). Profiling processes only.
 fn tune_allocator() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only changes glibc's malloc parameters; it is called
-    // before the trainer exists, from the only thread that allocates then.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
-    }
+    crate::allocator::map_large_allocations(128 * 1024);
 }
 
 /// Hands memory freed by the warm-up back to the kernel, so the baseline is
