@@ -12,7 +12,7 @@
 //! (horizon 1: its only output) and the TFT in FP32 and INT8 (mean ± sd
 //! over seeds), with the TFT's P10–P90 coverage.
 //!
-//! `TFT_BENCH_SEEDS` (default 3), `TFT_BENCH_STEPS` (600),
+//! `TFT_BENCH_SEEDS` (default 3), `TFT_BENCH_STEPS` (1500; docs/benchmarks.md also has 600),
 //! `TFT_BENCH_CONFIG` (the TFT config JSON) and `TFT_BENCH_CASES`
 //! (`synthetic`, `real` or `both`, the default) change the run.
 
@@ -130,7 +130,7 @@ fn real_case() -> Case {
 
 fn main() {
     let seeds: u64 = env_or("TFT_BENCH_SEEDS", 3);
-    let steps: u64 = env_or("TFT_BENCH_STEPS", 600);
+    let steps: u64 = env_or("TFT_BENCH_STEPS", 1500);
     let base: String = env_or("TFT_BENCH_CONFIG", DEFAULT_CONFIG.to_string());
     let (_tft_dir, tft_registry) = registry_of(TFT, "tft");
     let (_tpl_dir, tpl_registry) = registry_of(TEMPLATE, "template");
