@@ -2,10 +2,12 @@
 # The measured FP32-vs-INT8 memory of a TFT of the seed's size class
 # (issue 13): `tli profile memory` on the bundled daily ES proxy with
 # hidden 1024 (≈178 M parameters on its 6 observed + 7 known inputs),
-# lookback 32, batch 8, two steps each, in child processes; prints the table
+# lookback 32, batch 8 (and evaluation batch 8: the profile runs no
+# evaluation, so the estimate's evaluation term must not be the larger one),
+# two steps each, in child processes; prints the table
 # (FP32, INT8 with one-pass steps, INT8 with staged steps)
 # and the JSON, writes the chart to docs/images/tft-memory-seed-size.png.
-# Needs `make build` first; about 15 GiB of free RAM and ~10 minutes on 2 cores.
+# Needs `make build` first; about 4 GiB of free RAM and ~10 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TLI=${TLI:-target/release/tli}
@@ -13,7 +15,7 @@ DATA=${DATA:-data/samples/es_proxy_sp500_1d.dbn.zst}
 HIDDEN=${HIDDEN:-1024}
 STEPS=${STEPS:-2}
 CHART=${CHART:-docs/images/tft-memory-seed-size.png}
-base="\"hidden_size\": $HIDDEN, \"attention_heads\": 4, \"lookback\": 32, \"batch_size\": 8"
+base="\"hidden_size\": $HIDDEN, \"attention_heads\": 4, \"lookback\": 32, \"batch_size\": 8, \"eval_batch_size\": 8"
 out=$(mktemp)
 "$TLI" profile memory -p tft --data "$DATA" --steps "$STEPS" \
   --config "{$base, \"precision\": \"fp32\"}" --label fp32 \
