@@ -10,7 +10,7 @@
 //! * [`plugin_configs`]: `--config` values and which one applies to which plugin.
 //! * [`libtorch_info`]: which libtorch this process runs on, and CUDA.
 //! * [`byte_size`]: byte sizes formatted and parsed for people.
-//! * [`allocator`]: glibc malloc settings so that resident memory follows live tensors.
+//! * [`allocator`]: glibc malloc settings (`TLI_MMAP_THRESHOLD`): resident memory that follows live tensors.
 //! * [`api`]: the gRPC control API (`tli.v1`) over the orchestrator (`tli host serve`).
 //! * [`testing`]: fixtures shared by the integration tests and the benchmarks.
 //! * [`cli`] and [`commands`]: the `tli` command line (clap) and its output;

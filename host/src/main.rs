@@ -5,8 +5,8 @@ use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
 fn main() -> std::process::ExitCode {
-    // Before any thread exists: resident memory follows live tensors.
-    tli_host::allocator::map_large_allocations(tli_host::allocator::HOST_MMAP_THRESHOLD);
+    // Before any thread exists: TLI_MMAP_THRESHOLD (resident memory follows live tensors).
+    tli_host::allocator::configure_from_env();
     let filter = EnvFilter::try_from_env("TLI_LOG")
         .or_else(|_| EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| EnvFilter::new("info"));
