@@ -204,32 +204,29 @@ impl Int8AdamW {
         let (mut offset, mut block_offset) = (0i64, 0i64);
         for (group, is_decayed) in [(decayed, true), (not_decayed, false)] {
             for (name, t) in group {
-                if let Some(weight) = ready.remove(name.as_str()) {
-                    let numel = weight.numel();
-                    quantized.push(Quantized {
-                        name: name.clone(),
-                        leaf: t.shallow_clone(),
-                        weight,
-                        decayed: is_decayed,
-                        offset,
-                        block_offset,
-                    });
-                    offset += numel;
-                    block_offset += blocks_for(numel as usize) as i64;
-                    continue;
-                }
-                if t.kind() != Kind::Float || !t.requires_grad() || t.device() != device {
-                    return Err(PluginError::other(format!(
-                        "int8 optimizer: parameter {name:?} is a {:?} tensor on {:?} (requires \
-                         grad: {}); all must be f32 leaves requiring gradients on {device:?}",
-                        t.kind(),
-                        t.device(),
-                        t.requires_grad()
-                    )));
-                }
-                if options.quantizes(t) {
-                    let weight = Int8Weight::quantize_nearest(t)?;
-                    release_leaf(t)?;
+                let weight = match ready.remove(name.as_str()) {
+                    Some(weight) => Some(weight),
+                    None => {
+                        if t.kind() != Kind::Float || !t.requires_grad() || t.device() != device {
+                            return Err(PluginError::other(format!(
+                                "int8 optimizer: parameter {name:?} is a {:?} tensor on {:?} \
+                                 (requires grad: {}); all must be f32 leaves requiring \
+                                 gradients on {device:?}",
+                                t.kind(),
+                                t.device(),
+                                t.requires_grad()
+                            )));
+                        }
+                        if options.quantizes(t) {
+                            let weight = Int8Weight::quantize_nearest(t)?;
+                            release_leaf(t)?;
+                            Some(weight)
+                        } else {
+                            None
+                        }
+                    }
+                };
+                if let Some(weight) = weight {
                     let numel = weight.numel();
                     quantized.push(Quantized {
                         name: name.clone(),

@@ -224,11 +224,7 @@ impl StagedStep<'_> {
         match self.sweep {
             Sweep::Measure => {
                 if let Some(g) = &grad {
-                    let n = g
-                        .f_norm()
-                        .and_then(|n| n.f_double_value(&[]))
-                        .plugin_err(ctx)?;
-                    self.sum_sq += n * n;
+                    self.sum_sq += squared_norm(g)?;
                     self.shrink(tensor_bytes(g));
                 }
             }
@@ -240,11 +236,7 @@ impl StagedStep<'_> {
                 if id >= q {
                     // Dense: kept for the update at the end of the sweep.
                     if let Some(g) = &grad {
-                        let n = g
-                            .f_norm()
-                            .and_then(|n| n.f_double_value(&[]))
-                            .plugin_err(ctx)?;
-                        self.sum_sq += n * n;
+                        self.sum_sq += squared_norm(g)?;
                     }
                     self.pending[id] = grad;
                     return Ok(());
@@ -257,11 +249,7 @@ impl StagedStep<'_> {
                     )
                     .plugin_err(ctx)?,
                 };
-                let n = grad
-                    .f_norm()
-                    .and_then(|n| n.f_double_value(&[]))
-                    .plugin_err(ctx)?;
-                self.sum_sq += n * n;
+                self.sum_sq += squared_norm(&grad)?;
                 self.optimizer
                     .update_quantized(id, &grad, lr, grad_scale, first_draw)?;
                 self.shrink(tensor_bytes(&grad));
@@ -269,6 +257,15 @@ impl StagedStep<'_> {
         }
         Ok(())
     }
+}
+
+/// `‖g‖²`, read on the host.
+fn squared_norm(g: &Tensor) -> Result<f64, PluginError> {
+    let n = g
+        .f_norm()
+        .and_then(|n| n.f_double_value(&[]))
+        .plugin_err("staged step: gradient norm")?;
+    Ok(n * n)
 }
 
 impl StageWeights for StagedStep<'_> {
