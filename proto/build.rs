@@ -5,7 +5,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // SAFETY: build scripts are single-threaded; the variable is read by prost-build below.
     unsafe { std::env::set_var("PROTOC", protoc) };
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
-    let files = ["tli/v1/training.proto", "tli/v1/plugins.proto"];
+    let files = [
+        "tli/v1/training.proto",
+        "tli/v1/plugins.proto",
+        "tli/v1/worker.proto",
+    ];
     for f in files {
         println!("cargo:rerun-if-changed={f}");
     }

@@ -62,6 +62,8 @@ async fn main() {
     let orchestrator = Arc::new(
         Orchestrator::open(OrchestratorConfig {
             resume_interrupted: false,
+            default_executor: Default::default(),
+            slurm: None,
             ..orchestrator_config(state.path(), plugins.path(), Strategy::Auto, 1 << 32)
         })
         .expect("open host"),
@@ -72,6 +74,7 @@ async fn main() {
         &ServerConfig {
             token: None,
             tls: None,
+            worker_token: None,
         },
     )
     .await;

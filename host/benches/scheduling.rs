@@ -28,6 +28,8 @@ fn main() {
         let host = Orchestrator::open(OrchestratorConfig {
             cores: 1,
             resume_interrupted: false,
+            default_executor: Default::default(),
+            slurm: None,
             ..orchestrator_config(state.path(), plugins.path(), Strategy::Sequential, 1 << 30)
         })
         .expect("open host");

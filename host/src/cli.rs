@@ -1,5 +1,6 @@
 //! The `tli` command line, declared with clap.
 
+use crate::orchestrator::executor::ExecutorKind;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use tli_plugin_api::Device;
@@ -63,7 +64,7 @@ pub enum Command {
     /// The training host: run jobs with the orchestrator, show their status.
     Host {
         #[command(subcommand)]
-        command: HostCommand,
+        command: Box<HostCommand>,
     },
     /// Devices, memory budgets, reservations and measured usage of a running host.
     Resources,
@@ -79,6 +80,33 @@ pub enum Command {
         #[command(subcommand)]
         command: ProfileCommand,
     },
+    /// Train one task for a host with the Slurm executor (started by the
+    /// host's batch script, not by people): connects back to the host, trains,
+    /// records everything through it. See docs/scale-out.md.
+    Worker(WorkerArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct WorkerArgs {
+    /// The host's worker service, e.g. http://head-node:50051.
+    #[arg(long)]
+    pub host_url: String,
+    /// The task to train.
+    #[arg(long)]
+    pub task: i64,
+    /// The dispatch (lease) this worker acts under.
+    #[arg(long)]
+    pub dispatch: i64,
+    /// File holding the host's worker token (in the shared directory).
+    #[arg(long)]
+    pub token_file: PathBuf,
+    /// libtorch intra-op threads (default: the host's --slurm-cpus-per-task).
+    #[arg(long)]
+    pub threads: Option<u32>,
+    /// Seconds to keep retrying while the host cannot be reached (a host
+    /// restart re-adopts its workers).
+    #[arg(long, default_value_t = 600)]
+    pub reconnect_seconds: u64,
 }
 
 #[derive(Subcommand, Debug)]
@@ -144,6 +172,67 @@ pub struct HostOptions {
     /// CPU cores to share among running tasks (default: all).
     #[arg(long)]
     pub cores: Option<usize>,
+    #[command(flatten)]
+    pub executor: ExecutorArgs,
+}
+
+/// Where tasks run: here, or as Slurm jobs (docs/scale-out.md).
+#[derive(Args, Debug, Clone)]
+pub struct ExecutorArgs {
+    /// Where a job's tasks run unless its spec says: `local` (runner threads
+    /// in this host) or `slurm` (one Slurm job per task, running `tli worker`).
+    #[arg(long, default_value = "local", value_parser = parse_executor)]
+    pub executor: ExecutorKind,
+    /// Slurm partition for task jobs.
+    #[arg(long)]
+    pub slurm_partition: Option<String>,
+    /// Slurm account for task jobs.
+    #[arg(long)]
+    pub slurm_account: Option<String>,
+    /// One more sbatch option, passed as given after tli's own (repeatable),
+    /// e.g. --slurm-sbatch-arg=--qos=high.
+    #[arg(long = "slurm-sbatch-arg", allow_hyphen_values = true)]
+    pub slurm_sbatch_args: Vec<String>,
+    /// CPUs per Slurm task (also the worker's libtorch threads).
+    #[arg(long, default_value_t = 1)]
+    pub slurm_cpus_per_task: u32,
+    /// Slurm jobs of this host at most at once (pending or running).
+    #[arg(long, default_value_t = 1000)]
+    pub slurm_max_jobs: usize,
+    /// Split each GPU into this many Slurm `shard`s and ask CUDA tasks for
+    /// shards covering their estimate (needs --slurm-gpu-memory).
+    #[arg(long, requires = "slurm_gpu_memory")]
+    pub slurm_gpu_shards: Option<u32>,
+    /// Memory of one GPU of the cluster, e.g. 80GiB (with --slurm-gpu-shards).
+    #[arg(long)]
+    pub slurm_gpu_memory: Option<String>,
+    /// Seconds before a task's time limit at which Slurm tells its worker to checkpoint.
+    #[arg(long, default_value_t = 120)]
+    pub slurm_signal_seconds: u32,
+    /// Where Slurm's commands (sbatch, squeue, scancel, sacct) are; default: PATH.
+    #[arg(long)]
+    pub slurm_bin_dir: Option<PathBuf>,
+    /// A directory every node sees at the same path: checkpoints of Slurm
+    /// tasks, the worker token, job output. Default: the state directory.
+    #[arg(long)]
+    pub shared_dir: Option<PathBuf>,
+    /// How workers reach this host's worker service. Default: http://<this
+    /// host's name>:<port> of --listen (serve) or --worker-listen (run).
+    #[arg(long)]
+    pub worker_url: Option<String>,
+    /// `tli host run` only: where the worker service listens.
+    #[arg(long, default_value = "0.0.0.0:0")]
+    pub worker_listen: String,
+    /// The `tli` binary on the nodes. Default: this one.
+    #[arg(long)]
+    pub worker_binary: Option<PathBuf>,
+    /// The plugin directory on the nodes. Default: this host's.
+    #[arg(long)]
+    pub worker_plugin_dir: Option<PathBuf>,
+}
+
+fn parse_executor(text: &str) -> Result<ExecutorKind, String> {
+    text.parse()
 }
 
 #[derive(Args, Debug)]

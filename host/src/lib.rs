@@ -12,6 +12,8 @@
 //! * [`byte_size`]: byte sizes formatted and parsed for people.
 //! * [`allocator`]: glibc malloc settings (`TLI_MMAP_THRESHOLD`): resident memory that follows live tensors.
 //! * [`api`]: the gRPC control API (`tli.v1`) over the orchestrator (`tli host serve`).
+//! * [`slurm`]: Slurm as an executor: sbatch/squeue/scancel, requests from estimates.
+//! * [`worker`]: `tli worker`, one task in a Slurm job, recording through the host.
 //! * [`testing`]: fixtures shared by the integration tests and the benchmarks.
 //! * [`cli`] and [`commands`]: the `tli` command line (clap) and its output;
 //!   [`stdout`]: command output that ends quietly on a closed pipe.
@@ -32,8 +34,10 @@ pub mod plugin_configs;
 pub mod profile;
 pub mod registry;
 pub mod services;
+pub mod slurm;
 pub mod stdout;
 pub mod testing;
+pub mod worker;
 
 use std::path::PathBuf;
 

@@ -129,6 +129,8 @@ pub fn orchestrator_config(
         device: Device::Cpu,
         cores: 2,
         resume_interrupted: true,
+        default_executor: Default::default(),
+        slurm: None,
     }
 }
 
@@ -191,6 +193,7 @@ impl ApiServer {
         let no_auth = ServerConfig {
             token: None,
             tls: None,
+            worker_token: None,
         };
         Self::start(orchestrator, Duration::from_millis(5), &no_auth).await
     }

@@ -11,6 +11,7 @@
 
 use super::convert::invalid;
 use super::typed_configs;
+use crate::orchestrator::executor::{ExecutorKind, SlurmJobOptions};
 use crate::orchestrator::job::{
     self, AssetSpec, CheckpointPolicy, JobSpec, SyntheticAsset, DEFAULT_CHECKPOINT_KEEP,
     DEFAULT_SEED, DEFAULT_SLICE_STEPS,
@@ -82,6 +83,8 @@ pub fn job_spec(req: &pb::StartTrainingRequest) -> Result<JobSpec, Status> {
         } else {
             req.slice_steps
         },
+        executor: executor_kind(req.executor)?,
+        slurm: slurm_options(req.slurm.as_ref()),
     };
     spec.check().map_err(invalid)?;
     Ok(spec)
@@ -165,6 +168,28 @@ fn asset_spec(i: usize, a: &pb::AssetSpec) -> Result<AssetSpec, Status> {
     }
 }
 
+fn executor_kind(value: i32) -> Result<Option<ExecutorKind>, Status> {
+    match pb::Executor::try_from(value) {
+        Ok(pb::Executor::Unspecified) => Ok(None),
+        Ok(pb::Executor::Local) => Ok(Some(ExecutorKind::Local)),
+        Ok(pb::Executor::Slurm) => Ok(Some(ExecutorKind::Slurm)),
+        Err(_) => Err(invalid(format!(
+            "executor: unknown value {value} (EXECUTOR_LOCAL or EXECUTOR_SLURM)"
+        ))),
+    }
+}
+
+/// 0 means "not set" on the wire.
+fn slurm_options(o: Option<&pb::SlurmOptions>) -> SlurmJobOptions {
+    let Some(o) = o else {
+        return SlurmJobOptions::default();
+    };
+    SlurmJobOptions {
+        gpus_per_task: (o.gpus_per_task != 0).then_some(o.gpus_per_task),
+        time_limit_minutes: (o.time_limit_minutes != 0).then_some(o.time_limit_minutes),
+    }
+}
+
 fn checkpoint_policy(c: Option<&pb::CheckpointPolicy>) -> CheckpointPolicy {
     let Some(c) = c else {
         return CheckpointPolicy::default();
@@ -230,6 +255,15 @@ pub fn request_from_spec(
         }),
         slice_steps: spec.slice_steps,
         features_json,
+        executor: match spec.executor {
+            None => pb::Executor::Unspecified,
+            Some(ExecutorKind::Local) => pb::Executor::Local,
+            Some(ExecutorKind::Slurm) => pb::Executor::Slurm,
+        } as i32,
+        slurm: (!spec.slurm.is_default()).then(|| pb::SlurmOptions {
+            gpus_per_task: spec.slurm.gpus_per_task.unwrap_or(0),
+            time_limit_minutes: spec.slurm.time_limit_minutes.unwrap_or(0),
+        }),
         ..Default::default()
     };
     set_models(&mut request, models);
@@ -394,5 +428,20 @@ mod tests {
             let back = job_spec(&request_from_spec(&spec, String::new()).unwrap()).unwrap();
             assert_eq!(back.checkpoint, spec.checkpoint, "{checkpoint}");
         }
+    }
+
+    #[test]
+    fn the_executor_and_slurm_options_survive_the_wire() {
+        let text = r#"{"name":"w","models":[{"plugin":"dqn","steps":9}],"assets":[{"synthetic":{"rows":100}}],
+            "executor":"slurm","slurm":{"gpus_per_task":2,"time_limit_minutes":90}}"#;
+        let spec = JobSpec::from_json(text).unwrap();
+        assert_eq!(spec.executor, Some(ExecutorKind::Slurm));
+        let back = job_spec(&request_from_spec(&spec, String::new()).unwrap()).unwrap();
+        assert_eq!((back.executor, &back.slurm), (spec.executor, &spec.slurm));
+        let plain = job_spec(&request()).unwrap();
+        assert_eq!((plain.executor, plain.slurm), (None, SlurmJobOptions::default()));
+        let mut bad = request();
+        bad.executor = 9;
+        assert!(message(&bad).contains("executor"));
     }
 }

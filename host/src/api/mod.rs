@@ -4,6 +4,8 @@
 //! * [`training`]: `TrainingService` (start, watch, status, list, stop, resume).
 //! * [`plugins`]: `PluginService` (the loaded and refused plugins).
 //! * [`resources`]: `ResourceService` (the device budget and reservations).
+//! * [`worker_service`]: `WorkerService`, what `tli worker` processes call
+//!   (with the worker token; served when the host has a Slurm executor).
 //! * [`auth`]: the bearer-token interceptor.
 //! * [`convert`]: requests → job specs, progress → messages, errors → `Status`.
 //!
@@ -21,6 +23,7 @@ pub mod resources;
 pub mod training;
 pub mod typed_configs;
 pub mod watch_hub;
+pub mod worker_service;
 
 use crate::orchestrator::engine::Orchestrator;
 use auth::Auth;
@@ -28,6 +31,7 @@ use std::sync::Arc;
 use tli_proto::v1::plugin_service_server::PluginServiceServer;
 use tli_proto::v1::resource_service_server::ResourceServiceServer;
 use tli_proto::v1::training_service_server::TrainingServiceServer;
+use tli_proto::v1::worker_service_server::WorkerServiceServer;
 use tokio::sync::watch;
 use tonic::server::NamedService;
 use tonic::service::interceptor::InterceptedService;
@@ -99,6 +103,9 @@ pub struct ServerConfig {
     /// When set, every RPC except health needs `authorization: Bearer <token>`.
     pub token: Option<String>,
     pub tls: Option<TlsPem>,
+    /// When set, the worker service is served and needs this token (never
+    /// the control API's token; a client's token is never a worker's).
+    pub worker_token: Option<String>,
 }
 
 /// The names the health service reports, besides "" (the whole server).
@@ -179,7 +186,14 @@ pub async fn router(
     let reflection_v1alpha = reflection().build_v1alpha()?;
     let training = training::TrainingApi::new(orchestrator.clone(), shutdown.clone());
     let plugins = plugins::PluginApi::new(orchestrator.clone());
-    let resources = resources::ResourceApi::new(orchestrator);
+    let resources = resources::ResourceApi::new(orchestrator.clone());
+    let workers = config.worker_token.as_deref().map(|token| {
+        InterceptedService::new(
+            WorkerServiceServer::new(worker_service::WorkerApi::new(orchestrator))
+                .max_encoding_message_size(usize::MAX),
+            Auth::token(token),
+        )
+    });
     let router = builder
         .add_service(health)
         .add_service(InterceptedService::new(reflection_v1, auth.clone()))
@@ -189,6 +203,16 @@ pub async fn router(
             auth.clone(),
         ))
         .add_service(PluginServiceServer::with_interceptor(plugins, auth.clone()))
-        .add_service(ResourceServiceServer::with_interceptor(resources, auth));
+        .add_service(ResourceServiceServer::with_interceptor(resources, auth))
+        .add_optional_service(workers);
     Ok((router, reporter))
+}
+
+/// Only the worker service (for `tli host run`, which serves no control API).
+pub fn worker_router(orchestrator: Arc<Orchestrator>, worker_token: &str) -> Router {
+    Server::builder().add_service(InterceptedService::new(
+        WorkerServiceServer::new(worker_service::WorkerApi::new(orchestrator))
+            .max_encoding_message_size(usize::MAX),
+        Auth::token(worker_token),
+    ))
 }

@@ -12,7 +12,9 @@ use crate::orchestrator::state::TaskState;
 use crate::orchestrator::store::Store;
 use anyhow::{anyhow, bail, Context, Result};
 use std::path::Path;
+use crate::orchestrator::executor::ExecutorKind;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub(super) static SIGNALLED: AtomicBool = AtomicBool::new(false);
@@ -30,11 +32,13 @@ pub(super) fn install_signal_handlers() {
     }
 }
 
-/// Opens the orchestrator with the shared host options (`host run`, `host serve`).
+/// Opens the orchestrator with the shared host options (`host run`, `host
+/// serve`); `worker_service` is where its worker service listens (Slurm).
 pub(super) fn open_host(
     plugin_dir: &Path,
     contracts: Option<&Path>,
     opts: &HostOptions,
+    worker_service: Option<std::net::SocketAddr>,
 ) -> Result<Orchestrator> {
     let strategy = opts
         .strategy
@@ -64,6 +68,8 @@ pub(super) fn open_host(
         device: opts.device,
         cores,
         resume_interrupted: !opts.no_resume,
+        default_executor: opts.executor.executor,
+        slurm: super::executor::slurm_config(opts, plugin_dir, worker_service)?,
     })?;
     let budget = host.budget();
     eprintln!(
@@ -74,6 +80,14 @@ pub(super) fn open_host(
         crate::byte_size::format_bytes(budget.total_bytes),
         opts.strategy
     );
+    if let Some(slurm) = host.slurm_config() {
+        eprintln!(
+            "host: executor {} · Slurm workers reach {} · shared dir {}",
+            opts.executor.executor,
+            slurm.worker_url,
+            slurm.shared_dir.display()
+        );
+    }
     Ok(host)
 }
 
@@ -92,7 +106,24 @@ pub(super) fn run(
             JobSpec::from_json(&text).map_err(|e| anyhow!("{}: {e}", path.display()))
         })
         .collect::<Result<Vec<_>>>()?;
-    let host = open_host(plugin_dir, contracts, &args.host)?;
+    // A Slurm host serves its workers while it runs.
+    let worker_service = match args.host.executor.executor {
+        ExecutorKind::Slurm => Some(WorkerService::bind(&args.host.executor.worker_listen)?),
+        ExecutorKind::Local => None,
+    };
+    let host = Arc::new(open_host(
+        plugin_dir,
+        contracts,
+        &args.host,
+        worker_service.as_ref().map(|w| w.local),
+    )?);
+    let _serving = match (worker_service, host.slurm_config()) {
+        (Some(service), Some(slurm)) => {
+            let token = super::executor::worker_token(slurm)?;
+            Some(service.serve(host.clone(), &token)?)
+        }
+        _ => None,
+    };
     for spec in &specs {
         let job = host.submit(spec)?;
         eprintln!(
@@ -234,5 +265,50 @@ pub(super) fn status(state_dir: &Path, job: Option<i64>, output: OutputFormat) -
 fn print_status(jobs: &[JobJson]) {
     for job in jobs {
         print_job(job);
+    }
+}
+
+/// The worker service of `tli host run --executor slurm`, bound before the
+/// host opens (so the workers' URL names the real port).
+struct WorkerService {
+    listener: std::net::TcpListener,
+    local: std::net::SocketAddr,
+}
+
+/// The worker service's runtime; dropping it stops serving.
+struct ServingWorkers(Option<tokio::runtime::Runtime>);
+
+impl Drop for ServingWorkers {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+        }
+    }
+}
+
+impl WorkerService {
+    fn bind(listen: &str) -> Result<Self> {
+        let listener = std::net::TcpListener::bind(listen)
+            .with_context(|| format!("--worker-listen {listen}: cannot listen"))?;
+        listener.set_nonblocking(true)?;
+        let local = listener.local_addr()?;
+        Ok(Self { listener, local })
+    }
+
+    fn serve(self, host: Arc<Orchestrator>, token: &str) -> Result<ServingWorkers> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("tli-workers")
+            .enable_all()
+            .build()
+            .context("cannot start the worker service's runtime")?;
+        let router = crate::api::worker_router(host, token);
+        let listener = {
+            let _guard = runtime.enter();
+            tokio::net::TcpListener::from_std(self.listener)?
+        };
+        runtime.spawn(router.serve_with_incoming(crate::api::incoming(listener)));
+        eprintln!("host: worker service listening on {}", self.local);
+        Ok(ServingWorkers(Some(runtime)))
     }
 }

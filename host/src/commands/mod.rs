@@ -10,6 +10,7 @@
 //! * [`remote`]: the gRPC client commands `tli train start|watch|status|list|stop|resume`, `tli resources`
 
 mod data;
+mod executor;
 mod host;
 mod plugin_table;
 mod plugins;
@@ -19,6 +20,7 @@ mod render;
 mod serve;
 mod train;
 mod view;
+mod worker;
 
 use crate::cli::{
     Cli, Command, DataCommand, HostCommand, PluginsCommand, ProfileCommand, TrainCommand,
@@ -60,7 +62,7 @@ pub fn run(cli: Cli) -> Result<()> {
             crate::stdout::write_bytes(&script);
             Ok(())
         }
-        Command::Host { command } => match command {
+        Command::Host { command } => match command.as_ref() {
             HostCommand::Run(args) => host::run(&plugin_dir, contracts, args, cli.output),
             HostCommand::Serve(args) => serve::serve(&plugin_dir, contracts, args),
             HostCommand::Status { state_dir, job } => host::status(state_dir, *job, cli.output),
@@ -86,6 +88,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Profile {
             command: ProfileCommand::Memory(args),
         } => profile::memory(&plugin_dir, contracts, args, cli.output),
+        Command::Worker(args) => worker::worker(&plugin_dir, args),
     }
 }
 

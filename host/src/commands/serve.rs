@@ -54,14 +54,25 @@ pub(super) fn serve(plugin_dir: &Path, contracts: Option<&Path>, args: &ServeArg
     if let Some(tls) = &tls {
         api::check_tls(tls).context("--tls-cert/--tls-key")?;
     }
-    let config = ServerConfig { token, tls };
-
     let listener =
         std::net::TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
     listener.set_nonblocking(true)?;
     let local = listener.local_addr()?;
 
-    let orchestrator = Arc::new(open_host(plugin_dir, contracts, &args.host)?);
+    let orchestrator = Arc::new(open_host(plugin_dir, contracts, &args.host, Some(local))?);
+    let worker_token = match orchestrator.slurm_config() {
+        Some(_) if tls.is_some() => bail!(
+            "--executor slurm with TLS: workers speak plain gRPC to the host for now; serve \
+             without --tls-cert on a network the cluster trusts, with a token"
+        ),
+        Some(slurm) => Some(super::executor::worker_token(slurm)?),
+        None => None,
+    };
+    let config = ServerConfig {
+        token,
+        tls,
+        worker_token,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("tli-grpc")
@@ -212,7 +223,15 @@ async fn run(
         orchestrator.active_count(),
         shutdown_timeout.as_secs()
     );
-    let _ = stop_server.send(());
+    // Slurm workers record their last checkpoints through the server: it
+    // stays up until the scheduler is done.
+    let serves_workers = config.worker_token.is_some();
+    let mut stop_server = Some(stop_server);
+    if !serves_workers {
+        if let Some(stop) = stop_server.take() {
+            let _ = stop.send(());
+        }
+    }
 
     if scheduler_result.is_none() {
         match tokio::time::timeout(shutdown_timeout, &mut scheduler).await {
@@ -229,6 +248,9 @@ async fn run(
                 shutdown_timeout.as_secs()
             ),
         }
+    }
+    if let Some(stop) = stop_server.take() {
+        let _ = stop.send(());
     }
     if server_result.is_none() {
         match tokio::time::timeout(SERVER_STOP_GRACE, &mut server).await {

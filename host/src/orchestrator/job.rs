@@ -18,15 +18,19 @@
 //!   "device": "cpu",
 //!   "features": {"return_horizons": [1, 5, 20]},
 //!   "checkpoint": {"every_steps": 500, "every_seconds": 300, "keep": 3},
-//!   "slice_steps": 10
+//!   "slice_steps": 10,
+//!   "executor": "slurm",
+//!   "slurm": {"gpus_per_task": 1, "time_limit_minutes": 120}
 //! }
 //! ```
 //! Task seeds are `seed + task ordinal`, so every task differs and a job is
 //! reproducible. Left out: `seed` 1, `device` cpu, `slice_steps` 10, features
 //! the pipeline's defaults, `checkpoint` every 300 s keeping 3. In
 //! `checkpoint`, an `every_steps`/`every_seconds` of 0 or `null` means never
-//! (as in the API).
+//! (as in the API). `executor` (`local` or `slurm`) pins where the tasks run;
+//! left out, the host's default. `slurm` applies to the Slurm executor only.
 
+use super::executor::{ExecutorKind, SlurmJobOptions};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use tli_data::features::FeatureConfig;
@@ -65,6 +69,10 @@ pub struct JobSpec {
     /// Steps per call into the plugin; progress, cancellation and checkpoints
     /// happen between calls.
     pub slice_steps: u64,
+    /// Where the tasks run; `None` = the host's default executor.
+    pub executor: Option<ExecutorKind>,
+    /// What each task asks of Slurm (the Slurm executor only).
+    pub slurm: SlurmJobOptions,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -275,6 +283,7 @@ impl JobSpec {
                 SLICE_STEPS.end()
             ));
         }
+        self.slurm.check()?;
         let c = &self.checkpoint;
         if c.keep == 0 {
             return Err("checkpoint.keep: must keep at least 1".into());
@@ -308,6 +317,10 @@ struct JobSpecFile {
     checkpoint: CheckpointFile,
     #[serde(default = "default_slice")]
     slice_steps: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    executor: Option<ExecutorKind>,
+    #[serde(default, skip_serializing_if = "SlurmJobOptions::is_default")]
+    slurm: SlurmJobOptions,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -384,6 +397,8 @@ impl TryFrom<JobSpecFile> for JobSpec {
             features: f.features,
             checkpoint: CheckpointPolicy::with_intervals(c.every_steps, c.every_seconds, c.keep),
             slice_steps: f.slice_steps,
+            executor: f.executor,
+            slurm: f.slurm,
         })
     }
 }
@@ -412,6 +427,8 @@ impl From<JobSpec> for JobSpecFile {
             features: s.features,
             checkpoint: s.checkpoint.into(),
             slice_steps: s.slice_steps,
+            executor: s.executor,
+            slurm: s.slurm,
         }
     }
 }

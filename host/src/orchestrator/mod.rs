@@ -12,7 +12,10 @@
 //! * [`cuda`]: device memory from the CUDA runtime and libtorch's caching
 //!   allocator through a small C++ shim (reports "no CUDA" without a GPU).
 //! * [`job`]: job specifications (models × assets).
+//! * [`executor`]: where tasks run: runner threads in the host, or Slurm jobs.
 //! * [`runner`]: the per-task thread (slices, stop requests, checkpoints).
+//! * [`task_record`]: where a runner records its task: the store (a runner
+//!   thread in the host) or the host's worker service (a `tli worker`).
 //! * [`engine`]: the [`Orchestrator`](engine::Orchestrator) tying it together;
 //!   its `control` part answers queries, stops and resumes (the rules of
 //!   which task may be stopped or resumed are [`state::TaskState`]'s).
@@ -26,6 +29,7 @@ pub mod arbiter;
 pub mod checkpoint;
 pub mod cuda;
 pub mod engine;
+pub mod executor;
 pub mod job;
 pub mod listing;
 pub mod live;
@@ -33,6 +37,7 @@ pub mod progress;
 pub mod runner;
 pub mod state;
 pub mod store;
+pub mod task_record;
 
 /// Row id of a job in the store.
 pub type JobId = i64;

@@ -12,9 +12,9 @@
 
 use super::checkpoint;
 use super::job::CheckpointPolicy;
-use super::live::{LiveProgress, TaskLogTap};
 use super::state::TaskState;
-use super::store::{MeasuredMemory, MemorySource, Store, TaskRow};
+use super::store::{MeasuredMemory, MemorySource, TaskRow};
+use super::task_record::{RecordError, TaskRecord};
 use super::TaskId;
 use crate::registry::{PluginRegistry, TrainerHandle};
 use crate::services::TaskServices;
@@ -39,6 +39,9 @@ pub enum StopRequest {
     Forced = 2,
     /// The host is shutting down: checkpoint, become `interrupted` (resumed at next start).
     Shutdown = 3,
+    /// Slurm is ending the worker's job (`scancel`, the time limit near):
+    /// checkpoint, become `interrupted` (the host re-queues it).
+    Preempted = 4,
 }
 
 impl StopRequest {
@@ -47,6 +50,7 @@ impl StopRequest {
             1 => Self::Graceful,
             2 => Self::Forced,
             3 => Self::Shutdown,
+            4 => Self::Preempted,
             _ => Self::None,
         }
     }
@@ -61,6 +65,8 @@ pub enum CheckpointReason {
     StopRequested,
     /// The host is shutting down: the task becomes `interrupted` after it.
     HostShutdown,
+    /// Slurm is ending the worker's job: the task becomes `interrupted` after it.
+    Preempted,
     /// The last step is done: the task becomes `completed` after it.
     Final,
 }
@@ -78,6 +84,7 @@ impl std::fmt::Display for CheckpointReason {
             CheckpointReason::Scheduled => "scheduled",
             CheckpointReason::StopRequested => "stop requested",
             CheckpointReason::HostShutdown => "host shutting down",
+            CheckpointReason::Preempted => "Slurm ending the job",
             CheckpointReason::Final => "final",
         })
     }
@@ -149,18 +156,16 @@ pub struct RunnerContext {
     pub dataset: RArc<Dataset>,
     /// Every dataset of the task and the plugin API 1.1 side table.
     pub inputs: TaskInputs,
-    pub store: Arc<Store>,
+    /// Where the task's states, progress and checkpoints are recorded.
+    pub record: Arc<dyn TaskRecord>,
     pub checkpoint_root: PathBuf,
     pub policy: CheckpointPolicy,
     pub slice_steps: u64,
     pub stop: Arc<AtomicU8>,
     /// Shared with the plugin's `is_cancelled()`.
     pub plugin_cancel: Arc<AtomicBool>,
-    pub events: Sender<RunnerEvent>,
     /// libtorch intra-op threads for this task's thread.
     pub threads: i32,
-    /// Where progress and log lines go between store flushes.
-    pub live: Arc<LiveProgress>,
     /// Runners on this task's device.
     pub occupancy: Arc<DeviceOccupancy>,
 }
@@ -171,13 +176,15 @@ pub struct RunnerContext {
 /// calls slow (docs/benchmarks.md, gRPC API under load).
 pub const PROGRESS_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Starts the runner thread.
-pub fn spawn(ctx: RunnerContext) -> std::io::Result<std::thread::JoinHandle<()>> {
+/// Starts the runner thread; it reports its outcome on `events` when done.
+pub fn spawn(
+    ctx: RunnerContext,
+    events: Sender<RunnerEvent>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name(format!("task-{}", ctx.task.id))
         .spawn(move || {
             let task = ctx.task.id;
-            let events = ctx.events.clone();
             let outcome = run(&ctx);
             let _ = events.send(RunnerEvent::Finished { task, outcome });
         })
@@ -213,7 +220,9 @@ fn lower_own_priority() {
     }
 }
 
-fn run(ctx: &RunnerContext) -> Outcome {
+/// Runs the task on the calling thread until it completes, fails or stops;
+/// its final state is recorded before this returns.
+pub fn run(ctx: &RunnerContext) -> Outcome {
     let _on_device = ctx.occupancy.enter();
     lower_own_priority();
     tch::set_num_threads(ctx.threads.max(1));
@@ -223,7 +232,7 @@ fn run(ctx: &RunnerContext) -> Outcome {
     };
     let result = runner.train(ctx);
     let outcome = finish(ctx, result, Some(&mut runner));
-    ctx.live.forget(ctx.task.id);
+    ctx.record.forget_live();
     outcome
 }
 
@@ -258,12 +267,16 @@ fn finish(
         Outcome::Completed => (TaskState::Completed, format!("completed {steps} steps")),
         Outcome::Failed(why) => (TaskState::Failed, why.clone()),
         Outcome::Cancelled => (TaskState::Cancelled, format!("stopped at step {steps}")),
+        Outcome::Interrupted if StopRequest::load(&ctx.stop) == StopRequest::Preempted => (
+            TaskState::Interrupted,
+            format!("Slurm is ending its job (scancel or time limit) at step {steps}"),
+        ),
         Outcome::Interrupted => (
             TaskState::Interrupted,
             format!("host shut down at step {steps}"),
         ),
         Outcome::Requeued(why) => {
-            if let Err(e) = ctx.store.requeue_after_oom(task, why) {
+            if let Err(e) = ctx.record.requeue_after_oom(why) {
                 tracing::warn!(
                     task,
                     "re-queue after running out of memory not recorded: {e}"
@@ -277,7 +290,7 @@ fn finish(
 }
 
 fn transition(ctx: &RunnerContext, to: TaskState, reason: &str) {
-    if let Err(e) = ctx.store.transition(ctx.task.id, to, reason) {
+    if let Err(e) = ctx.record.transition(to, reason) {
         // E.g. a forced stop already marked it cancelled after its deadline.
         tracing::warn!(task = ctx.task.id, "state change to {to} not recorded: {e}");
     }
@@ -308,11 +321,7 @@ impl Runner {
         let label = format!("{}-{}", task.job_id, task.id);
         let services =
             TaskServices::with_cancel_flag(&task.plugin, &label, ctx.plugin_cancel.clone())
-                .with_log_sink(Arc::new(TaskLogTap {
-                    live: ctx.live.clone(),
-                    job: task.job_id,
-                    task: task.id,
-                }));
+                .with_log_sink(ctx.record.log_sink());
         let spec = TaskSpec {
             task_id: label.as_str().into(),
             config_json: task.config_json.as_str().into(),
@@ -327,9 +336,7 @@ impl Runner {
             0 => format!("started{note}"),
             n => format!("resumed from checkpoint step {n}{note}"),
         };
-        ctx.store
-            .set_steps_done(task.id, steps)
-            .map_err(store_err)?;
+        ctx.record.set_steps_done(steps).map_err(record_err)?;
         transition(ctx, TaskState::Running, &reason);
         Ok(Runner {
             trainer,
@@ -357,6 +364,10 @@ impl Runner {
                     self.checkpoint(ctx, CheckpointReason::HostShutdown)?;
                     return Ok(Outcome::Interrupted);
                 }
+                StopRequest::Preempted => {
+                    self.checkpoint(ctx, CheckpointReason::Preempted)?;
+                    return Ok(Outcome::Interrupted);
+                }
             }
             let n = ctx.slice_steps.min(total - self.steps);
             // Measure the first slice on the allocator when alone on the device.
@@ -367,7 +378,7 @@ impl Runner {
             let report = self.trainer.step(n)?;
             self.steps += report.steps_done;
             let metrics = metric_pairs(&report.metrics);
-            ctx.live.update(ctx.task.id, self.steps, &metrics);
+            ctx.record.live(self.steps, &metrics);
             self.unflushed.push((self.steps, metrics));
             self.steps_unflushed = true;
             if self.last_flush.elapsed() >= PROGRESS_FLUSH_INTERVAL {
@@ -379,14 +390,7 @@ impl Runner {
                     .filter(|marker| ctx.occupancy.alone() == Some(*marker))
                     .and_then(|_| device_peak(ctx.task.device));
                 let memory = measured_memory(&self.trainer.memory()?, peak);
-                let bytes = memory.total();
-                ctx.store
-                    .set_measured_memory(ctx.task.id, &memory)
-                    .map_err(store_err)?;
-                let _ = ctx.events.send(RunnerEvent::Measured {
-                    task: ctx.task.id,
-                    bytes,
-                });
+                ctx.record.measured(&memory).map_err(record_err)?;
             }
             if report.steps_done == 0 && StopRequest::load(&ctx.stop) == StopRequest::None {
                 return Err(PluginError::other(format!(
@@ -400,7 +404,7 @@ impl Runner {
         }
         let eval = self.trainer.evaluate()?;
         let metrics = metric_pairs(&eval.metrics);
-        ctx.live.update(ctx.task.id, self.steps, &metrics);
+        ctx.record.live(self.steps, &metrics);
         self.unflushed.push((self.steps, metrics));
         self.steps_unflushed = true;
         self.checkpoint(ctx, CheckpointReason::Final)?;
@@ -420,9 +424,9 @@ impl Runner {
     /// Writes the progress and metrics not yet in the store, in one transaction.
     fn flush_progress(&mut self, ctx: &RunnerContext) -> Result<(), PluginError> {
         if self.steps_unflushed {
-            ctx.store
-                .record_progress_batch(ctx.task.id, self.steps, &self.unflushed)
-                .map_err(store_err)?;
+            ctx.record
+                .record_progress(self.steps, &self.unflushed)
+                .map_err(record_err)?;
             self.unflushed.clear();
             self.steps_unflushed = false;
         }
@@ -444,7 +448,6 @@ impl Runner {
         {
             return Ok(()); // nothing new since the last one
         }
-        let task = ctx.task.id;
         transition(
             ctx,
             TaskState::Checkpointing,
@@ -456,24 +459,23 @@ impl Runner {
         })
         .map_err(|e| PluginError::io(format!("checkpoint at step {} failed: {e}", self.steps)))?;
         let new_row = ctx
-            .store
+            .record
             .add_checkpoint(
-                task,
                 self.steps,
                 &saved.dir.display().to_string(),
                 &saved.checksum,
             )
-            .map_err(store_err)?;
+            .map_err(record_err)?;
         // Forget an earlier row of this step (its directory was just
         // replaced), then all but the newest `keep`; directories go with them.
         let mut kept = 0;
-        for row in ctx.store.checkpoints(task).map_err(store_err)? {
+        for row in ctx.record.checkpoints().map_err(record_err)? {
             let replaced = row.step == self.steps && row.id != new_row;
             if !replaced {
                 kept += 1;
             }
             if replaced || kept > ctx.policy.keep {
-                ctx.store.remove_checkpoint(row.id).map_err(store_err)?;
+                ctx.record.remove_checkpoint(row.id).map_err(record_err)?;
             }
         }
         checkpoint::prune(&ctx.checkpoint_root, ctx.policy.keep)
@@ -492,7 +494,7 @@ impl Runner {
 fn restore(ctx: &RunnerContext, trainer: &mut TrainerHandle) -> Result<(u64, String), PluginError> {
     let mut note = String::new();
     // Newest first; a row whose directory does not verify is forgotten.
-    for row in ctx.store.checkpoints(ctx.task.id).map_err(store_err)? {
+    for row in ctx.record.checkpoints().map_err(record_err)? {
         let dir = Path::new(&row.path);
         match checkpoint::verify(dir) {
             Ok(_) => {
@@ -502,15 +504,15 @@ fn restore(ctx: &RunnerContext, trainer: &mut TrainerHandle) -> Result<(u64, Str
             Err(why) => {
                 tracing::warn!(task = ctx.task.id, "checkpoint {} refused: {why}", row.path);
                 note.push_str(&format!("; checkpoint {} refused: {why}", row.path));
-                ctx.store.remove_checkpoint(row.id).map_err(store_err)?;
+                ctx.record.remove_checkpoint(row.id).map_err(record_err)?;
             }
         }
     }
     Ok((0, note))
 }
 
-fn store_err(e: super::store::StoreError) -> PluginError {
-    PluginError::io(format!("job store: {e}"))
+fn record_err(e: RecordError) -> PluginError {
+    PluginError::io(e.to_string())
 }
 
 /// Restarts the device's peak counters; false when it has none (CPU) or fails.

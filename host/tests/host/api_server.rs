@@ -38,6 +38,7 @@ impl Host {
         Self::start_with(ServerConfig {
             token: token.map(str::to_string),
             tls: None,
+            worker_token: None,
         })
         .await
     }
@@ -752,6 +753,7 @@ async fn tls_serves_clients_that_trust_the_certificate() {
             cert: TEST_SERVER_CERT_PEM.as_bytes().to_vec(),
             key: TEST_SERVER_KEY_PEM.as_bytes().to_vec(),
         }),
+        worker_token: None,
     })
     .await;
     let channel = Channel::from_shared(format!("https://localhost:{}", host.server.addr.port()))

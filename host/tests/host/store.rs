@@ -497,7 +497,7 @@ fn recovery_after_a_host_died_mid_run() {
 
     let store = Store::open(crashed.path()).expect("reopen after crash");
     assert_eq!(store.open_reservations().unwrap().len(), 2);
-    let recovered = store.recover_after_restart("host restarted").unwrap();
+    let recovered = store.recover_after_restart("host restarted", &[]).unwrap();
     assert_eq!(recovered, vec![ids[0], ids[1]]);
 
     for &t in &ids[..2] {
@@ -527,7 +527,7 @@ fn recovery_after_a_host_died_mid_run() {
         .all(|r| r.released_ms.is_some()));
 
     // A second recovery finds nothing to do.
-    assert!(store.recover_after_restart("again").unwrap().is_empty());
+    assert!(store.recover_after_restart("again", &[]).unwrap().is_empty());
     // Interrupted tasks can be resumed.
     store
         .transition(ids[0], TaskState::Queued, "resume")
@@ -548,7 +548,7 @@ fn recovery_after_a_plain_drop() {
     };
     let store = Store::open(dir.path()).unwrap();
     assert_eq!(
-        store.recover_after_restart("host restarted").unwrap(),
+        store.recover_after_restart("host restarted", &[]).unwrap(),
         vec![ids[0]]
     );
     assert_eq!(
@@ -688,8 +688,9 @@ fn a_version_2_store_counts_oom_requeues_from_its_history() {
     assert_eq!(store.task(ids[1]).unwrap().unwrap().oom_requeues, 0);
 }
 
-/// What version 4 added: dropping it gives a version-3 table.
-const DROP_V4: &str = "ALTER TABLE tasks DROP COLUMN measured_parameters;
+/// What versions 4 and 5 added: dropping it gives a version-3 store.
+const DROP_V4: &str = "DROP TABLE dispatches;
+    ALTER TABLE tasks DROP COLUMN measured_parameters;
     ALTER TABLE tasks DROP COLUMN measured_gradients;
     ALTER TABLE tasks DROP COLUMN measured_optimizer_state;
     ALTER TABLE tasks DROP COLUMN measured_activations;
@@ -791,4 +792,67 @@ fn concurrent_writers_from_threads() {
         assert_eq!(row.steps_done, 25);
         assert_eq!(store.metric_history(t, "loss").unwrap().len(), 25);
     }
+}
+
+#[test]
+fn dispatches_are_leases_and_adopted_tasks_survive_recovery() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _job, ids) = store_with_job(dir.path(), 3);
+    for &t in &ids {
+        store.transition(t, TaskState::Running, "started").unwrap();
+    }
+    let first = store.open_dispatch(ids[0], "slurm").unwrap();
+    store.set_dispatch_external_id(first, "41").unwrap();
+    store.end_dispatch(first, "Slurm job 41 ended").unwrap();
+    let second = store.open_dispatch(ids[0], "slurm").unwrap();
+    store.set_dispatch_external_id(second, "42").unwrap();
+    store.set_dispatch_node(second, "node7").unwrap();
+    assert!(second > first, "a new attempt gets a new lease");
+    assert!(matches!(
+        store.open_dispatch(999, "slurm"),
+        Err(StoreError::NoSuchTask(999))
+    ));
+    let open = store.open_dispatches().unwrap();
+    assert_eq!(open.len(), 1);
+    let row = &open[0];
+    assert_eq!(
+        (row.id, row.task_id, row.external_id.as_deref(), row.node.as_deref()),
+        (second, ids[0], Some("42"), Some("node7"))
+    );
+    let ended = store.dispatch(first).unwrap().unwrap();
+    assert_eq!(ended.end_reason.as_deref(), Some("Slurm job 41 ended"));
+    // Ending twice keeps the first reason.
+    store.end_dispatch(first, "again").unwrap();
+    assert_eq!(
+        store.dispatch(first).unwrap().unwrap().end_reason.as_deref(),
+        Some("Slurm job 41 ended")
+    );
+    assert_eq!(store.dispatches_of(ids[0]).unwrap().len(), 2);
+    drop(store);
+
+    // A restart that re-adopts task 0's worker interrupts only the others.
+    let store = Store::open(dir.path()).unwrap();
+    let recovered = store.recover_after_restart("host restarted", &[ids[0]]).unwrap();
+    assert_eq!(recovered, vec![ids[1], ids[2]]);
+    assert_eq!(store.task(ids[0]).unwrap().unwrap().state, TaskState::Running);
+    assert_eq!(
+        store.task(ids[1]).unwrap().unwrap().state,
+        TaskState::Interrupted
+    );
+}
+
+#[test]
+fn a_version_4_store_gains_dispatches() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _job, ids) = store_with_job(dir.path(), 1);
+    drop(store);
+    {
+        let conn = rusqlite::Connection::open(dir.path().join(DB_FILE)).unwrap();
+        conn.execute_batch("DROP TABLE dispatches; PRAGMA user_version = 4;")
+            .unwrap();
+    }
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(store.pragmas().unwrap().user_version, SCHEMA_VERSION);
+    assert!(store.open_dispatches().unwrap().is_empty());
+    store.open_dispatch(ids[0], "slurm").unwrap();
 }

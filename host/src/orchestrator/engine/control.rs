@@ -182,7 +182,11 @@ impl Orchestrator {
                 .task(task)?
                 .ok_or_else(|| OrchestratorError::Other(format!("no task {task}")))?
                 .state;
-            if state == TaskState::Queued && !lock(&self.running).contains_key(&task) {
+            let pending_in_slurm = state == TaskState::Queued
+                && self.withdraw_pending(task, "stopped before its worker started");
+            if pending_in_slurm
+                || (state == TaskState::Queued && !lock(&self.running).contains_key(&task))
+            {
                 self.store
                     .transition(task, TaskState::Cancelled, "stopped before it started")?;
                 continue;
@@ -216,6 +220,8 @@ impl Orchestrator {
         }
         for task in signalled {
             if lock(&self.running).contains_key(&task) {
+                // A Slurm worker is given up on (its job cancelled); a thread ends on its own.
+                self.abandon_remote(task);
                 let _ = self.store.transition(
                     task,
                     TaskState::Cancelled,

@@ -11,16 +11,21 @@
 //! uses [`Orchestrator::run_until_shutdown`]).
 
 mod control;
+mod remote;
 mod task_data;
+
+pub use remote::{LeaseError, WorkerAssignment, WorkerLease};
 
 use task_data::DatasetCache;
 
 use super::arbiter::{Arbiter, Budget, Candidate, Strategy};
+use super::executor::ExecutorKind;
 use super::job::JobSpec;
 use super::live::LiveProgress;
 use super::runner::{self, DeviceOccupancy, Outcome, RunnerContext, RunnerEvent, StopRequest};
 use super::state::TaskState;
 use super::store::{NewTask, Store, StoreError, TaskRow};
+use super::task_record::StoreRecord;
 use super::{JobId, TaskId};
 use crate::registry::PluginRegistry;
 use abi_stable::std_types::RArc;
@@ -51,6 +56,10 @@ pub struct OrchestratorConfig {
     pub cores: usize,
     /// Resume interrupted tasks at start-up.
     pub resume_interrupted: bool,
+    /// Where a job's tasks run when its spec does not say.
+    pub default_executor: ExecutorKind,
+    /// The Slurm executor's settings; `None` = no Slurm (local only).
+    pub slurm: Option<crate::slurm::SlurmConfig>,
 }
 
 /// Why a job was not accepted. Nothing is stored when submission fails.
@@ -124,13 +133,17 @@ pub struct Reservation {
     pub measured_memory: Option<super::store::MeasuredMemory>,
 }
 
-/// A task with a runner thread: how to stop it and what it holds.
+/// A task with a runner (a thread here, or a worker in a Slurm job): how
+/// to stop it and what it holds.
 struct RunningTask {
     stop: Arc<AtomicU8>,
     plugin_cancel: Arc<AtomicBool>,
     handle: Option<JoinHandle<()>>,
-    reservation: i64,
+    /// The device reservation of a runner thread on this host.
+    reservation: Option<i64>,
     started: Instant,
+    /// Set for a task handed to Slurm.
+    remote: Option<remote::RemoteTask>,
 }
 
 pub struct Orchestrator {
@@ -148,6 +161,10 @@ pub struct Orchestrator {
     live: Arc<LiveProgress>,
     /// Runners on the host's device (for attributing allocator counters).
     occupancy: Arc<DeviceOccupancy>,
+    /// The Slurm executor, when the host has one.
+    slurm: Option<remote::SlurmExecutor>,
+    /// Each job's executor (read from its spec once).
+    job_executors: Mutex<HashMap<JobId, ExecutorKind>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -171,24 +188,9 @@ impl Orchestrator {
             },
         };
         let arbiter = Arbiter::new(config.strategy, budget, config.margin);
-        let interrupted = store.recover_after_restart("the host stopped while it was running")?;
-        if !interrupted.is_empty() {
-            tracing::info!(
-                "{} task(s) were running when the previous host stopped",
-                interrupted.len()
-            );
-        }
-        if config.resume_interrupted {
-            for task in store.tasks_in(&[TaskState::Interrupted])? {
-                store.transition(
-                    task.id,
-                    TaskState::Queued,
-                    "re-queued at host start to resume from its last checkpoint",
-                )?;
-            }
-        }
         let (events_tx, events_rx) = channel();
-        Ok(Self {
+        let slurm = config.slurm.clone().map(remote::SlurmExecutor::new);
+        let orchestrator = Self {
             config,
             store,
             registry,
@@ -201,7 +203,41 @@ impl Orchestrator {
             shutdown: Arc::new(AtomicBool::new(false)),
             live: Arc::new(LiveProgress::new()),
             occupancy: Arc::new(DeviceOccupancy::default()),
-        })
+            slurm,
+            job_executors: Mutex::new(HashMap::new()),
+        };
+        orchestrator.recover()?;
+        Ok(orchestrator)
+    }
+
+    /// After a start: re-adopts Slurm jobs that still run, marks the other
+    /// tasks that were running `interrupted`, and re-queues them if configured to.
+    fn recover(&self) -> Result<(), OrchestratorError> {
+        let adopted = self.adopt_slurm_jobs()?;
+        let interrupted = self
+            .store
+            .recover_after_restart("the host stopped while it was running", &adopted)?;
+        if !interrupted.is_empty() {
+            tracing::info!(
+                "{} task(s) were running when the previous host stopped",
+                interrupted.len()
+            );
+        }
+        if self.config.resume_interrupted {
+            for task in self.store.tasks_in(&[TaskState::Interrupted])? {
+                self.store.transition(
+                    task.id,
+                    TaskState::Queued,
+                    "re-queued at host start to resume from its last checkpoint",
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The Slurm settings, when the host has a Slurm executor.
+    pub fn slurm_config(&self) -> Option<&crate::slurm::SlurmConfig> {
+        self.slurm.as_ref().map(|s| &s.config)
     }
 
     /// Running tasks' latest progress and the plugins' log lines.
@@ -232,6 +268,14 @@ impl Orchestrator {
     /// stores it with all tasks queued.
     pub fn submit(&self, spec: &JobSpec) -> Result<JobId, SubmitError> {
         spec.check().map_err(SubmitError::Spec)?;
+        let executor = spec.executor.unwrap_or(self.config.default_executor);
+        if executor == ExecutorKind::Slurm && self.slurm.is_none() {
+            return Err(SubmitError::Spec(
+                "executor: this host has no Slurm executor; start it with --executor slurm \
+                 (see docs/scale-out.md) or leave \"executor\" out"
+                    .into(),
+            ));
+        }
         let data = self
             .datasets
             .job(spec, &self.contracts)
@@ -286,13 +330,16 @@ impl Orchestrator {
                 )
                 .map_err(|e| model_err(e.to_string()))?;
             let bytes = arbiter.with_margin(estimate.total());
-            arbiter
-                .check_fits_alone(bytes)
-                .map_err(|e| SubmitError::TooBig {
-                    plugin: model.plugin.clone(),
-                    asset: label.clone(),
-                    message: e.to_string(),
-                })?;
+            // Slurm decides whether a node can hold a Slurm task.
+            if executor == ExecutorKind::Local {
+                arbiter
+                    .check_fits_alone(bytes)
+                    .map_err(|e| SubmitError::TooBig {
+                        plugin: model.plugin.clone(),
+                        asset: label.clone(),
+                        message: e.to_string(),
+                    })?;
+            }
             let ordinal = tasks.len() as u64;
             tasks.push(NewTask {
                 plugin: model.plugin.clone(),
@@ -341,16 +388,22 @@ impl Orchestrator {
     /// One scheduling round: handle runner reports, then start what fits.
     pub fn tick(&self) -> Result<(), OrchestratorError> {
         self.drain_events();
+        self.poll_slurm();
         let active_ids: Vec<TaskId> = lock(&self.running).keys().copied().collect();
-        let queued: Vec<TaskRow> = self
+        let (slurm_queued, queued): (Vec<TaskRow>, Vec<TaskRow>) = self
             .store
             .tasks_in(&[TaskState::Queued])?
             .into_iter()
             .filter(|t| !active_ids.contains(&t.id))
-            .collect();
-        if queued.is_empty() || self.shutdown.load(Ordering::Acquire) {
+            .partition(|t| self.executor_of(t.job_id) == ExecutorKind::Slurm);
+        if self.shutdown.load(Ordering::Acquire) {
             return Ok(());
         }
+        self.dispatch_slurm_tasks(slurm_queued);
+        if queued.is_empty() {
+            return Ok(());
+        }
+        let local_running = active_ids.len() - self.remote_count().min(active_ids.len());
         let mut arbiter = lock(&self.arbiter);
         let candidates: Vec<Candidate> = queued
             .iter()
@@ -363,7 +416,7 @@ impl Orchestrator {
             })
             .collect();
         let chosen = arbiter.select(&candidates);
-        let running_after = active_ids.len() + chosen.len();
+        let running_after = local_running + chosen.len();
         let threads = (self.config.cores / running_after.max(1)).max(1) as i32;
         for id in chosen {
             let Some(task) = queued.iter().find(|t| t.id == id) else {
@@ -383,6 +436,30 @@ impl Orchestrator {
         Ok(())
     }
 
+    /// Submits queued Slurm tasks, highest priority first, up to the
+    /// executor's limit of Slurm jobs at once.
+    fn dispatch_slurm_tasks(&self, mut queued: Vec<TaskRow>) {
+        let Some(slurm) = &self.slurm else {
+            for task in queued {
+                let _ = self.store.transition(
+                    task.id,
+                    TaskState::Failed,
+                    "its job asks for the Slurm executor, which this host no longer has; \
+                     restart the host with --executor slurm and resume the job",
+                );
+            }
+            return;
+        };
+        queued.sort_by_key(|t| (std::cmp::Reverse(t.priority), t.id));
+        let room = slurm.config.max_jobs.saturating_sub(self.remote_count());
+        for task in queued.into_iter().take(room) {
+            if let Err(message) = self.dispatch_to_slurm(&task) {
+                tracing::error!(task = task.id, "could not submit to Slurm: {message}");
+                let _ = self.store.transition(task.id, TaskState::Failed, &message);
+            }
+        }
+    }
+
     fn start(&self, task: &TaskRow, bytes: u64, threads: i32) -> Result<(), String> {
         let (spec, dataset, inputs) = self.task_inputs(task)?;
         let reservation = self
@@ -396,7 +473,13 @@ impl Orchestrator {
             registry: self.registry.clone(),
             dataset,
             inputs,
-            store: self.store.clone(),
+            record: Arc::new(StoreRecord {
+                task: task.id,
+                job: task.job_id,
+                store: self.store.clone(),
+                live: self.live.clone(),
+                events: self.events_tx.clone(),
+            }),
             checkpoint_root: self
                 .config
                 .state_dir
@@ -406,12 +489,10 @@ impl Orchestrator {
             slice_steps: spec.slice_steps,
             stop: stop.clone(),
             plugin_cancel: plugin_cancel.clone(),
-            events: self.events_tx.clone(),
             threads,
-            live: self.live.clone(),
             occupancy: self.occupancy.clone(),
         };
-        let handle = match runner::spawn(ctx) {
+        let handle = match runner::spawn(ctx, self.events_tx.clone()) {
             Ok(h) => h,
             Err(e) => {
                 let _ = self.store.release(reservation);
@@ -424,8 +505,9 @@ impl Orchestrator {
                 stop,
                 plugin_cancel,
                 handle: Some(handle),
-                reservation,
+                reservation: Some(reservation),
                 started: Instant::now(),
+                remote: None,
             },
         );
         Ok(())
@@ -462,12 +544,18 @@ impl Orchestrator {
         let Some(mut active) = lock(&self.running).remove(&task) else {
             return;
         };
+        if let Some(remote) = &active.remote {
+            self.reap_remote(task, remote, outcome);
+            return;
+        }
         if let Some(handle) = active.handle.take() {
             let _ = handle.join();
         }
         lock(&self.arbiter).release(task);
-        if let Err(e) = self.store.release(active.reservation) {
-            tracing::error!(task, "releasing reservation: {e}");
+        if let Some(reservation) = active.reservation {
+            if let Err(e) = self.store.release(reservation) {
+                tracing::error!(task, "releasing reservation: {e}");
+            }
         }
         tracing::info!(
             task,
@@ -496,6 +584,14 @@ impl Orchestrator {
                     "shutting down: checkpointing {} running task(s)",
                     self.active_count()
                 );
+                let pending: Vec<TaskId> = lock(&self.running)
+                    .iter()
+                    .filter(|(_, a)| a.remote.as_ref().is_some_and(|r| !r.attached))
+                    .map(|(id, _)| *id)
+                    .collect();
+                for task in pending {
+                    self.withdraw_pending(task, "the host shut down before its worker started");
+                }
                 for a in lock(&self.running).values() {
                     a.stop.store(StopRequest::Shutdown as u8, Ordering::Release);
                 }

@@ -198,9 +198,14 @@ impl Store {
 
     /// After a restart: every `running` or `checkpointing` task becomes
     /// `interrupted` (with `reason`), and every open reservation is closed
-    /// (no process holds device memory any more). One transaction; returns
-    /// the interrupted tasks' ids, lowest first.
-    pub fn recover_after_restart(&self, reason: &str) -> Result<Vec<TaskId>, StoreError> {
+    /// (no process holds device memory any more), except the tasks in
+    /// `adopted` (their workers run on elsewhere, under Slurm). One
+    /// transaction; returns the interrupted tasks' ids, lowest first.
+    pub fn recover_after_restart(
+        &self,
+        reason: &str,
+        adopted: &[TaskId],
+    ) -> Result<Vec<TaskId>, StoreError> {
         let mut c = self.conn();
         let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let now = now_ms();
@@ -209,7 +214,10 @@ impl Store {
                 "SELECT id FROM tasks WHERE state IN ('running', 'checkpointing') ORDER BY id",
             )?;
             let rows = st.query_map([], |r| r.get(0))?;
-            rows.collect::<Result<_, _>>()?
+            rows.collect::<Result<Vec<TaskId>, _>>()?
+                .into_iter()
+                .filter(|id| !adopted.contains(id))
+                .collect()
         };
         for &task in &ids {
             transition_in(&tx, task, TaskState::Interrupted, reason, now)?;

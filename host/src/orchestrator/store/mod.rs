@@ -1,6 +1,6 @@
 //! The durable job store: one SQLite file, `<state dir>/tli.sqlite3`.
 //!
-//! # Schema (version 4, kept in `PRAGMA user_version`)
+//! # Schema (version 5, kept in `PRAGMA user_version`)
 //!
 //! ```text
 //! jobs         id, name, spec_json, created_ms
@@ -18,6 +18,9 @@
 //!              metric at its highest step (kept with `metrics`; version 2)
 //! checkpoints  id, task_id → tasks, step, path, checksum, created_ms
 //! reservations id, task_id → tasks, device, bytes, reserved_ms, released_ms NULL
+//! dispatches   id (a worker's lease), task_id → tasks, executor, external_id NULL (the
+//!              Slurm job id), node NULL, submitted_ms, ended_ms NULL, end_reason NULL
+//!              (version 5)
 //! ```
 //!
 //! Times are milliseconds since the Unix epoch ([`super::now_ms`]). States are
@@ -59,9 +62,11 @@
 //! * `jobs.rs`: jobs, tasks, state transitions and recovery after a restart;
 //! * `progress.rs`: steps done, metrics and measured memory;
 //! * `checkpoints.rs`: the checkpoints recorded per task;
-//! * `reservations.rs`: device memory reservations.
+//! * `reservations.rs`: device memory reservations;
+//! * `dispatches.rs`: tasks handed to Slurm, one row per attempt (the worker's lease).
 
 mod checkpoints;
+mod dispatches;
 mod jobs;
 mod progress;
 mod reservations;
@@ -82,13 +87,14 @@ use super::state::TaskState;
 use super::TaskId;
 use schema::{migrate, read_version};
 
+pub use dispatches::DispatchRow;
 pub use rows::{
     CheckpointRow, JobRow, MeasuredMemory, MemorySource, NewTask, ReservationRow, TaskRow,
     TransitionRow,
 };
 
 /// The schema version this host creates and understands.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 /// File name of the database inside the state directory.
 pub const DB_FILE: &str = "tli.sqlite3";
 /// File name of the host lock inside the state directory.

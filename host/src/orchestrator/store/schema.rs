@@ -112,6 +112,25 @@ ALTER TABLE tasks ADD COLUMN measured_source TEXT
     CHECK (measured_source IN ('plugin_count', 'cuda_allocator'));
 ";
 
+/// Version 5: dispatches of tasks to an executor beyond the host (a Slurm
+/// job per attempt). The row id is the lease a worker acts under; an open
+/// row (`ended_ms` NULL) is re-adopted by a restarted host while its Slurm
+/// job lives.
+const SCHEMA_V5: &str = "
+CREATE TABLE dispatches (
+    id            INTEGER PRIMARY KEY,
+    task_id       INTEGER NOT NULL REFERENCES tasks(id),
+    executor      TEXT    NOT NULL,
+    external_id   TEXT,
+    node          TEXT,
+    submitted_ms  INTEGER NOT NULL,
+    ended_ms      INTEGER,
+    end_reason    TEXT
+);
+CREATE INDEX dispatches_by_task ON dispatches(task_id, id);
+CREATE INDEX dispatches_open ON dispatches(ended_ms);
+";
+
 /// Rebuilds one task's `latest_metrics` rows from its history.
 pub(super) const REBUILD_LATEST_METRICS: &str = "
 INSERT INTO latest_metrics (task_id, name, step, value)
@@ -168,7 +187,10 @@ pub(super) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreErr
     if version < 4 {
         tx.execute_batch(SCHEMA_V4).map_err(open_err)?;
     }
-    // Later versions: `if version < 5 { ... }` here.
+    if version < 5 {
+        tx.execute_batch(SCHEMA_V5).map_err(open_err)?;
+    }
+    // Later versions: `if version < 6 { ... }` here.
     tx.pragma_update(None, "user_version", SCHEMA_VERSION)
         .map_err(open_err)?;
     tx.commit().map_err(open_err)

@@ -1,0 +1,259 @@
+//! Slurm's client commands, run as child processes with a timeout each:
+//! `sbatch` (submit; a refusal keeps Slurm's own message), `squeue` (which
+//! of our jobs still live), `scancel` and `sacct` (how a job ended).
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// How long one Slurm command may take before it is killed.
+pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(20);
+
+#[derive(Debug, thiserror::Error)]
+pub enum SlurmError {
+    /// Slurm said no (its own message, e.g. "Requested node configuration is not available").
+    #[error("{command}: {message}")]
+    Refused { command: String, message: String },
+    #[error("cannot run {command}: {source} (is Slurm installed on this machine? set --slurm-bin-dir)")]
+    Spawn {
+        command: String,
+        source: std::io::Error,
+    },
+    #[error("{command} did not answer within {seconds} s (is slurmctld up?)")]
+    Timeout { command: String, seconds: u64 },
+    #[error("{command} printed {output:?}, which tli does not understand")]
+    Unexpected { command: String, output: String },
+}
+
+/// A job's state as `squeue` reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobState {
+    /// e.g. PENDING, RUNNING, COMPLETING.
+    pub state: String,
+    /// Why it waits (or `None`).
+    pub reason: String,
+}
+
+impl JobState {
+    /// The job still runs or will: its worker may still report.
+    pub fn is_alive(&self) -> bool {
+        matches!(
+            self.state.as_str(),
+            "PENDING" | "CONFIGURING" | "RUNNING" | "SUSPENDED" | "REQUEUED" | "RESIZING"
+                | "REQUEUE_HOLD" | "REQUEUE_FED" | "SIGNALING" | "STAGE_OUT"
+        )
+    }
+}
+
+/// Slurm's client commands.
+#[derive(Clone, Debug, Default)]
+pub struct Slurm {
+    /// Where the commands are; `None` = `PATH`.
+    pub bin_dir: Option<PathBuf>,
+}
+
+impl Slurm {
+    fn command(&self, name: &str) -> Command {
+        match &self.bin_dir {
+            Some(dir) => Command::new(dir.join(name)),
+            None => Command::new(name),
+        }
+    }
+
+    /// Runs `name args`, feeding `stdin`; returns stdout when it exits 0,
+    /// otherwise [`SlurmError::Refused`] with what it printed on stderr.
+    fn run(&self, name: &str, args: &[String], stdin: Option<&str>) -> Result<String, SlurmError> {
+        let mut child = self
+            .command(name)
+            .args(args)
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|source| SlurmError::Spawn {
+                command: name.to_string(),
+                source,
+            })?;
+        if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
+            // A child that exits early closes its end: its exit status says why.
+            let _ = pipe.write_all(text.as_bytes());
+        }
+        let pid = child.id();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait_with_output());
+        });
+        let output = match rx.recv_timeout(COMMAND_TIMEOUT) {
+            Ok(Ok(output)) => output,
+            Ok(Err(source)) => {
+                return Err(SlurmError::Spawn {
+                    command: name.to_string(),
+                    source,
+                })
+            }
+            Err(_) => {
+                // SAFETY: plain kill(2) of our own child's pid.
+                unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+                return Err(SlurmError::Timeout {
+                    command: name.to_string(),
+                    seconds: COMMAND_TIMEOUT.as_secs(),
+                });
+            }
+        };
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        if output.status.success() {
+            return Ok(stdout);
+        }
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let message = stderr
+            .lines()
+            .chain(stdout.lines())
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join("; ");
+        Err(SlurmError::Refused {
+            command: name.to_string(),
+            message: if message.is_empty() {
+                format!("exited with {}", output.status)
+            } else {
+                message
+            },
+        })
+    }
+
+    /// Submits a batch script with `args` (`--parsable` is added); returns
+    /// the Slurm job id.
+    pub fn submit(&self, args: &[String], script: &str) -> Result<String, SlurmError> {
+        let mut all = vec!["--parsable".to_string()];
+        all.extend_from_slice(args);
+        let out = self.run("sbatch", &all, Some(script))?;
+        // --parsable prints "<id>" or "<id>;<cluster>".
+        let id = out.trim().split(';').next().unwrap_or("").trim().to_string();
+        if id.is_empty() || !id.chars().all(|c| c.is_ascii_digit() || c == '_') {
+            return Err(SlurmError::Unexpected {
+                command: "sbatch".into(),
+                output: out,
+            });
+        }
+        Ok(id)
+    }
+
+    /// The states of this user's live jobs (pending, running, completing …)
+    /// by job id. A job that is not listed has ended.
+    pub fn live_jobs(&self) -> Result<HashMap<String, JobState>, SlurmError> {
+        // SAFETY: getuid(2) has no preconditions.
+        let uid = unsafe { libc::getuid() };
+        let out = self.run(
+            "squeue",
+            &[
+                "--noheader".into(),
+                format!("--user={uid}"),
+                "--format=%i|%T|%r".into(),
+            ],
+            None,
+        )?;
+        Ok(parse_squeue(&out))
+    }
+
+    /// Cancels a job (no error when it has already ended).
+    pub fn cancel(&self, id: &str) -> Result<(), SlurmError> {
+        self.run("scancel", &[id.to_string()], None).map(|_| ())
+    }
+
+    /// How an ended job ended ("CANCELLED by 0", "TIMEOUT", "COMPLETED" …)
+    /// from accounting, or from the job-completion log where there is no
+    /// accounting database (`sacct -c`); `None` when neither knows.
+    pub fn final_state(&self, id: &str) -> Option<String> {
+        let args = |extra: &[&str]| -> Vec<String> {
+            let mut a: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+            a.extend(["--noheader", "--parsable2", "--format=JobID,State,ExitCode"].map(String::from));
+            a.push(format!("--jobs={id}"));
+            a
+        };
+        let out = self
+            .run("sacct", &args(&["-X"]), None)
+            .or_else(|_| self.run("sacct", &args(&["-c"]), None))
+            .ok()?;
+        out.lines().rev().find_map(|line| {
+            let mut fields = line.split('|');
+            let job = fields.next()?.trim();
+            let state = fields.next()?.trim();
+            let exit = fields.next().unwrap_or("").trim();
+            (job == id && !state.is_empty()).then(|| format!("{state} (exit {exit})"))
+        })
+    }
+}
+
+/// `squeue --format=%i|%T|%r` lines → job id → state.
+pub fn parse_squeue(out: &str) -> HashMap<String, JobState> {
+    out.lines()
+        .filter_map(|line| {
+            let mut fields = line.trim().splitn(3, '|');
+            let id = fields.next()?.trim();
+            let state = fields.next()?.trim();
+            if id.is_empty() || state.is_empty() {
+                return None;
+            }
+            Some((
+                id.to_string(),
+                JobState {
+                    state: state.to_string(),
+                    reason: fields.next().unwrap_or("").trim().to_string(),
+                },
+            ))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn squeue_lines_are_read_and_junk_is_skipped() {
+        let jobs = parse_squeue("12|RUNNING|None\n13|PENDING|Resources\n\ngarbage\n14|COMPLETING|None\n");
+        assert_eq!(jobs.len(), 3);
+        assert!(jobs["12"].is_alive());
+        assert_eq!(jobs["13"].reason, "Resources");
+        assert!(jobs["13"].is_alive());
+        assert!(!jobs["14"].is_alive(), "a completing job's worker has exited");
+    }
+
+    #[test]
+    fn a_missing_command_says_what_to_do() {
+        let slurm = Slurm {
+            bin_dir: Some("/nonexistent-slurm".into()),
+        };
+        let e = slurm.live_jobs().unwrap_err();
+        assert!(e.to_string().contains("--slurm-bin-dir"), "{e}");
+    }
+
+    #[test]
+    fn a_refusal_keeps_the_commands_message() {
+        let dir = tempfile::tempdir().unwrap();
+        let sbatch = dir.path().join("sbatch");
+        std::fs::write(
+            &sbatch,
+            "#!/bin/sh\ncat > /dev/null\necho 'sbatch: error: Batch job submission failed: Requested node configuration is not available' >&2\nexit 1\n",
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&sbatch, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let slurm = Slurm {
+            bin_dir: Some(dir.path().into()),
+        };
+        let e = slurm.submit(&[], "#!/bin/sh\n").unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("Requested node configuration is not available"),
+            "{e}"
+        );
+    }
+}
