@@ -210,6 +210,7 @@ fn spawn_heartbeat(
     std::thread::spawn(move || {
         let tick = Duration::from_millis(50);
         let mut since_beat = HEARTBEAT_INTERVAL;
+        let mut host_away = false;
         while !done.load(Ordering::Acquire) {
             let signal = SIGNAL.swap(0, Ordering::SeqCst);
             if signal != 0 {
@@ -225,6 +226,10 @@ fn spawn_heartbeat(
                 since_beat = Duration::ZERO;
                 match send_heartbeat(&host, &record, lease) {
                     Ok(response) => {
+                        if host_away {
+                            tracing::info!("heartbeat: the host answers again");
+                        }
+                        host_away = false;
                         let asked = stop_from_wire(response.stop);
                         if asked != StopRequest::None {
                             stop.store(asked as u8, Ordering::Release);
@@ -239,7 +244,16 @@ fn spawn_heartbeat(
                         plugin_cancel.store(true, Ordering::Release);
                     }
                     Err(status) => {
-                        tracing::warn!("heartbeat: {}: {}", status.code(), status.message());
+                        // Once per outage (the record calls say when it lasts).
+                        if !host_away {
+                            tracing::warn!(
+                                "heartbeat: {}: {}; retrying every {:.0}s",
+                                status.code(),
+                                status.message(),
+                                HEARTBEAT_INTERVAL.as_secs_f64()
+                            );
+                        }
+                        host_away = true;
                     }
                 }
             }
