@@ -6,6 +6,7 @@
 //! The tests need the whole workspace built first (`make test` does
 //! `cargo build --release --workspace` before `cargo test --release`).
 
+pub mod slurm;
 pub mod trainers;
 
 use std::path::{Path, PathBuf};
@@ -92,14 +93,31 @@ impl Server {
     /// Starts `tli host serve --listen 127.0.0.1:0` on `state_dir` with the
     /// plugins in `plugin_dir`, and waits for its ready line.
     pub fn start(plugin_dir: &Path, state_dir: &Path, extra: &[&str]) -> Self {
+        Self::start_with(plugin_dir, state_dir, "127.0.0.1:0", extra, &[])
+    }
+
+    /// [`start`](Self::start) on `listen` (a restart on the same port) with
+    /// `env` set for the server.
+    pub fn start_with(
+        plugin_dir: &Path,
+        state_dir: &Path,
+        listen: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         use std::io::BufRead;
-        let mut child = Command::new(tli_binary())
-            .args(["host", "serve", "--listen", "127.0.0.1:0", "--state-dir"])
+        let mut command = Command::new(tli_binary());
+        command
+            .args(["host", "serve", "--listen", listen, "--state-dir"])
             .arg(state_dir)
             .args(extra)
             .env("TLI_PLUGIN_DIR", plugin_dir)
             .env_remove("LD_LIBRARY_PATH")
-            .env("NO_COLOR", "1")
+            .env("NO_COLOR", "1");
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let mut child = command
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
             .spawn()
@@ -163,6 +181,12 @@ impl Server {
             command.env(k, v);
         }
         command.output().expect("run tli client")
+    }
+
+    /// SIGKILL (no checkpoints, no goodbyes), then wait.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// SIGTERM, then wait; returns how long the server took to exit.

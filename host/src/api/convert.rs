@@ -166,6 +166,7 @@ pub fn submit_error(e: SubmitError) -> Status {
         SubmitError::Spec(message) => invalid(message),
         e @ (SubmitError::Model { .. } | SubmitError::Asset { .. }) => invalid(e.to_string()),
         e @ SubmitError::TooBig { .. } => Status::resource_exhausted(e.to_string()),
+        e @ SubmitError::WrongDevice { .. } => Status::failed_precondition(e.to_string()),
         SubmitError::Store(e) => store_error(e),
     }
 }

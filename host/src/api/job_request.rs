@@ -439,7 +439,10 @@ mod tests {
         let back = job_spec(&request_from_spec(&spec, String::new()).unwrap()).unwrap();
         assert_eq!((back.executor, &back.slurm), (spec.executor, &spec.slurm));
         let plain = job_spec(&request()).unwrap();
-        assert_eq!((plain.executor, plain.slurm), (None, SlurmJobOptions::default()));
+        assert_eq!(
+            (plain.executor, plain.slurm),
+            (None, SlurmJobOptions::default())
+        );
         let mut bad = request();
         bad.executor = 9;
         assert!(message(&bad).contains("executor"));

@@ -83,13 +83,6 @@ impl TrainingService for TrainingApi {
     ) -> Result<Response<pb::StartTrainingResponse>, Status> {
         self.refuse_when_shutting_down()?;
         let spec = job_request::job_spec(request.get_ref())?;
-        let host_device = self.orchestrator.budget().device;
-        if spec.device != host_device {
-            return Err(Status::failed_precondition(format!(
-                "device: this host runs tasks on {host_device}, not {}",
-                spec.device
-            )));
-        }
         let orchestrator = self.orchestrator.clone();
         let job = blocking(move || {
             let id = orchestrator.submit(&spec).map_err(convert::submit_error)?;

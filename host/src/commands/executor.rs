@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 /// An absolute form of `path` (relative to the working directory): every
 /// node must find it at the same place.
 fn absolute(path: &Path) -> Result<PathBuf> {
-    std::path::absolute(path).with_context(|| format!("{}: cannot make it absolute", path.display()))
+    std::path::absolute(path)
+        .with_context(|| format!("{}: cannot make it absolute", path.display()))
 }
 
 /// The URL workers dial when `--worker-url` is not given: the listening
@@ -19,7 +20,11 @@ fn absolute(path: &Path) -> Result<PathBuf> {
 pub(super) fn default_worker_url(listening: SocketAddr) -> String {
     if listening.ip().is_unspecified() {
         let name = crate::slurm::host_name();
-        let name = if name.is_empty() { "localhost".into() } else { name };
+        let name = if name.is_empty() {
+            "localhost".into()
+        } else {
+            name
+        };
         format!("http://{name}:{}", listening.port())
     } else {
         format!("http://{listening}")

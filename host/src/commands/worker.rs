@@ -13,7 +13,10 @@ pub(super) fn worker(plugin_dir: &Path, args: &WorkerArgs) -> Result<()> {
     let token = std::fs::read_to_string(&args.token_file)
         .with_context(|| format!("--token-file {}: cannot read", args.token_file.display()))?;
     if token.trim().is_empty() {
-        bail!("--token-file {}: the file is empty", args.token_file.display());
+        bail!(
+            "--token-file {}: the file is empty",
+            args.token_file.display()
+        );
     }
     let options = WorkerOptions {
         host_url: args.host_url.clone(),

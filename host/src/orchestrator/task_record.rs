@@ -113,7 +113,12 @@ impl TaskRecord for StoreRecord {
 
     fn remove_checkpoint(&self, id: i64) -> Result<(), RecordError> {
         // Only this task's checkpoints may be forgotten through its record.
-        if self.store.checkpoints(self.task)?.iter().any(|c| c.id == id) {
+        if self
+            .store
+            .checkpoints(self.task)?
+            .iter()
+            .any(|c| c.id == id)
+        {
             self.store.remove_checkpoint(id)?;
         }
         Ok(())

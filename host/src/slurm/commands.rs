@@ -16,7 +16,9 @@ pub enum SlurmError {
     /// Slurm said no (its own message, e.g. "Requested node configuration is not available").
     #[error("{command}: {message}")]
     Refused { command: String, message: String },
-    #[error("cannot run {command}: {source} (is Slurm installed on this machine? set --slurm-bin-dir)")]
+    #[error(
+        "cannot run {command}: {source} (is Slurm installed on this machine? set --slurm-bin-dir)"
+    )]
     Spawn {
         command: String,
         source: std::io::Error,
@@ -41,8 +43,16 @@ impl JobState {
     pub fn is_alive(&self) -> bool {
         matches!(
             self.state.as_str(),
-            "PENDING" | "CONFIGURING" | "RUNNING" | "SUSPENDED" | "REQUEUED" | "RESIZING"
-                | "REQUEUE_HOLD" | "REQUEUE_FED" | "SIGNALING" | "STAGE_OUT"
+            "PENDING"
+                | "CONFIGURING"
+                | "RUNNING"
+                | "SUSPENDED"
+                | "REQUEUED"
+                | "RESIZING"
+                | "REQUEUE_HOLD"
+                | "REQUEUE_FED"
+                | "SIGNALING"
+                | "STAGE_OUT"
         )
     }
 }
@@ -135,7 +145,13 @@ impl Slurm {
         all.extend_from_slice(args);
         let out = self.run("sbatch", &all, Some(script))?;
         // --parsable prints "<id>" or "<id>;<cluster>".
-        let id = out.trim().split(';').next().unwrap_or("").trim().to_string();
+        let id = out
+            .trim()
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_string();
         if id.is_empty() || !id.chars().all(|c| c.is_ascii_digit() || c == '_') {
             return Err(SlurmError::Unexpected {
                 command: "sbatch".into(),
@@ -173,7 +189,9 @@ impl Slurm {
     pub fn final_state(&self, id: &str) -> Option<String> {
         let args = |extra: &[&str]| -> Vec<String> {
             let mut a: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-            a.extend(["--noheader", "--parsable2", "--format=JobID,State,ExitCode"].map(String::from));
+            a.extend(
+                ["--noheader", "--parsable2", "--format=JobID,State,ExitCode"].map(String::from),
+            );
             a.push(format!("--jobs={id}"));
             a
         };
@@ -218,12 +236,16 @@ mod tests {
 
     #[test]
     fn squeue_lines_are_read_and_junk_is_skipped() {
-        let jobs = parse_squeue("12|RUNNING|None\n13|PENDING|Resources\n\ngarbage\n14|COMPLETING|None\n");
+        let jobs =
+            parse_squeue("12|RUNNING|None\n13|PENDING|Resources\n\ngarbage\n14|COMPLETING|None\n");
         assert_eq!(jobs.len(), 3);
         assert!(jobs["12"].is_alive());
         assert_eq!(jobs["13"].reason, "Resources");
         assert!(jobs["13"].is_alive());
-        assert!(!jobs["14"].is_alive(), "a completing job's worker has exited");
+        assert!(
+            !jobs["14"].is_alive(),
+            "a completing job's worker has exited"
+        );
     }
 
     #[test]

@@ -197,7 +197,10 @@ mod tests {
     fn the_script_execs_the_worker_with_quoted_paths() {
         let script = batch_script(&config(), &request(Device::Cpu));
         assert!(script.starts_with("#!/bin/sh\n"));
-        assert!(script.contains("exec '/opt/tli'\\''s/bin/tli' worker"), "{script}");
+        assert!(
+            script.contains("exec '/opt/tli'\\''s/bin/tli' worker"),
+            "{script}"
+        );
         assert!(script.contains("--task 7 --dispatch 3"), "{script}");
         assert!(script.contains("--token-file '/shared/tli/worker-token'"));
     }

@@ -24,7 +24,9 @@ pub struct WorkerAuth(MetadataValue<Ascii>);
 
 impl Interceptor for WorkerAuth {
     fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
-        request.metadata_mut().insert("authorization", self.0.clone());
+        request
+            .metadata_mut()
+            .insert("authorization", self.0.clone());
         Ok(request)
     }
 }
@@ -65,9 +67,9 @@ impl HostConnection {
             let _guard = runtime.enter();
             endpoint.connect_lazy()
         };
-        let header = format!("Bearer {}", token.trim())
-            .parse()
-            .map_err(|_| WorkerError::Setup("the worker token has characters a header cannot carry".into()))?;
+        let header = format!("Bearer {}", token.trim()).parse().map_err(|_| {
+            WorkerError::Setup("the worker token has characters a header cannot carry".into())
+        })?;
         let client = WorkerServiceClient::with_interceptor(channel, WorkerAuth(header))
             .max_decoding_message_size(usize::MAX)
             .max_encoding_message_size(usize::MAX);

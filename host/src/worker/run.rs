@@ -81,7 +81,11 @@ pub fn run_worker(options: &WorkerOptions) -> Result<Outcome, WorkerError> {
         .task
         .ok_or_else(|| WorkerError::Setup("the host sent no task".into()))?;
     let inputs = wire::inputs_from_wire(response.inputs.unwrap_or_default())?;
-    let record = Arc::new(RemoteRecord::new(host.clone(), options.task, options.dispatch));
+    let record = Arc::new(RemoteRecord::new(
+        host.clone(),
+        options.task,
+        options.dispatch,
+    ));
     tracing::info!(
         task = task.task_id,
         "attached: {} on {}, {} steps, checkpoints in {}",

@@ -180,7 +180,10 @@ mod tests {
     #[test]
     fn an_inconsistent_dataset_is_refused() {
         let mut w = pb::WorkerInputs::default();
-        assert!(matches!(inputs_from_wire(w.clone()), Err(WireError::NoDatasets)));
+        assert!(matches!(
+            inputs_from_wire(w.clone()),
+            Err(WireError::NoDatasets)
+        ));
         w.datasets.push(pb::WorkerDataset {
             symbol: "ES".into(),
             timestamps: vec![1, 2],

@@ -527,7 +527,10 @@ fn recovery_after_a_host_died_mid_run() {
         .all(|r| r.released_ms.is_some()));
 
     // A second recovery finds nothing to do.
-    assert!(store.recover_after_restart("again", &[]).unwrap().is_empty());
+    assert!(store
+        .recover_after_restart("again", &[])
+        .unwrap()
+        .is_empty());
     // Interrupted tasks can be resumed.
     store
         .transition(ids[0], TaskState::Queued, "resume")
@@ -802,10 +805,14 @@ fn dispatches_are_leases_and_adopted_tasks_survive_recovery() {
         store.transition(t, TaskState::Running, "started").unwrap();
     }
     let first = store.open_dispatch(ids[0], "slurm").unwrap();
-    store.set_dispatch_external_id(first, "41").unwrap();
+    store
+        .set_dispatch_submitted(first, "41", "--mem=512M")
+        .unwrap();
     store.end_dispatch(first, "Slurm job 41 ended").unwrap();
     let second = store.open_dispatch(ids[0], "slurm").unwrap();
-    store.set_dispatch_external_id(second, "42").unwrap();
+    store
+        .set_dispatch_submitted(second, "42", "--gres=gpu:1 --mem=2048M")
+        .unwrap();
     store.set_dispatch_node(second, "node7").unwrap();
     assert!(second > first, "a new attempt gets a new lease");
     assert!(matches!(
@@ -816,15 +823,26 @@ fn dispatches_are_leases_and_adopted_tasks_survive_recovery() {
     assert_eq!(open.len(), 1);
     let row = &open[0];
     assert_eq!(
-        (row.id, row.task_id, row.external_id.as_deref(), row.node.as_deref()),
+        (
+            row.id,
+            row.task_id,
+            row.external_id.as_deref(),
+            row.node.as_deref()
+        ),
         (second, ids[0], Some("42"), Some("node7"))
     );
+    assert_eq!(row.request.as_deref(), Some("--gres=gpu:1 --mem=2048M"));
     let ended = store.dispatch(first).unwrap().unwrap();
     assert_eq!(ended.end_reason.as_deref(), Some("Slurm job 41 ended"));
     // Ending twice keeps the first reason.
     store.end_dispatch(first, "again").unwrap();
     assert_eq!(
-        store.dispatch(first).unwrap().unwrap().end_reason.as_deref(),
+        store
+            .dispatch(first)
+            .unwrap()
+            .unwrap()
+            .end_reason
+            .as_deref(),
         Some("Slurm job 41 ended")
     );
     assert_eq!(store.dispatches_of(ids[0]).unwrap().len(), 2);
@@ -832,9 +850,14 @@ fn dispatches_are_leases_and_adopted_tasks_survive_recovery() {
 
     // A restart that re-adopts task 0's worker interrupts only the others.
     let store = Store::open(dir.path()).unwrap();
-    let recovered = store.recover_after_restart("host restarted", &[ids[0]]).unwrap();
+    let recovered = store
+        .recover_after_restart("host restarted", &[ids[0]])
+        .unwrap();
     assert_eq!(recovered, vec![ids[1], ids[2]]);
-    assert_eq!(store.task(ids[0]).unwrap().unwrap().state, TaskState::Running);
+    assert_eq!(
+        store.task(ids[0]).unwrap().unwrap().state,
+        TaskState::Running
+    );
     assert_eq!(
         store.task(ids[1]).unwrap().unwrap().state,
         TaskState::Interrupted

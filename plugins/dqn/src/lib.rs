@@ -35,7 +35,7 @@ use tli_plugin_kit::rl::{Finished, StepBuffers, VecEnv as Envs};
 use tli_plugin_kit::{
     adam::AdamConfig,
     data::{self, Split},
-    device::parse_device,
+    device::{parse_device, parse_device_name},
     flat_adamw::FlatAdamW,
     rng::Rng,
     tensor_bytes, TchResultExt,
@@ -76,7 +76,7 @@ impl Plugin for DqnPlugin {
         device: &str,
     ) -> Result<MemoryBreakdown, PluginError> {
         let config = DqnConfig::parse(config_json)?;
-        parse_device(device)?;
+        parse_device_name(device)?;
         let (obs_dim, actions) = config.obs_and_actions(shape.features as usize);
         let params = qnet::parameter_count(&qnet::layout(
             obs_dim,

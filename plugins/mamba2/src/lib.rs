@@ -44,7 +44,7 @@ use tli_plugin_api::{
     capability, export_plugin, DatasetShape, Host, Manifest, MemoryBreakdown, Plugin, PluginError,
     TaskInputs, TaskSpec,
 };
-use tli_plugin_kit::device::parse_device;
+use tli_plugin_kit::device::parse_device_name;
 use tli_plugin_kit::TchResultExt;
 use trainer::Mamba2Trainer;
 
@@ -79,7 +79,7 @@ impl Plugin for Mamba2Plugin {
         device: &str,
     ) -> Result<MemoryBreakdown, PluginError> {
         let config = ForecasterConfig::parse(config_json)?;
-        parse_device(device)?;
+        parse_device_name(device)?;
         let params = Forecaster::parameter_count_for(&config, shape.features as usize) * 4;
         Ok(MemoryBreakdown {
             parameters: params,

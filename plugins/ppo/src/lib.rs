@@ -29,7 +29,7 @@ pub use trainer::PpoTrainer;
 use tli_plugin_api::{
     export_plugin, DatasetShape, Host, Manifest, MemoryBreakdown, Plugin, PluginError, TaskSpec,
 };
-use tli_plugin_kit::{device::parse_device, mlp::Mlp};
+use tli_plugin_kit::{device::parse_device_name, mlp::Mlp};
 
 pub struct PpoPlugin;
 
@@ -62,7 +62,7 @@ impl Plugin for PpoPlugin {
         device: &str,
     ) -> Result<MemoryBreakdown, PluginError> {
         let config = PpoConfig::parse(config_json)?;
-        parse_device(device)?;
+        parse_device_name(device)?;
         let features = shape.features as usize;
         let params = (Mlp::parameter_count_for(&config.actor_sizes(features))
             + Mlp::parameter_count_for(&config.critic_sizes(features)))

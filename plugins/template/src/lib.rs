@@ -24,7 +24,7 @@ use tli_plugin_kit::{
     adam::AdamConfig,
     checkpoint,
     data::{self, Split},
-    device::parse_device,
+    device::{parse_device, parse_device_name},
     flat_adamw::FlatAdamW,
     forecast_metrics,
     mlp::Mlp,
@@ -63,7 +63,7 @@ impl Plugin for TemplatePlugin {
         device: &str,
     ) -> Result<MemoryBreakdown, PluginError> {
         let config = TemplateConfig::parse(config_json)?;
-        parse_device(device)?;
+        parse_device_name(device)?;
         let params = Mlp::parameter_count_for(&config.layer_sizes(shape.features as usize)) * F32;
         Ok(MemoryBreakdown {
             parameters: params,

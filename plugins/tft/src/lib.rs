@@ -39,7 +39,7 @@ use tli_plugin_api::{
     capability, export_plugin, DatasetShape, Host, Manifest, MemoryBreakdown, Plugin, PluginError,
     TaskInputs, TaskSpec,
 };
-use tli_plugin_kit::device::parse_device;
+use tli_plugin_kit::device::parse_device_name;
 use trainer::TftTrainer;
 
 pub struct TftPlugin;
@@ -94,7 +94,7 @@ impl Plugin for TftPlugin {
         device: &str,
     ) -> Result<MemoryBreakdown, PluginError> {
         let config = TftConfig::parse(config_json)?;
-        parse_device(device)?;
+        parse_device_name(device)?;
         let assumed = assumed_shape(&config, shape.features as usize);
         let bytes = memory::breakdown(&config, &assumed);
         Ok(MemoryBreakdown {

@@ -15,5 +15,6 @@ mod plugin_loading;
 mod ppo_plugin;
 mod profile_cli;
 mod proto_api;
+mod slurm_executor;
 mod tft_plugin;
 mod training_through_the_abi;

@@ -49,8 +49,13 @@ fn bad_configs_are_refused_naming_the_key() {
         ],
         SMALL,
     );
-    let e = mamba
+    // A host estimates for devices it lacks (a Slurm node's GPU); a device
+    // that does not exist anywhere is refused.
+    mamba
         .estimate_memory("{}", synthetic(100).shape(), "cuda:7")
+        .expect("an estimate for another machine's GPU");
+    let e = mamba
+        .estimate_memory("{}", synthetic(100).shape(), "tpu:0")
         .unwrap_err();
     assert_eq!(e.code, ErrorCode::UNSUPPORTED_DEVICE, "{e}");
     // Too little data for the lookback: an error that says what to change.

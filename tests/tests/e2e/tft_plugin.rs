@@ -35,8 +35,12 @@ fn bad_configs_are_refused_naming_the_key() {
         ],
         SMALL,
     );
+    // A host estimates for devices it lacks (a Slurm node's GPU); a device
+    // that does not exist anywhere is refused.
+    tft.estimate_memory("{}", synthetic(100).shape(), "cuda:7")
+        .expect("an estimate for another machine's GPU");
     let e = tft
-        .estimate_memory("{}", synthetic(100).shape(), "cuda:7")
+        .estimate_memory("{}", synthetic(100).shape(), "tpu:0")
         .unwrap_err();
     assert_eq!(e.code, ErrorCode::UNSUPPORTED_DEVICE, "{e}");
     let config = tft.validate_config(r#"{"lookback": 2000}"#).unwrap();

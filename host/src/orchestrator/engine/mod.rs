@@ -85,6 +85,10 @@ pub enum SubmitError {
         asset: String,
         message: String,
     },
+    /// A local task on another device than the host's (a Slurm task may
+    /// ask for any: the node Slurm picks has it).
+    #[error("device: this host runs tasks on {host}, not {asked}")]
+    WrongDevice { host: Device, asked: Device },
     #[error("job store: {0}")]
     Store(#[from] super::store::StoreError),
 }
@@ -275,6 +279,12 @@ impl Orchestrator {
                  (see docs/scale-out.md) or leave \"executor\" out"
                     .into(),
             ));
+        }
+        if executor == ExecutorKind::Local && spec.device != self.config.device {
+            return Err(SubmitError::WrongDevice {
+                host: self.config.device,
+                asked: spec.device,
+            });
         }
         let data = self
             .datasets

@@ -169,9 +169,13 @@ impl Orchestrator {
         {
             Ok(job) => {
                 self.store
-                    .set_dispatch_external_id(dispatch, &job)
+                    .set_dispatch_submitted(dispatch, &job, &args.join(" "))
                     .map_err(|e| e.to_string())?;
-                tracing::info!(task = task.id, dispatch, "submitted as Slurm job {job}: {args:?}");
+                tracing::info!(
+                    task = task.id,
+                    dispatch,
+                    "submitted as Slurm job {job}: {args:?}"
+                );
                 lock(&self.running).insert(
                     task.id,
                     RunningTask::remote(RemoteTask {
@@ -343,7 +347,10 @@ impl Orchestrator {
             }
         }
         if *outcome == Outcome::Interrupted {
-            self.requeue_interrupted(task, &format!("Slurm job {} was signalled", remote.slurm_job));
+            self.requeue_interrupted(
+                task,
+                &format!("Slurm job {} was signalled", remote.slurm_job),
+            );
         }
         tracing::info!(task, "Slurm job {} finished: {outcome:?}", remote.slurm_job);
     }
@@ -374,9 +381,10 @@ impl Orchestrator {
     pub(super) fn abandon_remote(&self, task: TaskId) {
         let remote = lock(&self.running).remove(&task).and_then(|r| r.remote);
         if let Some(remote) = remote {
-            let _ = self
-                .store
-                .end_dispatch(remote.dispatch, "forced stop: the worker did not return in time");
+            let _ = self.store.end_dispatch(
+                remote.dispatch,
+                "forced stop: the worker did not return in time",
+            );
             if let Some(slurm) = &self.slurm {
                 let _ = slurm.commands.cancel(&remote.slurm_job);
             }
@@ -469,7 +477,10 @@ impl Orchestrator {
         if !node.is_empty() {
             self.store.set_dispatch_node(dispatch, node)?;
         }
-        if let Some(r) = lock(&self.running).get_mut(&task).and_then(|r| r.remote.as_mut()) {
+        if let Some(r) = lock(&self.running)
+            .get_mut(&task)
+            .and_then(|r| r.remote.as_mut())
+        {
             r.attached = true;
         }
         let slurm = self.slurm_executor();

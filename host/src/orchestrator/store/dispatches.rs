@@ -18,6 +18,8 @@ pub struct DispatchRow {
     pub executor: String,
     /// The Slurm job id, once submitted.
     pub external_id: Option<String>,
+    /// What was asked of the executor (the sbatch options, space-separated).
+    pub request: Option<String>,
     /// Where the worker said it runs.
     pub node: Option<String>,
     pub submitted_ms: i64,
@@ -26,7 +28,7 @@ pub struct DispatchRow {
 }
 
 const COLUMNS: &str =
-    "id, task_id, executor, external_id, node, submitted_ms, ended_ms, end_reason";
+    "id, task_id, executor, external_id, request, node, submitted_ms, ended_ms, end_reason";
 
 fn dispatch_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DispatchRow> {
     Ok(DispatchRow {
@@ -34,10 +36,11 @@ fn dispatch_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DispatchRow> {
         task_id: r.get(1)?,
         executor: r.get(2)?,
         external_id: r.get(3)?,
-        node: r.get(4)?,
-        submitted_ms: r.get(5)?,
-        ended_ms: r.get(6)?,
-        end_reason: r.get(7)?,
+        request: r.get(4)?,
+        node: r.get(5)?,
+        submitted_ms: r.get(6)?,
+        ended_ms: r.get(7)?,
+        end_reason: r.get(8)?,
     })
 }
 
@@ -53,11 +56,17 @@ impl Store {
         Ok(c.last_insert_rowid())
     }
 
-    /// Records the executor's id of a dispatch (the Slurm job id).
-    pub fn set_dispatch_external_id(&self, id: i64, external: &str) -> Result<(), StoreError> {
+    /// Records a submitted dispatch: the executor's id (the Slurm job id)
+    /// and what was asked of it.
+    pub fn set_dispatch_submitted(
+        &self,
+        id: i64,
+        external: &str,
+        request: &str,
+    ) -> Result<(), StoreError> {
         self.conn().execute(
-            "UPDATE dispatches SET external_id = ?2 WHERE id = ?1",
-            params![id, external],
+            "UPDATE dispatches SET external_id = ?2, request = ?3 WHERE id = ?1",
+            params![id, external, request],
         )?;
         Ok(())
     }

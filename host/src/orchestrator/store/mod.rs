@@ -19,8 +19,8 @@
 //! checkpoints  id, task_id → tasks, step, path, checksum, created_ms
 //! reservations id, task_id → tasks, device, bytes, reserved_ms, released_ms NULL
 //! dispatches   id (a worker's lease), task_id → tasks, executor, external_id NULL (the
-//!              Slurm job id), node NULL, submitted_ms, ended_ms NULL, end_reason NULL
-//!              (version 5)
+//!              Slurm job id), request NULL (the sbatch options), node NULL,
+//!              submitted_ms, ended_ms NULL, end_reason NULL (version 5)
 //! ```
 //!
 //! Times are milliseconds since the Unix epoch ([`super::now_ms`]). States are

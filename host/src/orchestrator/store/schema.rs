@@ -122,6 +122,7 @@ CREATE TABLE dispatches (
     task_id       INTEGER NOT NULL REFERENCES tasks(id),
     executor      TEXT    NOT NULL,
     external_id   TEXT,
+    request       TEXT,
     node          TEXT,
     submitted_ms  INTEGER NOT NULL,
     ended_ms      INTEGER,

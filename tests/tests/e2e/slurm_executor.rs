@@ -1,0 +1,541 @@
+//! The Slurm executor on a real single-node Slurm cluster (slurm-wlm +
+//! munge, `scripts/slurm-cluster.sh`): a `tli host serve --executor slurm`
+//! child submits each task as a Slurm job running `tli worker`, which
+//! records everything through the host's worker service.
+//!
+//! Needs root and Slurm installed (`make test` installs it as root);
+//! `TLI_SKIP_SLURM_TESTS=1` skips these tests elsewhere. One cluster at a
+//! time: the tests take turns.
+
+use std::path::Path;
+use std::time::Duration;
+use tli_e2e_tests::slurm::{repo_root, SlurmCluster};
+use tli_e2e_tests::{ok_json, run_tli, stderr, stdout, PluginDir, Server, DQN, TEMPLATE};
+use tli_host::orchestrator::store::Store;
+
+const SLURM_HOST: &[&str] = &["--executor", "slurm", "--slurm-cpus-per-task", "1"];
+
+fn sample(name: &str) -> String {
+    repo_root()
+        .join("data/samples")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+fn write_spec(dir: &Path, name: &str, body: &str) -> String {
+    let path = dir.join(format!("{name}.json"));
+    std::fs::write(&path, body).unwrap();
+    path.display().to_string()
+}
+
+fn job_of(started: &serde_json::Value) -> String {
+    started["job_id"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no job_id in {started}"))
+        .to_string()
+}
+
+fn status(server: &Server, job: &str) -> serde_json::Value {
+    ok_json(&server.client(&["train", "status", job, "-o", "json"]))
+}
+
+/// (task id, state, steps done) of every task.
+fn tasks(status: &serde_json::Value) -> Vec<(i64, String, u64)> {
+    status["progress"]["tasks"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no tasks in {status}"))
+        .iter()
+        .map(|t| {
+            (
+                t["task_id"].as_i64().unwrap(),
+                t["state"].as_str().unwrap().to_string(),
+                t["steps_done"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn all_in(server: &Server, job: &str, state: &str) -> bool {
+    tasks(&status(server, job)).iter().all(|t| t.1 == state)
+}
+
+/// The reasons of a task's transitions, oldest first.
+fn reasons(state: &Path, task: i64) -> Vec<String> {
+    let store = Store::open_read_only(state).unwrap();
+    store
+        .transitions(task)
+        .unwrap()
+        .into_iter()
+        .map(|t| format!("{}: {}", t.to.as_str(), t.reason))
+        .collect()
+}
+
+/// A long template task: ~10 s in a Slurm job, a checkpoint every 500 steps.
+fn long_template_spec(dir: &Path, assets: usize) -> String {
+    let all = [
+        sample("es_proxy_sp500_1d.dbn.zst"),
+        sample("nq_proxy_nasdaq_1d.dbn.zst"),
+    ];
+    let assets: Vec<String> = all[..assets]
+        .iter()
+        .map(|a| format!(r#"{{"data":"{a}"}}"#))
+        .collect();
+    write_spec(
+        dir,
+        "long",
+        &format!(
+            r#"{{"name":"long","models":[{{"plugin":"template","steps":20000}}],
+                "assets":[{}],"seed":11,"slice_steps":20,"checkpoint":{{"every_steps":500}}}}"#,
+            assets.join(",")
+        ),
+    )
+}
+
+#[test]
+fn a_two_by_two_job_runs_as_four_slurm_jobs_watched_live_and_equals_the_local_run() {
+    let Some(cluster) = SlurmCluster::start(2, 4) else {
+        return;
+    };
+    let plugins = PluginDir::with(&[(TEMPLATE, "template"), (DQN, "dqn")]);
+    let work = tempfile::tempdir().unwrap();
+    let spec = write_spec(
+        work.path(),
+        "two-by-two",
+        &format!(
+            r#"{{"name":"2x2","models":[
+                {{"plugin":"template","steps":600}},
+                {{"plugin":"dqn","steps":600,"config":{{"learning_starts":100,"train_frequency":8,
+                  "gradient_steps":2,"buffer_size":2000}}}}],
+              "assets":[{{"data":"{}"}},{{"data":"{}"}}],
+              "seed":3,"slice_steps":10,"checkpoint":{{"every_steps":200}}}}"#,
+            sample("es_proxy_sp500_1d.dbn.zst"),
+            sample("nq_proxy_nasdaq_1d.dbn.zst")
+        ),
+    );
+    let slurm_state = work.path().join("slurm-host");
+    let (key, conf) = cluster.env();
+    let server = Server::start_with(
+        plugins.path(),
+        &slurm_state,
+        "127.0.0.1:0",
+        SLURM_HOST,
+        &[(key, &conf)],
+    );
+    let job = job_of(&ok_json(
+        &server.client(&["train", "start", "--spec", &spec, "-o", "json"]),
+    ));
+    // Watched live, as a user would, until the job ends.
+    let watch = std::process::Command::new(tli_e2e_tests::tli_binary())
+        .args(["train", "watch", &job, "--interval-ms", "100", "-o", "json"])
+        .args(["--endpoint", &server.endpoint()])
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run tli train watch");
+    assert!(watch.status.success(), "{}", stderr(&watch));
+    let events: Vec<serde_json::Value> = stdout(&watch)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let completed = events
+        .iter()
+        .filter(|e| e["event"] == "state_changed" && e["to"] == "completed")
+        .count();
+    assert_eq!(completed, 4, "every task completes: {events:?}");
+    assert!(
+        events.iter().any(|e| e["event"] == "progress"),
+        "live progress reached the watcher: {events:?}"
+    );
+    let final_status = status(&server, &job);
+    assert!(
+        tasks(&final_status)
+            .iter()
+            .all(|t| t.1 == "completed" && t.2 == 600),
+        "{final_status}"
+    );
+
+    // Four Slurm jobs, one per task, named after it, each completed.
+    let store = Store::open_read_only(&slurm_state).unwrap();
+    let ended = cluster.ended_jobs();
+    for (task, _, _) in tasks(&final_status) {
+        let dispatches = store.dispatches_of(task).unwrap();
+        assert_eq!(dispatches.len(), 1, "task {task}: {dispatches:?}");
+        let slurm_job = dispatches[0].external_id.clone().expect("a Slurm job id");
+        assert!(
+            ended.iter().any(|(id, name, state)| id == &slurm_job
+                && name == &format!("tli-task-{task}")
+                && state == "COMPLETED"),
+            "task {task} as Slurm job {slurm_job} in sacct -c: {ended:?}"
+        );
+        assert_eq!(
+            dispatches[0].node.as_deref(),
+            Some(tli_host::slurm::host_name().as_str())
+        );
+    }
+    drop(store);
+
+    // The same job run locally (one thread, as the workers): identical final checkpoints.
+    let local_state = work.path().join("local-host");
+    let local = run_tli(
+        plugins.path(),
+        &[
+            "host",
+            "run",
+            "--state-dir",
+            local_state.to_str().unwrap(),
+            "--cores",
+            "1",
+            "--submit",
+            &spec,
+        ],
+    );
+    assert!(local.status.success(), "{}", stderr(&local));
+    let (slurm_store, local_store) = (
+        Store::open_read_only(&slurm_state).unwrap(),
+        Store::open_read_only(&local_state).unwrap(),
+    );
+    let slurm_tasks = slurm_store.tasks_of(1).unwrap();
+    let local_tasks = local_store.tasks_of(1).unwrap();
+    for (s, l) in slurm_tasks.iter().zip(&local_tasks) {
+        assert_eq!((&s.plugin, &s.asset, s.seed), (&l.plugin, &l.asset, l.seed));
+        let (sc, lc) = (
+            &slurm_store.checkpoints(s.id).unwrap()[0],
+            &local_store.checkpoints(l.id).unwrap()[0],
+        );
+        assert_eq!((sc.step, lc.step), (600, 600));
+        for file in std::fs::read_dir(&lc.path).unwrap() {
+            let name = file.unwrap().file_name();
+            let (a, b) = (
+                std::fs::read(Path::new(&sc.path).join(&name)).unwrap(),
+                std::fs::read(Path::new(&lc.path).join(&name)).unwrap(),
+            );
+            assert!(
+                a == b,
+                "task {} ({}): {name:?} differs between the Slurm and the local run",
+                s.id,
+                s.plugin
+            );
+        }
+    }
+}
+
+#[test]
+fn scancel_of_a_worker_resumes_its_task_from_its_checkpoint_in_a_new_slurm_job() {
+    let Some(cluster) = SlurmCluster::start(2, 4) else {
+        return;
+    };
+    let plugins = PluginDir::with(&[(TEMPLATE, "template")]);
+    let work = tempfile::tempdir().unwrap();
+    let state = work.path().join("host");
+    let (key, conf) = cluster.env();
+    let server = Server::start_with(
+        plugins.path(),
+        &state,
+        "127.0.0.1:0",
+        SLURM_HOST,
+        &[(key, &conf)],
+    );
+    let spec = long_template_spec(work.path(), 1);
+    let job = job_of(&ok_json(
+        &server.client(&["train", "start", "--spec", &spec, "-o", "json"]),
+    ));
+    cluster.wait_until(Duration::from_secs(60), "the task passes step 1000", || {
+        tasks(&status(&server, &job))[0].2 > 1000
+    });
+    let task = tasks(&status(&server, &job))[0].0;
+    let first = Store::open_read_only(&state)
+        .unwrap()
+        .dispatches_of(task)
+        .unwrap()[0]
+        .external_id
+        .clone()
+        .unwrap();
+    cluster.run("scancel", &[&first]);
+    cluster.wait_until(Duration::from_secs(120), "the task completes", || {
+        all_in(&server, &job, "completed")
+    });
+    let dispatches = Store::open_read_only(&state)
+        .unwrap()
+        .dispatches_of(task)
+        .unwrap();
+    assert_eq!(dispatches.len(), 2, "{dispatches:?}");
+    assert_ne!(dispatches[1].external_id.as_deref(), Some(first.as_str()));
+    let history = reasons(&state, task);
+    let resumed = history
+        .iter()
+        .find_map(|r| r.strip_prefix("running: resumed from checkpoint step "))
+        .unwrap_or_else(|| panic!("no resume in {history:#?}"));
+    assert!(resumed.parse::<u64>().unwrap() >= 1000, "{history:#?}");
+    assert!(
+        history.iter().any(|r| r.starts_with("interrupted: Slurm")),
+        "{history:#?}"
+    );
+    assert!(
+        cluster
+            .ended_jobs()
+            .iter()
+            .any(|(id, _, state)| id == &first && state.starts_with("CANCELLED")),
+        "{:?}",
+        cluster.ended_jobs()
+    );
+}
+
+#[test]
+fn a_host_killed_while_workers_run_re_adopts_them_after_a_restart() {
+    let Some(cluster) = SlurmCluster::start(2, 4) else {
+        return;
+    };
+    let plugins = PluginDir::with(&[(TEMPLATE, "template")]);
+    let work = tempfile::tempdir().unwrap();
+    let state = work.path().join("host");
+    let (key, conf) = cluster.env();
+    let mut server = Server::start_with(
+        plugins.path(),
+        &state,
+        "127.0.0.1:0",
+        SLURM_HOST,
+        &[(key, &conf)],
+    );
+    let spec = long_template_spec(work.path(), 2);
+    let job = job_of(&ok_json(
+        &server.client(&["train", "start", "--spec", &spec, "-o", "json"]),
+    ));
+    cluster.wait_until(Duration::from_secs(60), "both tasks run", || {
+        tasks(&status(&server, &job)).iter().all(|t| t.2 > 200)
+    });
+    let address = server.address.clone();
+    server.kill9();
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        cluster
+            .live_jobs()
+            .iter()
+            .filter(|j| j.1.starts_with("tli-task-"))
+            .count(),
+        2,
+        "the workers outlive their host"
+    );
+    let server = Server::start_with(
+        plugins.path(),
+        &state,
+        &address,
+        SLURM_HOST,
+        &[(key, &conf)],
+    );
+    cluster.wait_until(Duration::from_secs(120), "both tasks complete", || {
+        all_in(&server, &job, "completed")
+    });
+    let log = server.log.lock().unwrap().clone();
+    assert_eq!(log.matches("re-adopted Slurm job").count(), 2, "{log}");
+    let store = Store::open_read_only(&state).unwrap();
+    for (task, _, steps) in tasks(&status(&server, &job)) {
+        assert_eq!(steps, 20000);
+        assert_eq!(
+            store.dispatches_of(task).unwrap().len(),
+            1,
+            "task {task} went on in its first Slurm job"
+        );
+        let history = reasons(&state, task);
+        assert!(
+            !history.iter().any(|r| r.starts_with("interrupted")),
+            "{history:#?}"
+        );
+    }
+}
+
+#[test]
+fn a_graceful_stop_checkpoints_the_task_and_cancels_its_slurm_job() {
+    let Some(cluster) = SlurmCluster::start(2, 4) else {
+        return;
+    };
+    let plugins = PluginDir::with(&[(TEMPLATE, "template")]);
+    let work = tempfile::tempdir().unwrap();
+    let state = work.path().join("host");
+    let (key, conf) = cluster.env();
+    let server = Server::start_with(
+        plugins.path(),
+        &state,
+        "127.0.0.1:0",
+        SLURM_HOST,
+        &[(key, &conf)],
+    );
+    let spec = long_template_spec(work.path(), 1);
+    let job = job_of(&ok_json(
+        &server.client(&["train", "start", "--spec", &spec, "-o", "json"]),
+    ));
+    cluster.wait_until(Duration::from_secs(60), "the task passes step 700", || {
+        tasks(&status(&server, &job))[0].2 > 700
+    });
+    let task = tasks(&status(&server, &job))[0].0;
+    let stop = server.client(&["train", "stop", &job]);
+    assert!(stop.status.success(), "{}", stderr(&stop));
+    cluster.wait_until(Duration::from_secs(60), "the task is cancelled", || {
+        all_in(&server, &job, "cancelled")
+    });
+    let store = Store::open_read_only(&state).unwrap();
+    let row = store.task(task).unwrap().unwrap();
+    let newest = &store.checkpoints(task).unwrap()[0];
+    assert_eq!(newest.step, row.steps_done, "checkpointed where it stopped");
+    let slurm_job = store.dispatches_of(task).unwrap()[0]
+        .external_id
+        .clone()
+        .unwrap();
+    cluster.wait_until(Duration::from_secs(30), "the Slurm job ends", || {
+        !cluster.live_jobs().iter().any(|j| j.0 == slurm_job)
+    });
+    assert!(
+        cluster
+            .ended_jobs()
+            .iter()
+            .any(|(id, _, state)| id == &slurm_job && state.starts_with("CANCELLED")),
+        "{:?}",
+        cluster.ended_jobs()
+    );
+}
+
+#[test]
+fn gres_requests_follow_the_estimate_and_slurm_refuses_too_many_gpus_with_its_reason() {
+    let Some(cluster) = SlurmCluster::start(2, 4) else {
+        return;
+    };
+    let plugins = PluginDir::with(&[(TEMPLATE, "template")]);
+    let work = tempfile::tempdir().unwrap();
+    let state = work.path().join("host");
+    let (key, conf) = cluster.env();
+    // Jobs wait an hour to start: their requests can be read while they pend.
+    let mut host_args = SLURM_HOST.to_vec();
+    host_args.push("--slurm-sbatch-arg=--begin=now+3600");
+    let server = Server::start_with(
+        plugins.path(),
+        &state,
+        "127.0.0.1:0",
+        &host_args,
+        &[(key, &conf)],
+    );
+    let spec = |name: &str, device: &str, gpus: u32| {
+        write_spec(
+            work.path(),
+            name,
+            &format!(
+                r#"{{"name":"{name}","models":[{{"plugin":"template","steps":100,
+                    "config":{{"hidden_sizes":[512,512]}}}}],
+                    "assets":[{{"synthetic":{{"rows":2000}}}}],"device":"{device}",
+                    "slurm":{{"gpus_per_task":{gpus}}}}}"#
+            ),
+        )
+    };
+    let mut pending = Vec::new();
+    for (name, device, gpus) in [
+        ("cpu", "cpu", 1),
+        ("one-gpu", "cuda:0", 1),
+        ("two-gpus", "cuda:0", 2),
+    ] {
+        let job = job_of(&ok_json(&server.client(&[
+            "train",
+            "start",
+            "--spec",
+            &spec(name, device, gpus),
+            "-o",
+            "json",
+        ])));
+        let task = tasks(&status(&server, &job))[0].0;
+        let store_path = state.clone();
+        let mut slurm_job = String::new();
+        cluster.wait_until(Duration::from_secs(30), "the task is submitted", || {
+            let store = Store::open_read_only(&store_path).unwrap();
+            match store
+                .dispatches_of(task)
+                .unwrap()
+                .first()
+                .and_then(|d| d.external_id.clone())
+            {
+                Some(id) => {
+                    slurm_job = id;
+                    true
+                }
+                None => false,
+            }
+        });
+        let store = Store::open_read_only(&state).unwrap();
+        let row = store.task(task).unwrap().unwrap();
+        let request = store.dispatches_of(task).unwrap()[0]
+            .request
+            .clone()
+            .unwrap();
+        let fields = cluster.job_fields(&slurm_job);
+        // What Slurm holds is what tli asked for.
+        let mem_arg = request
+            .split_whitespace()
+            .find_map(|a| a.strip_prefix("--mem="))
+            .unwrap_or_else(|| panic!("no --mem in {request}"));
+        assert_eq!(
+            fields.get("MinMemoryNode").map(String::as_str),
+            Some(mem_arg),
+            "{fields:?}"
+        );
+        let mem_mib: u64 = mem_arg.trim_end_matches('M').parse().unwrap();
+        if device == "cpu" {
+            // The estimate with the 10% margin, plus the worker's runtime and data.
+            let least = (row.estimate_bytes as f64 * 1.1 / (1 << 20) as f64) as u64;
+            assert!(
+                mem_mib >= least + 512,
+                "{mem_mib} MiB for estimate {} B",
+                row.estimate_bytes
+            );
+            assert!(
+                !fields.get("TresPerNode").is_some_and(|t| t.contains("gpu")),
+                "{fields:?}"
+            );
+        } else {
+            assert_eq!(
+                fields.get("TresPerNode").map(String::as_str),
+                Some(format!("gres:gpu:{gpus}").as_str()),
+                "{fields:?}"
+            );
+            assert!(
+                mem_mib >= 2048,
+                "host memory for a CUDA worker: {mem_mib} MiB"
+            );
+        }
+        assert_eq!(fields.get("JobState").map(String::as_str), Some("PENDING"));
+        pending.push(job);
+    }
+    // Three GPUs on a node with two: Slurm refuses, and says why.
+    let job = job_of(&ok_json(&server.client(&[
+        "train",
+        "start",
+        "--spec",
+        &spec("three-gpus", "cuda:0", 3),
+        "-o",
+        "json",
+    ])));
+    cluster.wait_until(Duration::from_secs(30), "the task fails", || {
+        all_in(&server, &job, "failed")
+    });
+    let failed = status(&server, &job);
+    let error = failed["progress"]["tasks"][0]["error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        error.contains("Slurm refused the job")
+            && error.contains("Requested node configuration is not available"),
+        "{error}"
+    );
+    // Stopping a task whose Slurm job pends cancels the Slurm job.
+    for job in pending {
+        let stop = server.client(&["train", "stop", &job]);
+        assert!(stop.status.success(), "{}", stderr(&stop));
+        assert!(all_in(&server, &job, "cancelled"));
+    }
+    cluster.wait_until(
+        Duration::from_secs(30),
+        "no tli job is left in Slurm",
+        || {
+            !cluster
+                .live_jobs()
+                .iter()
+                .any(|j| j.1.starts_with("tli-task-"))
+        },
+    );
+}
