@@ -7,7 +7,7 @@
 CARGO ?= cargo
 TLI := target/release/tli
 
-.PHONY: all bootstrap proto-tools build test demo bench lint fmt doctor install
+.PHONY: all bootstrap proto-tools slurm-tools build test demo bench lint fmt doctor install
 
 all: build
 
@@ -19,6 +19,12 @@ bootstrap:
 proto-tools:
 	cd proto && npm ci --no-audit --no-fund --loglevel=error
 
+## slurm-tools: Debian's slurm-wlm and munge for the real-Slurm end-to-end tests (as root;
+##              elsewhere it says what to run, and TLI_SKIP_SLURM_TESTS=1 skips those tests)
+slurm-tools:
+	@if [ "$$(id -u)" = 0 ]; then ./scripts/slurm-cluster.sh install; \
+	else echo "slurm-tools: not root: the Slurm tests need root and Slurm (run 'sudo scripts/slurm-cluster.sh install' and the tests as root, or set TLI_SKIP_SLURM_TESTS=1)"; fi
+
 ## build: the tli binary and every plugin (and test fixture) library, and the plugin
 ##        built against the frozen plugin API 1.0.0 (its own workspace, tests/fixtures/api-1-0)
 build: bootstrap
@@ -27,7 +33,8 @@ build: bootstrap
 
 ## test: everything from scratch: bootstrap, build, formatting check, clippy on every target
 ##       (warnings as errors, the [workspace.lints] of Cargo.toml included), the whole test suite
-test: build proto-tools
+##       (with the end-to-end tests on a real single-node Slurm: slurm-tools)
+test: build proto-tools slurm-tools
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 	$(CARGO) test --release --workspace

@@ -85,6 +85,10 @@ pub fn task_progress(t: &TaskProgress) -> pb::TaskProgress {
         estimate_bytes: t.estimate_bytes,
         measured_bytes: t.measured_bytes,
         measured_memory: t.measured_memory.as_ref().map(measured_memory),
+        slurm: t.slurm.as_ref().map(|s| pb::SlurmPlacement {
+            job_id: s.job_id.clone(),
+            node: s.node.clone().unwrap_or_default(),
+        }),
     }
 }
 

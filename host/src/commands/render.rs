@@ -231,15 +231,31 @@ pub(super) fn started_table(job: &JobJson) -> Table {
 /// `train status|stop|resume|watch`: one row per task.
 pub(super) fn tasks_table(job: &JobJson) -> Table {
     let on = stdout_colours();
-    let mut table = new_table(vec![
-        "TASK", "PLUGIN", "ASSET", "STATE", "STEPS", "STEPS/S", "ETA", "METRICS",
-    ]);
+    // Slurm tasks show their Slurm job and node.
+    let slurm = job.progress.tasks.iter().any(|t| t.slurm.is_some());
+    let mut header = vec!["TASK", "PLUGIN", "ASSET", "STATE"];
+    if slurm {
+        header.push("SLURM JOB");
+    }
+    header.extend(["STEPS", "STEPS/S", "ETA", "METRICS"]);
+    let mut table = new_table(header);
     for t in &job.progress.tasks {
-        table.add_row(vec![
+        let mut row = vec![
             Cell::new(t.task_id),
             Cell::new(&t.plugin),
             Cell::new(&t.asset),
             cell(t.state.name(), tone(t.state), on),
+        ];
+        if slurm {
+            row.push(Cell::new(match &t.slurm {
+                Some(s) => match &s.node {
+                    Some(node) => format!("{} on {node}", s.job_id),
+                    None => format!("{} (not started)", s.job_id),
+                },
+                None => "-".into(),
+            }));
+        }
+        row.extend([
             Cell::new(format!("{}/{}", t.steps_done, t.total_steps)),
             Cell::new(if t.steps_per_second > 0.0 {
                 format!("{:.1}", t.steps_per_second)
@@ -249,6 +265,7 @@ pub(super) fn tasks_table(job: &JobJson) -> Table {
             Cell::new(format_eta(t.eta_seconds)),
             Cell::new(format_metrics(&t.metrics)),
         ]);
+        table.add_row(row);
     }
     table
 }

@@ -82,6 +82,16 @@ pub(super) struct TaskJson {
     pub measured_bytes: Option<u64>,
     /// `measured_bytes` by component, once measured.
     pub measured_memory: Option<MemoryJson>,
+    /// The latest Slurm job (Slurm tasks only; absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<SlurmJson>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(super) struct SlurmJson {
+    pub job_id: String,
+    /// `None` until its worker attached.
+    pub node: Option<String>,
 }
 
 /// A job in `tli host run|status -o json`: flat (name, weighted fraction and
@@ -215,6 +225,10 @@ impl From<&pb::TaskProgress> for TaskJson {
             estimate_bytes: t.estimate_bytes,
             measured_bytes: t.measured_bytes,
             measured_memory: t.measured_memory.as_ref().map(MemoryJson::from),
+            slurm: t.slurm.as_ref().map(|s| SlurmJson {
+                job_id: s.job_id.clone(),
+                node: (!s.node.is_empty()).then(|| s.node.clone()),
+            }),
         }
     }
 }

@@ -34,6 +34,16 @@ pub struct TaskProgress {
     /// When it first started running, and when it last finished (ms since the epoch).
     pub started_ms: Option<i64>,
     pub finished_ms: Option<i64>,
+    /// Its latest Slurm job, for a task of the Slurm executor.
+    pub slurm: Option<SlurmPlacement>,
+}
+
+/// Where a task's latest attempt went on Slurm.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SlurmPlacement {
+    pub job_id: String,
+    /// The node its worker reported (once attached).
+    pub node: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -149,6 +159,12 @@ fn task_progress(
         estimate_bytes: t.estimate_bytes,
         measured_bytes: t.measured_bytes,
         measured_memory: t.measured_memory,
+        slurm: store.dispatches_of(t.id)?.into_iter().rev().find_map(|d| {
+            d.external_id.map(|job_id| SlurmPlacement {
+                job_id,
+                node: d.node,
+            })
+        }),
         started_ms: transitions
             .iter()
             .find(|x| x.to == TaskState::Running)

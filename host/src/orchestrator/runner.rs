@@ -84,7 +84,7 @@ impl std::fmt::Display for CheckpointReason {
             CheckpointReason::Scheduled => "scheduled",
             CheckpointReason::StopRequested => "stop requested",
             CheckpointReason::HostShutdown => "host shutting down",
-            CheckpointReason::Preempted => "Slurm ending the job",
+            CheckpointReason::Preempted => "pre-emption (Slurm is ending the job)",
             CheckpointReason::Final => "final",
         })
     }

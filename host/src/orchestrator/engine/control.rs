@@ -182,14 +182,25 @@ impl Orchestrator {
                 .task(task)?
                 .ok_or_else(|| OrchestratorError::Other(format!("no task {task}")))?
                 .state;
-            let pending_in_slurm = state == TaskState::Queued
-                && self.withdraw_pending(task, "stopped before its worker started");
-            if pending_in_slurm
-                || (state == TaskState::Queued && !lock(&self.running).contains_key(&task))
-            {
-                self.store
-                    .transition(task, TaskState::Cancelled, "stopped before it started")?;
-                continue;
+            if state == TaskState::Queued {
+                let (in_running, pending_in_slurm) = {
+                    let running = lock(&self.running);
+                    let entry = running.get(&task);
+                    (
+                        entry.is_some(),
+                        entry.is_some_and(|r| r.remote.as_ref().is_some_and(|x| !x.attached)),
+                    )
+                };
+                if !in_running || pending_in_slurm {
+                    // Cancelled first, so no scheduling round dispatches it again.
+                    self.store.transition(
+                        task,
+                        TaskState::Cancelled,
+                        "stopped before it started",
+                    )?;
+                    self.withdraw_pending(task, "stopped before its worker started");
+                    continue;
+                }
             }
             let Some((stop, cancel)) = lock(&self.running)
                 .get(&task)

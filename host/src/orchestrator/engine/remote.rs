@@ -184,6 +184,16 @@ impl Orchestrator {
                         attached: false,
                     }),
                 );
+                // A stop that came while sbatch ran found no job to cancel: do it here.
+                let still_queued = self
+                    .store
+                    .task(task.id)
+                    .ok()
+                    .flatten()
+                    .is_some_and(|t| t.state == TaskState::Queued);
+                if !still_queued {
+                    self.withdraw_pending(task.id, "stopped while it was being submitted");
+                }
                 Ok(())
             }
             Err(e) => {
@@ -466,6 +476,9 @@ impl Orchestrator {
             .store
             .task(task)?
             .ok_or_else(|| LeaseError::Other(format!("task {task} is not in the store")))?;
+        if row.state.is_finished() {
+            return Err(LeaseError::Stale { task, dispatch });
+        }
         let (spec, _dataset, inputs) = self.task_inputs(&row).map_err(LeaseError::Other)?;
         let plugin_version = self
             .registry
