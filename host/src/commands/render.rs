@@ -367,6 +367,42 @@ mod tests {
     use tli_proto::v1 as pb;
 
     #[test]
+    fn slurm_tasks_show_their_slurm_job_and_node() {
+        let mut ran = task(1, pb::TaskState::Running);
+        ran.slurm = Some(pb::SlurmPlacement {
+            job_id: "41".into(),
+            node: "gpu-07".into(),
+        });
+        let mut pending = task(2, pb::TaskState::Queued);
+        pending.slurm = Some(pb::SlurmPlacement {
+            job_id: "42".into(),
+            node: String::new(),
+        });
+        let job = |tasks| {
+            JobJson::from(&pb::Job {
+                job_id: 3,
+                name: "j".into(),
+                created_unix_ms: 0,
+                progress: Some(pb::JobProgress {
+                    job_id: 3,
+                    weighted_fraction: 0.0,
+                    tasks,
+                }),
+            })
+        };
+        let table =
+            tasks_table(&job(vec![ran, pending, task(3, pb::TaskState::Queued)])).to_string();
+        assert!(table.contains("SLURM JOB"), "{table}");
+        assert!(table.contains("41 on gpu-07"), "{table}");
+        assert!(table.contains("42 (not started)"), "{table}");
+        let local = tasks_table(&job(vec![task(1, pb::TaskState::Running)])).to_string();
+        assert!(
+            !local.contains("SLURM"),
+            "a local job's table is as before: {local}"
+        );
+    }
+
+    #[test]
     fn formatting_helpers() {
         assert_eq!(format_eta(None), "-");
         assert_eq!(format_eta(Some(42.4)), "42s");

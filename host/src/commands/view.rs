@@ -342,6 +342,7 @@ pub(super) mod tests {
             estimate_bytes: 1024,
             measured_bytes: None,
             measured_memory: None,
+            slurm: None,
         }
     }
 
