@@ -96,22 +96,10 @@ pub fn run_worker(options: &WorkerOptions) -> Result<Outcome, WorkerError> {
     );
 
     let registry = Arc::new(PluginRegistry::scan(&options.plugin_dir)?);
-    let refusal = match registry.get(&task.plugin) {
-        None => Some(format!(
-            "plugin {} is not in this worker's plugin directory {} (loaded: {}); install it on \
-             every node",
-            task.plugin,
-            options.plugin_dir.display(),
-            registry.names().join(", ")
-        )),
-        Some(p) if p.manifest.version.as_str() != task.plugin_version => Some(format!(
-            "plugin {} is version {} on this node, the host loaded {}; install the same version \
-             on every node",
-            task.plugin, p.manifest.version, task.plugin_version
-        )),
-        Some(_) => None,
-    };
-    if let Some(why) = refusal {
+    let found = registry
+        .get(&task.plugin)
+        .map(|p| p.manifest.version.as_str());
+    if let Some(why) = plugin_refusal(&task, found, &options.plugin_dir, &registry.names()) {
         tracing::error!("{why}");
         // The host reaps the task when it records this end.
         if let Err(e) = record.transition(TaskState::Failed, &why) {
@@ -201,6 +189,35 @@ fn send_heartbeat(
     host.call_once(|mut client| async move { client.worker_heartbeat(request).await })
 }
 
+/// Why this worker cannot train `task` with the plugin version it `found`
+/// in its plugin directory (`None`: not there), if it cannot.
+fn plugin_refusal(
+    task: &pb::WorkerTask,
+    found: Option<&str>,
+    plugin_dir: &std::path::Path,
+    loaded: &[&str],
+) -> Option<String> {
+    match found {
+        None => Some(format!(
+            "plugin {} is not in this worker's plugin directory {} (loaded: {}); install it on \
+             every node",
+            task.plugin,
+            plugin_dir.display(),
+            if loaded.is_empty() {
+                "none".to_string()
+            } else {
+                loaded.join(", ")
+            }
+        )),
+        Some(version) if version != task.plugin_version => Some(format!(
+            "plugin {} is version {version} on this node, the host loaded {}; install the same \
+             version on every node",
+            task.plugin, task.plugin_version
+        )),
+        Some(_) => None,
+    }
+}
+
 /// Every [`HEARTBEAT_INTERVAL`]: live progress and log lines out, the
 /// host's stop request in; Slurm's signals become an `interrupted` stop.
 fn spawn_heartbeat(
@@ -265,4 +282,31 @@ fn spawn_heartbeat(
             since_beat += tick;
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_worker_refuses_a_missing_plugin_or_another_version() {
+        let task = pb::WorkerTask {
+            plugin: "dqn".into(),
+            plugin_version: "0.3.0".into(),
+            ..Default::default()
+        };
+        let dir = std::path::Path::new("/opt/tli/plugins");
+        assert_eq!(plugin_refusal(&task, Some("0.3.0"), dir, &["dqn"]), None);
+        let other = plugin_refusal(&task, Some("0.2.0"), dir, &["dqn"]).unwrap();
+        assert!(
+            other.contains("version 0.2.0 on this node, the host loaded 0.3.0"),
+            "{other}"
+        );
+        let missing = plugin_refusal(&task, None, dir, &["ppo"]).unwrap();
+        assert!(
+            missing
+                .contains("not in this worker's plugin directory /opt/tli/plugins (loaded: ppo)"),
+            "{missing}"
+        );
+    }
 }

@@ -633,3 +633,50 @@ fn a_task_near_its_time_limit_checkpoints_and_goes_on_in_a_new_slurm_job() {
     let stop = server.client(&["train", "stop", &job]);
     assert!(stop.status.success(), "{}", stderr(&stop));
 }
+
+#[test]
+fn a_worker_without_the_hosts_plugin_fails_its_task_with_the_reason() {
+    let Some(cluster) = SlurmCluster::start(2, 4) else {
+        return;
+    };
+    let plugins = PluginDir::with(&[(TEMPLATE, "template")]);
+    let work = tempfile::tempdir().unwrap();
+    let state = work.path().join("host");
+    let empty = work.path().join("node-plugins");
+    std::fs::create_dir_all(&empty).unwrap();
+    let (key, conf) = cluster.env();
+    let mut host_args = SLURM_HOST.to_vec();
+    let empty_arg = format!("--worker-plugin-dir={}", empty.display());
+    host_args.push(&empty_arg);
+    let server = Server::start_with(
+        plugins.path(),
+        &state,
+        "127.0.0.1:0",
+        &host_args,
+        &[(key, &conf)],
+    );
+    let job = job_of(&ok_json(&server.client(&[
+        "train",
+        "start",
+        "-p",
+        "template",
+        "-a",
+        "synthetic:300:1",
+        "--steps",
+        "50",
+        "-o",
+        "json",
+    ])));
+    cluster.wait_until(Duration::from_secs(60), "the task fails", || {
+        all_in(&server, &job, "failed")
+    });
+    let failed = status(&server, &job);
+    let error = failed["progress"]["tasks"][0]["error"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        error.contains("plugin template is not in this worker's plugin directory")
+            && error.contains("install it on every node"),
+        "{error}"
+    );
+}

@@ -5,13 +5,15 @@
 //! were running become `interrupted` and (by default) resume from their last
 //! good checkpoint.
 //!
-//! Queries, stops and resumes are in [`control`].
+//! Queries, stops and resumes are in [`control`]; runner reports and the
+//! run loops in [`rounds`]; the Slurm executor's side in [`remote`].
 //!
 //! Call [`Orchestrator::tick`] regularly (or [`Orchestrator::run_until_idle`]; a server
 //! uses [`Orchestrator::run_until_shutdown`]).
 
 mod control;
 mod remote;
+mod rounds;
 mod task_data;
 
 pub use remote::{LeaseError, WorkerAssignment, WorkerLease};
@@ -22,7 +24,7 @@ use super::arbiter::{Arbiter, Budget, Candidate, Strategy};
 use super::executor::ExecutorKind;
 use super::job::JobSpec;
 use super::live::LiveProgress;
-use super::runner::{self, DeviceOccupancy, Outcome, RunnerContext, RunnerEvent, StopRequest};
+use super::runner::{self, DeviceOccupancy, RunnerContext, RunnerEvent, StopRequest};
 use super::state::TaskState;
 use super::store::{NewTask, Store, StoreError, TaskRow};
 use super::task_record::StoreRecord;
@@ -35,7 +37,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tli_data::contracts::ContractBook;
 use tli_plugin_api::{capability, Dataset, Device, TaskInputs};
 
@@ -366,8 +368,13 @@ impl Orchestrator {
             });
         }
         drop(arbiter);
+        // The executor is fixed at submission: a restart with another default keeps it.
+        let spec = JobSpec {
+            executor: Some(executor),
+            ..spec.clone()
+        };
         let spec_json =
-            serde_json::to_string(spec).map_err(|e| SubmitError::Spec(e.to_string()))?;
+            serde_json::to_string(&spec).map_err(|e| SubmitError::Spec(e.to_string()))?;
         let (job, _) = self.store.create_job(&spec.name, &spec_json, &tasks)?;
         tracing::info!(job, tasks = tasks.len(), "job {:?} submitted", spec.name);
         Ok(job)
@@ -521,123 +528,6 @@ impl Orchestrator {
             },
         );
         Ok(())
-    }
-
-    fn drain_events(&self) {
-        let events: Vec<RunnerEvent> = lock(&self.events_rx).try_iter().collect();
-        for event in events {
-            self.handle_event(event);
-        }
-    }
-
-    /// Waits up to `timeout` for a runner to report, so a freed slot is
-    /// refilled at once rather than at the next poll.
-    fn wait_for_event(&self, timeout: Duration) {
-        let event = lock(&self.events_rx).recv_timeout(timeout);
-        if let Ok(event) = event {
-            self.handle_event(event);
-        }
-    }
-
-    fn handle_event(&self, event: RunnerEvent) {
-        match event {
-            RunnerEvent::Measured { task, bytes } => {
-                // The arbiter adds the margin to the measurement itself.
-                let report = lock(&self.arbiter).update_measured(task, bytes);
-                tracing::debug!(task, bytes, "measured memory: {report}");
-            }
-            RunnerEvent::Finished { task, outcome } => self.reap(task, &outcome),
-        }
-    }
-
-    fn reap(&self, task: TaskId, outcome: &Outcome) {
-        let Some(mut active) = lock(&self.running).remove(&task) else {
-            return;
-        };
-        if let Some(remote) = &active.remote {
-            self.reap_remote(task, remote, outcome);
-            return;
-        }
-        if let Some(handle) = active.handle.take() {
-            let _ = handle.join();
-        }
-        lock(&self.arbiter).release(task);
-        if let Some(reservation) = active.reservation {
-            if let Err(e) = self.store.release(reservation) {
-                tracing::error!(task, "releasing reservation: {e}");
-            }
-        }
-        tracing::info!(
-            task,
-            "finished after {:.1}s: {outcome:?}",
-            active.started.elapsed().as_secs_f64()
-        );
-    }
-
-    /// Number of tasks with a runner thread.
-    pub fn active_count(&self) -> usize {
-        lock(&self.running).len()
-    }
-
-    /// Runs rounds until nothing is queued or running. When the shutdown flag
-    /// is raised, every running task checkpoints and becomes `interrupted`.
-    pub fn run_until_idle(
-        &self,
-        poll: Duration,
-        mut on_round: impl FnMut(&Self),
-    ) -> Result<(), OrchestratorError> {
-        let mut shutting_down = false;
-        loop {
-            if self.shutdown.load(Ordering::Acquire) && !shutting_down {
-                shutting_down = true;
-                tracing::info!(
-                    "shutting down: checkpointing {} running task(s)",
-                    self.active_count()
-                );
-                let pending: Vec<TaskId> = lock(&self.running)
-                    .iter()
-                    .filter(|(_, a)| a.remote.as_ref().is_some_and(|r| !r.attached))
-                    .map(|(id, _)| *id)
-                    .collect();
-                for task in pending {
-                    self.withdraw_pending(task, "the host shut down before its worker started");
-                }
-                for a in lock(&self.running).values() {
-                    a.stop.store(StopRequest::Shutdown as u8, Ordering::Release);
-                }
-            }
-            self.tick()?;
-            on_round(self);
-            let queued = if shutting_down {
-                0
-            } else {
-                self.store.tasks_in(&[TaskState::Queued])?.len()
-            };
-            if queued == 0 && self.active_count() == 0 {
-                return Ok(());
-            }
-            self.wait_for_event(poll);
-        }
-    }
-
-    /// Runs scheduling rounds until the shutdown flag is raised (a server:
-    /// jobs arrive at any time, so an empty queue does not end it), then
-    /// checkpoints every running task (they become `interrupted`) and returns
-    /// once none is left. A failed round is logged and the loop goes on.
-    pub fn run_until_shutdown(
-        &self,
-        poll: Duration,
-        mut on_round: impl FnMut(&Self),
-    ) -> Result<(), OrchestratorError> {
-        while !self.shutdown.load(Ordering::Acquire) {
-            if let Err(e) = self.tick() {
-                tracing::error!("scheduling round failed: {e}");
-                std::thread::sleep(poll);
-            }
-            on_round(self);
-            self.wait_for_event(poll);
-        }
-        self.run_until_idle(poll, on_round)
     }
 }
 

@@ -274,9 +274,11 @@ impl Orchestrator {
                 &format!("{why}, without its worker reporting"),
             );
             self.requeue_interrupted(task, &why);
-        } else if row.state == TaskState::Queued && !remote.attached {
+        } else if let (TaskState::Queued, false, Some(slurm)) =
+            (row.state, remote.attached, &self.slurm)
+        {
             let losses = {
-                let mut early = lock(&self.slurm_executor().early_losses);
+                let mut early = lock(&slurm.early_losses);
                 let n = early.entry(task).or_insert(0);
                 *n += 1;
                 *n
@@ -293,12 +295,6 @@ impl Orchestrator {
                 );
             }
         }
-    }
-
-    fn slurm_executor(&self) -> &SlurmExecutor {
-        self.slurm
-            .as_ref()
-            .expect("remote tasks exist only with a Slurm executor")
     }
 
     /// The last lines of a dispatch's Slurm output file, for messages.
@@ -389,7 +385,14 @@ impl Orchestrator {
 
     /// A forced stop whose deadline passed: give up on the worker.
     pub(super) fn abandon_remote(&self, task: TaskId) {
-        let remote = lock(&self.running).remove(&task).and_then(|r| r.remote);
+        // Only a Slurm task leaves the map here; a runner thread is reaped when it ends.
+        let remote = {
+            let mut running = lock(&self.running);
+            match running.get(&task).map(|r| r.remote.is_some()) {
+                Some(true) => running.remove(&task).and_then(|r| r.remote),
+                _ => None,
+            }
+        };
         if let Some(remote) = remote {
             let _ = self.store.end_dispatch(
                 remote.dispatch,
@@ -496,7 +499,10 @@ impl Orchestrator {
         {
             r.attached = true;
         }
-        let slurm = self.slurm_executor();
+        let slurm = self
+            .slurm
+            .as_ref()
+            .ok_or_else(|| LeaseError::Other("this host has no Slurm executor".into()))?;
         Ok(WorkerAssignment {
             checkpoint_dir: slurm
                 .config
