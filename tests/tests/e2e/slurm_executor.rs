@@ -7,13 +7,37 @@
 //! `TLI_SKIP_SLURM_TESTS=1` skips these tests elsewhere. One cluster at a
 //! time: the tests take turns.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tli_e2e_tests::slurm::{repo_root, SlurmCluster};
 use tli_e2e_tests::{ok_json, run_tli, stderr, stdout, PluginDir, Server, DQN, TEMPLATE};
 use tli_host::orchestrator::store::Store;
 
 const SLURM_HOST: &[&str] = &["--executor", "slurm", "--slurm-cpus-per-task", "1"];
+
+/// `tli host serve --executor slurm` on `cluster` with `plugins`, its state in
+/// `work/host`, with `extra` host options. Bind the plugin dir first so it
+/// outlives the server: `let (_plugins, state, server) = …`.
+fn slurm_host(
+    cluster: &SlurmCluster,
+    work: &Path,
+    plugins: &[(&str, &str)],
+    extra: &[&str],
+) -> (PluginDir, PathBuf, Server) {
+    let plugins = PluginDir::with(plugins);
+    let state = work.join("host");
+    let (key, conf) = cluster.env();
+    let mut args = SLURM_HOST.to_vec();
+    args.extend_from_slice(extra);
+    let server = Server::start_with(
+        plugins.path(),
+        &state,
+        "127.0.0.1:0",
+        &args,
+        &[(key, &conf)],
+    );
+    (plugins, state, server)
+}
 
 fn sample(name: &str) -> String {
     repo_root()
@@ -240,17 +264,9 @@ fn scancel_of_a_worker_resumes_its_task_from_its_checkpoint_in_a_new_slurm_job()
     let Some(cluster) = SlurmCluster::start(2, 4) else {
         return;
     };
-    let plugins = PluginDir::with(&[(TEMPLATE, "template")]);
     let work = tempfile::tempdir().unwrap();
-    let state = work.path().join("host");
-    let (key, conf) = cluster.env();
-    let server = Server::start_with(
-        plugins.path(),
-        &state,
-        "127.0.0.1:0",
-        SLURM_HOST,
-        &[(key, &conf)],
-    );
+    let (_plugins, state, server) =
+        slurm_host(&cluster, work.path(), &[(TEMPLATE, "template")], &[]);
     let spec = long_template_spec(work.path(), 1);
     let job = job_of(&ok_json(
         &server.client(&["train", "start", "--spec", &spec, "-o", "json"]),
@@ -301,17 +317,9 @@ fn a_host_killed_while_workers_run_re_adopts_them_after_a_restart() {
     let Some(cluster) = SlurmCluster::start(2, 4) else {
         return;
     };
-    let plugins = PluginDir::with(&[(TEMPLATE, "template")]);
     let work = tempfile::tempdir().unwrap();
-    let state = work.path().join("host");
-    let (key, conf) = cluster.env();
-    let mut server = Server::start_with(
-        plugins.path(),
-        &state,
-        "127.0.0.1:0",
-        SLURM_HOST,
-        &[(key, &conf)],
-    );
+    let (plugins, state, mut server) =
+        slurm_host(&cluster, work.path(), &[(TEMPLATE, "template")], &[]);
     let spec = long_template_spec(work.path(), 2);
     let job = job_of(&ok_json(
         &server.client(&["train", "start", "--spec", &spec, "-o", "json"]),
@@ -331,6 +339,7 @@ fn a_host_killed_while_workers_run_re_adopts_them_after_a_restart() {
         2,
         "the workers outlive their host"
     );
+    let (key, conf) = cluster.env();
     let server = Server::start_with(
         plugins.path(),
         &state,
@@ -364,17 +373,9 @@ fn a_graceful_stop_checkpoints_the_task_and_cancels_its_slurm_job() {
     let Some(cluster) = SlurmCluster::start(2, 4) else {
         return;
     };
-    let plugins = PluginDir::with(&[(TEMPLATE, "template")]);
     let work = tempfile::tempdir().unwrap();
-    let state = work.path().join("host");
-    let (key, conf) = cluster.env();
-    let server = Server::start_with(
-        plugins.path(),
-        &state,
-        "127.0.0.1:0",
-        SLURM_HOST,
-        &[(key, &conf)],
-    );
+    let (_plugins, state, server) =
+        slurm_host(&cluster, work.path(), &[(TEMPLATE, "template")], &[]);
     let spec = long_template_spec(work.path(), 1);
     let job = job_of(&ok_json(
         &server.client(&["train", "start", "--spec", &spec, "-o", "json"]),
@@ -414,19 +415,13 @@ fn gres_requests_follow_the_estimate_and_slurm_refuses_too_many_gpus_with_its_re
     let Some(cluster) = SlurmCluster::start(2, 4) else {
         return;
     };
-    let plugins = PluginDir::with(&[(TEMPLATE, "template")]);
     let work = tempfile::tempdir().unwrap();
-    let state = work.path().join("host");
-    let (key, conf) = cluster.env();
     // Jobs wait an hour to start: their requests can be read while they pend.
-    let mut host_args = SLURM_HOST.to_vec();
-    host_args.push("--slurm-sbatch-arg=--begin=now+3600");
-    let server = Server::start_with(
-        plugins.path(),
-        &state,
-        "127.0.0.1:0",
-        &host_args,
-        &[(key, &conf)],
+    let (_plugins, state, server) = slurm_host(
+        &cluster,
+        work.path(),
+        &[(TEMPLATE, "template")],
+        &["--slurm-sbatch-arg=--begin=now+3600"],
     );
     let spec = |name: &str, device: &str, gpus: u32| {
         write_spec(
@@ -570,20 +565,14 @@ fn a_task_near_its_time_limit_checkpoints_and_goes_on_in_a_new_slurm_job() {
     let Some(cluster) = SlurmCluster::start(2, 4) else {
         return;
     };
-    let plugins = PluginDir::with(&[(TEMPLATE, "template")]);
     let work = tempfile::tempdir().unwrap();
-    let state = work.path().join("host");
-    let (key, conf) = cluster.env();
     // A one-minute limit, signalled 45 s before it: Slurm's signal comes after
     // about 15 s (its timing is coarse, tens of seconds).
-    let mut host_args = SLURM_HOST.to_vec();
-    host_args.extend(["--slurm-signal-seconds", "45"]);
-    let server = Server::start_with(
-        plugins.path(),
-        &state,
-        "127.0.0.1:0",
-        &host_args,
-        &[(key, &conf)],
+    let (_plugins, state, server) = slurm_host(
+        &cluster,
+        work.path(),
+        &[(TEMPLATE, "template")],
+        &["--slurm-signal-seconds", "45"],
     );
     let spec = write_spec(
         work.path(),
@@ -639,21 +628,15 @@ fn a_worker_without_the_hosts_plugin_fails_its_task_with_the_reason() {
     let Some(cluster) = SlurmCluster::start(2, 4) else {
         return;
     };
-    let plugins = PluginDir::with(&[(TEMPLATE, "template")]);
     let work = tempfile::tempdir().unwrap();
-    let state = work.path().join("host");
     let empty = work.path().join("node-plugins");
     std::fs::create_dir_all(&empty).unwrap();
-    let (key, conf) = cluster.env();
-    let mut host_args = SLURM_HOST.to_vec();
     let empty_arg = format!("--worker-plugin-dir={}", empty.display());
-    host_args.push(&empty_arg);
-    let server = Server::start_with(
-        plugins.path(),
-        &state,
-        "127.0.0.1:0",
-        &host_args,
-        &[(key, &conf)],
+    let (_plugins, _state, server) = slurm_host(
+        &cluster,
+        work.path(),
+        &[(TEMPLATE, "template")],
+        &[&empty_arg],
     );
     let job = job_of(&ok_json(&server.client(&[
         "train",
