@@ -150,7 +150,9 @@ fn a_two_by_two_job_runs_as_four_slurm_jobs_watched_live_and_equals_the_local_ru
         &server.client(&["train", "start", "--spec", &spec, "-o", "json"]),
     ));
     // Watched live, as a user would, until the job ends.
-    let watch = std::process::Command::new(tli_e2e_tests::tli_binary())
+    let watch = std::process::Command::new("timeout")
+        .arg("300")
+        .arg(tli_e2e_tests::tli_binary())
         .args(["train", "watch", &job, "--interval-ms", "100", "-o", "json"])
         .args(["--endpoint", &server.endpoint()])
         .env("NO_COLOR", "1")
@@ -169,6 +171,13 @@ fn a_two_by_two_job_runs_as_four_slurm_jobs_watched_live_and_equals_the_local_ru
     assert!(
         events.iter().any(|e| e["event"] == "progress"),
         "live progress reached the watcher: {events:?}"
+    );
+    // The plugins' log lines travel from the workers through the host.
+    assert!(
+        events.iter().any(|e| e["event"] == "log"
+            && e["plugin"] == "dqn"
+            && e["message"].as_str().is_some_and(|m| m.contains("DQN on"))),
+        "the DQN workers' log lines reached the watcher: {events:?}"
     );
     let final_status = status(&server, &job);
     assert!(
@@ -578,7 +587,7 @@ fn a_task_near_its_time_limit_checkpoints_and_goes_on_in_a_new_slurm_job() {
         work.path(),
         "time-limit",
         &format!(
-            r#"{{"name":"time-limit","models":[{{"plugin":"template","steps":60000}}],
+            r#"{{"name":"time-limit","models":[{{"plugin":"template","steps":400000}}],
                 "assets":[{{"data":"{}"}}],"slice_steps":20,
                 "checkpoint":{{"every_seconds":3600}},"slurm":{{"time_limit_minutes":1}}}}"#,
             sample("es_proxy_sp500_1d.dbn.zst")

@@ -49,6 +49,9 @@ pub(super) struct RemoteTask {
     pub slurm_job: String,
     /// Whether its worker has attached.
     pub attached: bool,
+    /// The task's job and plugin (a worker's calls need no store read).
+    pub job: JobId,
+    pub plugin: String,
 }
 
 /// The host's Slurm executor.
@@ -182,6 +185,8 @@ impl Orchestrator {
                         dispatch,
                         slurm_job: job,
                         attached: false,
+                        job: task.job_id,
+                        plugin: task.plugin.clone(),
                     }),
                 );
                 // A stop that came while sbatch ran found no job to cancel: do it here.
@@ -437,10 +442,10 @@ impl Orchestrator {
                     .end_dispatch(d.id, "its Slurm job ended while the host was down")?;
                 continue;
             };
-            let attached = self
-                .store
-                .task(d.task_id)?
-                .is_some_and(|t| t.state.is_active());
+            let Some(row) = self.store.task(d.task_id)? else {
+                self.store.end_dispatch(d.id, "its task is not in the store")?;
+                continue;
+            };
             tracing::info!(
                 task = d.task_id,
                 "re-adopted Slurm job {job} (dispatch {})",
@@ -451,7 +456,9 @@ impl Orchestrator {
                 RunningTask::remote(RemoteTask {
                     dispatch: d.id,
                     slurm_job: job,
-                    attached,
+                    attached: row.state.is_active(),
+                    job: row.job_id,
+                    plugin: row.plugin,
                 }),
             );
             adopted.push(d.task_id);
@@ -459,12 +466,20 @@ impl Orchestrator {
         Ok(adopted)
     }
 
-    fn check_lease(&self, task: TaskId, dispatch: i64) -> Result<Arc<AtomicU8>, LeaseError> {
-        lock(&self.running)
-            .get(&task)
-            .filter(|r| r.remote.as_ref().is_some_and(|x| x.dispatch == dispatch))
-            .map(|r| r.stop.clone())
-            .ok_or(LeaseError::Stale { task, dispatch })
+    /// The task's stop flag, job and plugin, if `dispatch` is its current lease.
+    fn check_lease(
+        &self,
+        task: TaskId,
+        dispatch: i64,
+    ) -> Result<(Arc<AtomicU8>, JobId, String), LeaseError> {
+        let running = lock(&self.running);
+        let entry = running.get(&task);
+        match entry.and_then(|r| r.remote.as_ref().map(|x| (r, x))) {
+            Some((r, remote)) if remote.dispatch == dispatch => {
+                Ok((r.stop.clone(), remote.job, remote.plugin.clone()))
+            }
+            _ => Err(LeaseError::Stale { task, dispatch }),
+        }
     }
 
     /// A worker claims its task: everything it needs to run it.
@@ -520,16 +535,12 @@ impl Orchestrator {
 
     /// The record a worker writes through, if its lease is current.
     pub fn worker_lease(&self, task: TaskId, dispatch: i64) -> Result<WorkerLease, LeaseError> {
-        let stop = self.check_lease(task, dispatch)?;
-        let row = self
-            .store
-            .task(task)?
-            .ok_or_else(|| LeaseError::Other(format!("task {task} is not in the store")))?;
+        let (stop, job, plugin) = self.check_lease(task, dispatch)?;
         Ok(WorkerLease {
-            plugin: row.plugin,
+            plugin,
             record: StoreRecord {
                 task,
-                job: row.job_id,
+                job,
                 store: self.store.clone(),
                 live: self.live.clone(),
                 events: self.events_tx.clone(),
