@@ -370,6 +370,7 @@ impl Errors {
 type Client = WorkerServiceClient<Channel>;
 
 /// One simulated `tli worker`.
+#[derive(Clone)]
 struct Worker {
     client: Client,
     lease: pb::WorkerLease,
@@ -535,6 +536,56 @@ async fn steady(worker: Worker, first: tokio::time::Instant, end: tokio::time::I
         progress_errors,
         heartbeat_errors,
     }
+}
+
+/// Latencies of one caller on an idle host: (Progress, heartbeat, GetTrainingStatus).
+async fn idle_costs(
+    worker: &Worker,
+    control: &mut TrainingServiceClient<Channel>,
+    job: u64,
+    from_step: u64,
+) -> (Samples, Samples, Samples) {
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut client = worker.client.clone();
+    let (mut progress, mut heartbeat, mut status) =
+        (Samples::default(), Samples::default(), Samples::default());
+    for k in 0..100 {
+        let steps = from_step + k;
+        let request = worker.record(Record::Progress(pb::ProgressBatch {
+            steps_done: steps,
+            slices: vec![pb::SliceMetrics {
+                step: steps,
+                metrics: metrics(steps, worker.lease.task_id),
+            }],
+        }));
+        let t = Instant::now();
+        client.record_task(request).await.expect("idle progress");
+        progress.push(t);
+        let request = worker.request(pb::WorkerHeartbeatRequest {
+            lease: Some(worker.lease),
+            steps_done: steps,
+            metrics: metrics(steps, worker.lease.task_id),
+            logs: Vec::new(),
+        });
+        let t = Instant::now();
+        client
+            .worker_heartbeat(request)
+            .await
+            .expect("idle heartbeat");
+        heartbeat.push(t);
+    }
+    for _ in 0..10 {
+        let t = Instant::now();
+        control
+            .get_training_status(pb::GetTrainingStatusRequest { job_id: job })
+            .await
+            .expect("idle status");
+        status.push(t);
+    }
+    progress.sort();
+    heartbeat.sort();
+    status.sort();
+    (progress, heartbeat, status)
 }
 
 /// GetTrainingStatus every `interval` and ListTrainingJobs every fifth
@@ -735,6 +786,10 @@ async fn main() {
     let t0 = tokio::time::Instant::now() + Duration::from_millis(500);
     let end = t0 + Duration::from_secs(seconds);
     let attached = fleet.len();
+    let probe = fleet
+        .first()
+        .cloned()
+        .expect("at least one worker attached");
     let tasks: Vec<_> = fleet
         .into_iter()
         .enumerate()
@@ -782,6 +837,10 @@ async fn main() {
         Some(r) => r.await.expect("status reader"),
         None => Default::default(),
     };
+
+    // The same calls one at a time on the otherwise idle host: what each
+    // costs without queueing behind the others.
+    let idle = idle_costs(&probe, &mut control, job, (seconds + 2) * STEPS_PER_SECOND).await;
 
     // What the host says at the end.
     let last = control
@@ -888,6 +947,13 @@ async fn main() {
         status_errors.count
     );
     println!("| tasks running at the end (GetTrainingStatus) | {running} |");
+    println!(
+        "| one caller on the idle host afterwards: Progress / heartbeat / GetTrainingStatus p50 \
+         | {} / {} / {} |",
+        ms(idle.0.pct(0.5)),
+        ms(idle.1.pct(0.5)),
+        ms(idle.2.pct(0.5))
+    );
     println!(
         "| fsync of a 4 KiB append on the state dir, p50 / p99 | {} / {} |",
         ms(fsync_p50),
