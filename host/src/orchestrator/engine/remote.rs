@@ -443,7 +443,8 @@ impl Orchestrator {
                 continue;
             };
             let Some(row) = self.store.task(d.task_id)? else {
-                self.store.end_dispatch(d.id, "its task is not in the store")?;
+                self.store
+                    .end_dispatch(d.id, "its task is not in the store")?;
                 continue;
             };
             tracing::info!(
