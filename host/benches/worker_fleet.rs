@@ -1,6 +1,6 @@
 //! A fleet of simulated Slurm workers against one host (issue #14 item 6; run
 //! with `cargo bench -p tli-host --bench worker_fleet` after
-//! `cargo build --release --workspace`).
+//! `cargo build --release --workspace`; results in docs/benchmarks.md).
 //!
 //! The real `tli host serve --executor slurm` runs as a child process with
 //! fake Slurm commands (`--slurm-bin-dir`: shell scripts in a temp dir;
@@ -10,14 +10,20 @@
 //! synthetic assets) is submitted over gRPC; once every task is submitted,
 //! as many tokio tasks play its workers over loopback (one HTTP/2 connection
 //! per 50 workers): AttachWorker, ListCheckpoints, StepsDone(0) and
-//! Running as a real worker starts, then once a second (start times spread
-//! evenly over the first second) a WorkerHeartbeat (steps and 3 metrics)
-//! and, independently, a RecordTask Progress with one slice of 3 metrics —
-//! one fsync'd store transaction each. Meanwhile a client calls
-//! GetTrainingStatus for the job every 200 ms and ListTrainingJobs every
-//! second. Over the steady window (`TLI_FLEET_SECONDS`, default 60) it
-//! measures the host process's CPU and RSS from /proc, and every call's
-//! latency as the caller sees it.
+//! Running as a real worker starts, all at once, then once a second (start
+//! times spread evenly over the first second) a WorkerHeartbeat (steps and 3
+//! metrics) and, independently, a RecordTask Progress with one slice of 3
+//! metrics — one fsync'd store transaction each. Meanwhile a client calls
+//! GetTrainingStatus for the job every `TLI_FLEET_STATUS_MS` (default 200;
+//! 0 = no reader) and ListTrainingJobs every fifth round.
+//!
+//! Over the steady window (`TLI_FLEET_SECONDS`, default 60) it measures the
+//! host process's CPU (utime + stime from /proc, as % of one core) and RSS,
+//! every call's latency as its caller sees it, the achieved call rates, and
+//! what else used the machine's CPU (this load generator and other
+//! processes: the figures are only clean when the latter is near 0). Then
+//! one caller repeats Progress, heartbeat and GetTrainingStatus on the idle
+//! host: each call's cost without queueing.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
