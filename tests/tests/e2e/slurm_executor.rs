@@ -672,3 +672,93 @@ fn a_worker_without_the_hosts_plugin_fails_its_task_with_the_reason() {
         "{error}"
     );
 }
+
+#[test]
+fn a_forced_stop_and_a_host_shutdown_reach_the_workers() {
+    let Some(cluster) = SlurmCluster::start(2, 4) else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let (plugins, state, mut server) =
+        slurm_host(&cluster, work.path(), &[(TEMPLATE, "template")], &[]);
+    let spec = long_template_spec(work.path(), 2);
+    let job = job_of(&ok_json(
+        &server.client(&["train", "start", "--spec", &spec, "-o", "json"]),
+    ));
+    cluster.wait_until(Duration::from_secs(60), "both tasks run", || {
+        tasks(&status(&server, &job)).iter().all(|t| t.2 > 600)
+    });
+    let ids: Vec<i64> = tasks(&status(&server, &job)).iter().map(|t| t.0).collect();
+    // Forced: the plugin returns at once, no checkpoint, the Slurm job is cancelled.
+    let before = Store::open_read_only(&state)
+        .unwrap()
+        .checkpoints(ids[0])
+        .unwrap()
+        .len();
+    let stop = server.client(&[
+        "train",
+        "stop",
+        &job,
+        "--task",
+        &ids[0].to_string(),
+        "--force",
+        "--deadline-ms",
+        "5000",
+    ]);
+    assert!(stop.status.success(), "{}", stderr(&stop));
+    cluster.wait_until(
+        Duration::from_secs(30),
+        "the forced stop ends the task",
+        || tasks(&status(&server, &job))[0].1 == "cancelled",
+    );
+    let store = Store::open_read_only(&state).unwrap();
+    assert_eq!(
+        store.checkpoints(ids[0]).unwrap().len(),
+        before,
+        "no checkpoint"
+    );
+    let forced_job = store.dispatches_of(ids[0]).unwrap()[0]
+        .external_id
+        .clone()
+        .unwrap();
+    drop(store);
+    cluster.wait_until(Duration::from_secs(30), "its Slurm job ends", || {
+        !cluster.live_jobs().iter().any(|j| j.0 == forced_job)
+    });
+    // Host shutdown: the other worker checkpoints and its task is interrupted;
+    // the next host resumes it in a new Slurm job.
+    let address = server.address.clone();
+    let took = server.terminate();
+    assert!(took < Duration::from_secs(30), "shutdown took {took:?}");
+    let history = reasons(&state, ids[1]);
+    assert!(
+        history
+            .last()
+            .is_some_and(|r| r.starts_with("interrupted: host shut down at step")),
+        "{history:#?}"
+    );
+    let (key, conf) = cluster.env();
+    let server = Server::start_with(
+        plugins.path(),
+        &state,
+        &address,
+        SLURM_HOST,
+        &[(key, &conf)],
+    );
+    cluster.wait_until(
+        Duration::from_secs(60),
+        "a new Slurm job resumes it",
+        || {
+            reasons(&state, ids[1])
+                .iter()
+                .any(|r| r.starts_with("running: resumed from checkpoint step"))
+        },
+    );
+    let dispatches = Store::open_read_only(&state)
+        .unwrap()
+        .dispatches_of(ids[1])
+        .unwrap();
+    assert_eq!(dispatches.len(), 2, "{dispatches:?}");
+    let stop = server.client(&["train", "stop", &job]);
+    assert!(stop.status.success(), "{}", stderr(&stop));
+}
