@@ -10,7 +10,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tli_e2e_tests::slurm::{repo_root, SlurmCluster};
-use tli_e2e_tests::{ok_json, run_tli, stderr, stdout, PluginDir, Server, DQN, TEMPLATE};
+use tli_e2e_tests::{
+    ok_json, run_tli, stderr, stdout, PluginDir, Server, BEHAVIOUR, DQN, TEMPLATE,
+};
 use tli_host::orchestrator::store::Store;
 
 const SLURM_HOST: &[&str] = &["--executor", "slurm", "--slurm-cpus-per-task", "1"];
@@ -167,17 +169,24 @@ fn a_two_by_two_job_runs_as_four_slurm_jobs_watched_live_and_equals_the_local_ru
         .iter()
         .filter(|e| e["event"] == "state_changed" && e["to"] == "completed")
         .count();
-    assert_eq!(completed, 4, "every task completes: {events:?}");
+    assert_eq!(
+        completed,
+        4,
+        "every task completes ({} events)",
+        events.len()
+    );
     assert!(
         events.iter().any(|e| e["event"] == "progress"),
-        "live progress reached the watcher: {events:?}"
+        "no live progress reached the watcher ({} events)",
+        events.len()
     );
-    // The plugins' log lines travel from the workers through the host.
+    // The DQN workers' log lines reach the host's log as its own tasks' do.
+    let host_log = server.log.lock().unwrap().clone();
     assert!(
-        events.iter().any(|e| e["event"] == "log"
-            && e["plugin"] == "dqn"
-            && e["message"].as_str().is_some_and(|m| m.contains("DQN on"))),
-        "the DQN workers' log lines reached the watcher: {events:?}"
+        host_log
+            .lines()
+            .any(|l| l.contains("DQN on") && l.contains("dqn")),
+        "no DQN worker line in the host's log:\n{host_log}"
     );
     let final_status = status(&server, &job);
     assert!(
@@ -761,4 +770,51 @@ fn a_forced_stop_and_a_host_shutdown_reach_the_workers() {
     assert_eq!(dispatches.len(), 2, "{dispatches:?}");
     let stop = server.client(&["train", "stop", &job]);
     assert!(stop.status.success(), "{}", stderr(&stop));
+}
+
+#[test]
+fn plugin_log_lines_of_a_worker_reach_the_watchers() {
+    let Some(cluster) = SlurmCluster::start(2, 4) else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let (_plugins, _state, server) =
+        slurm_host(&cluster, work.path(), &[(BEHAVIOUR, "behaviour")], &[]);
+    // A line every 20 steps for about 8 s: lines keep coming while the watcher is there.
+    let job = job_of(&ok_json(&server.client(&[
+        "train",
+        "start",
+        "-p",
+        "behaviour",
+        "--config",
+        r#"{"sleep_ms_per_step":10,"log_every":20}"#,
+        "-a",
+        "synthetic:300:1",
+        "--steps",
+        "800",
+        "-o",
+        "json",
+    ])));
+    let watch = std::process::Command::new("timeout")
+        .arg("300")
+        .arg(tli_e2e_tests::tli_binary())
+        .args(["train", "watch", &job, "-o", "json"])
+        .args(["--endpoint", &server.endpoint()])
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run tli train watch");
+    assert!(watch.status.success(), "{}", stderr(&watch));
+    let lines: Vec<serde_json::Value> = stdout(&watch)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|e: &serde_json::Value| e["event"] == "log")
+        .collect();
+    assert!(
+        lines.iter().any(|l| l["plugin"] == "behaviour"
+            && l["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("behaviour reached step"))),
+        "no worker log line reached the watcher: {lines:?}"
+    );
+    assert!(all_in(&server, &job, "completed"));
 }

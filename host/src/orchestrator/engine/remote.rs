@@ -563,9 +563,20 @@ impl Orchestrator {
         if steps > 0 || !metrics.is_empty() {
             self.live.update(record.task, steps, metrics);
         }
+        // As a runner thread's plugin lines: in the host's log and to watchers.
+        let (plugin, task) = (&lease.plugin, format!("{}-{}", record.job, record.task));
         for (level, message) in logs {
+            match *level {
+                "error" => {
+                    tracing::error!(target: "plugin", plugin = %plugin, task = %task, "{message}")
+                }
+                "warn" => {
+                    tracing::warn!(target: "plugin", plugin = %plugin, task = %task, "{message}")
+                }
+                _ => tracing::info!(target: "plugin", plugin = %plugin, task = %task, "{message}"),
+            }
             self.live
-                .log(record.job, record.task, &lease.plugin, level, message);
+                .log(record.job, record.task, plugin, level, message);
         }
         StopRequest::load(&lease.stop)
     }
