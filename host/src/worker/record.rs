@@ -101,7 +101,11 @@ impl RemoteRecord {
             .host
             .call_once(|mut client| async move { client.worker_heartbeat(request).await })
         {
-            tracing::warn!("log lines not sent: {}: {}", status.code(), status.message());
+            tracing::warn!(
+                "log lines not sent: {}: {}",
+                status.code(),
+                status.message()
+            );
         }
     }
 }
