@@ -82,25 +82,32 @@ pub fn metrics_to_wire(metrics: &[(String, f64)]) -> Vec<pb::Metric> {
 }
 
 impl RemoteRecord {
-    /// Sends the buffered log lines and live progress now (before a state
-    /// change: after a final one the host no longer takes this worker's
-    /// heartbeats, and a short task may end between two of them). A failure
-    /// loses only those lines; the worker's own log has them too.
-    fn flush_outbox(&self) {
+    /// One heartbeat carrying what the outbox holds; the host's answer.
+    pub fn send_heartbeat(&self) -> Result<pb::WorkerHeartbeatResponse, tonic::Status> {
         let outbox = self.take_outbox();
-        if outbox.logs.is_empty() && outbox.metrics.is_empty() {
-            return;
-        }
         let request = pb::WorkerHeartbeatRequest {
             lease: Some(self.lease),
             steps_done: outbox.steps,
             metrics: metrics_to_wire(&outbox.metrics),
             logs: outbox.logs,
         };
-        if let Err(status) = self
-            .host
+        self.host
             .call_once(|mut client| async move { client.worker_heartbeat(request).await })
-        {
+    }
+
+    /// Sends the buffered log lines and live progress now (before a state
+    /// change: after a final one the host no longer takes this worker's
+    /// heartbeats, and a short task may end between two of them). A failure
+    /// loses only those lines; the worker's own log has them too.
+    fn flush_outbox(&self) {
+        let pending = {
+            let outbox = lock(&self.outbox);
+            !outbox.logs.is_empty() || !outbox.metrics.is_empty()
+        };
+        if !pending {
+            return;
+        }
+        if let Err(status) = self.send_heartbeat() {
             tracing::warn!(
                 "log lines not sent: {}: {}",
                 status.code(),

@@ -2,7 +2,7 @@
 //! heartbeat and signal watchers, train with the runner, report the end.
 
 use super::client::HostConnection;
-use super::record::{metrics_to_wire, RemoteRecord};
+use super::record::RemoteRecord;
 use super::{wire, WorkerError, HEARTBEAT_INTERVAL};
 use crate::orchestrator::job::CheckpointPolicy;
 use crate::orchestrator::runner::{self, DeviceOccupancy, Outcome, RunnerContext, StopRequest};
@@ -159,9 +159,7 @@ pub fn run_worker(options: &WorkerOptions) -> Result<Outcome, WorkerError> {
 
     let done = Arc::new(AtomicBool::new(false));
     let heartbeat = spawn_heartbeat(
-        host.clone(),
         record.clone(),
-        lease,
         stop.clone(),
         plugin_cancel.clone(),
         done.clone(),
@@ -172,21 +170,6 @@ pub fn run_worker(options: &WorkerOptions) -> Result<Outcome, WorkerError> {
     // The runner recorded the end (the host reaps the task on that record).
     tracing::info!(task = task.task_id, "ended: {outcome:?}");
     Ok(outcome)
-}
-
-fn send_heartbeat(
-    host: &HostConnection,
-    record: &RemoteRecord,
-    lease: pb::WorkerLease,
-) -> Result<pb::WorkerHeartbeatResponse, tonic::Status> {
-    let outbox = record.take_outbox();
-    let request = pb::WorkerHeartbeatRequest {
-        lease: Some(lease),
-        steps_done: outbox.steps,
-        metrics: metrics_to_wire(&outbox.metrics),
-        logs: outbox.logs,
-    };
-    host.call_once(|mut client| async move { client.worker_heartbeat(request).await })
 }
 
 /// Why this worker cannot train `task` with the plugin version it `found`
@@ -221,9 +204,7 @@ fn plugin_refusal(
 /// Every [`HEARTBEAT_INTERVAL`]: live progress and log lines out, the
 /// host's stop request in; Slurm's signals become an `interrupted` stop.
 fn spawn_heartbeat(
-    host: Arc<HostConnection>,
     record: Arc<RemoteRecord>,
-    lease: pb::WorkerLease,
     stop: Arc<AtomicU8>,
     plugin_cancel: Arc<AtomicBool>,
     done: Arc<AtomicBool>,
@@ -245,7 +226,7 @@ fn spawn_heartbeat(
             }
             if since_beat >= HEARTBEAT_INTERVAL {
                 since_beat = Duration::ZERO;
-                match send_heartbeat(&host, &record, lease) {
+                match record.send_heartbeat() {
                     Ok(response) => {
                         if host_away {
                             tracing::info!("heartbeat: the host answers again");
