@@ -7,7 +7,7 @@
 CARGO ?= cargo
 TLI := target/release/tli
 
-.PHONY: all bootstrap proto-tools slurm-tools build test demo bench lint fmt doctor install
+.PHONY: all bootstrap proto-tools slurm-tools browser-tools build test demo bench lint fmt doctor install
 
 all: build
 
@@ -25,6 +25,11 @@ slurm-tools:
 	@if [ "$$(id -u)" = 0 ]; then ./scripts/slurm-cluster.sh install; \
 	else echo "slurm-tools: not root: the Slurm tests need root and Slurm (run 'sudo scripts/slurm-cluster.sh install' and the tests as root, or set TLI_SKIP_SLURM_TESTS=1)"; fi
 
+## browser-tools: Debian's chromium and chromium-driver for the status-page browser test (as root;
+##                elsewhere it says what to run, and TLI_SKIP_BROWSER_TESTS=1 skips that test)
+browser-tools:
+	@./scripts/browser-tools.sh || echo "browser-tools: without chromium the status-page test fails (set TLI_SKIP_BROWSER_TESTS=1 to skip it)"
+
 ## build: the tli binary and every plugin (and test fixture) library, and the plugin
 ##        built against the frozen plugin API 1.0.0 (its own workspace, tests/fixtures/api-1-0)
 build: bootstrap
@@ -33,8 +38,9 @@ build: bootstrap
 
 ## test: everything from scratch: bootstrap, build, formatting check, clippy on every target
 ##       (warnings as errors, the [workspace.lints] of Cargo.toml included), the whole test suite
-##       (with the end-to-end tests on a real single-node Slurm: slurm-tools)
-test: build proto-tools slurm-tools
+##       (with the end-to-end tests on a real single-node Slurm: slurm-tools, and the status
+##       page in a real headless browser: browser-tools)
+test: build proto-tools slurm-tools browser-tools
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 	$(CARGO) test --release --workspace

@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
-# The main job (`make demo`): start a tli host on a throw-away state directory, submit every
+# The main job (`make demo`): start a tli host on a fresh state directory (DEMO_DIR), submit every
 # installed model plugin on the two bundled equity-index samples (S&P 500 and NASDAQ daily bars
 # as ES/NQ proxies), follow it to completion with live progress, print the final status table,
-# and shut the host down (SIGTERM: it checkpoints anything still running).
+# write the job's PNG plots, and shut the host down (SIGTERM: it checkpoints anything still
+# running). While it runs the host serves its status page (the URL is printed); its
+# TensorBoard logs, the plots and the job store stay in DEMO_DIR (default target/demo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TLI=${TLI:-target/release/tli}
 STEPS=${STEPS:-300}
 RL_STEPS=${RL_STEPS:-5000}
-state=$(mktemp -d)
+state=${DEMO_DIR:-target/demo}
+rm -rf "$state"
+mkdir -p "$state"
 host_pid=""
 cleanup() {
   if [ -n "$host_pid" ] && kill -0 "$host_pid" 2>/dev/null; then
     kill -TERM "$host_pid" 2>/dev/null || true
     wait "$host_pid" 2>/dev/null || true
   fi
-  rm -rf "$state"
 }
 trap cleanup EXIT
 
@@ -36,6 +39,8 @@ done
 [ -n "$address" ] || { cat "$state/host.log" >&2; echo "demo: no ready line from the host" >&2; exit 1; }
 export TLI_ENDPOINT="http://$address"
 echo "demo: host listening on $TLI_ENDPOINT"
+page=$(sed -n 's/.*status page at \(http[^ ]*\).*/\1/p' "$state/host.log" | head -n 1)
+echo "demo: status page at $page (live while the job runs)"
 
 "$TLI" plugins list
 # Every installed plugin on both assets: forecasters for STEPS steps, the RL agents (whose first
@@ -55,8 +60,12 @@ echo "demo: job $job submitted ($(cat "$state/models") model(s) x 2 assets)"
 "$TLI" train watch "$job"
 "$TLI" train status "$job"
 "$TLI" resources
+"$TLI" train plot "$job" --out "$state/plots"
 echo "demo: shutting the host down"
 kill -TERM "$host_pid"
 wait "$host_pid"
 host_pid=""
 echo "demo: done"
+echo "demo: plots (PNG):       $state/plots"
+echo "demo: TensorBoard logs:  $state/host/tb   (.venv/bin/tensorboard --logdir $state/host/tb)"
+echo "demo: the status page was at $page; the job store is $state/host (tli host status --state-dir $state/host)"

@@ -2,18 +2,26 @@
 //! after `cargo build --release --workspace`): 8 template tasks train while a
 //! client calls GetTrainingStatus every 20 ms, first alone, then with 50 more
 //! clients each holding a WatchTraining stream (interval `WATCH_INTERVAL_MS`, default 100 ms; all streams of
-//! a job share one poller, see `host/src/api/watch_hub.rs`). Reports the
-//! status-call latency percentiles and the training throughput (steps/s
-//! summed over tasks) in both phases — the slowdown the watchers cause.
+//! a job share one poller, see `host/src/api/watch_hub.rs`), then alone and
+//! with the status page open and Prometheus scraping, twice each. "Page open"
+//! makes the page's own requests (`host/src/web/assets/app.js`):
+//! `/api/status` every second and each task's `/api/series` every 5 s; the
+//! scraper GETs `/metrics` every second. Reports the status-call latency
+//! percentiles and the training throughput (steps/s summed over tasks) in
+//! every phase — the slowdown watching causes. TensorBoard event files are
+//! written throughout, as `tli host serve` does by default (`TENSORBOARD=0`:
+//! not at all).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tli_host::api::ServerConfig;
+use tli_host::api::{ServerConfig, ShutdownSignal};
 use tli_host::orchestrator::arbiter::Strategy;
 use tli_host::orchestrator::engine::{Orchestrator, OrchestratorConfig};
 use tli_host::testing::{
-    orchestrator_config, plugin_model, synthetic_asset, ApiServer, PluginDir, TEMPLATE,
+    http, orchestrator_config, plugin_model, synthetic_asset, ApiServer, PluginDir, TEMPLATE,
 };
+use tli_host::web::{self, Serves};
 use tli_proto::v1 as pb;
 use tli_proto::v1::training_service_client::TrainingServiceClient;
 
@@ -51,6 +59,48 @@ async fn phase(
     (latencies, rate)
 }
 
+/// A browser with the status page open and a Prometheus scraping, until
+/// `stop`: what they request, when they request it.
+fn observers(
+    page: String,
+    tasks: Vec<i64>,
+    stop: Arc<AtomicBool>,
+) -> Vec<std::thread::JoinHandle<u64>> {
+    let page_stop = stop.clone();
+    let page_address = page.clone();
+    let browser = std::thread::spawn(move || {
+        let mut requests = 0;
+        let mut polls = 0u64;
+        while !page_stop.load(Ordering::Relaxed) {
+            let ok = http::get(&page_address, "/api/status", None).map(|r| r.status == 200);
+            assert!(matches!(ok, Ok(true)), "/api/status: {ok:?}");
+            requests += 1;
+            if polls.is_multiple_of(5) {
+                for task in &tasks {
+                    let path = format!("/api/series?task={task}&points=60");
+                    let ok = http::get(&page_address, &path, None).map(|r| r.status == 200);
+                    assert!(matches!(ok, Ok(true)), "{path}: {ok:?}");
+                    requests += 1;
+                }
+            }
+            polls += 1;
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        requests
+    });
+    let scraper = std::thread::spawn(move || {
+        let mut scrapes = 0;
+        while !stop.load(Ordering::Relaxed) {
+            let ok = http::get(&page, "/metrics", None).map(|r| r.status == 200);
+            assert!(matches!(ok, Ok(true)), "/metrics: {ok:?}");
+            scrapes += 1;
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        scrapes
+    });
+    vec![browser, scraper]
+}
+
 fn pct(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
@@ -64,6 +114,9 @@ async fn main() {
             resume_interrupted: false,
             default_executor: Default::default(),
             slurm: None,
+            // TensorBoard files as `tli host serve` writes them by default; TENSORBOARD=0: none.
+            tensorboard_dir: (std::env::var("TENSORBOARD").as_deref() != Ok("0"))
+                .then(|| state.path().join("tb")),
             ..orchestrator_config(state.path(), plugins.path(), Strategy::Auto, 1 << 32)
         })
         .expect("open host"),
@@ -137,13 +190,58 @@ async fn main() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let (watched, rate_watched) = phase(&mut client, &orchestrator, job, 8.0).await;
 
-    let with_watchers = format!("50 watchers ({interval_ms} ms)");
+    // The watchers hang up (the host keeps training).
+    for w in &watchers {
+        w.abort();
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // The status page open and Prometheus scraping every second.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.set_nonblocking(true).expect("non-blocking");
+    let page = listener.local_addr().expect("address").to_string();
+    let routes = web::router(
+        orchestrator.clone(),
+        ShutdownSignal::new(),
+        None,
+        Serves::PageAndMetrics,
+    );
+    tokio::spawn(web::serve(listener, routes, std::future::pending()));
+    let tasks: Vec<i64> = orchestrator
+        .job_progress(job)
+        .ok()
+        .flatten()
+        .map(|p| p.tasks.iter().map(|t| t.task).collect())
+        .unwrap_or_default();
+    let mut rows = vec![
+        ("no watchers".to_string(), alone, rate_alone),
+        (
+            format!("50 watchers ({interval_ms} ms)"),
+            watched,
+            rate_watched,
+        ),
+    ];
+    for round in 1..=2 {
+        let (quiet, rate_quiet) = phase(&mut client, &orchestrator, job, 8.0).await;
+        rows.push((format!("nobody watching ({round})"), quiet, rate_quiet));
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = observers(page.clone(), tasks.clone(), stop.clone());
+        let (seen, rate_seen) = phase(&mut client, &orchestrator, job, 8.0).await;
+        stop.store(true, Ordering::Relaxed);
+        let requests: u64 = threads
+            .into_iter()
+            .map(|t| t.join().expect("observer"))
+            .sum();
+        rows.push((
+            format!("page open + scrape every 1 s ({round}; {requests} HTTP requests)"),
+            seen,
+            rate_seen,
+        ));
+    }
+
     println!("| phase | status calls | p50 | p99 | max | training steps/s (8 tasks) |");
     println!("|---|---:|---:|---:|---:|---:|");
-    for (name, lat, rate) in [
-        ("no watchers", &alone, rate_alone),
-        (with_watchers.as_str(), &watched, rate_watched),
-    ] {
+    for (name, lat, rate) in &rows {
         println!(
             "| {name} | {} | {:.2} ms | {:.2} ms | {:.2} ms | {rate:.0} |",
             lat.len(),
@@ -153,13 +251,18 @@ async fn main() {
         );
     }
     println!();
+    let slowdown = |watched: f64, alone: f64| 100.0 * (1.0 - watched / alone.max(1e-9));
     println!(
         "slowdown from the watchers: {:.1}%",
-        100.0 * (1.0 - rate_watched / rate_alone.max(1e-9))
+        slowdown(rows[1].2, rows[0].2)
     );
-    server.signal_shutdown();
-    for w in watchers {
-        let _ = w.await;
+    for round in 0..2 {
+        let (quiet, seen) = (&rows[2 + 2 * round], &rows[3 + 2 * round]);
+        println!(
+            "slowdown from the page and the scraper ({}): {:.1}%",
+            round + 1,
+            slowdown(seen.2, quiet.2)
+        );
     }
     server.stop();
 }

@@ -68,6 +68,9 @@ pub enum Command {
     },
     /// Devices, memory budgets, reservations and measured usage of a running host.
     Resources,
+    /// PNG charts of a job read from a state directory's store (read-only, no
+    /// host needed; safe while a host runs): see `tli train plot`.
+    Plot(PlotArgs),
     /// Print a shell completion script.
     Completions { shell: clap_complete::Shell },
     /// Market data: generate, inspect and convert bar files; list contracts.
@@ -145,6 +148,16 @@ pub struct ServeArgs {
     /// Seconds to wait for running tasks to checkpoint at shutdown.
     #[arg(long, default_value_t = 30)]
     pub shutdown_timeout: u64,
+    /// Where the status page (and /metrics) is served: IP:PORT, or `off`.
+    /// Default: loopback, on the port after --listen's (any free port when
+    /// that one is taken or --listen's port is 0). Beyond loopback it needs
+    /// the token, like the API.
+    #[arg(long)]
+    pub ui_listen: Option<String>,
+    /// Serve Prometheus metrics on their own port too (IP:PORT); they are
+    /// always at /metrics of the status page's port.
+    #[arg(long)]
+    pub metrics_listen: Option<String>,
 }
 
 /// Options shared by `tli host run` and `tli host serve`.
@@ -172,8 +185,26 @@ pub struct HostOptions {
     /// CPU cores to share among running tasks (default: all).
     #[arg(long)]
     pub cores: Option<usize>,
+    /// Where every task's TensorBoard event files go (DIR/job-N/task-M/).
+    /// Default: <state-dir>/tb.
+    #[arg(long, value_name = "DIR")]
+    pub tensorboard_dir: Option<PathBuf>,
+    /// Write no TensorBoard event files.
+    #[arg(long, conflicts_with = "tensorboard_dir")]
+    pub no_tensorboard: bool,
     #[command(flatten)]
     pub executor: ExecutorArgs,
+}
+
+impl HostOptions {
+    /// The root of the TensorBoard event files; `None` with --no-tensorboard.
+    pub fn tensorboard_root(&self) -> Option<PathBuf> {
+        (!self.no_tensorboard).then(|| {
+            self.tensorboard_dir
+                .clone()
+                .unwrap_or_else(|| self.state_dir.join("tb"))
+        })
+    }
 }
 
 /// Where tasks run: here, or as Slurm jobs (docs/scale-out.md).
@@ -345,8 +376,50 @@ pub enum TrainCommand {
     },
     /// Resume a job's cancelled, failed and interrupted tasks from their last checkpoints.
     Resume { job: u64 },
+    /// PNG charts of a job from a running host: each metric per task over steps,
+    /// and each device's memory over time (reservations, budget, measured total).
+    Plot(TrainPlotArgs),
     /// Train plugins inside this process (no host), on a bar file or the synthetic AR(1) dataset.
     Local(LocalArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct TrainPlotArgs {
+    pub job: u64,
+    #[command(flatten)]
+    pub chart: ChartArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct PlotArgs {
+    /// The host's state directory (its store is read, never written).
+    #[arg(long, env = "TLI_STATE_DIR", default_value = ".tli")]
+    pub state_dir: PathBuf,
+    /// The job to chart.
+    #[arg(long)]
+    pub job: u64,
+    #[command(flatten)]
+    pub chart: ChartArgs,
+}
+
+/// What `tli train plot` and `tli plot` draw, and where.
+#[derive(Args, Debug, Clone)]
+pub struct ChartArgs {
+    /// Only this metric (repeat for several). Default: every metric the job's tasks reported.
+    #[arg(long = "metric", value_name = "NAME")]
+    pub metrics: Vec<String>,
+    /// Directory for the PNG files, created if missing. Default: ./tli-plots/job-N.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Width of each chart in pixels.
+    #[arg(long, default_value_t = 1200, value_parser = clap::value_parser!(u32).range(320..=8000))]
+    pub width: u32,
+    /// Height of each chart in pixels.
+    #[arg(long, default_value_t = 700, value_parser = clap::value_parser!(u32).range(320..=8000))]
+    pub height: u32,
+    /// At most this many points per line; longer series are thinned evenly (first and last kept).
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(2..=100_000))]
+    pub max_points: u32,
 }
 
 #[derive(Args, Debug)]

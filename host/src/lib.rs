@@ -7,6 +7,7 @@
 //! * [`orchestrator`]: jobs, tasks, the store, checkpoints, the memory arbiter.
 //! * [`local_train`]: training plugins in-process for N steps (`tli train local`).
 //! * [`profile`]: measured memory of a plugin's trainer (`tli profile memory`).
+//! * [`plot`]: PNG charts of a job's metrics and memory (`tli train plot`, `tli plot`).
 //! * [`plugin_configs`]: `--config` values and which one applies to which plugin.
 //! * [`libtorch_info`]: which libtorch this process runs on, and CUDA.
 //! * [`byte_size`]: byte sizes formatted and parsed for people.
@@ -14,6 +15,9 @@
 //! * [`api`]: the gRPC control API (`tli.v1`) over the orchestrator (`tli host serve`).
 //! * [`slurm`]: Slurm as an executor: sbatch/squeue/scancel, requests from estimates.
 //! * [`worker`]: `tli worker`, one task in a Slurm job, recording through the host.
+//! * [`tensorboard`]: every task's TensorBoard event files (metrics, rate, memory, hyperparameters).
+//! * [`telemetry`]: the Prometheus metrics (RPCs, checkpoint writes, state sampled at scrape).
+//! * [`web`]: the HTTP side of `tli host serve`: the status page, its JSON, `/metrics`.
 //! * [`testing`]: fixtures shared by the integration tests and the benchmarks.
 //! * [`cli`] and [`commands`]: the `tli` command line (clap) and its output;
 //!   [`stdout`]: command output that ends quietly on a closed pipe.
@@ -30,13 +34,17 @@ pub mod error_chain;
 pub mod libtorch_info;
 pub mod local_train;
 pub mod orchestrator;
+pub mod plot;
 pub mod plugin_configs;
 pub mod profile;
 pub mod registry;
 pub mod services;
 pub mod slurm;
 pub mod stdout;
+pub mod telemetry;
+pub mod tensorboard;
 pub mod testing;
+pub mod web;
 pub mod worker;
 
 use std::path::PathBuf;

@@ -15,8 +15,8 @@ use std::process::{Command, Output};
 // Artifact location and plugin directories are shared with the host's own
 // tests and benchmarks (one definition, in `tli_host::testing`).
 pub use tli_host::testing::{
-    artifact, library, profile_dir, PluginDir, BEHAVIOUR, DQN, FUTURE_API, MAMBA2, NOT_A_PLUGIN,
-    PPO, TEMPLATE, TFT,
+    artifact, http, library, profile_dir, PluginDir, BEHAVIOUR, DQN, FUTURE_API, MAMBA2,
+    NOT_A_PLUGIN, PPO, TEMPLATE, TFT,
 };
 
 pub fn tli_binary() -> PathBuf {
@@ -162,6 +162,31 @@ impl Server {
 
     pub fn endpoint(&self) -> String {
         format!("http://{}", self.address)
+    }
+
+    /// The status page's `IP:PORT` from the server's start-up lines.
+    pub fn status_page(&self) -> String {
+        self.logged_url("status page at http://")
+    }
+
+    /// The address after `marker` in the server's log, waiting up to 10 s for it.
+    pub fn logged_url(&self, marker: &str) -> String {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let log = self.log.lock().map(|l| l.clone()).unwrap_or_default();
+            if let Some(rest) = log.split(marker).nth(1) {
+                return rest
+                    .split(['/', ' ', '\n'])
+                    .next()
+                    .unwrap_or_default()
+                    .to_string();
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no `{marker}` line from tli host serve; it printed:\n{log}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
     }
 
     /// Runs the `tli` client against this server.

@@ -51,32 +51,33 @@ impl Auth {
 
     /// Checks a request's metadata.
     pub fn check(&self, metadata: &MetadataMap) -> Result<(), Status> {
+        let value = metadata.get("authorization").map(|v| v.as_bytes());
+        self.check_authorization(value)
+            .map_err(Status::unauthenticated)
+    }
+
+    /// Checks the value of an `authorization` header (gRPC metadata or an
+    /// HTTP header); the error says what was wrong, never the token.
+    pub fn check_authorization(&self, value: Option<&[u8]>) -> Result<(), &'static str> {
         let Some(expected) = &self.expected else {
             return Ok(());
         };
-        let Some(value) = metadata.get("authorization") else {
-            return Err(Status::unauthenticated(
+        let Some(value) = value else {
+            return Err(
                 "missing authorization: this server requires `authorization: Bearer <token>` \
                  (tli: --token or TLI_TOKEN)",
-            ));
+            );
         };
-        let value = value.as_bytes();
         let scheme = b"bearer ";
         let token = match value.get(..scheme.len()) {
             Some(prefix) if prefix.eq_ignore_ascii_case(scheme) => &value[scheme.len()..],
-            _ => {
-                return Err(Status::unauthenticated(
-                    "authorization: expected `Bearer <token>`",
-                ))
-            }
+            _ => return Err("authorization: expected `Bearer <token>`"),
         };
         let token = token.trim_ascii();
         if bool::from(digest(token).ct_eq(expected.as_ref())) {
             Ok(())
         } else {
-            Err(Status::unauthenticated(
-                "authorization: the token is not accepted",
-            ))
+            Err("authorization: the token is not accepted")
         }
     }
 }

@@ -1,7 +1,8 @@
 //! The gRPC control API (`tli.v1`, see proto/tli/v1) over an
 //! [`Orchestrator`]: what `tli host serve` runs.
 //!
-//! * [`training`]: `TrainingService` (start, watch, status, list, stop, resume).
+//! * [`training`]: `TrainingService` (start, watch, status, list, stop, resume,
+//!   history); [`history`]: `GetTrainingHistory`'s messages ↔ the store's history.
 //! * [`plugins`]: `PluginService` (the loaded and refused plugins).
 //! * [`resources`]: `ResourceService` (the device budget and reservations).
 //! * [`worker_service`]: `WorkerService`, what `tli worker` processes call
@@ -17,6 +18,7 @@
 
 pub mod auth;
 pub mod convert;
+pub mod history;
 pub mod job_request;
 pub mod plugins;
 pub mod resources;
@@ -26,6 +28,7 @@ pub mod watch_hub;
 pub mod worker_service;
 
 use crate::orchestrator::engine::Orchestrator;
+use crate::telemetry::RpcMetricsLayer;
 use auth::Auth;
 use std::sync::Arc;
 use tli_proto::v1::plugin_service_server::PluginServiceServer;
@@ -40,6 +43,7 @@ use tonic::transport::{Identity, Server, ServerTlsConfig};
 use tonic::Status;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
+use tower::layer::util::{Identity as NoLayer, Stack};
 
 /// Raised once when the host begins to shut down; services watch it.
 #[derive(Clone, Debug)]
@@ -159,6 +163,9 @@ pub fn incoming(listener: tokio::net::TcpListener) -> tonic::transport::server::
     tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
 }
 
+/// The API's router: every request is counted and timed for `/metrics`.
+pub type ApiRouter = Router<Stack<RpcMetricsLayer, NoLayer>>;
+
 /// The services, the health service (always without a token) and
 /// reflection, behind the token check when `config.token` is set. Health
 /// starts as SERVING for the server and each service.
@@ -166,7 +173,7 @@ pub async fn router(
     orchestrator: Arc<Orchestrator>,
     shutdown: &ShutdownSignal,
     config: &ServerConfig,
-) -> Result<(Router, HealthReporter), BuildError> {
+) -> Result<(ApiRouter, HealthReporter), BuildError> {
     let auth = match &config.token {
         Some(token) => Auth::token(token),
         None => Auth::none(),
@@ -195,6 +202,7 @@ pub async fn router(
         )
     });
     let router = builder
+        .layer(RpcMetricsLayer)
         .add_service(health)
         .add_service(InterceptedService::new(reflection_v1, auth.clone()))
         .add_service(InterceptedService::new(reflection_v1alpha, auth.clone()))

@@ -1,7 +1,8 @@
 //! `TrainingService` over the orchestrator and its store: start a job,
 //! follow it (a server stream of progress, state changes, log lines and a
 //! final `finished`, see [`super::watch_hub`]), read its status, list jobs with filters and pages, stop
-//! (gracefully or forced) and resume.
+//! (gracefully or forced), resume, and read a job's recorded history for
+//! charts (`GetTrainingHistory`, converted in [`super::history`]).
 //!
 //! Every call that touches the store or a plugin runs on tokio's blocking
 //! pool. A rejected request changes nothing: the request is converted and
@@ -15,6 +16,7 @@
 //! made up is INVALID_ARGUMENT.
 
 use super::convert::{self, invalid, store_error};
+use super::history;
 use super::job_request;
 use super::watch_hub::WatchHub;
 use super::{blocking, shutting_down, ShutdownSignal};
@@ -187,6 +189,25 @@ impl TrainingService for TrainingApi {
             job: Some(job),
             resumed_tasks: u32::try_from(resumed).unwrap_or(u32::MAX),
         }))
+    }
+
+    async fn get_training_history(
+        &self,
+        request: Request<pb::GetTrainingHistoryRequest>,
+    ) -> Result<Response<pb::GetTrainingHistoryResponse>, Status> {
+        let req = request.get_ref();
+        let job = convert::job_id_from_proto("job_id", req.job_id)?;
+        let query = history::history_query(req)?;
+        let orchestrator = self.orchestrator.clone();
+        let response = blocking(move || {
+            orchestrator
+                .training_history(job, &query)
+                .map_err(store_error)?
+                .map(|h| history::history_to_proto(&h))
+                .ok_or_else(|| job_not_found(job))
+        })
+        .await?;
+        Ok(Response::new(response))
     }
 }
 

@@ -138,12 +138,13 @@ fn apply(
                     step: c.step,
                     path: c.path,
                     checksum: c.checksum,
+                    write_seconds: 0.0,
                 })
                 .collect();
         }
         Record::AddCheckpoint(c) => {
             response.checkpoint_id = r
-                .add_checkpoint(c.step, &c.path, &c.checksum)
+                .add_checkpoint(c.step, &c.path, &c.checksum, c.write_seconds)
                 .map_err(record_status)?;
         }
         Record::RemoveCheckpoint(id) => r.remove_checkpoint(id).map_err(record_status)?,

@@ -70,6 +70,7 @@ pub(super) fn open_host(
         resume_interrupted: !opts.no_resume,
         default_executor: opts.executor.executor,
         slurm: super::executor::slurm_config(opts, plugin_dir, worker_service)?,
+        tensorboard_dir: opts.tensorboard_root(),
     })?;
     let budget = host.budget();
     eprintln!(
@@ -87,6 +88,9 @@ pub(super) fn open_host(
             slurm.worker_url,
             slurm.shared_dir.display()
         );
+    }
+    if let Some(tb) = opts.tensorboard_root() {
+        eprintln!("host: TensorBoard event files under {}", tb.display());
     }
     Ok(host)
 }

@@ -8,10 +8,12 @@
 //! * [`host`]: `tli host run|status`
 //! * [`serve`]: `tli host serve` (the gRPC server)
 //! * [`remote`]: the gRPC client commands `tli train start|watch|status|list|stop|resume`, `tli resources`
+//! * [`plot`]: `tli train plot` (through a host) and `tli plot` (a state directory): PNG charts
 
 mod data;
 mod executor;
 mod host;
+mod plot;
 mod plugin_table;
 mod plugins;
 mod profile;
@@ -49,7 +51,11 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Train {
             command: TrainCommand::Local(args),
         } => train::local(&plugin_dir, contracts, args, cli.output),
+        Command::Train {
+            command: TrainCommand::Plot(args),
+        } => plot::train_plot(&cli, args),
         Command::Train { command } => remote::train(&cli, command),
+        Command::Plot(args) => plot::store_plot(args, cli.output),
         Command::Resources => remote::resources(&cli),
         Command::Completions { shell } => {
             let mut script = Vec::new();

@@ -8,7 +8,11 @@
 //!
 //! When ready it prints one line to stderr:
 //! `tli host serve: listening on 127.0.0.1:50051 (token: required|not required, tls: on|off)`
-//! (the bound address, so `--listen 127.0.0.1:0` shows the real port).
+//! (the bound address, so `--listen 127.0.0.1:0` shows the real port),
+//! then where the status page is (`--ui-listen`, default loopback on the next
+//! port) and, with `--metrics-listen`, where Prometheus metrics are on their
+//! own: `tli host serve: status page at http://127.0.0.1:50052/ (...)`. The
+//! HTTP side follows the API's token rule ([`crate::web`]).
 //!
 //! On SIGINT or SIGTERM: health turns NOT_SERVING, every watch stream ends,
 //! new work is refused, the server stops accepting connections, running tasks
@@ -19,6 +23,7 @@ use super::host::open_host;
 use crate::api::{self, ServerConfig, ShutdownSignal, TlsPem};
 use crate::cli::ServeArgs;
 use crate::orchestrator::engine::Orchestrator;
+use crate::web::{self, Serves};
 use anyhow::{anyhow, bail, Context, Result};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::Path;
@@ -68,6 +73,7 @@ pub(super) fn serve(plugin_dir: &Path, contracts: Option<&Path>, args: &ServeArg
         Some(slurm) => Some(super::executor::worker_token(slurm)?),
         None => None,
     };
+    let web = web_listeners(args, local, token.is_some())?;
     let config = ServerConfig {
         token,
         tls,
@@ -80,7 +86,14 @@ pub(super) fn serve(plugin_dir: &Path, contracts: Option<&Path>, args: &ServeArg
         .build()
         .context("cannot start the server runtime")?;
     let shutdown_timeout = Duration::from_secs(args.shutdown_timeout);
-    let result = runtime.block_on(run(orchestrator, listener, local, config, shutdown_timeout));
+    let result = runtime.block_on(run(
+        orchestrator,
+        listener,
+        local,
+        config,
+        web,
+        shutdown_timeout,
+    ));
     // Blocking handlers still running (a forced stop's deadline) are not waited for.
     runtime.shutdown_timeout(Duration::from_secs(1));
     result
@@ -88,11 +101,62 @@ pub(super) fn serve(plugin_dir: &Path, contracts: Option<&Path>, args: &ServeArg
 
 /// The address to bind: an `IP:PORT` or `HOST:PORT` (the first address it resolves to).
 fn resolve(listen: &str) -> Result<SocketAddr> {
+    resolve_option("--listen", listen)
+}
+
+fn resolve_option(option: &str, listen: &str) -> Result<SocketAddr> {
     listen
         .to_socket_addrs()
-        .with_context(|| format!("--listen {listen}: not an address (IP:PORT or HOST:PORT)"))?
+        .with_context(|| format!("{option} {listen}: not an address (IP:PORT or HOST:PORT)"))?
         .next()
-        .ok_or_else(|| anyhow!("--listen {listen}: resolves to no address"))
+        .ok_or_else(|| anyhow!("{option} {listen}: resolves to no address"))
+}
+
+/// The HTTP listeners: the status page (with /metrics), and metrics alone.
+struct WebListeners {
+    page: Option<(std::net::TcpListener, SocketAddr)>,
+    metrics: Option<(std::net::TcpListener, SocketAddr)>,
+}
+
+/// Binds `--ui-listen` (default: loopback on the port after the API's, or
+/// any free one) and `--metrics-listen`.
+fn web_listeners(args: &ServeArgs, api: SocketAddr, token: bool) -> Result<WebListeners> {
+    let bound = |listener: std::net::TcpListener| -> Result<_> {
+        let addr = listener.local_addr()?;
+        Ok(Some((listener, addr)))
+    };
+    let page = match args.ui_listen.as_deref() {
+        Some("off") => None,
+        Some(listen) => {
+            let addr = resolve_option("--ui-listen", listen)?;
+            bound(web::bind(addr, Serves::PageAndMetrics, token)?)?
+        }
+        None => {
+            let loopback = std::net::Ipv4Addr::LOCALHOST.into();
+            let next_port = match api.port() {
+                0 | u16::MAX => 0,
+                p => p + 1,
+            };
+            let preferred = SocketAddr::new(loopback, next_port);
+            match web::bind(preferred, Serves::PageAndMetrics, token) {
+                Ok(listener) => bound(listener)?,
+                Err(_) if next_port != 0 => bound(web::bind(
+                    SocketAddr::new(loopback, 0),
+                    Serves::PageAndMetrics,
+                    token,
+                )?)?,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    };
+    let metrics = match args.metrics_listen.as_deref() {
+        None | Some("off") => None,
+        Some(listen) => {
+            let addr = resolve_option("--metrics-listen", listen)?;
+            bound(web::bind(addr, Serves::MetricsOnly, token)?)?
+        }
+    };
+    Ok(WebListeners { page, metrics })
 }
 
 /// The bearer token from `--token-file` (wins) or `TLI_SERVE_TOKEN`;
@@ -139,6 +203,7 @@ async fn run(
     listener: std::net::TcpListener,
     local: SocketAddr,
     config: ServerConfig,
+    web: WebListeners,
     shutdown_timeout: Duration,
 ) -> Result<()> {
     // Handlers first, so a signal right after the ready line is not lost.
@@ -155,6 +220,40 @@ async fn run(
             let _ = server_stopped.await;
         },
     ));
+
+    // The HTTP side stops with the gRPC server (below, through `web_stop`).
+    let (web_stop, _) = tokio::sync::broadcast::channel::<()>(1);
+    let mut web_lines = Vec::new();
+    for (listener, addr, serves) in [
+        web.page.map(|(l, a)| (l, a, Serves::PageAndMetrics)),
+        web.metrics.map(|(l, a)| (l, a, Serves::MetricsOnly)),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        let routes = web::router(
+            orchestrator.clone(),
+            shutdown.clone(),
+            config.token.as_deref(),
+            serves,
+        );
+        let mut stop = web_stop.subscribe();
+        tokio::spawn(async move {
+            if let Err(e) = web::serve(listener, routes, async move {
+                let _ = stop.recv().await;
+            })
+            .await
+            {
+                eprintln!("tli host serve: HTTP server on {addr}: {e}");
+            }
+        });
+        web_lines.push(match serves {
+            Serves::PageAndMetrics => {
+                format!("status page at http://{addr}/ (Prometheus metrics at /metrics)")
+            }
+            Serves::MetricsOnly => format!("Prometheus metrics at http://{addr}/metrics"),
+        });
+    }
 
     let (scheduler_done, mut scheduler) = oneshot::channel::<Result<(), String>>();
     let scheduling = orchestrator.clone();
@@ -177,6 +276,9 @@ async fn run(
         },
         if config.tls.is_some() { "on" } else { "off" }
     );
+    for line in &web_lines {
+        eprintln!("tli host serve: {line}");
+    }
 
     // Wait for a signal, or for the scheduler or the server to end on their own (a failure).
     let mut failure: Option<anyhow::Error> = None;
@@ -252,6 +354,7 @@ async fn run(
     if let Some(stop) = stop_server.take() {
         let _ = stop.send(());
     }
+    let _ = web_stop.send(());
     if server_result.is_none() {
         match tokio::time::timeout(SERVER_STOP_GRACE, &mut server).await {
             Ok(Ok(Ok(()))) => {}

@@ -98,7 +98,7 @@ pub fn job_progress_with(
     }))
 }
 
-fn task_progress(
+pub(crate) fn task_progress(
     store: &Store,
     live: Option<&LiveProgress>,
     row: &TaskRow,

@@ -454,6 +454,7 @@ impl Runner {
             &format!("{why} checkpoint at step {}", self.steps),
         );
         let trainer = &mut self.trainer;
+        let writing = Instant::now();
         let saved = checkpoint::write_atomic(&ctx.checkpoint_root, self.steps, |dir: &Path| {
             trainer.save_checkpoint(dir)
         })
@@ -464,6 +465,7 @@ impl Runner {
                 self.steps,
                 &saved.dir.display().to_string(),
                 &saved.checksum,
+                writing.elapsed().as_secs_f64(),
             )
             .map_err(record_err)?;
         // Forget an earlier row of this step (its directory was just

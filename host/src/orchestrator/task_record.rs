@@ -8,6 +8,10 @@
 //!   service (`crate::worker::RemoteRecord`), whose handlers apply each call
 //!   to the very same [`StoreRecord`]: the host stays the only writer of the
 //!   store.
+//!
+//! [`StoreRecord`] also hands progress, measurements and run boundaries to
+//! the host's [`TensorBoardLog`] (when it has one): every task's event files
+//! are written by the host, whichever executor ran it.
 
 use super::live::{LiveProgress, TaskLogTap};
 use super::runner::RunnerEvent;
@@ -15,6 +19,7 @@ use super::state::TaskState;
 use super::store::{CheckpointRow, MeasuredMemory, Store, StoreError};
 use super::{JobId, TaskId};
 use crate::services::TaskLogSink;
+use crate::tensorboard::TensorBoardLog;
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
@@ -48,8 +53,14 @@ pub trait TaskRecord: Send + Sync {
     fn measured(&self, memory: &MeasuredMemory) -> Result<(), RecordError>;
     /// The task's recorded checkpoints, newest first.
     fn checkpoints(&self) -> Result<Vec<CheckpointRow>, RecordError>;
-    /// Records a checkpoint written at `path`; returns its id.
-    fn add_checkpoint(&self, step: u64, path: &str, checksum: &str) -> Result<i64, RecordError>;
+    /// Records a checkpoint written at `path` in `write_seconds`; returns its id.
+    fn add_checkpoint(
+        &self,
+        step: u64,
+        path: &str,
+        checksum: &str,
+        write_seconds: f64,
+    ) -> Result<i64, RecordError>;
     /// Forgets a recorded checkpoint.
     fn remove_checkpoint(&self, id: i64) -> Result<(), RecordError>;
     /// Re-queues the task after it ran out of memory (the first time).
@@ -70,16 +81,34 @@ pub struct StoreRecord {
     pub live: Arc<LiveProgress>,
     /// Where a measurement goes (the arbiter replaces the estimate with it).
     pub events: Sender<RunnerEvent>,
+    /// The host's TensorBoard event files; `None` when they are off.
+    pub tensorboard: Option<Arc<TensorBoardLog>>,
+}
+
+impl StoreRecord {
+    /// The task's run ended (or was re-queued): its event file is closed.
+    fn close_tensorboard(&self) {
+        if let Some(tb) = &self.tensorboard {
+            tb.close(self.task);
+        }
+    }
 }
 
 impl TaskRecord for StoreRecord {
     fn transition(&self, to: TaskState, reason: &str) -> Result<(), RecordError> {
         self.store.transition(self.task, to, reason)?;
+        if !matches!(to, TaskState::Running | TaskState::Checkpointing) {
+            self.close_tensorboard();
+        }
         Ok(())
     }
 
     fn set_steps_done(&self, steps: u64) -> Result<(), RecordError> {
-        Ok(self.store.set_steps_done(self.task, steps)?)
+        self.store.set_steps_done(self.task, steps)?;
+        if let Some(tb) = &self.tensorboard {
+            tb.started(self.job, self.task, steps);
+        }
+        Ok(())
     }
 
     fn live(&self, steps: u64, metrics: &[(String, f64)]) {
@@ -91,11 +120,18 @@ impl TaskRecord for StoreRecord {
         steps: u64,
         batch: &[(u64, Vec<(String, f64)>)],
     ) -> Result<(), RecordError> {
-        Ok(self.store.record_progress_batch(self.task, steps, batch)?)
+        self.store.record_progress_batch(self.task, steps, batch)?;
+        if let Some(tb) = &self.tensorboard {
+            tb.progress(self.job, self.task, steps, batch);
+        }
+        Ok(())
     }
 
     fn measured(&self, memory: &MeasuredMemory) -> Result<(), RecordError> {
         self.store.set_measured_memory(self.task, memory)?;
+        if let Some(tb) = &self.tensorboard {
+            tb.measured(self.job, self.task, memory);
+        }
         let _ = self.events.send(RunnerEvent::Measured {
             task: self.task,
             bytes: memory.total(),
@@ -107,8 +143,18 @@ impl TaskRecord for StoreRecord {
         Ok(self.store.checkpoints(self.task)?)
     }
 
-    fn add_checkpoint(&self, step: u64, path: &str, checksum: &str) -> Result<i64, RecordError> {
-        Ok(self.store.add_checkpoint(self.task, step, path, checksum)?)
+    fn add_checkpoint(
+        &self,
+        step: u64,
+        path: &str,
+        checksum: &str,
+        write_seconds: f64,
+    ) -> Result<i64, RecordError> {
+        let id = self.store.add_checkpoint(self.task, step, path, checksum)?;
+        if let Some(task) = self.store.task(self.task)? {
+            crate::telemetry::telemetry().checkpoint_written(&task.plugin, write_seconds);
+        }
+        Ok(id)
     }
 
     fn remove_checkpoint(&self, id: i64) -> Result<(), RecordError> {
@@ -125,7 +171,9 @@ impl TaskRecord for StoreRecord {
     }
 
     fn requeue_after_oom(&self, why: &str) -> Result<(), RecordError> {
-        Ok(self.store.requeue_after_oom(self.task, why)?)
+        self.store.requeue_after_oom(self.task, why)?;
+        self.close_tensorboard();
+        Ok(())
     }
 
     fn log_sink(&self) -> Arc<dyn TaskLogSink> {
@@ -138,5 +186,6 @@ impl TaskRecord for StoreRecord {
 
     fn forget_live(&self) {
         self.live.forget(self.task);
+        self.close_tensorboard();
     }
 }

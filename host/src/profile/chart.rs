@@ -5,33 +5,27 @@
 //! gradients, activations, the tensor total, and the independent peak: the
 //! CUDA allocator's on a GPU, resident memory's on a CPU), one bar per
 //! config, in MiB, each labelled with its size and its ratio to the first
-//! config. Text needs a TrueType font, found at run time (no font library is
-//! linked): `TLI_CHART_FONT`, else a usual system path, else the first
-//! `.ttf` under `/usr/share/fonts`.
+//! config. Text needs a TrueType font, found at run time
+//! ([`crate::plot::font`]).
 
 use super::MemoryProfile;
+use crate::plot::font::{register_font, FontError, FONT};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::path::Path;
 use thiserror::Error;
 
 #[derive(Clone, Debug, Error)]
 pub enum ChartError {
-    #[error(
-        "no TrueType font found for the chart's text: set TLI_CHART_FONT to a .ttf file \
-         (e.g. install the fonts-dejavu-core package)"
-    )]
-    NoFont,
-    #[error("the font {path} could not be used: {reason}")]
-    BadFont { path: String, reason: String },
+    /// No usable font (`NoFont`, `BadFont`).
+    #[error(transparent)]
+    Font(#[from] FontError),
     #[error("nothing to chart: no profiles")]
     Empty,
     #[error("drawing the chart {path}: {reason}")]
     Draw { path: String, reason: String },
 }
 
-const FONT: &str = "sans-serif";
 const MIB: f64 = (1u64 << 20) as f64;
 const COLORS: [RGBColor; 6] = [
     RGBColor(70, 110, 180),
@@ -168,63 +162,4 @@ pub fn write_chart(path: &Path, profiles: &[MemoryProfile]) -> Result<(), ChartE
     }
     root.present().map_err(|e| draw_err(&e))?;
     Ok(())
-}
-
-/// Registers a TrueType font for the chart's text, once per process.
-fn register_font() -> Result<(), ChartError> {
-    static REGISTERED: OnceLock<Result<(), ChartError>> = OnceLock::new();
-    REGISTERED
-        .get_or_init(|| {
-            let path = find_font().ok_or(ChartError::NoFont)?;
-            let bad = |reason: String| ChartError::BadFont {
-                path: path.display().to_string(),
-                reason,
-            };
-            let bytes = std::fs::read(&path).map_err(|e| bad(e.to_string()))?;
-            // plotters keeps registered fonts for the life of the process.
-            let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-            plotters::style::register_font(FONT, FontStyle::Normal, bytes)
-                .map_err(|_| bad("not a TrueType/OpenType font".into()))
-        })
-        .clone()
-}
-
-fn find_font() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("TLI_CHART_FONT") {
-        return Some(PathBuf::from(path));
-    }
-    const USUAL: [&str; 5] = [
-        "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-        "/usr/share/fonts/TTF/DejaVuSans.ttf",
-        "/usr/share/fonts/dejavu/DejaVuSans.ttf",
-        "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
-        "/usr/share/fonts/liberation-sans/LiberationSans-Regular.ttf",
-    ];
-    USUAL
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.is_file())
-        .or_else(|| first_ttf_under(Path::new("/usr/share/fonts"), 4))
-}
-
-fn first_ttf_under(dir: &Path, depth: usize) -> Option<PathBuf> {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .ok()?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .collect();
-    entries.sort();
-    entries
-        .iter()
-        .find(|p| p.extension().is_some_and(|e| e.eq_ignore_ascii_case("ttf")))
-        .cloned()
-        .or_else(|| {
-            (depth > 0)
-                .then(|| {
-                    entries
-                        .iter()
-                        .filter(|p| p.is_dir())
-                        .find_map(|p| first_ttf_under(p, depth - 1))
-                })
-                .flatten()
-        })
 }

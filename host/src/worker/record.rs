@@ -205,7 +205,13 @@ impl TaskRecord for RemoteRecord {
             .collect())
     }
 
-    fn add_checkpoint(&self, step: u64, path: &str, checksum: &str) -> Result<i64, RecordError> {
+    fn add_checkpoint(
+        &self,
+        step: u64,
+        path: &str,
+        checksum: &str,
+        write_seconds: f64,
+    ) -> Result<i64, RecordError> {
         let response = self.record(
             "recording a checkpoint",
             Record::AddCheckpoint(pb::CheckpointRecord {
@@ -213,6 +219,7 @@ impl TaskRecord for RemoteRecord {
                 step,
                 path: path.to_string(),
                 checksum: checksum.to_string(),
+                write_seconds,
             }),
         )?;
         Ok(response.checkpoint_id)

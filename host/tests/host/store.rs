@@ -691,8 +691,8 @@ fn a_version_2_store_counts_oom_requeues_from_its_history() {
     assert_eq!(store.task(ids[1]).unwrap().unwrap().oom_requeues, 0);
 }
 
-/// What versions 4 and 5 added: dropping it gives a version-3 store.
-const DROP_V4: &str = "DROP TABLE dispatches;
+/// What versions 4 to 6 added: dropping it gives a version-3 store.
+const DROP_V4: &str = "DROP TABLE dispatches; DROP TABLE device_budgets;
     ALTER TABLE tasks DROP COLUMN measured_parameters;
     ALTER TABLE tasks DROP COLUMN measured_gradients;
     ALTER TABLE tasks DROP COLUMN measured_optimizer_state;
@@ -871,11 +871,89 @@ fn a_version_4_store_gains_dispatches() {
     drop(store);
     {
         let conn = rusqlite::Connection::open(dir.path().join(DB_FILE)).unwrap();
-        conn.execute_batch("DROP TABLE dispatches; PRAGMA user_version = 4;")
-            .unwrap();
+        conn.execute_batch(
+            "DROP TABLE dispatches; DROP TABLE device_budgets; PRAGMA user_version = 4;",
+        )
+        .unwrap();
     }
     let store = Store::open(dir.path()).unwrap();
     assert_eq!(store.pragmas().unwrap().user_version, SCHEMA_VERSION);
     assert!(store.open_dispatches().unwrap().is_empty());
     store.open_dispatch(ids[0], "slurm").unwrap();
+}
+
+#[test]
+fn a_version_5_store_gains_device_budgets_and_keeps_its_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, job, ids) = store_with_job(dir.path(), 1);
+    store
+        .record_progress(ids[0], 10, &[(s("loss"), 1.0)])
+        .unwrap();
+    let r = store
+        .reserve(ids[0], tli_plugin_api::Device::Cpu, 1 << 20)
+        .unwrap();
+    store.release(r).unwrap();
+    drop(store);
+    {
+        // What a version-5 host left behind: no budgets.
+        let conn = rusqlite::Connection::open(dir.path().join(DB_FILE)).unwrap();
+        conn.execute_batch("DROP TABLE device_budgets; PRAGMA user_version = 5;")
+            .unwrap();
+    }
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(store.pragmas().unwrap().user_version, SCHEMA_VERSION);
+    let query = tli_host::orchestrator::store::HistoryQuery::default();
+    let history = store.job_history(job, &query).unwrap().unwrap();
+    assert!(history.devices.iter().all(|d| d.budget.is_empty()));
+    assert_eq!(history.tasks[0].series[0].steps, [10]);
+    // Released reservations are kept: the memory timeline draws them.
+    assert_eq!(store.reservation_timeline().unwrap().len(), 1);
+    assert!(store
+        .record_budget(tli_plugin_api::Device::Cpu, 1 << 30)
+        .unwrap());
+    assert!(!store
+        .record_budget(tli_plugin_api::Device::Cpu, 1 << 30)
+        .unwrap());
+    let budget = store.budget_history("cpu", 0, i64::MAX).unwrap();
+    assert_eq!(budget.len(), 1);
+    assert_eq!(budget[0].bytes, 1 << 30);
+}
+
+#[test]
+fn state_counts_cover_tasks_and_jobs_as_a_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _, a) = store_with_job(dir.path(), 3);
+    let (_, b) = store.create_job("job-b", "{}", &[new_task(7)]).unwrap();
+    let (_, c) = store
+        .create_job("job-c", "{}", &[new_task(8), new_task(9)])
+        .unwrap();
+    store.transition(a[0], TaskState::Running, "go").unwrap();
+    store.transition(b[0], TaskState::Running, "go").unwrap();
+    store
+        .transition(b[0], TaskState::Completed, "done")
+        .unwrap();
+    store.transition(c[0], TaskState::Running, "go").unwrap();
+    store.transition(c[0], TaskState::Failed, "broke").unwrap();
+    store
+        .transition(c[1], TaskState::Cancelled, "stop")
+        .unwrap();
+    let mut tasks = store.task_state_counts().unwrap();
+    tasks.sort();
+    assert_eq!(
+        tasks,
+        vec![
+            (s("cancelled"), 1),
+            (s("completed"), 1),
+            (s("failed"), 1),
+            (s("queued"), 2),
+            (s("running"), 1)
+        ]
+    );
+    let mut jobs = store.job_state_counts().unwrap();
+    jobs.sort();
+    // job-a has a running task, job-b is done, job-c failed (failure wins over cancellation).
+    assert_eq!(
+        jobs,
+        vec![(s("active"), 1), (s("completed"), 1), (s("failed"), 1)]
+    );
 }

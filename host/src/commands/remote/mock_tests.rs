@@ -203,6 +203,14 @@ impl TrainingService for Fake {
             resumed_tasks: 1,
         }))
     }
+
+    async fn get_training_history(
+        &self,
+        request: Request<tli_proto::v1::GetTrainingHistoryRequest>,
+    ) -> Result<Response<tli_proto::v1::GetTrainingHistoryResponse>, Status> {
+        self.check(&request)?;
+        Err(Status::unimplemented("not faked"))
+    }
 }
 
 /// Serves the fake on a free loopback port from its own thread and runtime.

@@ -1,5 +1,6 @@
 //! The gRPC client commands: `tli train start|watch|status|list|stop|resume`
-//! and `tli resources`. They talk to a `tli host serve` over the tli.v1 API
+//! and `tli resources` (and the history call of `tli train plot`, drawn in
+//! `commands::plot`). They talk to a `tli host serve` over the tli.v1 API
 //! and do nothing else (no plugins are loaded here).
 //!
 //! # Connecting
@@ -83,8 +84,9 @@ use crate::cli::{Cli, ListArgs, OutputFormat, StartArgs, TrainCommand};
 use anyhow::{bail, Result};
 use connection::{api_error, normalize_endpoint, run, Remote};
 use tli_proto::v1::{
-    GetResourcesRequest, GetTrainingStatusRequest, ListTrainingJobsRequest, ResumeTrainingRequest,
-    StartTrainingRequest, StopTrainingRequest,
+    GetResourcesRequest, GetTrainingHistoryRequest, GetTrainingHistoryResponse,
+    GetTrainingStatusRequest, ListTrainingJobsRequest, ResumeTrainingRequest, StartTrainingRequest,
+    StopTrainingRequest,
 };
 
 pub(super) fn train(cli: &Cli, command: &TrainCommand) -> Result<()> {
@@ -124,7 +126,33 @@ pub(super) fn train(cli: &Cli, command: &TrainCommand) -> Result<()> {
         }
         TrainCommand::Resume { job } => run(cli, |remote| resume(remote, *job, output)),
         TrainCommand::Local(_) => bail!("`train local` runs in-process, not through a host"),
+        TrainCommand::Plot(_) => bail!("`train plot` is run by commands::plot"),
     }
+}
+
+/// Most bytes a `GetTrainingHistory` response may have (many tasks × metrics
+/// × points outgrow tonic's default of 4 MiB).
+const MAX_HISTORY_BYTES: usize = 512 << 20;
+
+/// `GetTrainingHistory` of a job, for `tli train plot`.
+pub(super) fn training_history(
+    cli: &Cli,
+    request: GetTrainingHistoryRequest,
+) -> Result<GetTrainingHistoryResponse> {
+    let mut answer = None;
+    let slot = &mut answer;
+    run(cli, move |remote| async move {
+        let response = remote
+            .training()
+            .max_decoding_message_size(MAX_HISTORY_BYTES)
+            .get_training_history(request)
+            .await
+            .map_err(|s| api_error(&remote, s))?
+            .into_inner();
+        *slot = Some(response);
+        Ok(())
+    })?;
+    answer.ok_or_else(|| anyhow::anyhow!("the host sent no history"))
 }
 
 pub(super) fn resources(cli: &Cli) -> Result<()> {

@@ -5,7 +5,7 @@
 
 use super::{lock, Orchestrator, OrchestratorError, Reservation, Resources};
 use crate::orchestrator::listing::{job_views, JobPage, JobQuery, JobView};
-use crate::orchestrator::progress::{job_progress_with, JobProgress};
+use crate::orchestrator::progress::{job_progress_with, task_progress, JobProgress, TaskProgress};
 use crate::orchestrator::runner::StopRequest;
 use crate::orchestrator::state::TaskState;
 use crate::orchestrator::store::{JobRow, StoreError, TaskRow, TransitionRow};
@@ -13,7 +13,60 @@ use crate::orchestrator::{JobId, TaskId};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+/// How many tasks and jobs are in each state (states with none are absent).
+#[derive(Clone, Debug, Default)]
+pub struct StateCounts {
+    pub tasks: Vec<(String, u64)>,
+    /// By overall state (`store::JOB_STATES`).
+    pub jobs: Vec<(String, u64)>,
+}
+
 impl Orchestrator {
+    /// Tasks by state and jobs by overall state, for dashboards and metrics.
+    pub fn state_counts(&self) -> Result<StateCounts, StoreError> {
+        Ok(StateCounts {
+            tasks: self.store.task_state_counts()?,
+            jobs: self.store.job_state_counts()?,
+        })
+    }
+
+    /// Every running or checkpointing task's job and progress (with live
+    /// figures), by task id.
+    pub fn running_progress(&self) -> Result<Vec<(JobId, TaskProgress)>, StoreError> {
+        let rows = self
+            .store
+            .tasks_in(&[TaskState::Running, TaskState::Checkpointing])?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            out.push((
+                row.job_id,
+                task_progress(&self.store, Some(&self.live), row)?,
+            ));
+        }
+        Ok(out)
+    }
+
+    /// Whether a task of that id exists.
+    pub fn task_exists(&self, task: TaskId) -> Result<bool, StoreError> {
+        Ok(self.store.task(task)?.is_some())
+    }
+
+    /// The latest value of each of a task's recorded metrics, by name.
+    pub fn latest_metrics(&self, task: TaskId) -> Result<Vec<(String, f64)>, StoreError> {
+        self.store.latest_metrics(task)
+    }
+
+    /// One metric of a task by step, thinned evenly to at most `max_points`
+    /// (the first and last kept).
+    pub fn metric_series(
+        &self,
+        task: TaskId,
+        name: &str,
+        max_points: usize,
+    ) -> Result<crate::orchestrator::store::MetricSeries, StoreError> {
+        self.store.metric_series(task, name, max_points)
+    }
+
     /// A job's stored row, `None` for an unknown id.
     pub fn job(&self, job: JobId) -> Result<Option<JobRow>, StoreError> {
         self.store.job(job)

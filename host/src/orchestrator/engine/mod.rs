@@ -16,6 +16,7 @@ mod remote;
 mod rounds;
 mod task_data;
 
+pub use control::StateCounts;
 pub use remote::{LeaseError, WorkerAssignment, WorkerLease};
 
 use task_data::DatasetCache;
@@ -26,10 +27,11 @@ use super::job::JobSpec;
 use super::live::LiveProgress;
 use super::runner::{self, DeviceOccupancy, RunnerContext, RunnerEvent, StopRequest};
 use super::state::TaskState;
-use super::store::{NewTask, Store, StoreError, TaskRow};
+use super::store::{HistoryQuery, JobHistory, NewTask, Store, StoreError, TaskRow};
 use super::task_record::StoreRecord;
 use super::{JobId, TaskId};
 use crate::registry::PluginRegistry;
+use crate::tensorboard::TensorBoardLog;
 use abi_stable::std_types::RArc;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -62,6 +64,9 @@ pub struct OrchestratorConfig {
     pub default_executor: ExecutorKind,
     /// The Slurm executor's settings; `None` = no Slurm (local only).
     pub slurm: Option<crate::slurm::SlurmConfig>,
+    /// Root of every task's TensorBoard event files (`job-N/task-M/` under
+    /// it); `None` = none written.
+    pub tensorboard_dir: Option<PathBuf>,
 }
 
 /// Why a job was not accepted. Nothing is stored when submission fails.
@@ -171,6 +176,8 @@ pub struct Orchestrator {
     slurm: Option<remote::SlurmExecutor>,
     /// Each job's executor (read from its spec once).
     job_executors: Mutex<HashMap<JobId, ExecutorKind>>,
+    /// Every task's TensorBoard event files, when the host writes them.
+    tensorboard: Option<Arc<TensorBoardLog>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -193,9 +200,15 @@ impl Orchestrator {
                 None => default_budget(config.device)?,
             },
         };
+        // The budget over time, for memory timelines (a row only when it changed).
+        store.record_budget(budget.device, budget.total_bytes)?;
         let arbiter = Arbiter::new(config.strategy, budget, config.margin);
         let (events_tx, events_rx) = channel();
         let slurm = config.slurm.clone().map(remote::SlurmExecutor::new);
+        let tensorboard = config
+            .tensorboard_dir
+            .clone()
+            .map(|root| Arc::new(TensorBoardLog::new(root, store.clone())));
         let orchestrator = Self {
             config,
             store,
@@ -211,6 +224,7 @@ impl Orchestrator {
             occupancy: Arc::new(DeviceOccupancy::default()),
             slurm,
             job_executors: Mutex::new(HashMap::new()),
+            tensorboard,
         };
         orchestrator.recover()?;
         Ok(orchestrator)
@@ -241,6 +255,16 @@ impl Orchestrator {
         Ok(())
     }
 
+    /// A job's recorded history for charts (`GetTrainingHistory`): metric
+    /// series, reservations and budgets; `None` for an unknown job.
+    pub fn training_history(
+        &self,
+        job: JobId,
+        query: &HistoryQuery,
+    ) -> Result<Option<JobHistory>, StoreError> {
+        self.store.job_history(job, query)
+    }
+
     /// The Slurm settings, when the host has a Slurm executor.
     pub fn slurm_config(&self) -> Option<&crate::slurm::SlurmConfig> {
         self.slurm.as_ref().map(|s| &s.config)
@@ -249,6 +273,27 @@ impl Orchestrator {
     /// Running tasks' latest progress and the plugins' log lines.
     pub fn live(&self) -> &Arc<LiveProgress> {
         &self.live
+    }
+
+    /// Forgets a task's live progress and closes its TensorBoard event file
+    /// (its run ended without a runner's own `forget_live`).
+    fn forget_live(&self, task: TaskId) {
+        self.live.forget(task);
+        if let Some(tb) = &self.tensorboard {
+            tb.close(task);
+        }
+    }
+
+    /// The record a runner of `task` (here or in a Slurm job) writes through.
+    fn store_record(&self, task: TaskId, job: JobId) -> StoreRecord {
+        StoreRecord {
+            task,
+            job,
+            store: self.store.clone(),
+            live: self.live.clone(),
+            events: self.events_tx.clone(),
+            tensorboard: self.tensorboard.clone(),
+        }
     }
 
     /// The state directory (store, checkpoints, host lock).
@@ -490,13 +535,7 @@ impl Orchestrator {
             registry: self.registry.clone(),
             dataset,
             inputs,
-            record: Arc::new(StoreRecord {
-                task: task.id,
-                job: task.job_id,
-                store: self.store.clone(),
-                live: self.live.clone(),
-                events: self.events_tx.clone(),
-            }),
+            record: Arc::new(self.store_record(task.id, task.job_id)),
             checkpoint_root: self
                 .config
                 .state_dir

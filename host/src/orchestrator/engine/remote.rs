@@ -266,7 +266,7 @@ impl Orchestrator {
         }
         let why = format!("Slurm job {} ended: {slurm_state}", remote.slurm_job);
         let _ = self.store.end_dispatch(remote.dispatch, &why);
-        self.live.forget(task);
+        self.forget_live(task);
         let row = match self.store.task(task) {
             Ok(Some(row)) => row,
             _ => return,
@@ -348,7 +348,7 @@ impl Orchestrator {
         let _ = self
             .store
             .end_dispatch(remote.dispatch, &format!("worker ended: {outcome:?}"));
-        self.live.forget(task);
+        self.forget_live(task);
         if let Some(slurm) = &self.slurm {
             lock(&slurm.early_losses).remove(&task);
             if *outcome == Outcome::Cancelled {
@@ -539,13 +539,7 @@ impl Orchestrator {
         let (stop, job, plugin) = self.check_lease(task, dispatch)?;
         Ok(WorkerLease {
             plugin,
-            record: StoreRecord {
-                task,
-                job,
-                store: self.store.clone(),
-                live: self.live.clone(),
-                events: self.events_tx.clone(),
-            },
+            record: self.store_record(task, job),
             stop,
         })
     }

@@ -1,6 +1,6 @@
 //! The durable job store: one SQLite file, `<state dir>/tli.sqlite3`.
 //!
-//! # Schema (version 5, kept in `PRAGMA user_version`)
+//! # Schema (version 6, kept in `PRAGMA user_version`)
 //!
 //! ```text
 //! jobs         id, name, spec_json, created_ms
@@ -21,6 +21,8 @@
 //! dispatches   id (a worker's lease), task_id → tasks, executor, external_id NULL (the
 //!              Slurm job id), request NULL (the sbatch options), node NULL,
 //!              submitted_ms, ended_ms NULL, end_reason NULL (version 5)
+//! device_budgets id, device, bytes, at_ms: a device's memory budget from
+//!              `at_ms` on (a row per change, written when a host opens; version 6)
 //! ```
 //!
 //! Times are milliseconds since the Unix epoch ([`super::now_ms`]). States are
@@ -63,15 +65,19 @@
 //! * `progress.rs`: steps done, metrics and measured memory;
 //! * `checkpoints.rs`: the checkpoints recorded per task;
 //! * `reservations.rs`: device memory reservations;
-//! * `dispatches.rs`: tasks handed to Slurm, one row per attempt (the worker's lease).
+//! * `dispatches.rs`: tasks handed to Slurm, one row per attempt (the worker's lease);
+//! * `history.rs`: a job's history for charts (metric series thinned to a
+//!   number of points, reservation spans, device budgets over time).
 
 mod checkpoints;
 mod dispatches;
+mod history;
 mod jobs;
 mod progress;
 mod reservations;
 mod rows;
 mod schema;
+mod summary;
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -88,13 +94,18 @@ use super::TaskId;
 use schema::{migrate, read_version};
 
 pub use dispatches::DispatchRow;
+pub use history::{
+    thin_indices, BudgetChange, DeviceHistory, HistoryQuery, JobHistory, MetricSeries,
+    ReservationSpan, TaskHistory, DEFAULT_MAX_POINTS,
+};
 pub use rows::{
     CheckpointRow, JobRow, MeasuredMemory, MemorySource, NewTask, ReservationRow, TaskRow,
     TransitionRow,
 };
+pub use summary::JOB_STATES;
 
 /// The schema version this host creates and understands.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 /// File name of the database inside the state directory.
 pub const DB_FILE: &str = "tli.sqlite3";
 /// File name of the host lock inside the state directory.

@@ -132,6 +132,19 @@ CREATE INDEX dispatches_by_task ON dispatches(task_id, id);
 CREATE INDEX dispatches_open ON dispatches(ended_ms);
 ";
 
+/// Version 6: the memory budget of each device over time (the arbiter's
+/// budget, recorded when a host opens the store with a budget that differs
+/// from the last one), for the memory timeline of `tli train plot`.
+const SCHEMA_V6: &str = "
+CREATE TABLE device_budgets (
+    id      INTEGER PRIMARY KEY,
+    device  TEXT    NOT NULL,
+    bytes   INTEGER NOT NULL,
+    at_ms   INTEGER NOT NULL
+);
+CREATE INDEX device_budgets_by_device ON device_budgets(device, at_ms);
+";
+
 /// Rebuilds one task's `latest_metrics` rows from its history.
 pub(super) const REBUILD_LATEST_METRICS: &str = "
 INSERT INTO latest_metrics (task_id, name, step, value)
@@ -191,7 +204,10 @@ pub(super) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreErr
     if version < 5 {
         tx.execute_batch(SCHEMA_V5).map_err(open_err)?;
     }
-    // Later versions: `if version < 6 { ... }` here.
+    if version < 6 {
+        tx.execute_batch(SCHEMA_V6).map_err(open_err)?;
+    }
+    // Later versions: `if version < 7 { ... }` here.
     tx.pragma_update(None, "user_version", SCHEMA_VERSION)
         .map_err(open_err)?;
     tx.commit().map_err(open_err)

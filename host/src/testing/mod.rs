@@ -2,12 +2,15 @@
 //! crate in `tests/`) and the benchmarks (`host/benches`), so that each is
 //! defined once: where cargo put the built `tli` binary and plugin libraries,
 //! throw-away plugin directories made from them, a CPU host configuration, an
-//! in-process API server, job and task specs on synthetic data, and a tiny
-//! seeded PRNG. The `tli` binary does not use this module.
+//! in-process API server, job and task specs on synthetic data, a tiny
+//! seeded PRNG, and a minimal HTTP client ([`http`]) for the host's HTTP
+//! side. The `tli` binary does not use this module.
 //!
 //! Test and bench executables live in `target/<profile>/deps`, next to the
 //! artifacts `cargo build --release --workspace` leaves in `target/<profile>`:
 //! build the workspace first (`make test` does).
+
+pub mod http;
 
 use crate::api::{self, ServerConfig, ShutdownSignal};
 use crate::orchestrator::arbiter::Strategy;
@@ -111,7 +114,7 @@ impl Default for PluginDir {
 }
 
 /// An orchestrator on the CPU: a budget of `budget_bytes`, a 10% margin, 2 cores,
-/// interrupted tasks resumed at start-up, the built-in contracts. Change
+/// interrupted tasks resumed at start-up, the built-in contracts, no TensorBoard files. Change
 /// fields with `OrchestratorConfig { cores: 1, ..orchestrator_config(…) }`.
 pub fn orchestrator_config(
     state_dir: &Path,
@@ -131,6 +134,7 @@ pub fn orchestrator_config(
         resume_interrupted: true,
         default_executor: Default::default(),
         slurm: None,
+        tensorboard_dir: None,
     }
 }
 

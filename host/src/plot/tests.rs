@@ -1,0 +1,233 @@
+//! The charts drawn to temporary PNG files (needs a TrueType font, e.g.
+//! fonts-dejavu-core, or TLI_CHART_FONT), and the choices around them.
+
+use super::*;
+
+/// Width and height from a PNG's IHDR chunk, if the file is a PNG.
+fn png_size(path: &Path) -> Option<(u32, u32)> {
+    let bytes = std::fs::read(path).ok()?;
+    let be = |at: usize| -> Option<u32> {
+        Some(u32::from_be_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
+    };
+    (bytes.get(..8)? == b"\x89PNG\r\n\x1a\n" && bytes.get(12..16)? == b"IHDR")
+        .then(|| Some((be(16)?, be(20)?)))
+        .flatten()
+}
+
+fn series(name: &str, n: u64, f: impl Fn(u64) -> f64) -> MetricSeries {
+    MetricSeries {
+        name: name.into(),
+        steps: (1..=n).map(|s| s * 10).collect(),
+        values: (1..=n).map(f).collect(),
+        at_ms: (1..=n).map(|s| 1_000 + s as i64 * 100).collect(),
+        recorded_points: n,
+    }
+}
+
+fn history() -> JobHistory {
+    let task = |task_id: i64, plugin: &str, series: Vec<MetricSeries>| TaskHistory {
+        task_id,
+        ordinal: task_id as u32 - 1,
+        plugin: plugin.into(),
+        asset: "synthetic-ar1:300:1".into(),
+        device: "cpu".into(),
+        series,
+    };
+    let mib = 1u64 << 20;
+    JobHistory {
+        job_id: 4,
+        name: "sweep".into(),
+        created_ms: 1_000,
+        now_ms: 120_000,
+        metric_names: vec!["loss".into(), "val/skill".into()],
+        tasks: vec![
+            task(
+                1,
+                "template",
+                vec![
+                    series("loss", 500, |s| 1.0 / s as f64),
+                    series("val/skill", 5, |s| {
+                        if s == 3 {
+                            f64::NAN
+                        } else {
+                            s as f64 * 0.1
+                        }
+                    }),
+                ],
+            ),
+            task(2, "dqn", vec![series("loss", 300, |s| 2.0 / s as f64)]),
+        ],
+        devices: vec![DeviceHistory {
+            device: "cuda:0".into(),
+            budget: vec![BudgetChange {
+                at_ms: 0,
+                bytes: 600 * mib,
+            }],
+            reservations: vec![
+                ReservationSpan {
+                    task_id: 1,
+                    job_id: 4,
+                    bytes: 300 * mib,
+                    measured_bytes: Some(200 * mib),
+                    from_ms: 2_000,
+                    to_ms: Some(60_000),
+                },
+                ReservationSpan {
+                    task_id: 2,
+                    job_id: 4,
+                    bytes: 250 * mib,
+                    measured_bytes: None,
+                    from_ms: 3_000,
+                    to_ms: Some(90_000),
+                },
+                ReservationSpan {
+                    task_id: 9,
+                    job_id: 3,
+                    bytes: 100 * mib,
+                    measured_bytes: Some(80 * mib),
+                    from_ms: 500,
+                    to_ms: Some(2_500),
+                },
+            ],
+        }],
+    }
+}
+
+fn options(dir: &Path, metrics: &[&str]) -> PlotOptions {
+    PlotOptions {
+        metrics: metrics.iter().map(|m| m.to_string()).collect(),
+        out_dir: dir.join("plots"),
+        width: 900,
+        height: 500,
+    }
+}
+
+#[test]
+fn every_metric_and_every_device_is_drawn_as_a_png_of_the_asked_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let written = write_charts(&history(), &options(dir.path(), &[])).unwrap();
+    let names: Vec<(&str, &str)> = written.iter().map(|w| (w.kind, w.name.as_str())).collect();
+    assert_eq!(
+        names,
+        [
+            ("metric", "loss"),
+            ("metric", "val/skill"),
+            ("memory", "cuda:0")
+        ]
+    );
+    let files: Vec<String> = written
+        .iter()
+        .map(|w| w.path.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        files,
+        [
+            "metric-loss.png",
+            "metric-val_skill.png",
+            "memory-cuda_0.png"
+        ]
+    );
+    for w in &written {
+        assert_eq!(png_size(&w.path), Some((900, 500)), "{}", w.path.display());
+        // Something was drawn: far more than a blank image compresses to.
+        let len = std::fs::metadata(&w.path).unwrap().len();
+        assert!(len > 8_000, "{} is only {len} bytes", w.path.display());
+    }
+    let loss = &written[0].series;
+    assert_eq!(loss.len(), 2);
+    assert_eq!(loss[0].label, "task 1 template/synthetic-ar1:300:1");
+    assert_eq!((loss[0].points, loss[0].last_step), (500, Some(5000)));
+    assert_eq!(loss[1].last_value, Some(2.0 / 300.0));
+    assert_eq!(written[1].series.len(), 1, "only task 1 reported it");
+    assert_eq!(written[2].reservations, Some(3));
+    assert_eq!(written[2].budget_bytes, Some(600 << 20));
+    // TLI_PLOT_TEST_KEEP=DIR keeps copies to look at.
+    if let Ok(keep) = std::env::var("TLI_PLOT_TEST_KEEP") {
+        for w in &written {
+            let _ = std::fs::create_dir_all(&keep);
+            let _ = std::fs::copy(&w.path, Path::new(&keep).join(w.path.file_name().unwrap()));
+        }
+    }
+}
+
+#[test]
+fn chosen_metrics_only_and_unknown_ones_list_what_exists() {
+    let dir = tempfile::tempdir().unwrap();
+    let written = write_charts(
+        &history(),
+        &options(dir.path(), &["val/skill", "val/skill"]),
+    )
+    .unwrap();
+    assert_eq!(
+        written.len(),
+        2,
+        "one metric (asked twice) and the memory chart"
+    );
+    assert_eq!(written[0].name, "val/skill");
+
+    let e = write_charts(&history(), &options(dir.path(), &["loss", "sharpe"])).unwrap_err();
+    assert!(matches!(e, PlotError::UnknownMetric { .. }), "{e:?}");
+    assert_eq!(
+        e.to_string(),
+        "no task of job 4 reported a metric named \"sharpe\"; the metrics reported are: loss, val/skill"
+    );
+    let mut empty = history();
+    empty.metric_names.clear();
+    let e = chosen_metrics(&empty, &["loss".into()]).unwrap_err();
+    assert!(
+        e.to_string().ends_with("its tasks reported no metrics yet"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_job_without_metrics_or_reservations_still_gets_its_memory_chart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = history();
+    h.metric_names.clear();
+    for t in &mut h.tasks {
+        t.series.clear();
+    }
+    h.devices[0].reservations.clear();
+    h.devices[0].budget.clear();
+    let written = write_charts(&h, &options(dir.path(), &[])).unwrap();
+    assert_eq!(written.len(), 1);
+    assert_eq!(png_size(&written[0].path), Some((900, 500)));
+}
+
+#[test]
+fn an_unwritable_place_and_a_silly_size_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let mut o = options(dir.path(), &[]);
+    o.out_dir = file.join("plots");
+    let e = write_charts(&history(), &o).unwrap_err();
+    assert!(matches!(e, PlotError::OutDir { .. }), "{e:?}");
+    assert!(e.to_string().starts_with("cannot write charts to "), "{e}");
+    let mut o = options(dir.path(), &[]);
+    o.width = 10;
+    let e = write_charts(&history(), &o).unwrap_err();
+    assert!(e.to_string().contains("10×500"), "{e}");
+}
+
+#[test]
+fn names_and_numbers_for_people() {
+    assert_eq!(file_stem("val/skill"), "val_skill");
+    assert_eq!(file_stem("cuda:0"), "cuda_0");
+    assert_eq!(file_stem(".."), "unnamed");
+    assert_eq!(file_stem("episodic return"), "episodic_return");
+    assert_eq!(short_number(0.0), "0");
+    assert_eq!(short_number(250.0), "250");
+    assert_eq!(short_number(12_500.0), "12.5k");
+    assert_eq!(short_number(2_000_000.0), "2M");
+    assert_eq!(short_number(0.125), "0.125");
+    assert_eq!(short_number(1.5), "1.5");
+    assert_eq!(short_number(0.00002), "2.0e-5");
+    assert_eq!(byte_unit(100.0 * 1048576.0).0, "MiB");
+    assert_eq!(byte_unit(8.0 * 1073741824.0).0, "GiB");
+    assert_eq!(
+        task_label(&history().tasks[1]),
+        "task 2 dqn/synthetic-ar1:300:1"
+    );
+}
