@@ -8,7 +8,8 @@
 //! `/api/status` every second and each task's `/api/series` every 5 s; the
 //! scraper GETs `/metrics` every second. Reports the status-call latency
 //! percentiles and the training throughput (steps/s summed over tasks) in
-//! every phase — the slowdown watching causes. TensorBoard event files are
+//! every phase — the slowdown watching causes. `PHASE_SECONDS` (default 8)
+//! and `ROUNDS` (of quiet / watched pairs, default 2) make it longer. TensorBoard event files are
 //! written throughout, as `tli host serve` does by default (`TENSORBOARD=0`:
 //! not at all).
 
@@ -160,7 +161,15 @@ async fn main() {
         .job_id as i64;
     // Let all 8 runners start.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let (alone, rate_alone) = phase(&mut client, &orchestrator, job, 8.0).await;
+    let env_number = |name: &str, default: usize| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(default)
+    };
+    let seconds = env_number("PHASE_SECONDS", 8) as f64;
+    let rounds = env_number("ROUNDS", 2);
+    let (alone, rate_alone) = phase(&mut client, &orchestrator, job, seconds).await;
 
     let interval_ms: u32 = std::env::var("WATCH_INTERVAL_MS")
         .ok()
@@ -188,7 +197,7 @@ async fn main() {
         }));
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let (watched, rate_watched) = phase(&mut client, &orchestrator, job, 8.0).await;
+    let (watched, rate_watched) = phase(&mut client, &orchestrator, job, seconds).await;
 
     // The watchers hang up (the host keeps training).
     for w in &watchers {
@@ -221,12 +230,12 @@ async fn main() {
             rate_watched,
         ),
     ];
-    for round in 1..=2 {
-        let (quiet, rate_quiet) = phase(&mut client, &orchestrator, job, 8.0).await;
+    for round in 1..=rounds {
+        let (quiet, rate_quiet) = phase(&mut client, &orchestrator, job, seconds).await;
         rows.push((format!("nobody watching ({round})"), quiet, rate_quiet));
         let stop = Arc::new(AtomicBool::new(false));
         let threads = observers(page.clone(), tasks.clone(), stop.clone());
-        let (seen, rate_seen) = phase(&mut client, &orchestrator, job, 8.0).await;
+        let (seen, rate_seen) = phase(&mut client, &orchestrator, job, seconds).await;
         stop.store(true, Ordering::Relaxed);
         let requests: u64 = threads
             .into_iter()
@@ -256,13 +265,24 @@ async fn main() {
         "slowdown from the watchers: {:.1}%",
         slowdown(rows[1].2, rows[0].2)
     );
-    for round in 0..2 {
+    let mut slowdowns = Vec::new();
+    for round in 0..rounds {
         let (quiet, seen) = (&rows[2 + 2 * round], &rows[3 + 2 * round]);
+        slowdowns.push(slowdown(seen.2, quiet.2));
         println!(
             "slowdown from the page and the scraper ({}): {:.1}%",
             round + 1,
-            slowdown(seen.2, quiet.2)
+            slowdowns[round]
         );
     }
+    let (quiet_sum, seen_sum) = (0..rounds).fold((0.0, 0.0), |(q, w), r| {
+        (q + rows[2 + 2 * r].2, w + rows[3 + 2 * r].2)
+    });
+    println!(
+        "over {rounds} rounds: {:.0} steps/s nobody watching, {:.0} watched: {:.1}% slower",
+        quiet_sum / rounds as f64,
+        seen_sum / rounds as f64,
+        slowdown(seen_sum, quiet_sum)
+    );
     server.stop();
 }
