@@ -60,7 +60,10 @@ echo "demo: job $job submitted ($(cat "$state/models") model(s) x 2 assets)"
 "$TLI" train watch "$job"
 "$TLI" train status "$job"
 "$TLI" resources
-"$TLI" train plot "$job" --out "$state/plots"
+# The charts people look at first (every metric: leave out --metric); all of them if a plugin
+# set without these names is installed.
+"$TLI" train plot "$job" --out "$state/plots" --metric train_loss \
+  --metric episodic_return_mean20 || "$TLI" train plot "$job" --out "$state/plots"
 echo "demo: shutting the host down"
 kill -TERM "$host_pid"
 wait "$host_pid"

@@ -127,14 +127,19 @@ pub struct RunningTaskSample {
     pub loss: Option<f64>,
 }
 
-/// The loss among a task's metrics: the one named `loss`, else the first
-/// whose name ends in `loss` (`policy_loss`, `train/loss`, ...).
+/// The loss among a task's metric names: `loss`, else `train_loss`, else
+/// the first whose name ends in `loss` (`policy_loss`, `train/loss`, ...).
+pub fn loss_name<'a>(names: impl Iterator<Item = &'a str> + Clone) -> Option<&'a str> {
+    let mut all = names.clone();
+    all.find(|n| *n == "loss")
+        .or_else(|| names.clone().find(|n| *n == "train_loss"))
+        .or_else(|| names.clone().find(|n| n.ends_with("loss")))
+}
+
+/// The value of the task's loss (see [`loss_name`]).
 pub fn loss_of(metrics: &[(String, f64)]) -> Option<f64> {
-    metrics
-        .iter()
-        .find(|(n, _)| n == "loss")
-        .or_else(|| metrics.iter().find(|(n, _)| n.ends_with("loss")))
-        .map(|(_, v)| *v)
+    let name = loss_name(metrics.iter().map(|(n, _)| n.as_str()))?;
+    metrics.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
 }
 
 /// The process's metrics.

@@ -2,7 +2,8 @@
 //! wall time since the job was created (seconds, or minutes past ten); each
 //! of the job's tasks is a stacked band of the bytes reserved for it (other
 //! jobs' reservations in grey at the bottom); the device budget is a black
-//! line and the measured total (the sum of the holding tasks' latest
+//! line (named in the legend instead when it is far above what the tasks
+//! used) and the measured total (the sum of the holding tasks' latest
 //! measurements) a dashed one.
 
 use super::font::FONT;
@@ -14,6 +15,10 @@ use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::path::Path;
+
+/// A budget more than this many times the tasks' peak is named in the
+/// legend rather than drawn (the chart scales to what the tasks used).
+const BUDGET_OFF_CHART_FACTOR: u64 = 4;
 
 /// A stacked band: one task of the job, or the other jobs together.
 struct Band {
@@ -184,13 +189,21 @@ pub fn draw(
     let stacked: Vec<u64> = (0..intervals)
         .map(|i| line.bands.iter().map(|b| b.bytes[i]).sum())
         .collect();
-    let top = stacked
+    let usage_top = stacked
         .iter()
-        .chain(line.budget.iter().flatten())
         .chain(line.measured.iter().flatten())
         .copied()
         .max()
-        .unwrap_or(0) as f64;
+        .unwrap_or(0);
+    let budget_top = line.budget.iter().flatten().copied().max().unwrap_or(0);
+    // A budget far above what the tasks used would flatten their bands to a
+    // sliver: the chart then scales to the usage and names the budget instead.
+    let budget_off_chart = usage_top > 0 && budget_top > BUDGET_OFF_CHART_FACTOR * usage_top;
+    let top = if budget_off_chart {
+        usage_top
+    } else {
+        usage_top.max(budget_top)
+    } as f64;
     let (byte_unit_name, scale) = byte_unit(top);
     // Room above the highest line for the legend (about 20 px an entry).
     let entries = line.bands.len() + 2;
@@ -251,7 +264,26 @@ pub fn draw(
             .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 22, y + 6)], fill));
     }
     let budget_style = BLACK.stroke_width(2);
-    for (k, run) in step_runs(&xs, &line.budget, scale).into_iter().enumerate() {
+    if budget_off_chart {
+        // An invisible point carries the legend entry.
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                vec![(xs[0], 0.0)],
+                budget_style,
+            )))
+            .map_err(|e| err(&e))?
+            .label(format!(
+                "budget {} (above the chart)",
+                crate::byte_size::format_bytes(budget_top)
+            ))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 22, y)], budget_style));
+    }
+    let budget_runs = if budget_off_chart {
+        Vec::new()
+    } else {
+        step_runs(&xs, &line.budget, scale)
+    };
+    for (k, run) in budget_runs.into_iter().enumerate() {
         let drawn = chart
             .draw_series(std::iter::once(PathElement::new(run, budget_style)))
             .map_err(|e| err(&e))?;

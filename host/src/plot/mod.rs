@@ -121,9 +121,11 @@ pub struct SeriesSummary {
     pub last_value: Option<f64>,
 }
 
-/// A task's name in legends: `task 3 template/ES`.
+/// A task's name in legends: `task 3 template/ES`; an asset that is a file
+/// path is shown by its file name.
 pub fn task_label(task: &TaskHistory) -> String {
-    format!("task {} {}/{}", task.task_id, task.plugin, task.asset)
+    let asset = task.asset.rsplit('/').next().unwrap_or(&task.asset);
+    format!("task {} {}/{}", task.task_id, task.plugin, asset)
 }
 
 /// The colour of the task at `index` (its position in the job).
@@ -266,7 +268,8 @@ pub fn byte_unit(max: f64) -> (&'static str, f64) {
     }
 }
 
-/// An axis number without noise: `1.5k`, `2M`, `250`, `0.125`.
+/// An axis number without noise: `1.5k`, `2M`, `250`, `0.125`; anything
+/// closer to 0 than 1e-12 is `0`.
 pub fn short_number(v: f64) -> String {
     let a = v.abs();
     let trim = |s: String| {
@@ -282,7 +285,10 @@ pub fn short_number(v: f64) -> String {
         format!("{}M", trim(format!("{:.2}", v / 1e6)))
     } else if a >= 1e4 {
         format!("{}k", trim(format!("{:.1}", v / 1e3)))
-    } else if a >= 100.0 || a == 0.0 {
+    } else if a < 1e-12 {
+        // Axis ticks near zero carry float noise (-2.8e-17).
+        "0".to_string()
+    } else if a >= 100.0 {
         format!("{v:.0}")
     } else if a >= 1.0 {
         trim(format!("{v:.2}"))

@@ -224,6 +224,7 @@ fn names_and_numbers_for_people() {
     assert_eq!(short_number(0.125), "0.125");
     assert_eq!(short_number(1.5), "1.5");
     assert_eq!(short_number(0.00002), "2.0e-5");
+    assert_eq!(short_number(-2.8e-17), "0");
     assert_eq!(byte_unit(100.0 * 1048576.0).0, "MiB");
     assert_eq!(byte_unit(8.0 * 1073741824.0).0, "GiB");
     assert_eq!(

@@ -121,15 +121,12 @@ fn finite(x: f64) -> Value {
     serde_json::Number::from_f64(x).map_or(Value::Null, Value::Number)
 }
 
-/// The name of the metric a sparkline shows: `loss`, else the first ending
-/// in `loss`, else the first.
+/// The name of the metric a sparkline shows: the task's loss
+/// ([`crate::telemetry::loss_name`]), else its first metric.
 fn loss_metric(metrics: &[pb::Metric]) -> Option<String> {
-    metrics
-        .iter()
-        .find(|m| m.name == "loss")
-        .or_else(|| metrics.iter().find(|m| m.name.ends_with("loss")))
-        .or_else(|| metrics.first())
-        .map(|m| m.name.clone())
+    crate::telemetry::loss_name(metrics.iter().map(|m| m.name.as_str()))
+        .or_else(|| metrics.first().map(|m| m.name.as_str()))
+        .map(str::to_string)
 }
 
 /// `/api/series` parameters.

@@ -63,6 +63,15 @@ function shortAsset(asset) {
 
 const SHOWN_METRICS = 6;
 
+// Which metrics a person looks for first: the task's loss, then other losses and the usual
+// figures of merit, then the rest by name.
+function rank(task, name) {
+  if (name === task.loss_metric) return 0;
+  if (/loss/.test(name)) return 1;
+  if (/return|skill|sharpe|pnl|reward/.test(name)) return 2;
+  return 3;
+}
+
 function num(x) {
   if (x === null || x === undefined) return "–";
   const a = Math.abs(x);
@@ -148,7 +157,8 @@ function renderJobs(jobs) {
         el("th", { text: "loss" }), el("th", { text: "latest metrics" }))));
     const body = el("tbody");
     for (const t of j.tasks) {
-      const all = Object.entries(t.metrics).map(([k, v]) => k + " " + num(v));
+      const all = Object.entries(t.metrics).sort(([a], [b]) => rank(t, a) - rank(t, b) || (a < b ? -1 : 1))
+        .map(([k, v]) => k + " " + num(v));
       const metrics = all.slice(0, SHOWN_METRICS).join(" · ") +
         (all.length > SHOWN_METRICS ? " · +" + (all.length - SHOWN_METRICS) + " more" : "");
       const running = t.state === "running" || t.state === "checkpointing";
