@@ -8,8 +8,8 @@
 
 use super::font::FONT;
 use super::{
-    byte_unit, draw_error, short_number, task_color, task_label, DeviceHistory, JobHistory,
-    PlotError, OTHER_JOBS,
+    byte_unit, draw_error, draw_legend, short_number, task_color, task_label, DeviceHistory,
+    JobHistory, PlotError, OTHER_JOBS,
 };
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
@@ -325,14 +325,7 @@ pub fn draw(
         ))
         .map_err(|e| err(&e))?;
     } else {
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .label_font((FONT, 15))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.4))
-            .draw()
-            .map_err(|e| err(&e))?;
+        draw_legend(&mut chart, path)?;
     }
     root.present().map_err(|e| err(&e))?;
     Ok(())

@@ -4,8 +4,8 @@
 
 use super::font::FONT;
 use super::{
-    draw_error, short_number, task_color, task_label, JobHistory, MetricSeries, PlotError,
-    SeriesSummary,
+    draw_error, draw_legend, short_number, task_color, task_label, JobHistory, MetricSeries,
+    PlotError, SeriesSummary,
 };
 use plotters::prelude::*;
 use std::path::Path;
@@ -153,14 +153,7 @@ pub fn draw(
         });
     }
     if !lines.is_empty() {
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .label_font((FONT, 15))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.4))
-            .draw()
-            .map_err(|e| err(&e))?;
+        draw_legend(&mut chart, path)?;
     }
     root.present().map_err(|e| err(&e))?;
     Ok(summaries)

@@ -249,6 +249,29 @@ fn check_writable(path: &Path) -> Result<(), PlotError> {
 }
 
 /// How a drawing error reads.
+/// A chart of this module: bitmap, f64 on both axes.
+pub(crate) type Chart<'a, 'b> = plotters::chart::ChartContext<
+    'a,
+    plotters::prelude::BitMapBackend<'b>,
+    plotters::prelude::Cartesian2d<
+        plotters::coord::types::RangedCoordf64,
+        plotters::coord::types::RangedCoordf64,
+    >,
+>;
+
+/// The legend every chart here draws: upper right, on a light box.
+pub(crate) fn draw_legend<'a>(chart: &mut Chart<'a, 'a>, path: &Path) -> Result<(), PlotError> {
+    use plotters::prelude::*;
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .label_font((font::FONT, 15))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.4))
+        .draw()
+        .map_err(|e| draw_error(path, &e))
+}
+
 pub(crate) fn draw_error(path: &Path, e: &dyn std::fmt::Display) -> PlotError {
     PlotError::Draw {
         path: path.to_path_buf(),
