@@ -189,6 +189,29 @@ impl Server {
         }
     }
 
+    /// Starts a job `name` of a small template model (hidden [8]) on two
+    /// synthetic assets for `steps` steps; returns `train start`'s JSON.
+    pub fn start_small_template_job(&self, name: &str, steps: u64) -> serde_json::Value {
+        ok_json(&self.client(&[
+            "train",
+            "start",
+            "--name",
+            name,
+            "-p",
+            "template",
+            "--config",
+            r#"{"hidden_sizes":[8]}"#,
+            "-a",
+            "synthetic:300:1",
+            "-a",
+            "synthetic:300:2",
+            "--steps",
+            &steps.to_string(),
+            "-o",
+            "json",
+        ]))
+    }
+
     /// Runs the `tli` client against this server.
     pub fn client(&self, args: &[&str]) -> Output {
         self.client_with_env(args, &[])

@@ -79,24 +79,7 @@ fn charts_of_a_job_through_the_host_and_from_its_state_dir() {
         tempfile::tempdir().unwrap(),
     );
     let mut server = Server::start(plugins.path(), state.path(), &[]);
-    let started = ok_json(&server.client(&[
-        "train",
-        "start",
-        "--name",
-        "plots",
-        "-p",
-        "template",
-        "--config",
-        r#"{"hidden_sizes":[8]}"#,
-        "-a",
-        "synthetic:300:1",
-        "-a",
-        "synthetic:300:2",
-        "--steps",
-        "120",
-        "-o",
-        "json",
-    ]));
+    let started = server.start_small_template_job("plots", 120);
     let job = started["job_id"].as_u64().unwrap();
     let job_arg = job.to_string();
     let deadline = Instant::now() + Duration::from_secs(120);

@@ -55,24 +55,7 @@ fn every_stored_metric_reads_back_from_tensorboard_with_rate_memory_and_hyperpar
     let plugins = PluginDir::with(&[(TEMPLATE, "template")]);
     let state = tempfile::tempdir().expect("temp dir");
     let mut server = Server::start(plugins.path(), state.path(), &[]);
-    let started = ok_json(&server.client(&[
-        "train",
-        "start",
-        "--name",
-        "tb",
-        "-p",
-        "template",
-        "--config",
-        r#"{"hidden_sizes":[8]}"#,
-        "-a",
-        "synthetic:300:1",
-        "-a",
-        "synthetic:300:2",
-        "--steps",
-        "60",
-        "-o",
-        "json",
-    ]));
+    let started = server.start_small_template_job("tb", 60);
     let job = started["job_id"].as_i64().expect("job id");
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
