@@ -11,7 +11,8 @@ TLI=${TLI:-target/release/tli}
 STEPS=${STEPS:-300}
 RL_STEPS=${RL_STEPS:-5000}
 state=${DEMO_DIR:-target/demo}
-rm -rf "$state"
+# Only what an earlier demo left there goes (DEMO_DIR may be a directory of the user's).
+rm -rf "$state/host" "$state/plots" "$state/host.log" "$state/job.json" "$state/models"
 mkdir -p "$state"
 host_pid=""
 cleanup() {

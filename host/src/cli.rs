@@ -192,6 +192,11 @@ pub struct HostOptions {
     /// Write no TensorBoard event files.
     #[arg(long, conflicts_with = "tensorboard_dir")]
     pub no_tensorboard: bool,
+    /// A directory bar files named by jobs may be in (repeatable; `/` allows
+    /// any file the host can read). Default: the working directory and the
+    /// bundled sample data. Other paths are refused (PERMISSION_DENIED).
+    #[arg(long = "data-root", value_name = "DIR")]
+    pub data_roots: Vec<PathBuf>,
     #[command(flatten)]
     pub executor: ExecutorArgs,
 }

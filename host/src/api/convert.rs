@@ -3,6 +3,7 @@
 //! and orchestrator and store errors become `Status` codes. Job specs and
 //! `StartTrainingRequest`s convert in [`super::job_request`].
 
+use crate::orchestrator::data_root::DataRootError;
 use crate::orchestrator::engine::{OrchestratorError, SubmitError};
 use crate::orchestrator::listing::JobView;
 use crate::orchestrator::progress::{JobProgress, TaskProgress};
@@ -171,6 +172,11 @@ pub fn submit_error(e: SubmitError) -> Status {
         e @ (SubmitError::Model { .. } | SubmitError::Asset { .. }) => invalid(e.to_string()),
         e @ SubmitError::TooBig { .. } => Status::resource_exhausted(e.to_string()),
         e @ SubmitError::WrongDevice { .. } => Status::failed_precondition(e.to_string()),
+        e @ SubmitError::DataRoot {
+            error: DataRootError::Outside { .. },
+            ..
+        } => Status::permission_denied(e.to_string()),
+        e @ SubmitError::DataRoot { .. } => invalid(e.to_string()),
         SubmitError::Store(e) => store_error(e),
     }
 }

@@ -5,6 +5,7 @@ use super::view::{HostJobJson, JobJson, WireState};
 use super::{new_table, print_json};
 use crate::api::convert;
 use crate::cli::{HostOptions, HostRunArgs, OutputFormat};
+use crate::orchestrator::data_root::DataRoots;
 use crate::orchestrator::engine::{Orchestrator, OrchestratorConfig};
 use crate::orchestrator::executor::ExecutorKind;
 use crate::orchestrator::job::JobSpec;
@@ -71,6 +72,11 @@ pub(super) fn open_host(
         default_executor: opts.executor.executor,
         slurm: super::executor::slurm_config(opts, plugin_dir, worker_service)?,
         tensorboard_dir: opts.tensorboard_root(),
+        data_roots: Some(if opts.data_roots.is_empty() {
+            DataRoots::defaults().context("the default data roots")?
+        } else {
+            DataRoots::new(&opts.data_roots).context("--data-root")?
+        }),
     })?;
     let budget = host.budget();
     eprintln!(

@@ -12,6 +12,7 @@
 //! * [`cuda`]: device memory from the CUDA runtime and libtorch's caching
 //!   allocator through a small C++ shim (reports "no CUDA" without a GPU).
 //! * [`job`]: job specifications (models × assets).
+//! * [`data_root`]: the directories bar files named by jobs must be under.
 //! * [`executor`]: where tasks run: runner threads in the host, or Slurm jobs.
 //! * [`runner`]: the per-task thread (slices, stop requests, checkpoints).
 //! * [`task_record`]: where a runner records its task: the store (a runner
@@ -28,6 +29,7 @@
 pub mod arbiter;
 pub mod checkpoint;
 pub mod cuda;
+pub mod data_root;
 pub mod engine;
 pub mod executor;
 pub mod job;

@@ -135,6 +135,7 @@ pub fn orchestrator_config(
         default_executor: Default::default(),
         slurm: None,
         tensorboard_dir: None,
+        data_roots: None,
     }
 }
 

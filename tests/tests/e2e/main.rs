@@ -4,6 +4,7 @@
 //! Helpers shared by the modules are the crate's library (`tests/src`).
 
 mod data_cli;
+mod data_roots;
 mod defects_in_use;
 mod dqn_plugin;
 mod grpc_cli;

@@ -67,6 +67,9 @@ pub struct OrchestratorConfig {
     /// Root of every task's TensorBoard event files (`job-N/task-M/` under
     /// it); `None` = none written.
     pub tensorboard_dir: Option<PathBuf>,
+    /// Where bar files named by submitted jobs must be; `None` = anywhere
+    /// (the command line always sets it: `--data-root`, or its defaults).
+    pub data_roots: Option<crate::orchestrator::data_root::DataRoots>,
 }
 
 /// Why a job was not accepted. Nothing is stored when submission fails.
@@ -96,6 +99,12 @@ pub enum SubmitError {
     /// ask for any: the node Slurm picks has it).
     #[error("device: this host runs tasks on {host}, not {asked}")]
     WrongDevice { host: Device, asked: Device },
+    /// A bar file outside the host's data roots (or one it cannot resolve).
+    #[error("assets[{asset}]: {error}")]
+    DataRoot {
+        asset: usize,
+        error: crate::orchestrator::data_root::DataRootError,
+    },
     #[error("job store: {0}")]
     Store(#[from] super::store::StoreError),
 }
@@ -332,6 +341,11 @@ impl Orchestrator {
                 host: self.config.device,
                 asked: spec.device,
             });
+        }
+        if let Some(roots) = &self.config.data_roots {
+            roots
+                .check_assets(&spec.assets)
+                .map_err(|(asset, error)| SubmitError::DataRoot { asset, error })?;
         }
         let data = self
             .datasets
