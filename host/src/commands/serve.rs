@@ -63,6 +63,24 @@ pub(super) fn serve(plugin_dir: &Path, contracts: Option<&Path>, args: &ServeArg
         std::net::TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
     listener.set_nonblocking(true)?;
     let local = listener.local_addr()?;
+    // The HTTP side is bound (and checked) before the store is opened.
+    let web = web_listeners(args, local, token.is_some())?;
+    if tls.is_some() {
+        for (what, listener) in [
+            ("--ui-listen", &web.page),
+            ("--metrics-listen", &web.metrics),
+        ] {
+            if let Some((_, addr)) = listener {
+                if !addr.ip().is_loopback() {
+                    bail!(
+                        "{what} {addr} with TLS: the status page and metrics are plain HTTP, \
+                         and the token would cross the network in clear; keep them on \
+                         loopback (reach them through an SSH tunnel) or put a TLS proxy in front"
+                    );
+                }
+            }
+        }
+    }
 
     let orchestrator = Arc::new(open_host(plugin_dir, contracts, &args.host, Some(local))?);
     let worker_token = match orchestrator.slurm_config() {
@@ -73,7 +91,6 @@ pub(super) fn serve(plugin_dir: &Path, contracts: Option<&Path>, args: &ServeArg
         Some(slurm) => Some(super::executor::worker_token(slurm)?),
         None => None,
     };
-    let web = web_listeners(args, local, token.is_some())?;
     let config = ServerConfig {
         token,
         tls,

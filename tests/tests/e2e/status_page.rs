@@ -329,6 +329,44 @@ fn the_token_rule_covers_the_page_data_and_metrics() {
         stderr(&out)
     );
 
+    // With TLS the HTTP side stays on loopback: the token would cross the network in clear.
+    let (cert, key) = (state.path().join("c.pem"), state.path().join("k.pem"));
+    let made = std::process::Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        ])
+        .args(["-subj", "/CN=localhost", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("run openssl (Debian package openssl)");
+    assert!(made.status.success(), "{}", stderr(&made));
+    let out = run_tli_with_env(
+        plugins.path(),
+        &[
+            "host",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--ui-listen",
+            "0.0.0.0:0",
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+            "--state-dir",
+            state.path().to_str().unwrap(),
+        ],
+        &[("TLI_SERVE_TOKEN", "tls-token")],
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("plain HTTP") && stderr(&out).contains("--ui-listen"),
+        "{}",
+        stderr(&out)
+    );
+
     let token = "page-token-123";
     let server = Server::start_with(
         plugins.path(),
