@@ -189,12 +189,16 @@ fn routine_checkpoints_are_rare_by_default_and_shown_only_when_asked() {
             })
             .count()
     };
-    // Defaults: 1500 steps wrote a routine checkpoint at 1000 before.
+    // Defaults: 1500 steps wrote a routine checkpoint at 1000 before. (A small
+    // model, so that even a machine busy with other tests stays well within
+    // the default 300 s time trigger.)
     let out = server.client(&[
         "train",
         "start",
         "-p",
         "template",
+        "--config",
+        r#"{"hidden_sizes":[8],"batch_size":32}"#,
         "-a",
         "synthetic:2000",
         "--steps",
@@ -219,7 +223,8 @@ fn routine_checkpoints_are_rare_by_default_and_shown_only_when_asked() {
     let spec = state.path().join("job.json");
     std::fs::write(
         &spec,
-        r#"{"name":"ck","models":[{"plugin":"template","steps":1500}],
+        r#"{"name":"ck","models":[{"plugin":"template","steps":1500,
+                        "config":{"hidden_sizes":[8],"batch_size":32}}],
             "assets":[{"synthetic":{"rows":2000}}],"checkpoint":{"every_steps":500}}"#,
     )
     .unwrap();
