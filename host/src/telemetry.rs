@@ -130,10 +130,10 @@ pub struct RunningTaskSample {
 /// The loss among a task's metric names: `loss`, else `train_loss`, else
 /// the first whose name ends in `loss` (`policy_loss`, `train/loss`, ...).
 pub fn loss_name<'a>(names: impl Iterator<Item = &'a str> + Clone) -> Option<&'a str> {
-    let mut all = names.clone();
-    all.find(|n| *n == "loss")
-        .or_else(|| names.clone().find(|n| *n == "train_loss"))
-        .or_else(|| names.clone().find(|n| n.ends_with("loss")))
+    let first = |wanted: &dyn Fn(&str) -> bool| names.clone().find(|n| wanted(n));
+    first(&|n| n == "loss")
+        .or_else(|| first(&|n| n == "train_loss"))
+        .or_else(|| first(&|n| n.ends_with("loss")))
 }
 
 /// The value of the task's loss (see [`loss_name`]).

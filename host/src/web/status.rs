@@ -108,7 +108,7 @@ fn task(t: &pb::TaskProgress) -> Value {
         "steps_per_second": finite(t.steps_per_second),
         "eta_seconds": t.eta_seconds.map(finite),
         "metrics": metrics,
-        "loss_metric": loss_metric(&t.metrics),
+        "loss_metric": sparkline_metric(t.metrics.iter().map(|m| m.name.as_str())),
         "error": t.error,
         "estimate_bytes": t.estimate_bytes,
         "measured_bytes": t.measured_bytes,
@@ -123,9 +123,9 @@ fn finite(x: f64) -> Value {
 
 /// The name of the metric a sparkline shows: the task's loss
 /// ([`crate::telemetry::loss_name`]), else its first metric.
-fn loss_metric(metrics: &[pb::Metric]) -> Option<String> {
-    crate::telemetry::loss_name(metrics.iter().map(|m| m.name.as_str()))
-        .or_else(|| metrics.first().map(|m| m.name.as_str()))
+fn sparkline_metric<'a>(names: impl Iterator<Item = &'a str> + Clone) -> Option<String> {
+    crate::telemetry::loss_name(names.clone())
+        .or_else(|| names.clone().next())
         .map(str::to_string)
 }
 
@@ -133,7 +133,7 @@ fn loss_metric(metrics: &[pb::Metric]) -> Option<String> {
 #[derive(Debug, Deserialize)]
 pub struct SeriesQuery {
     pub task: u64,
-    /// Default: the task's loss (see [`loss_metric`]).
+    /// Default: the task's loss (see [`sparkline_metric`]).
     pub metric: Option<String>,
     /// At most this many points, evenly thinned (default 120, at most 2000).
     pub points: Option<usize>,
@@ -153,12 +153,8 @@ pub fn series(orchestrator: &Orchestrator, query: &SeriesQuery) -> Result<Value,
     let metric = match &query.metric {
         Some(name) => Some(name.clone()),
         None => {
-            let latest = orchestrator.latest_metrics(task).map_err(store_error)?;
-            let as_pb: Vec<pb::Metric> = latest
-                .into_iter()
-                .map(|(name, value)| pb::Metric { name, value })
-                .collect();
-            loss_metric(&as_pb)
+            let names = orchestrator.metric_names(task).map_err(store_error)?;
+            sparkline_metric(names.iter().map(String::as_str))
         }
     };
     let (steps, values) = match &metric {

@@ -51,9 +51,9 @@ impl Orchestrator {
         Ok(self.store.task(task)?.is_some())
     }
 
-    /// The latest value of each of a task's recorded metrics, by name.
-    pub fn latest_metrics(&self, task: TaskId) -> Result<Vec<(String, f64)>, StoreError> {
-        self.store.latest_metrics(task)
+    /// The names of the metrics a task has recorded, sorted.
+    pub fn metric_names(&self, task: TaskId) -> Result<Vec<String>, StoreError> {
+        self.store.metric_names(task)
     }
 
     /// One metric of a task by step, thinned evenly to at most `max_points`
