@@ -31,6 +31,7 @@ pub mod cli;
 pub mod commands;
 pub mod elf_check;
 pub mod error_chain;
+pub mod fault_signals;
 pub mod libtorch_info;
 pub mod local_train;
 pub mod orchestrator;

@@ -7,6 +7,8 @@ use tracing_subscriber::EnvFilter;
 fn main() -> std::process::ExitCode {
     // Before any thread exists: TLI_MMAP_THRESHOLD (resident memory follows live tensors).
     tli_host::allocator::configure_from_env();
+    // A write past `ulimit -f` fails with EFBIG instead of killing the host.
+    tli_host::fault_signals::ignore_file_size_signal();
     let filter = EnvFilter::try_from_env("TLI_LOG")
         .or_else(|_| EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| EnvFilter::new("info"));

@@ -27,7 +27,8 @@
 //! the 1-based data row (the header is not counted), the column and the text.
 
 use super::timefmt;
-use super::{BarInterval, BarTable, DataError};
+use super::{excerpt, list_excerpt, BarInterval, BarTable, DataError};
+use std::collections::HashSet;
 use std::fs::File;
 use std::io::{BufReader, BufWriter};
 use std::path::Path;
@@ -85,7 +86,7 @@ pub fn read(path: &Path) -> Result<BarTable, DataError> {
                     "has {} fields but the header has {} ({})",
                     record.len(),
                     header.len(),
-                    header.join(",")
+                    header_list(&header)
                 ),
             ));
         }
@@ -101,8 +102,9 @@ pub fn read(path: &Path) -> Result<BarTable, DataError> {
                     path,
                     row,
                     format!(
-                        "column {}: cannot parse {text:?} as a number",
-                        header[index]
+                        "column {}: cannot parse {} as a number",
+                        header[index],
+                        excerpt(text)
                     ),
                 )
             })
@@ -117,8 +119,9 @@ pub fn read(path: &Path) -> Result<BarTable, DataError> {
                 path,
                 row,
                 format!(
-                    "column {}: cannot parse {volume_text:?} as a volume (a non-negative integer)",
-                    header[columns.volume]
+                    "column {}: cannot parse {} as a volume (a non-negative integer)",
+                    header[columns.volume],
+                    excerpt(volume_text)
                 ),
             )
         })?;
@@ -131,8 +134,9 @@ pub fn read(path: &Path) -> Result<BarTable, DataError> {
                         path,
                         row,
                         format!(
-                            "symbol {text:?} differs from {first:?} on row 1; \
-                             a file must hold one symbol"
+                            "symbol {} differs from {} on row 1; a file must hold one symbol",
+                            excerpt(text),
+                            excerpt(first)
                         ),
                     ))
                 }
@@ -196,13 +200,17 @@ struct Columns {
 
 impl Columns {
     fn find(path: &Path, header: &[String]) -> Result<Self, DataError> {
-        for (i, name) in header.iter().enumerate() {
-            if !name.is_empty() && header[..i].contains(name) {
+        // A set, not a scan of the names before each: a header can have
+        // hundreds of thousands of columns.
+        let mut seen = HashSet::with_capacity(header.len());
+        for name in header {
+            if !name.is_empty() && !seen.insert(name.as_str()) {
                 return Err(DataError::bad_file(
                     path,
                     format!(
-                        "column {name:?} appears twice in the header ({})",
-                        header.join(",")
+                        "column {} appears twice in the header ({})",
+                        excerpt(name),
+                        header_list(header)
                     ),
                 ));
             }
@@ -213,7 +221,7 @@ impl Columns {
                 path,
                 format!(
                     "missing required column {name:?}; the header has: {}",
-                    header.join(",")
+                    header_list(header)
                 ),
             )
         };
@@ -232,6 +240,11 @@ impl Columns {
             symbol: position("symbol"),
         })
     }
+}
+
+/// The header's names for a message (the first few of a long header).
+fn header_list(header: &[String]) -> String {
+    list_excerpt(header.iter().map(String::as_str), ",")
 }
 
 /// A non-negative integer, also written as a float with no fraction (`1500.0`).

@@ -70,8 +70,24 @@ impl Default for FeatureConfig {
     }
 }
 
+/// Most return horizons, and most target horizons, a config may ask for
+/// (each is a column of every row: a job spec listing a million would
+/// allocate rows × a million).
+pub const MAX_HORIZONS: usize = 64;
+
 impl FeatureConfig {
     fn check(&self) -> Result<(), String> {
+        for (name, horizons) in [
+            ("return_horizons", &self.return_horizons),
+            ("target_horizons", &self.target_horizons),
+        ] {
+            if horizons.len() > MAX_HORIZONS {
+                return Err(format!(
+                    "{name} lists {} horizons; at most {MAX_HORIZONS}",
+                    horizons.len()
+                ));
+            }
+        }
         if self.return_horizons.is_empty() || self.return_horizons.contains(&0) {
             return Err("return_horizons must be non-empty and positive".into());
         }
@@ -233,13 +249,18 @@ pub fn build_annotated_dataset(
     let m = usable.len();
     let test_rows = (m as f64 * config.test_fraction).round() as usize;
     let valid_rows = (m as f64 * config.valid_fraction).round() as usize;
-    let embargoes = embargo * ((valid_rows > 0) as usize + (test_rows > 0) as usize);
-    if m < test_rows + valid_rows + embargoes + 10 {
+    // Saturating: an embargo near usize::MAX (a job spec can say so) must
+    // fail the size check below, not wrap around it.
+    let embargoes = embargo.saturating_mul((valid_rows > 0) as usize + (test_rows > 0) as usize);
+    let held_out = test_rows
+        .saturating_add(valid_rows)
+        .saturating_add(embargoes);
+    if m < held_out.saturating_add(10) {
         return Err(invalid(format!(
             "{n} bars leave {m} usable rows (look-back {lookback}, horizon {horizon}); too few for the splits and embargo"
         )));
     }
-    let train_end = m - test_rows - valid_rows - embargoes;
+    let train_end = m - held_out;
     let valid_start = train_end + if valid_rows > 0 { embargo } else { 0 };
     let valid_end = valid_start + valid_rows;
     let test_start = valid_end + if test_rows > 0 { embargo } else { 0 };

@@ -88,6 +88,42 @@ impl DataError {
     }
 }
 
+/// `text` quoted for an error message, cut after 60 characters (the full
+/// length noted): a message quotes what it refused, but a field or column
+/// name can be megabytes long in a damaged file.
+pub(crate) fn excerpt(text: &str) -> String {
+    quoted_prefix(text, 60)
+}
+
+fn quoted_prefix(text: &str, chars: usize) -> String {
+    match text.char_indices().nth(chars) {
+        None => format!("{text:?}"),
+        Some((cut, _)) => format!("{:?}… ({} bytes)", &text[..cut], text.len()),
+    }
+}
+
+/// Names for an error message, `separator`-separated: the first 12 (the long
+/// ones quoted and cut after 30 characters), then how many there are in all.
+pub(crate) fn list_excerpt<'a>(
+    names: impl ExactSizeIterator<Item = &'a str>,
+    separator: &str,
+) -> String {
+    const SHOWN: usize = 12;
+    let total = names.len();
+    let mut text = names
+        .take(SHOWN)
+        .map(|name| match name.char_indices().nth(30) {
+            None => name.to_string(),
+            Some(_) => quoted_prefix(name, 30),
+        })
+        .collect::<Vec<_>>()
+        .join(separator);
+    if total > SHOWN {
+        text.push_str(&format!("{separator}… ({total} in all)"));
+    }
+    text
+}
+
 /// The file formats bars can be read from and written to.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Format {

@@ -25,7 +25,7 @@
 //! groups).
 
 use super::csv_format::symbol_from_file_name;
-use super::{BarInterval, BarTable, DataError};
+use super::{excerpt, list_excerpt, BarInterval, BarTable, DataError};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
     Float32Type, Float64Type, Int64Type, TimestampMicrosecondType, TimestampMillisecondType,
@@ -38,7 +38,7 @@ use arrow_schema::{DataType, Field, Schema, TimeUnit};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::{ArrowWriter, ProjectionMask};
 use parquet::basic::{Compression, ZstdLevel};
-use parquet::file::metadata::KeyValue;
+use parquet::file::metadata::{KeyValue, ParquetMetaData};
 use parquet::file::properties::WriterProperties;
 use std::fs::File;
 use std::path::Path;
@@ -95,10 +95,33 @@ pub fn write(path: &Path, table: &BarTable) -> Result<(), DataError> {
 }
 
 /// Reads a Parquet bar file (see the module docs for what is accepted).
+///
+/// The parquet crate panics on some damaged page data (a varint longer than
+/// 10 bytes, for one: "panics … (bad input)" in its docs); such a panic is
+/// caught here and becomes an error naming the file, like any other damage.
 pub fn read(path: &Path) -> Result<BarTable, DataError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read_unguarded(path))).unwrap_or_else(
+        |panic| {
+            let cause = panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("no message");
+            Err(DataError::bad_file(
+                path,
+                format!("is damaged: the Parquet decoder failed on it ({cause})"),
+            ))
+        },
+    )
+}
+
+/// [`read`] without the guard against the decoder's panics.
+fn read_unguarded(path: &Path) -> Result<BarTable, DataError> {
     let file = File::open(path).map_err(|e| DataError::io(path, e))?;
+    let file_bytes = file.metadata().map_err(|e| DataError::io(path, e))?.len();
     let builder = ParquetRecordBatchReaderBuilder::try_new(file)
         .map_err(|e| DataError::bad_file(path, format!("is not a readable Parquet file: {e}")))?;
+    check_footer(path, builder.metadata(), file_bytes)?;
 
     let metadata_value = |key: &str| -> Option<String> {
         builder
@@ -130,7 +153,7 @@ pub fn read(path: &Path) -> Result<BarTable, DataError> {
             path,
             format!(
                 "missing required column {name:?}; the columns are: {}",
-                names.join(", ")
+                list_excerpt(names.iter().map(String::as_str), ", ")
             ),
         )
     };
@@ -182,7 +205,11 @@ pub fn read(path: &Path) -> Result<BarTable, DataError> {
     let mut roots = vec![ts, open, high, low, close, volume];
     roots.extend(symbol);
     let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
-    let rows = usize::try_from(builder.metadata().file_metadata().num_rows()).unwrap_or(0);
+    // Room for the rows the footer announces, but no more than the file could
+    // hold at 8 bytes a row: a damaged footer must not reserve billions.
+    let rows = usize::try_from(builder.metadata().file_metadata().num_rows())
+        .unwrap_or(0)
+        .min(usize::try_from(file_bytes / 8).unwrap_or(usize::MAX));
     let reader = builder
         .with_projection(mask)
         .with_batch_size(BATCH_ROWS)
@@ -225,6 +252,59 @@ pub fn read(path: &Path) -> Result<BarTable, DataError> {
         .unwrap_or(BarInterval::Day);
     table.validate(path)?;
     Ok(table)
+}
+
+/// Checks the footer's counts, offsets and sizes before anything trusts
+/// them: the parquet crate panics on a negative column offset or length and
+/// believes the row counts, so a damaged footer must be refused here, naming
+/// the row group and column.
+fn check_footer(path: &Path, metadata: &ParquetMetaData, file_bytes: u64) -> Result<(), DataError> {
+    let bad = |what: String| DataError::bad_file(path, format!("damaged Parquet footer: {what}"));
+    let claimed = metadata.file_metadata().num_rows();
+    if claimed < 0 {
+        return Err(bad(format!("the file claims {claimed} rows")));
+    }
+    let mut rows: i64 = 0;
+    for (g, group) in metadata.row_groups().iter().enumerate() {
+        if group.num_rows() < 0 {
+            return Err(bad(format!(
+                "row group {g} claims {} rows",
+                group.num_rows()
+            )));
+        }
+        rows = rows.saturating_add(group.num_rows());
+        for column in group.columns() {
+            let name = column.column_path().string();
+            let start = column
+                .dictionary_page_offset()
+                .unwrap_or(column.data_page_offset());
+            let length = column.compressed_size();
+            let inside = u64::try_from(start)
+                .ok()
+                .zip(u64::try_from(length).ok())
+                .and_then(|(start, length)| start.checked_add(length))
+                .is_some_and(|end| end <= file_bytes);
+            if !inside {
+                return Err(bad(format!(
+                    "row group {g}, column {name}: {length} bytes at offset {start} \
+                     do not lie inside the file's {file_bytes} bytes"
+                )));
+            }
+            if column.num_values() < 0 || column.uncompressed_size() < 0 {
+                return Err(bad(format!(
+                    "row group {g}, column {name}: {} values of {} bytes",
+                    column.num_values(),
+                    column.uncompressed_size()
+                )));
+            }
+        }
+    }
+    if rows != claimed {
+        return Err(bad(format!(
+            "the file claims {claimed} rows but its row groups hold {rows}"
+        )));
+    }
+    Ok(())
 }
 
 /// Where a batch starts in the file, for row numbers in errors.
@@ -435,7 +515,11 @@ impl Rows<'_> {
                     return Err(self.error(
                         i,
                         column,
-                        format!("symbol {value:?} differs from {first:?} on row 1; a file must hold one symbol"),
+                        format!(
+                            "symbol {} differs from {} on row 1; a file must hold one symbol",
+                            excerpt(value),
+                            excerpt(first)
+                        ),
                     ))
                 }
                 Some(_) => {}

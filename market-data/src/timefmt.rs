@@ -40,14 +40,23 @@ pub fn weekday(ts: i64) -> u32 {
 /// Parses one of the accepted forms (see the module docs).
 pub fn parse(text: &str) -> Result<i64, String> {
     let t = text.trim();
+    let shown = || crate::excerpt(t);
     if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
         return t
             .parse::<i64>()
-            .map_err(|e| format!("timestamp {t:?}: {e}"));
+            .map_err(|e| format!("timestamp {}: {e}", shown()));
     }
     let bad = || {
         format!(
-            "timestamp {t:?} is not YYYY-MM-DD, YYYY-MM-DDTHH:MM:SS[.f]Z or integer nanoseconds"
+            "timestamp {} is not YYYY-MM-DD, YYYY-MM-DDTHH:MM:SS[.f]Z or integer nanoseconds",
+            shown()
+        )
+    };
+    // Nanoseconds since 1970 in an i64 cover 1677-09-21 ..= 2262-04-11.
+    let out_of_range = || {
+        format!(
+            "timestamp {} is outside the range of i64 nanoseconds (1677-09-21 ..= 2262-04-11)",
+            shown()
         )
     };
     let (date, time) = match t.find(['T', ' ']) {
@@ -66,12 +75,14 @@ pub fn parse(text: &str) -> Result<i64, String> {
     if y.len() != 4 || !(1..=12).contains(&month) || day == 0 || day > days_in_month(year, month) {
         return Err(bad());
     }
-    let mut nanos = days_from_civil(year, month, day) * NANOS_PER_DAY;
+    let mut nanos = days_from_civil(year, month, day)
+        .checked_mul(NANOS_PER_DAY)
+        .ok_or_else(out_of_range)?;
     if let Some(time) = time {
         let time = time
             .strip_suffix('Z')
             .or_else(|| time.strip_suffix("+00:00"))
-            .ok_or_else(|| format!("timestamp {t:?} must be UTC (end in Z or +00:00)"))?;
+            .ok_or_else(|| format!("timestamp {} must be UTC (end in Z or +00:00)", shown()))?;
         let (hms, fraction) = match time.split_once('.') {
             Some((hms, f)) => (hms, Some(f)),
             None => (time, None),
@@ -80,19 +91,23 @@ pub fn parse(text: &str) -> Result<i64, String> {
         if fields.len() != 3 {
             return Err(bad());
         }
-        let h: i64 = fields[0].parse().map_err(|_| bad())?;
-        let mi: i64 = fields[1].parse().map_err(|_| bad())?;
-        let s: i64 = fields[2].parse().map_err(|_| bad())?;
+        // Unsigned: "-1" is not an hour.
+        let field = |i: usize| fields[i].parse::<u32>().map(i64::from).map_err(|_| bad());
+        let (h, mi, s) = (field(0)?, field(1)?, field(2)?);
         if h > 23 || mi > 59 || s > 59 {
             return Err(bad());
         }
-        nanos += (h * 3600 + mi * 60 + s) * NANOS_PER_SECOND;
+        nanos = nanos
+            .checked_add((h * 3600 + mi * 60 + s) * NANOS_PER_SECOND)
+            .ok_or_else(out_of_range)?;
         if let Some(f) = fraction {
             if f.is_empty() || f.len() > 9 || !f.bytes().all(|b| b.is_ascii_digit()) {
                 return Err(bad());
             }
             let padded = format!("{f:0<9}");
-            nanos += padded.parse::<i64>().map_err(|_| bad())?;
+            nanos = nanos
+                .checked_add(padded.parse::<i64>().map_err(|_| bad())?)
+                .ok_or_else(out_of_range)?;
         }
     }
     Ok(nanos)
@@ -184,5 +199,14 @@ mod tests {
         assert!(parse("2018-12-31T10:00:00+02:00")
             .unwrap_err()
             .contains("UTC"));
+        // Found by market-data/tests/hostile_files: these wrapped around silently.
+        assert!(parse("2024-01-01T-1:00:00Z").is_err());
+        for far in ["9999-12-31", "2262-04-12T00:00:00Z", "1677-09-20"] {
+            assert!(
+                parse(far).unwrap_err().contains("outside the range"),
+                "{far}"
+            );
+        }
+        assert!(parse("2262-04-11T23:47:16Z").is_ok());
     }
 }

@@ -105,6 +105,26 @@ impl Server {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Self {
+        Self::start_with_stdout(
+            plugin_dir,
+            state_dir,
+            listen,
+            extra,
+            env,
+            std::process::Stdio::null(),
+        )
+    }
+
+    /// [`start_with`](Self::start_with) with the server's stdout going to
+    /// `stdout` (e.g. a pipe: take it from `child.stdout`).
+    pub fn start_with_stdout(
+        plugin_dir: &Path,
+        state_dir: &Path,
+        listen: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        stdout: std::process::Stdio,
+    ) -> Self {
         use std::io::BufRead;
         let mut command = Command::new(tli_binary());
         command
@@ -118,7 +138,7 @@ impl Server {
             command.env(k, v);
         }
         let mut child = command
-            .stdout(std::process::Stdio::null())
+            .stdout(stdout)
             .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("start tli host serve");

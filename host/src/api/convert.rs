@@ -8,7 +8,9 @@ use crate::orchestrator::engine::{OrchestratorError, SubmitError};
 use crate::orchestrator::listing::JobView;
 use crate::orchestrator::progress::{JobProgress, TaskProgress};
 use crate::orchestrator::state::TaskState;
-use crate::orchestrator::store::{JobRow, MeasuredMemory, MemorySource, StoreError, TransitionRow};
+use crate::orchestrator::store::{
+    JobRow, MeasuredMemory, MemorySource, StorageFault, StoreError, TransitionRow,
+};
 use crate::orchestrator::{JobId, TaskId};
 use tli_proto::v1 as pb;
 use tonic::Status;
@@ -146,8 +148,19 @@ pub fn invalid(message: impl Into<String>) -> Status {
     Status::invalid_argument(message)
 }
 
+/// A full or read-only disk under the store is the operator's to fix
+/// (RESOURCE_EXHAUSTED, FAILED_PRECONDITION; the transaction was rolled
+/// back, so nothing changed); anything else is the host's own failure.
 pub fn store_error(e: StoreError) -> Status {
-    Status::internal(format!("job store: {e}"))
+    match e.storage_fault() {
+        Some(StorageFault::Full) => Status::resource_exhausted(format!(
+            "job store: {e}: the disk of the state directory is full; nothing was changed: free              space there and try again"
+        )),
+        Some(StorageFault::ReadOnly) => Status::failed_precondition(format!(
+            "job store: {e}: the state directory cannot be written; nothing was changed: make it              writable and try again"
+        )),
+        None => Status::internal(format!("job store: {e}")),
+    }
 }
 
 /// Unknown jobs and tasks are NOT_FOUND, a stop of a finished task

@@ -8,13 +8,22 @@
 //! 10, checkpoint `every_steps`/`every_seconds` 0 → never (as in a file),
 //! `keep` 0 → 3 (an absent checkpoint message gives the job-spec defaults),
 //! synthetic seed 0 → 1, `features_json` "" → the default features.
+//!
+//! Before anything is built from a request, [`check_bounds`] refuses what
+//! would cost the host without bound (found by the malformed-request corpus,
+//! tests/python/hostile_requests.py): more tasks or assets than a job may
+//! have (checked by counting, as 100 000 models × 100 000 assets would be
+//! 10^10 planned tasks), synthetic data beyond [`MAX_SYNTHETIC_ROWS_PER_JOB`]
+//! (built in the host's memory at submission), and names, plugin names,
+//! paths and devices that are too long or hold control characters (they are
+//! stored, shown in terminals and quoted in errors).
 
 use super::convert::invalid;
 use super::typed_configs;
 use crate::orchestrator::executor::{ExecutorKind, SlurmJobOptions};
 use crate::orchestrator::job::{
     self, AssetSpec, CheckpointPolicy, JobSpec, SyntheticAsset, DEFAULT_CHECKPOINT_KEEP,
-    DEFAULT_SEED, DEFAULT_SLICE_STEPS,
+    DEFAULT_SEED, DEFAULT_SLICE_STEPS, MAX_TASKS, SYNTHETIC_ROWS,
 };
 use std::path::PathBuf;
 use tli_data::features::FeatureConfig;
@@ -22,9 +31,93 @@ use tli_plugin_api::Device;
 use tli_proto::v1 as pb;
 use tonic::Status;
 
+/// The longest job name, plugin name, asset path and device a request may
+/// carry, in bytes.
+pub const MAX_NAME_BYTES: usize = 256;
+pub const MAX_PLUGIN_NAME_BYTES: usize = 128;
+pub const MAX_PATH_BYTES: usize = 4096;
+pub const MAX_DEVICE_BYTES: usize = 32;
+/// Rows of a job's synthetic assets together (each row costs about 55 bytes
+/// of host memory from submission on): as many as one asset may have.
+pub const MAX_SYNTHETIC_ROWS_PER_JOB: u64 = *SYNTHETIC_ROWS.end() as u64;
+
+/// Refuses a request whose size alone is a problem (see the module doc),
+/// before any of it is converted.
+pub fn check_bounds(req: &pb::StartTrainingRequest) -> Result<(), Status> {
+    check_text("name", &req.name, MAX_NAME_BYTES)?;
+    check_text("device", &req.device, MAX_DEVICE_BYTES)?;
+    if req.assets.len() > MAX_TASKS {
+        return Err(invalid(format!(
+            "assets: {} assets; at most {MAX_TASKS} per job (split them into several jobs)",
+            req.assets.len()
+        )));
+    }
+    let per_model = req.assets.len().max(1) as u64;
+    let tasks: u64 = req
+        .model
+        .iter()
+        .chain(&req.models)
+        .map(|m| if m.pooled { 1 } else { per_model })
+        .sum();
+    if tasks > MAX_TASKS as u64 {
+        return Err(invalid(format!(
+            "{tasks} tasks (models × assets); at most {MAX_TASKS} per job"
+        )));
+    }
+    for (i, m) in req.model.iter().chain(&req.models).enumerate() {
+        if let Some(pb::model_spec::Config::Plugin(p)) = &m.config {
+            check_text(
+                &format!("models[{i}].plugin.plugin"),
+                &p.plugin,
+                MAX_PLUGIN_NAME_BYTES,
+            )?;
+        }
+    }
+    let mut rows: u64 = 0;
+    for (i, a) in req.assets.iter().enumerate() {
+        match &a.source {
+            Some(pb::asset_spec::Source::DataPath(path)) => {
+                check_text(&format!("assets[{i}].data_path"), path, MAX_PATH_BYTES)?;
+            }
+            // One asset beyond the limit is named by the spec check.
+            Some(pb::asset_spec::Source::Synthetic(s)) if s.rows <= MAX_SYNTHETIC_ROWS_PER_JOB => {
+                rows += s.rows
+            }
+            Some(pb::asset_spec::Source::Synthetic(_)) => {}
+            None => {}
+        }
+    }
+    if rows > MAX_SYNTHETIC_ROWS_PER_JOB {
+        return Err(invalid(format!(
+            "assets: the synthetic assets have {rows} rows in all; at most \
+             {MAX_SYNTHETIC_ROWS_PER_JOB} per job (they are built in the host's memory); \
+             use fewer or shorter ones"
+        )));
+    }
+    Ok(())
+}
+
+/// At most `max` bytes and no control character (NUL, escape sequences, …).
+fn check_text(field: &str, text: &str, max: usize) -> Result<(), Status> {
+    if text.len() > max {
+        return Err(invalid(format!(
+            "{field}: {} bytes; at most {max}",
+            text.len()
+        )));
+    }
+    if let Some((at, c)) = text.char_indices().find(|(_, c)| c.is_control()) {
+        return Err(invalid(format!(
+            "{field}: control character U+{:04X} at byte {at}; use printable text",
+            c as u32
+        )));
+    }
+    Ok(())
+}
+
 /// Turns a request into a job spec and runs [`JobSpec::check`] on it; every
 /// problem is `INVALID_ARGUMENT` naming the field (`models[1].steps: …`).
 pub fn job_spec(req: &pb::StartTrainingRequest) -> Result<JobSpec, Status> {
+    check_bounds(req)?;
     let models: Vec<&pb::ModelSpec> = match (&req.model, req.models.is_empty()) {
         (Some(m), true) => vec![m],
         (None, false) => req.models.iter().collect(),
@@ -410,6 +503,51 @@ mod tests {
         let mut req = request();
         req.device = "gpu".into();
         assert!(message(&req).starts_with("device: "));
+    }
+
+    /// Defects found by the malformed-request corpus (issue 16): sizes are
+    /// refused by counting, before anything is built from the request.
+    #[test]
+    fn abusive_sizes_are_refused_before_anything_is_built() {
+        let model = request().model.unwrap();
+        let asset = request().assets[0].clone();
+        let mut req = request();
+        req.model = None;
+        req.models = vec![model.clone(); 100_000];
+        req.assets = vec![asset.clone(); 1000];
+        assert_eq!(
+            message(&req),
+            "100000000 tasks (models × assets); at most 1024 per job"
+        );
+        let mut req = request();
+        req.assets = vec![asset.clone(); 1025];
+        assert!(message(&req).starts_with("assets: 1025 assets; at most 1024 per job"));
+        let mut req = request();
+        req.assets = vec![asset; 2];
+        for a in &mut req.assets {
+            if let Some(pb::asset_spec::Source::Synthetic(s)) = a.source.as_mut() {
+                s.rows = 6_000_000;
+            }
+        }
+        assert!(message(&req).starts_with("assets: the synthetic assets have 12000000 rows"));
+
+        let mut req = request();
+        req.name = "n".repeat(MAX_NAME_BYTES + 1);
+        assert_eq!(message(&req), "name: 257 bytes; at most 256");
+        req.name = "\u{1b}[2Jx".into();
+        assert_eq!(
+            message(&req),
+            "name: control character U+001B at byte 0; use printable text"
+        );
+        req.name = "日本語 ✓".into();
+        assert!(job_spec(&req).is_ok());
+
+        let mut req = request();
+        req.assets[0].source = Some(pb::asset_spec::Source::DataPath("/d".repeat(4096)));
+        assert!(message(&req).starts_with("assets[0].data_path: 8192 bytes"));
+        let mut req = request();
+        req.model = Some(plugin_model(&"p".repeat(129), 5, 0, String::new()));
+        assert!(message(&req).starts_with("models[0].plugin.plugin: 129 bytes"));
     }
 
     /// Defect (issue 10): a file's and the API's checkpoint intervals follow

@@ -9,6 +9,8 @@
 //!   (with the worker token; served when the host has a Slurm executor).
 //! * [`auth`]: the bearer-token interceptor.
 //! * [`convert`]: requests → job specs, progress → messages, errors → `Status`.
+//! * [`request_errors`]: tonic's own statuses for malformed, oversized or
+//!   empty requests, given the contract's codes.
 //!
 //! [`router`] assembles everything (with gRPC health and reflection v1 and
 //! v1alpha) into a tonic router; the caller binds the listener and decides
@@ -21,6 +23,7 @@ pub mod convert;
 pub mod history;
 pub mod job_request;
 pub mod plugins;
+pub mod request_errors;
 pub mod resources;
 pub mod training;
 pub mod typed_configs;
@@ -30,6 +33,7 @@ pub mod worker_service;
 use crate::orchestrator::engine::Orchestrator;
 use crate::telemetry::RpcMetricsLayer;
 use auth::Auth;
+use request_errors::RequestErrorsLayer;
 use std::sync::Arc;
 use tli_proto::v1::plugin_service_server::PluginServiceServer;
 use tli_proto::v1::resource_service_server::ResourceServiceServer;
@@ -163,8 +167,9 @@ pub fn incoming(listener: tokio::net::TcpListener) -> tonic::transport::server::
     tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
 }
 
-/// The API's router: every request is counted and timed for `/metrics`.
-pub type ApiRouter = Router<Stack<RpcMetricsLayer, NoLayer>>;
+/// The API's router: every request is counted and timed for `/metrics`, and
+/// tonic's statuses for malformed requests get the contract's codes.
+pub type ApiRouter = Router<Stack<RequestErrorsLayer, Stack<RpcMetricsLayer, NoLayer>>>;
 
 /// The services, the health service (always without a token) and
 /// reflection, behind the token check when `config.token` is set. Health
@@ -203,6 +208,7 @@ pub async fn router(
     });
     let router = builder
         .layer(RpcMetricsLayer)
+        .layer(RequestErrorsLayer)
         .add_service(health)
         .add_service(InterceptedService::new(reflection_v1, auth.clone()))
         .add_service(InterceptedService::new(reflection_v1alpha, auth.clone()))

@@ -78,6 +78,9 @@ pub(super) fn open_host(
             DataRoots::new(&opts.data_roots).context("--data-root")?
         }),
     })?;
+    // A fatal signal on a runner thread names its task for the next start.
+    crate::orchestrator::crash_blame::install(&opts.state_dir)
+        .context("installing the crash handlers")?;
     let budget = host.budget();
     eprintln!(
         "host: state {} · {} plugin(s) · {} budget {} · strategy {}",

@@ -17,7 +17,10 @@
 //! On SIGINT or SIGTERM: health turns NOT_SERVING, every watch stream ends,
 //! new work is refused, the server stops accepting connections, running tasks
 //! checkpoint and become `interrupted` (waiting up to `--shutdown-timeout`
-//! seconds), and the process exits 0. A second signal exits at once (130).
+//! seconds; tasks still running then — a plugin stuck in `step` — are marked
+//! `interrupted` without a new checkpoint, and runner threads a forced stop
+//! gave up on are not waited for), and the process exits 0. A second signal
+//! exits at once (130).
 
 use super::host::open_host;
 use crate::api::{self, ServerConfig, ShutdownSignal, TlsPem};
@@ -339,7 +342,7 @@ async fn run(
     orchestrator.shutdown_flag().store(true, Ordering::SeqCst);
     eprintln!(
         "tli host serve: {why}: shutting down; checkpointing {} running task(s) (up to {}s)",
-        orchestrator.active_count(),
+        orchestrator.waiting_count(),
         shutdown_timeout.as_secs()
     );
     // Slurm workers record their last checkpoints through the server: it
@@ -360,12 +363,15 @@ async fn run(
                     failure.get_or_insert_with(|| anyhow!("scheduling loop: {e}"));
                 }
             }
-            Err(_) => eprintln!(
-                "tli host serve: {} task(s) did not checkpoint within {}s; they resume from \
-                 their last checkpoint at the next start",
-                orchestrator.active_count(),
-                shutdown_timeout.as_secs()
-            ),
+            Err(_) => {
+                // A plugin stuck in `step` must not keep the host from exiting.
+                let stuck = orchestrator.give_up_on_running(shutdown_timeout);
+                eprintln!(
+                    "tli host serve: {stuck} task(s) did not checkpoint within {}s; marked \
+                     interrupted, they resume from their last checkpoint at the next start",
+                    shutdown_timeout.as_secs()
+                )
+            }
         }
     }
     if let Some(stop) = stop_server.take() {

@@ -47,6 +47,9 @@
 //!   Tasks ranked *ahead* of it (a higher priority submitted later) still go
 //!   first: priority is respected, not overridden. `max_skips = 0` turns
 //!   backfill off (strict order, like `Parallel(∞)`).
+//! * **Abandoned tasks** ([`Arbiter::abandon`]: a forced stop gave up on a
+//!   plugin that never returned) keep their bytes until released, but not
+//!   their place in `Sequential`'s or `Parallel(n)`'s count.
 //!
 //! The arbiter is pure bookkeeping: no I/O, no threads, no clock. The caller
 //! serialises calls (one arbiter per device behind the orchestrator's lock),
@@ -54,8 +57,8 @@
 //! starts the tasks it returns, and calls [`Arbiter::release`] when a task
 //! ends (or when a queued task is cancelled, to drop its skip count).
 //!
-//! [`cpu_budget_from_meminfo`] (the only function with I/O, at the bottom)
-//! sizes the budget of the `cpu` device from `/proc/meminfo`.
+//! [`cpu_budget_from_meminfo`] (re-exported from `cpu_budget.rs`, the only
+//! I/O) sizes the budget of the `cpu` device from `/proc/meminfo`.
 
 use super::TaskId;
 use crate::byte_size::format_bytes;
@@ -64,12 +67,13 @@ use std::fmt;
 use std::str::FromStr;
 use tli_plugin_api::Device;
 
+pub use super::cpu_budget::{
+    cpu_budget_from_meminfo, parse_meminfo_total, MeminfoError, DEFAULT_CPU_BUDGET_FRACTION,
+};
+
 /// How many times a candidate may be passed over by later ones (under
 /// [`Strategy::Auto`]) before it blocks everything behind it.
 pub const DEFAULT_MAX_SKIPS: u32 = 3;
-
-/// The default fraction of `MemTotal` given to the `cpu` device.
-pub const DEFAULT_CPU_BUDGET_FRACTION: f64 = 0.5;
 
 /// The margin is kept in millionths so that [`Arbiter::with_margin`] is exact
 /// integer arithmetic (`0.1` is exactly 100 000 ppm; no `110.00000000000001`).
@@ -270,6 +274,10 @@ pub struct Arbiter {
     reserved: u128,
     /// Skip counts of queued tasks passed over at least once.
     skips: HashMap<TaskId, u32>,
+    /// Running tasks given up on (a forced stop's deadline passed): their
+    /// bytes stay reserved, but they no longer count against a strategy's
+    /// number of tasks at once.
+    abandoned: Vec<TaskId>,
 }
 
 impl Arbiter {
@@ -291,6 +299,7 @@ impl Arbiter {
             running: Vec::new(),
             reserved: 0,
             skips: HashMap::new(),
+            abandoned: Vec::new(),
         }
     }
 
@@ -408,7 +417,10 @@ impl Arbiter {
         if self.reserved > total || queue.is_empty() {
             return Vec::new();
         }
-        let limit = self.strategy.max_running();
+        let limit = self
+            .strategy
+            .max_running()
+            .map(|n| n + self.abandoned.len());
         if limit.is_some_and(|n| self.running.len() >= n) {
             return Vec::new();
         }
@@ -475,6 +487,33 @@ impl Arbiter {
             self.reserved -= bytes as u128;
         }
         self.skips.remove(&task);
+        self.abandoned.retain(|&t| t != task);
+    }
+
+    /// A running task was given up on (its thread may never end): it keeps
+    /// its bytes (its memory is still held) until [`release`](Self::release),
+    /// but no longer takes one of the strategy's places, so a stuck task
+    /// cannot stop `sequential` or `parallel:N` forever.
+    pub fn abandon(&mut self, task: TaskId) {
+        if self.is_running(task) && !self.abandoned.contains(&task) {
+            self.abandoned.push(task);
+        }
+    }
+
+    /// The most a task may measure: above it, its measurement plus the
+    /// margin exceeds the whole budget, so it could not run even alone.
+    pub fn memory_cap(&self) -> u64 {
+        // `with_margin` is monotone: the largest `m` with with_margin(m) ≤ budget.
+        let (mut low, mut high) = (0u64, self.budget.total_bytes);
+        while low < high {
+            let mid = low + (high - low).div_ceil(2);
+            if self.with_margin(mid) <= self.budget.total_bytes {
+                low = mid;
+            } else {
+                high = mid - 1;
+            }
+        }
+        low
     }
 
     /// Replaces a running task's reservation by `measured_bytes` plus the
@@ -498,51 +537,6 @@ impl Arbiter {
     }
 }
 
-/// Why the `cpu` budget could not be sized.
-#[derive(Debug, thiserror::Error)]
-pub enum MeminfoError {
-    /// `/proc/meminfo` could not be read.
-    #[error("cannot read /proc/meminfo: {0}")]
-    Io(#[from] std::io::Error),
-    /// No parsable `MemTotal:` line.
-    #[error("/proc/meminfo has no parsable \"MemTotal: <n> kB\" line")]
-    NoMemTotal,
-    /// The fraction is not in (0, 1].
-    #[error("the cpu budget fraction must be in (0, 1], got {0}")]
-    BadFraction(f64),
-}
-
-/// `MemTotal` in bytes from the text of `/proc/meminfo` (`None` if absent).
-pub fn parse_meminfo_total(text: &str) -> Option<u64> {
-    let rest = text
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))?
-        .trim();
-    let (number, unit) = match rest.split_once(char::is_whitespace) {
-        Some((n, u)) => (n, u.trim()),
-        None => (rest, ""),
-    };
-    let n: u64 = number.parse().ok()?;
-    let scale = match unit {
-        "kB" | "KB" | "kiB" | "KiB" => 1024,
-        "" | "B" => 1,
-        _ => return None,
-    };
-    n.checked_mul(scale)
-}
-
-/// The `cpu` device's budget: `fraction` (in (0, 1];
-/// [`DEFAULT_CPU_BUDGET_FRACTION`] = 0.5 by default) of `MemTotal` from
-/// `/proc/meminfo`, rounded down. The only function here that does I/O.
-pub fn cpu_budget_from_meminfo(fraction: f64) -> Result<u64, MeminfoError> {
-    if !(fraction > 0.0 && fraction <= 1.0) {
-        return Err(MeminfoError::BadFraction(fraction));
-    }
-    let text = std::fs::read_to_string("/proc/meminfo")?;
-    let total = parse_meminfo_total(&text).ok_or(MeminfoError::NoMemTotal)?;
-    Ok((total as f64 * fraction) as u64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -558,20 +552,47 @@ mod tests {
     }
 
     #[test]
-    fn parses_meminfo() {
-        let text = "MemFree:  10 kB\nMemTotal:       131891196 kB\n";
-        assert_eq!(parse_meminfo_total(text), Some(131_891_196 * 1024));
-        assert_eq!(parse_meminfo_total("MemFree: 1 kB\n"), None);
-        assert_eq!(parse_meminfo_total("MemTotal: x kB\n"), None);
+    fn the_memory_cap_is_the_largest_measurement_that_fits_alone() {
+        let budget = Budget {
+            device: Device::Cpu,
+            total_bytes: 1_000_000,
+        };
+        let arbiter = Arbiter::new(Strategy::Auto, budget, 0.1);
+        let cap = arbiter.memory_cap();
+        assert!(arbiter.with_margin(cap) <= 1_000_000);
+        assert!(arbiter.with_margin(cap + 1) > 1_000_000);
+        assert_eq!(cap, 909_090);
     }
 
     #[test]
-    fn cpu_budget_is_positive_on_linux() {
-        let half = cpu_budget_from_meminfo(DEFAULT_CPU_BUDGET_FRACTION).expect("meminfo");
-        assert!(half > 0);
-        let all = cpu_budget_from_meminfo(1.0).expect("meminfo");
-        assert!(half <= all);
-        assert!(cpu_budget_from_meminfo(0.0).is_err());
-        assert!(cpu_budget_from_meminfo(f64::NAN).is_err());
+    fn an_abandoned_task_keeps_its_bytes_but_not_its_place() {
+        let budget = Budget {
+            device: Device::Cpu,
+            total_bytes: 100,
+        };
+        let mut arbiter = Arbiter::new(Strategy::Sequential, budget, 0.0);
+        let c = |task, bytes| Candidate {
+            task,
+            priority: 0,
+            order: task as u64,
+            bytes,
+        };
+        assert_eq!(arbiter.select(&[c(1, 30)]), vec![1]);
+        assert!(arbiter.select(&[c(2, 30)]).is_empty(), "one at a time");
+        arbiter.abandon(1);
+        assert_eq!(
+            arbiter.select(&[c(2, 30)]),
+            vec![2],
+            "the stuck one lost its place"
+        );
+        assert_eq!(arbiter.reserved(), 60, "but not its bytes");
+        assert!(arbiter.select(&[c(3, 30)]).is_empty());
+        arbiter.release(1);
+        arbiter.release(2);
+        assert_eq!(arbiter.select(&[c(3, 30)]), vec![3]);
+        assert!(
+            arbiter.select(&[c(4, 30)]).is_empty(),
+            "abandonment ended with release"
+        );
     }
 }

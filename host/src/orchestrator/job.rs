@@ -221,10 +221,23 @@ impl JobSpec {
 }
 
 impl JobSpec {
-    /// Parses a job-spec file (JSON) and checks it; errors name the field.
+    /// Parses a job-spec file (JSON) and checks it; errors name the field
+    /// (`job spec: models[0].steps: invalid type: …`) and quote at most
+    /// [`MAX_MESSAGE_CHARS`] characters of it (a refused value can be huge).
     pub fn from_json(text: &str) -> Result<Self, String> {
-        let spec: Self = serde_json::from_str(text).map_err(|e| format!("job spec: {e}"))?;
-        spec.check()?;
+        let mut json = serde_json::Deserializer::from_str(text);
+        let spec: Self = serde_path_to_error::deserialize(&mut json)
+            .map_err(|e| match e.path().to_string().as_str() {
+                "." => format!("job spec: {}", e.inner()),
+                path => format!("job spec: {path}: {}", e.inner()),
+            })
+            .and_then(|spec| {
+                json.end()
+                    .map(|()| spec)
+                    .map_err(|e| format!("job spec: {e}"))
+            })
+            .map_err(brief)?;
+        spec.check().map_err(brief)?;
         Ok(spec)
     }
 
@@ -239,7 +252,11 @@ impl JobSpec {
         if self.assets.is_empty() {
             return Err("assets: at least one asset is needed".into());
         }
-        let tasks = self.task_plan().len();
+        // Counted, not planned: models × assets can be billions.
+        let pooled = self.models.iter().filter(|m| m.pooled).count();
+        let tasks = (self.models.len() - pooled)
+            .saturating_mul(self.assets.len())
+            .saturating_add(pooled);
         if tasks > MAX_TASKS {
             return Err(format!(
                 "{tasks} tasks (models × assets); at most {MAX_TASKS} per job"
@@ -294,6 +311,18 @@ impl JobSpec {
             );
         }
         Ok(())
+    }
+}
+
+/// Longest refusal [`JobSpec::from_json`] gives, in characters.
+pub const MAX_MESSAGE_CHARS: usize = 1000;
+
+/// `message` cut to [`MAX_MESSAGE_CHARS`] characters (serde quotes a
+/// refused string whole).
+fn brief(message: String) -> String {
+    match message.char_indices().nth(MAX_MESSAGE_CHARS) {
+        None => message,
+        Some((cut, _)) => format!("{}… ({} bytes in all)", &message[..cut], message.len()),
     }
 }
 

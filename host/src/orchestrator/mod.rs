@@ -15,6 +15,10 @@
 //! * [`data_root`]: the directories bar files named by jobs must be under.
 //! * [`executor`]: where tasks run: runner threads in the host, or Slurm jobs.
 //! * [`runner`]: the per-task thread (slices, stop requests, checkpoints).
+//! * [`memory_watch`]: a running task's memory measured again as it runs,
+//!   and the cap above which it fails.
+//! * [`crash_blame`]: a fatal signal on a runner thread names its task, so
+//!   the next start fails that task instead of resuming it into a crash loop.
 //! * [`task_record`]: where a runner records its task: the store (a runner
 //!   thread in the host) or the host's worker service (a `tli worker`).
 //! * [`engine`]: the [`Orchestrator`](engine::Orchestrator) tying it together;
@@ -28,6 +32,8 @@
 
 pub mod arbiter;
 pub mod checkpoint;
+mod cpu_budget;
+pub mod crash_blame;
 pub mod cuda;
 pub mod data_root;
 pub mod engine;
@@ -35,6 +41,7 @@ pub mod executor;
 pub mod job;
 pub mod listing;
 pub mod live;
+pub mod memory_watch;
 pub mod progress;
 pub mod runner;
 pub mod state;

@@ -2,7 +2,8 @@
 //! tensors are `Send`, not `Sync`), drives `step(n)` in slices, and between
 //! slices checks for stop requests, publishes progress and metrics (to
 //! [`LiveProgress`] after every slice; to the store about once a second, batched, and
-//! always before a checkpoint and at the end), reports measured memory once,
+//! always before a checkpoint and at the end), measures memory after the first
+//! slice and again at most every second (the rules are [`super::memory_watch`]'s),
 //! and checkpoints on schedule. It records its own
 //! state transitions in the store and tells the scheduler when it is done.
 //!
@@ -11,9 +12,11 @@
 //! newest good one into a fresh trainer.
 
 use super::checkpoint;
+use super::checkpoint::failures::{AfterFailure, FailedWrites};
 use super::job::CheckpointPolicy;
+use super::memory_watch::{device_peak, restart_peak, MemoryCap, MemoryWatch};
 use super::state::TaskState;
-use super::store::{MeasuredMemory, MemorySource, TaskRow};
+use super::store::TaskRow;
 use super::task_record::{RecordError, TaskRecord};
 use super::TaskId;
 use crate::registry::{PluginRegistry, TrainerHandle};
@@ -24,9 +27,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tli_plugin_api::{
-    Dataset, Device, ErrorCode, MemoryBreakdown, PluginError, TaskInputs, TaskSpec,
-};
+use tli_plugin_api::{Dataset, ErrorCode, PluginError, TaskInputs, TaskSpec};
 
 /// What the scheduler asks of a running task (stored in an `AtomicU8`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -104,7 +105,8 @@ pub enum Outcome {
 
 #[derive(Debug)]
 pub enum RunnerEvent {
-    /// Measured bytes after the first slice (replaces the estimate).
+    /// Measured bytes: after the first slice (replaces the estimate), then
+    /// whenever they grew by more than a tenth ([`super::memory_watch`]).
     Measured {
         task: TaskId,
         bytes: u64,
@@ -168,6 +170,8 @@ pub struct RunnerContext {
     pub threads: i32,
     /// Runners on this task's device.
     pub occupancy: Arc<DeviceOccupancy>,
+    /// A task measuring more fails (`None`: no cap, e.g. a Slurm worker).
+    pub memory_cap: Option<MemoryCap>,
 }
 
 /// How often a runner writes its progress and metrics to the store at most.
@@ -223,6 +227,7 @@ fn lower_own_priority() {
 /// Runs the task on the calling thread until it completes, fails or stops;
 /// its final state is recorded before this returns.
 pub fn run(ctx: &RunnerContext) -> Outcome {
+    super::crash_blame::enter_task(ctx.task.id);
     let _on_device = ctx.occupancy.enter();
     lower_own_priority();
     tch::set_num_threads(ctx.threads.max(1));
@@ -299,8 +304,14 @@ fn transition(ctx: &RunnerContext, to: TaskState, reason: &str) {
 struct Runner {
     trainer: TrainerHandle,
     steps: u64,
+    /// The step of the newest checkpoint on disk (0: none).
     last_checkpoint_step: u64,
+    /// The step and time of the last checkpoint attempt, written or failed:
+    /// the schedule counts from it.
+    last_attempt_step: u64,
     last_checkpoint_at: Instant,
+    /// Checkpoint writes that failed in a row ([`checkpoint::failures`]).
+    failed_writes: FailedWrites,
     /// Metrics per slice (step, metrics) not yet in the store.
     unflushed: Vec<(u64, Vec<(String, f64)>)>,
     /// Whether `steps` is ahead of the store.
@@ -342,7 +353,9 @@ impl Runner {
             trainer,
             steps,
             last_checkpoint_step: steps,
+            last_attempt_step: steps,
             last_checkpoint_at: Instant::now(),
+            failed_writes: FailedWrites::default(),
             unflushed: Vec::new(),
             steps_unflushed: false,
             last_flush: Instant::now(),
@@ -351,27 +364,28 @@ impl Runner {
 
     fn train(&mut self, ctx: &RunnerContext) -> Result<Outcome, PluginError> {
         let total = ctx.task.total_steps;
-        let mut measured = false;
+        let mut memory = MemoryWatch::default();
         while self.steps < total {
             match StopRequest::load(&ctx.stop) {
                 StopRequest::None => {}
                 StopRequest::Forced => return Ok(Outcome::Cancelled),
                 StopRequest::Graceful => {
-                    self.checkpoint(ctx, CheckpointReason::StopRequested)?;
+                    self.checkpoint_before_stopping(ctx, CheckpointReason::StopRequested);
                     return Ok(Outcome::Cancelled);
                 }
                 StopRequest::Shutdown => {
-                    self.checkpoint(ctx, CheckpointReason::HostShutdown)?;
+                    self.checkpoint_before_stopping(ctx, CheckpointReason::HostShutdown);
                     return Ok(Outcome::Interrupted);
                 }
                 StopRequest::Preempted => {
-                    self.checkpoint(ctx, CheckpointReason::Preempted)?;
+                    self.checkpoint_before_stopping(ctx, CheckpointReason::Preempted);
                     return Ok(Outcome::Interrupted);
                 }
             }
             let n = ctx.slice_steps.min(total - self.steps);
             // Measure the first slice on the allocator when alone on the device.
-            let alone = (!measured)
+            let alone = memory
+                .first()
                 .then(|| ctx.occupancy.alone())
                 .flatten()
                 .filter(|_| restart_peak(ctx.task.device));
@@ -384,13 +398,17 @@ impl Runner {
             if self.last_flush.elapsed() >= PROGRESS_FLUSH_INTERVAL {
                 self.flush_progress(ctx)?;
             }
-            if !measured {
-                measured = true;
+            if memory.due() {
                 let peak = alone
                     .filter(|marker| ctx.occupancy.alone() == Some(*marker))
                     .and_then(|_| device_peak(ctx.task.device));
-                let memory = measured_memory(&self.trainer.memory()?, peak);
-                ctx.record.measured(&memory).map_err(record_err)?;
+                let (record, estimate) = (ctx.record.as_ref(), ctx.task.estimate_bytes);
+                let cap = ctx.memory_cap;
+                if let Some(why) =
+                    memory.measure(&self.trainer, peak, record, cap, estimate, self.steps)?
+                {
+                    return Ok(Outcome::Failed(why));
+                }
             }
             if report.steps_done == 0 && StopRequest::load(&ctx.stop) == StopRequest::None {
                 return Err(PluginError::other(format!(
@@ -414,7 +432,7 @@ impl Runner {
     fn checkpoint_due(&self, policy: &CheckpointPolicy) -> bool {
         let by_steps = policy
             .every_steps
-            .is_some_and(|n| self.steps - self.last_checkpoint_step >= n);
+            .is_some_and(|n| self.steps - self.last_attempt_step >= n);
         let by_time = policy
             .every_seconds
             .is_some_and(|s| self.last_checkpoint_at.elapsed().as_secs_f64() >= s);
@@ -455,10 +473,38 @@ impl Runner {
         );
         let trainer = &mut self.trainer;
         let writing = Instant::now();
-        let saved = checkpoint::write_atomic(&ctx.checkpoint_root, self.steps, |dir: &Path| {
-            trainer.save_checkpoint(dir)
-        })
-        .map_err(|e| PluginError::io(format!("checkpoint at step {} failed: {e}", self.steps)))?;
+        self.last_attempt_step = self.steps;
+        self.last_checkpoint_at = writing;
+        let saved =
+            match checkpoint::write_atomic(&ctx.checkpoint_root, self.steps, |dir: &Path| {
+                trainer.save_checkpoint(dir)
+            }) {
+                Ok(saved) => saved,
+                Err(e) => {
+                    let what = format!("{why} checkpoint at step {} failed: {e}", self.steps);
+                    return match self.failed_writes.failed(
+                        why.is_routine(),
+                        &what,
+                        self.last_checkpoint_step,
+                        ctx.task.job_id,
+                    ) {
+                        AfterFailure::Continue(warning) => {
+                            tracing::warn!(task = ctx.task.id, "{warning}");
+                            ctx.record
+                                .log_sink()
+                                .log_line(&ctx.task.plugin, "warn", &warning);
+                            transition(
+                                ctx,
+                                TaskState::Running,
+                                "checkpoint failed; training goes on",
+                            );
+                            Ok(())
+                        }
+                        AfterFailure::Fail(error) => Err(PluginError::io(error)),
+                    };
+                }
+            };
+        self.failed_writes.succeeded();
         let new_row = ctx
             .record
             .add_checkpoint(
@@ -483,11 +529,28 @@ impl Runner {
         checkpoint::prune(&ctx.checkpoint_root, ctx.policy.keep)
             .map_err(|e| PluginError::io(format!("pruning old checkpoints: {e}")))?;
         self.last_checkpoint_step = self.steps;
-        self.last_checkpoint_at = Instant::now();
         if why.is_routine() {
             transition(ctx, TaskState::Running, "checkpoint written");
         }
         Ok(())
+    }
+}
+
+impl Runner {
+    /// The checkpoint before a stop, a shutdown or a preemption: when it
+    /// fails the task still stops as asked, with a warning, and resumes from
+    /// its last good checkpoint ([`checkpoint::failures`]).
+    fn checkpoint_before_stopping(&mut self, ctx: &RunnerContext, why: CheckpointReason) {
+        if let Err(e) = self.checkpoint(ctx, why) {
+            let warning = format!(
+                "{}; the task stops as asked and resumes from its last good checkpoint",
+                e.message
+            );
+            tracing::warn!(task = ctx.task.id, "{warning}");
+            ctx.record
+                .log_sink()
+                .log_line(&ctx.task.plugin, "warn", &warning);
+        }
     }
 }
 
@@ -517,45 +580,6 @@ fn record_err(e: RecordError) -> PluginError {
     PluginError::io(e.to_string())
 }
 
-/// Restarts the device's peak counters; false when it has none (CPU) or fails.
-fn restart_peak(device: Device) -> bool {
-    device
-        .cuda_index()
-        .is_some_and(|i| super::cuda::reset_peak(i).is_ok())
-}
-
-/// The most bytes in tensors on the device since [`restart_peak`]. With the
-/// task alone on the device that is its own footprint: parameters, optimizer
-/// state and the slice's activations. Otherwise the plugin's own count of
-/// its tensors stands (the process-wide counters mix tasks).
-fn device_peak(device: Device) -> Option<u64> {
-    super::cuda::allocator_stats(device.cuda_index()?)
-        .ok()
-        .map(|s| s.allocated_peak)
-}
-
-/// The plugin's own count by component; with an allocator peak (the task
-/// alone on a CUDA device) the activations are what the peak holds beyond
-/// parameters, gradients and optimizer state, when that is more. The total is
-/// the larger of the peak and the plugin's count.
-fn measured_memory(counted: &MemoryBreakdown, peak: Option<u64>) -> MeasuredMemory {
-    let fixed = counted.parameters + counted.gradients + counted.optimizer_state;
-    let (activations, source) = match peak {
-        Some(peak) => (
-            peak.saturating_sub(fixed).max(counted.activations),
-            MemorySource::CudaAllocator,
-        ),
-        None => (counted.activations, MemorySource::PluginCount),
-    };
-    MeasuredMemory {
-        parameters: counted.parameters,
-        gradients: counted.gradients,
-        optimizer_state: counted.optimizer_state,
-        activations,
-        source,
-    }
-}
-
 fn metric_pairs(metrics: &[tli_plugin_api::Metric]) -> Vec<(String, f64)> {
     metrics
         .iter()
@@ -565,24 +589,7 @@ fn metric_pairs(metrics: &[tli_plugin_api::Metric]) -> Vec<(String, f64)> {
 
 #[cfg(test)]
 mod tests {
-    use super::{measured_memory, DeviceOccupancy, MemoryBreakdown, MemorySource};
-
-    #[test]
-    fn the_breakdown_sums_to_the_larger_of_the_peak_and_the_plugins_count() {
-        let counted = MemoryBreakdown {
-            parameters: 100,
-            gradients: 100,
-            optimizer_state: 200,
-            activations: 50,
-        };
-        let cpu = measured_memory(&counted, None);
-        assert_eq!((cpu.total(), cpu.source), (450, MemorySource::PluginCount));
-        let cuda = measured_memory(&counted, Some(1000));
-        assert_eq!((cuda.activations, cuda.total()), (600, 1000));
-        assert_eq!(cuda.source, MemorySource::CudaAllocator);
-        // A peak below the plugin's count keeps the count (the old max rule).
-        assert_eq!(measured_memory(&counted, Some(300)).total(), 450);
-    }
+    use super::DeviceOccupancy;
 
     #[test]
     fn a_runner_is_alone_only_while_nobody_else_comes_or_goes() {

@@ -155,6 +155,8 @@ pub fn run_worker(options: &WorkerOptions) -> Result<Outcome, WorkerError> {
         plugin_cancel: plugin_cancel.clone(),
         threads: threads as i32,
         occupancy: Arc::new(DeviceOccupancy::default()),
+        // Slurm gave the job its memory; the host's budget is not this node's.
+        memory_cap: None,
     };
 
     let done = Arc::new(AtomicBool::new(false));

@@ -20,14 +20,16 @@ use std::path::Path;
 pub fn read(path: &Path) -> Result<BarTable, DataError> {
     let file = File::open(path).map_err(|e| DataError::io(path, e))?;
     let file_bytes = file.metadata().map_err(|e| DataError::io(path, e))?.len();
-    let reader = DynReader::inferred_with_buffer(BufReader::with_capacity(1 << 16, file))
+    let mut reader = DynReader::inferred_with_buffer(BufReader::with_capacity(1 << 16, file))
         .map_err(|e| DataError::bad_file(path, format!("cannot be read as DBN: {e}")))?;
     // Room for the records the file probably holds (OHLCV records are 56
     // bytes; zstd shrinks bars about 4x), so the columns rarely regrow.
     let expansion = if reader.is_compressed() { 4 } else { 1 };
     let estimate = (file_bytes.saturating_mul(expansion) / 56).min(1 << 26) as usize;
+    let head = read_metadata_block(path, &mut reader)?;
+    let stream = io::Cursor::new(head).chain(reader);
     let mut decoder =
-        DbnDecoder::with_upgrade_policy(Watched::new(reader), VersionUpgradePolicy::UpgradeToV3)
+        DbnDecoder::with_upgrade_policy(Watched::new(stream), VersionUpgradePolicy::UpgradeToV3)
             .map_err(|e| DataError::bad_file(path, format!("is not a readable DBN file: {e}")))?;
     let metadata = decoder.metadata().clone();
     let schema = metadata
@@ -59,18 +61,25 @@ pub fn read(path: &Path) -> Result<BarTable, DataError> {
         };
         record_bytes += record.record_size() as u64;
         let header = record.header();
-        let bar = match record.get::<OhlcvMsg>() {
-            Some(bar) if header.rtype == bar_rtype || header.rtype == rtype::OHLCV_DEPRECATED => {
-                bar
-            }
-            _ => {
-                return Err(DataError::bad_row(
-                    path,
-                    row,
-                    format!("record type {:#04x} is not an {schema} bar", header.rtype),
-                ))
-            }
-        };
+        if header.rtype != bar_rtype && header.rtype != rtype::OHLCV_DEPRECATED {
+            return Err(DataError::bad_row(
+                path,
+                row,
+                format!("record type {:#04x} is not an {schema} bar", header.rtype),
+            ));
+        }
+        // `try_get`, not `get`: `get` panics on a record too short for its type.
+        let bar = record.try_get::<OhlcvMsg>().map_err(|_| {
+            DataError::bad_row(
+                path,
+                row,
+                format!(
+                    "record is {} bytes long, too short for an {schema} bar ({} bytes)",
+                    header.record_size(),
+                    std::mem::size_of::<OhlcvMsg>()
+                ),
+            )
+        })?;
         bars.push(path, row, bar)?;
     }
     let source = decoder.get_ref();
@@ -120,6 +129,42 @@ pub fn read(path: &Path) -> Result<BarTable, DataError> {
         return Ok(table);
     }
     roll_to_front(path, &metadata, &bars, &symbols, interval)
+}
+
+/// The prelude and metadata block at the start of the (decompressed)
+/// stream, read ahead: the decoder allocates the metadata length the prelude
+/// claims (up to 4 GiB) before reading it, so that length is only believed
+/// once the stream has shown that it holds that many bytes. A stream that is
+/// not DBN is returned as far as read, for the decoder to refuse.
+fn read_metadata_block(path: &Path, reader: &mut impl Read) -> Result<Vec<u8>, DataError> {
+    let unreadable =
+        |e: io::Error| DataError::bad_file(path, format!("cannot be read as DBN: {e}"));
+    let mut head = Vec::with_capacity(8);
+    reader
+        .by_ref()
+        .take(8)
+        .read_to_end(&mut head)
+        .map_err(unreadable)?;
+    if head.len() < 8 || !head.starts_with(b"DBN") {
+        return Ok(head);
+    }
+    let claimed = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+    // `read_to_end` grows the buffer with the bytes that arrive, not to `claimed`.
+    let got = reader
+        .by_ref()
+        .take(u64::from(claimed))
+        .read_to_end(&mut head)
+        .map_err(unreadable)?;
+    if got < claimed as usize {
+        return Err(DataError::bad_file(
+            path,
+            format!(
+                "the DBN metadata claims {claimed} bytes but the file ends after {got} \
+                 (truncated or damaged)"
+            ),
+        ));
+    }
+    Ok(head)
 }
 
 /// The decompressed byte stream handed to the DBN decoder, watched: the

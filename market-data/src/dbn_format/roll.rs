@@ -4,7 +4,7 @@
 
 use super::reader::RawBars;
 use crate::timefmt::{self, NANOS_PER_DAY};
-use crate::{BarInterval, BarTable, DataError, Roll};
+use crate::{list_excerpt, BarInterval, BarTable, DataError, Roll};
 use dbn::{Metadata, SType, TsSymbolMap};
 use std::collections::HashMap;
 use std::path::Path;
@@ -54,13 +54,7 @@ pub(super) fn roll_to_front(
         });
         contracts[k].records.push(record);
     }
-    let names = || {
-        contracts
-            .iter()
-            .map(|c| c.symbol.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+    let names = || list_excerpt(contracts.iter().map(|c| c.symbol.as_str()), ", ");
     if metadata.stype_in != Some(SType::Parent) {
         return Err(DataError::bad_file(
             path,
@@ -80,7 +74,11 @@ pub(super) fn roll_to_front(
         other => {
             return Err(DataError::bad_file(
                 path,
-                format!("parent symbology needs exactly one parent symbol; the file has {other:?}"),
+                format!(
+                    "parent symbology needs exactly one parent symbol; the file has {} ({})",
+                    other.len(),
+                    list_excerpt(other.iter().map(String::as_str), ", ")
+                ),
             ))
         }
     };
@@ -133,6 +131,14 @@ pub(super) fn roll_to_front(
         .collect();
     days.sort_unstable();
     days.dedup();
+    // The contracts trading on each day, with their volume: each day looks at
+    // those only, not at every contract (a file can hold thousands).
+    let mut by_day: HashMap<i64, Vec<(usize, u128)>> = HashMap::new();
+    for (c, contract) in contracts.iter().enumerate() {
+        for &(day, volume, _) in &contract.days {
+            by_day.entry(day).or_default().push((c, volume));
+        }
+    }
 
     let mut table = BarTable::new(&parent, interval);
     let mut retired = vec![false; contracts.len()];
@@ -143,9 +149,12 @@ pub(super) fn roll_to_front(
     let mut rolls: Vec<(usize, Roll)> = Vec::new();
     for (k, &day) in days.iter().enumerate() {
         let volume_day = if k == 0 { day } else { days[k - 1] };
-        let best = (0..contracts.len())
-            .filter(|&c| !retired[c])
-            .filter_map(|c| contracts[c].day(volume_day).map(|d| (c, d.1)))
+        let best = by_day
+            .get(&volume_day)
+            .into_iter()
+            .flatten()
+            .copied()
+            .filter(|&(c, _)| !retired[c])
             .max_by(|a, b| {
                 a.1.cmp(&b.1)
                     .then_with(|| (Some(a.0) == active).cmp(&(Some(b.0) == active)))

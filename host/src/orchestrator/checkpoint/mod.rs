@@ -21,10 +21,12 @@
 //! * [`latest_good`]: the newest candidate that verifies, and why the newer
 //!   ones were refused (fall back to the previous good checkpoint).
 //! * [`list`], [`prune`]: checkpoints newest first; retention.
+//! * [`failures`]: the rule for writes that fail (full disk, read-only state).
 //!
 //! The manifest checksum is SHA-256 over the files sorted by path, each fed
 //! as `path`, a NUL byte, the file's SHA-256 in lowercase hex, a newline.
 
+pub mod failures;
 mod retention;
 mod verify;
 mod write;

@@ -157,7 +157,8 @@ impl Orchestrator {
     /// becomes `cancelled`. Forced: the plugin is told to return at once, no
     /// checkpoint is written, and after the deadline the task is marked
     /// `cancelled` even if the plugin has not returned (its thread is then
-    /// left to end on its own; its memory stays reserved until it does). All
+    /// left to end on its own; its memory stays reserved until it does, but
+    /// it takes no strategy place and shutdown does not wait for it). All
     /// tasks are told at once and one deadline is waited in all.
     ///
     /// Refused, changing nothing: an unknown job or task, a task that is not
@@ -284,8 +285,10 @@ impl Orchestrator {
         }
         for task in signalled {
             if lock(&self.running).contains_key(&task) {
-                // A Slurm worker is given up on (its job cancelled); a thread ends on its own.
+                // A Slurm worker is given up on (its job cancelled); a thread
+                // ends on its own, abandoned meanwhile (`containment`).
                 self.abandon_remote(task);
+                self.abandon_thread(task);
                 let _ = self.store.transition(
                     task,
                     TaskState::Cancelled,

@@ -11,6 +11,7 @@
 //! Call [`Orchestrator::tick`] regularly (or [`Orchestrator::run_until_idle`]; a server
 //! uses [`Orchestrator::run_until_shutdown`]).
 
+mod containment;
 mod control;
 mod remote;
 mod rounds;
@@ -32,7 +33,6 @@ use super::task_record::StoreRecord;
 use super::{JobId, TaskId};
 use crate::registry::PluginRegistry;
 use crate::tensorboard::TensorBoardLog;
-use abi_stable::std_types::RArc;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -41,7 +41,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Instant;
 use tli_data::contracts::ContractBook;
-use tli_plugin_api::{capability, Dataset, Device, TaskInputs};
+use tli_plugin_api::{capability, Device};
 
 /// How the orchestrator runs tasks (from `tli host run|serve` options).
 #[derive(Clone, Debug)]
@@ -164,6 +164,8 @@ struct RunningTask {
     started: Instant,
     /// Set for a task handed to Slurm.
     remote: Option<remote::RemoteTask>,
+    /// A forced stop gave up on its runner thread (see `containment`).
+    abandoned: bool,
 }
 
 pub struct Orchestrator {
@@ -243,6 +245,7 @@ impl Orchestrator {
     /// tasks that were running `interrupted`, and re-queues them if configured to.
     fn recover(&self) -> Result<(), OrchestratorError> {
         let adopted = self.adopt_slurm_jobs()?;
+        self.fail_crashed_tasks()?;
         let interrupted = self
             .store
             .recover_after_restart("the host stopped while it was running", &adopted)?;
@@ -439,28 +442,6 @@ impl Orchestrator {
         Ok(job)
     }
 
-    /// The job spec, first dataset and inputs a stored task needs to run.
-    fn task_inputs(&self, task: &TaskRow) -> Result<(JobSpec, RArc<Dataset>, TaskInputs), String> {
-        let job = self
-            .store
-            .job(task.job_id)
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| format!("job {} of task {} is missing", task.job_id, task.id))?;
-        let spec: JobSpec =
-            serde_json::from_str(&job.spec_json).map_err(|e| format!("stored job spec: {e}"))?;
-        let planned = spec
-            .task_plan()
-            .get(task.ordinal as usize)
-            .copied()
-            .ok_or_else(|| format!("task {} has no place in its job spec", task.id))?;
-        let data = self
-            .datasets
-            .job(&spec, &self.contracts)
-            .map_err(|(i, m)| format!("assets[{i}]: {m}"))?;
-        let (dataset, inputs) = data.inputs(planned.assets);
-        Ok((spec, dataset, inputs))
-    }
-
     /// One scheduling round: handle runner reports, then start what fits.
     pub fn tick(&self) -> Result<(), OrchestratorError> {
         self.drain_events();
@@ -481,6 +462,7 @@ impl Orchestrator {
         }
         let local_running = active_ids.len() - self.remote_count().min(active_ids.len());
         let mut arbiter = lock(&self.arbiter);
+        let queued = self.fail_never_fitting(queued, &arbiter);
         let candidates: Vec<Candidate> = queued
             .iter()
             .map(|t| Candidate {
@@ -488,12 +470,13 @@ impl Orchestrator {
                 priority: t.priority,
                 order: t.id as u64,
                 // A task that ran before is admitted on what it measured.
-                bytes: arbiter.with_margin(t.measured_bytes.unwrap_or(t.estimate_bytes)),
+                bytes: arbiter.with_margin(containment::admission_bytes(t)),
             })
             .collect();
         let chosen = arbiter.select(&candidates);
         let running_after = local_running + chosen.len();
         let threads = (self.config.cores / running_after.max(1)).max(1) as i32;
+        let cap = containment::memory_cap(&arbiter);
         for id in chosen {
             let Some(task) = queued.iter().find(|t| t.id == id) else {
                 continue;
@@ -503,7 +486,7 @@ impl Orchestrator {
                 .find(|c| c.task == id)
                 .map(|c| c.bytes)
                 .unwrap_or(0);
-            if let Err(message) = self.start(task, bytes, threads) {
+            if let Err(message) = self.start(task, bytes, threads, cap) {
                 arbiter.release(id);
                 tracing::error!(task = id, "could not start: {message}");
                 let _ = self.store.transition(id, TaskState::Failed, &message);
@@ -536,7 +519,13 @@ impl Orchestrator {
         }
     }
 
-    fn start(&self, task: &TaskRow, bytes: u64, threads: i32) -> Result<(), String> {
+    fn start(
+        &self,
+        task: &TaskRow,
+        bytes: u64,
+        threads: i32,
+        cap: super::memory_watch::MemoryCap,
+    ) -> Result<(), String> {
         let (spec, dataset, inputs) = self.task_inputs(task)?;
         let reservation = self
             .store
@@ -561,6 +550,7 @@ impl Orchestrator {
             plugin_cancel: plugin_cancel.clone(),
             threads,
             occupancy: self.occupancy.clone(),
+            memory_cap: Some(cap),
         };
         let handle = match runner::spawn(ctx, self.events_tx.clone()) {
             Ok(h) => h,
@@ -578,6 +568,7 @@ impl Orchestrator {
                 reservation: Some(reservation),
                 started: Instant::now(),
                 remote: None,
+                abandoned: false,
             },
         );
         Ok(())

@@ -591,6 +591,7 @@ impl RunningTask {
             reservation: None,
             started: Instant::now(),
             remote: Some(remote),
+            abandoned: false,
         }
     }
 }

@@ -69,7 +69,8 @@ impl Orchestrator {
     }
 
     /// Runs rounds until nothing is queued or running. When the shutdown flag
-    /// is raised, every running task checkpoints and becomes `interrupted`.
+    /// is raised, every running task checkpoints and becomes `interrupted`,
+    /// and runner threads a forced stop gave up on are no longer waited for.
     pub fn run_until_idle(
         &self,
         poll: Duration,
@@ -102,7 +103,14 @@ impl Orchestrator {
             } else {
                 self.store.tasks_in(&[TaskState::Queued])?.len()
             };
-            if queued == 0 && self.active_count() == 0 {
+            // At shutdown, runner threads a forced stop gave up on are not
+            // waited for (they may never end); otherwise their end is.
+            let left = if shutting_down {
+                self.waiting_count()
+            } else {
+                self.active_count()
+            };
+            if queued == 0 && left == 0 {
                 return Ok(());
             }
             self.wait_for_event(poll);

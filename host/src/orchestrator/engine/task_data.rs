@@ -1,10 +1,12 @@
 //! The data each task receives: the dataset cache builds each asset's
 //! dataset and plugin API 1.1 annex once per (asset, feature config), and
 //! [`JobData`] turns a task's assets ([`TaskAssets`], from
-//! `JobSpec::task_plan`) into its first dataset and [`TaskInputs`].
+//! `JobSpec::task_plan`) into its first dataset and [`TaskInputs`];
+//! [`Orchestrator::task_inputs`] does that for a stored task.
 
 use super::super::job::{AssetSpec, JobSpec, TaskAssets};
-use super::lock;
+use super::super::store::TaskRow;
+use super::{lock, Orchestrator};
 use abi_stable::std_types::RArc;
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -54,9 +56,57 @@ impl JobData {
 }
 
 /// Datasets built once per (asset, feature config) and shared by tasks.
+/// Entries no task holds any more (finished jobs, refused submissions) are
+/// kept for reuse only up to [`UNHELD_KEPT`], the least recently used going
+/// first, so a long-lived host's memory follows its live tasks.
 #[derive(Default)]
 pub struct DatasetCache {
-    built: Mutex<HashMap<String, AssetData>>,
+    built: Mutex<CacheEntries>,
+}
+
+/// Datasets no task holds that the cache keeps at most.
+pub const UNHELD_KEPT: usize = 8;
+
+#[derive(Default)]
+struct CacheEntries {
+    /// Key → (data, when last used).
+    map: HashMap<String, (AssetData, u64)>,
+    clock: u64,
+}
+
+impl CacheEntries {
+    fn get(&mut self, key: &str) -> Option<AssetData> {
+        self.clock += 1;
+        let now = self.clock;
+        self.map.get_mut(key).map(|(data, used)| {
+            *used = now;
+            data.clone()
+        })
+    }
+
+    /// Inserts, then drops the least recently used entries that only the
+    /// cache holds, beyond the newest [`UNHELD_KEPT`].
+    fn insert(&mut self, key: String, data: AssetData) {
+        self.clock += 1;
+        self.map.insert(key, (data, self.clock));
+        let mut unheld: Vec<(u64, String)> = self
+            .map
+            .iter()
+            .filter(|(_, (d, _))| RArc::strong_count(&d.dataset) == 1)
+            .map(|(k, (_, used))| (*used, k.clone()))
+            .collect();
+        if unheld.len() > UNHELD_KEPT {
+            unheld.sort_unstable();
+            for (_, key) in &unheld[..unheld.len() - UNHELD_KEPT] {
+                self.map.remove(key);
+            }
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.map.len()
+    }
 }
 
 impl DatasetCache {
@@ -73,7 +123,7 @@ impl DatasetCache {
             serde_json::to_string(features).unwrap_or_default()
         );
         if let Some(d) = lock(&self.built).get(&key) {
-            return Ok(d.clone());
+            return Ok(d);
         }
         let AnnotatedDataset { dataset, annex } = match asset {
             AssetSpec::Data(path) => {
@@ -117,5 +167,64 @@ impl DatasetCache {
             })
             .collect::<Result<Vec<_>, _>>()
             .map(JobData)
+    }
+}
+
+impl Orchestrator {
+    /// The job spec, first dataset and inputs a stored task needs to run.
+    pub(super) fn task_inputs(
+        &self,
+        task: &TaskRow,
+    ) -> Result<(JobSpec, RArc<Dataset>, TaskInputs), String> {
+        let job = self
+            .store
+            .job(task.job_id)
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("job {} of task {} is missing", task.job_id, task.id))?;
+        let spec: JobSpec =
+            serde_json::from_str(&job.spec_json).map_err(|e| format!("stored job spec: {e}"))?;
+        let planned = spec
+            .task_plan()
+            .get(task.ordinal as usize)
+            .copied()
+            .ok_or_else(|| format!("task {} has no place in its job spec", task.id))?;
+        let data = self
+            .datasets
+            .job(&spec, &self.contracts)
+            .map_err(|(i, m)| format!("assets[{i}]: {m}"))?;
+        let (dataset, inputs) = data.inputs(planned.assets);
+        Ok((spec, dataset, inputs))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::orchestrator::job::SyntheticAsset;
+
+    fn synthetic(seed: u64) -> AssetSpec {
+        AssetSpec::Synthetic(SyntheticAsset {
+            rows: 300,
+            seed,
+            sigma: None,
+        })
+    }
+
+    #[test]
+    fn datasets_nobody_holds_are_evicted_beyond_a_few_and_held_ones_never() {
+        let cache = DatasetCache::default();
+        let (features, contracts) = (FeatureConfig::default(), ContractBook::builtin());
+        let held = cache.get(&synthetic(0), &features, &contracts).unwrap();
+        for seed in 1..=3 * UNHELD_KEPT as u64 {
+            cache.get(&synthetic(seed), &features, &contracts).unwrap();
+        }
+        // The held one, UNHELD_KEPT unheld ones and the newest (still held
+        // by its caller while it was inserted).
+        assert_eq!(lock(&cache.built).len(), UNHELD_KEPT + 2);
+        let again = cache.get(&synthetic(0), &features, &contracts).unwrap();
+        assert!(
+            std::ptr::eq(&*held.dataset, &*again.dataset),
+            "a held dataset is shared"
+        );
     }
 }

@@ -74,6 +74,7 @@ mod dispatches;
 mod history;
 mod jobs;
 mod progress;
+mod read_only_media;
 mod reservations;
 mod rows;
 mod schema;
@@ -116,7 +117,7 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 /// What can go wrong with the store.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("cannot {action} {}: {source}", path.display())]
+    #[error("cannot {action} {}: {source}{}", path.display(), unwritable_hint(source))]
     Io {
         action: &'static str,
         path: PathBuf,
@@ -173,6 +174,47 @@ pub enum StoreError {
     OutOfRange { what: &'static str, value: u64 },
     #[error("store query failed: {0}")]
     Sqlite(#[from] rusqlite::Error),
+}
+
+/// Advice for a state directory a host cannot write.
+fn unwritable_hint(e: &std::io::Error) -> &'static str {
+    match e.kind() {
+        std::io::ErrorKind::ReadOnlyFilesystem | std::io::ErrorKind::PermissionDenied => {
+            "; a host needs a state directory it can write: choose one with --state-dir (`tli \
+             host status --state-dir DIR` only reads one)"
+        }
+        _ => "",
+    }
+}
+
+/// Why the store could not be written, when the cause is the disk rather
+/// than the request: the API answers these as RESOURCE_EXHAUSTED and
+/// FAILED_PRECONDITION with what to do, not as an internal error.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum StorageFault {
+    /// SQLITE_FULL: the disk (or a file-size limit) is full.
+    Full,
+    /// SQLITE_READONLY: the state directory cannot be written.
+    ReadOnly,
+}
+
+impl StoreError {
+    /// The storage fault behind this error, if it is one.
+    pub fn storage_fault(&self) -> Option<StorageFault> {
+        let (StoreError::Sqlite(rusqlite::Error::SqliteFailure(e, _))
+        | StoreError::Open {
+            source: rusqlite::Error::SqliteFailure(e, _),
+            ..
+        }) = self
+        else {
+            return None;
+        };
+        match e.code {
+            ErrorCode::DiskFull => Some(StorageFault::Full),
+            ErrorCode::ReadOnly => Some(StorageFault::ReadOnly),
+            _ => None,
+        }
+    }
 }
 
 /// The connection's settings, as SQLite reports them (for checks and `status`).
@@ -264,13 +306,22 @@ impl Store {
             path: db_path.clone(),
             source,
         };
-        let conn = Connection::open_with_flags(
+        let connect = |conn: rusqlite::Result<Connection>| {
+            let conn = conn.map_err(open_err)?;
+            conn.busy_timeout(BUSY_TIMEOUT).map_err(open_err)?;
+            let version = read_version(&conn, &db_path)?;
+            Ok::<_, StoreError>((conn, version))
+        };
+        let plain = connect(Connection::open_with_flags(
             &db_path,
             OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .map_err(open_err)?;
-        conn.busy_timeout(BUSY_TIMEOUT).map_err(open_err)?;
-        let version = read_version(&conn, &db_path)?;
+        ));
+        let (conn, version) = match plain {
+            Err(_) if read_only_media::on_read_only_filesystem(state_dir) => {
+                connect(read_only_media::open_immutable(&db_path))?
+            }
+            other => other?,
+        };
         if version < SCHEMA_VERSION {
             return Err(StoreError::Uninitialized { path: db_path });
         }
