@@ -5,8 +5,10 @@
 # Parquet and CSV files) and host/tests/hostile_job_specs (mutated job-spec
 # JSON) with PROPTEST_CASES cases each instead of CI's few dozen.
 #
-#   scripts/fuzz-inputs.sh [CASES]     # default 20000 cases per property
+#   scripts/fuzz-inputs.sh [CASES [SEED]]   # default 20000 cases per property, a random seed
 #
+# The seed (PROPTEST_RNG_SEED) is printed: the same CASES and SEED generate
+# the same cases again.
 # Prints one line per property (cases, read, refused, panics, hangs, peak
 # allocation, slowest case), then the totals; exits non-zero if any property
 # failed (a panic, a hang, an allocation over the bound, a refusal that does
@@ -15,7 +17,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 cases="${1:-${PROPTEST_CASES:-20000}}"
-export PROPTEST_CASES="$cases" RUST_BACKTRACE=0
+seed="${2:-$((RANDOM * 32768 + RANDOM))}"
+export PROPTEST_CASES="$cases" PROPTEST_RNG_SEED="$seed" RUST_BACKTRACE=0
 log="$(mktemp --suffix=.fuzz-inputs.log)"
 
 # Built first, so that the time printed is the tests' own.
@@ -26,9 +29,11 @@ failed=0
 cargo test --release -q -p tli-data --test hostile_files -- --nocapture >"$log" 2>&1 || failed=1
 cargo test --release -q -p tli-host --test hostile_job_specs -- --nocapture >>"$log" 2>&1 || failed=1
 
-echo "PROPTEST_CASES=$cases, $((SECONDS - started)) s"
-grep '^hostile-inputs ' "$log" | sed 's/^hostile-inputs /  /'
-awk '/^hostile-inputs / {
+echo "PROPTEST_CASES=$cases PROPTEST_RNG_SEED=$seed: $((SECONDS - started)) s"
+# (`-q` prints its progress dots on the same lines.)
+grep -o 'hostile-inputs .*' "$log" >"$log.figures" || true
+sed 's/^hostile-inputs /  /' "$log.figures"
+awk '{
         for (i = 1; i <= NF; i++) {
             if ($i == "cases") cases += $(i + 1)
             if ($i == "panics") panics += $(i + 1)
@@ -36,7 +41,8 @@ awk '/^hostile-inputs / {
         }
         properties++
     }
-    END { printf "total: %d properties, %d cases, panics %d, hangs %d\n", properties, cases, panics, hangs }' "$log"
+    END { printf "total: %d properties, %d cases, panics %d, hangs %d\n", properties, cases, panics, hangs }' "$log.figures"
+rm -f "$log.figures"
 if [ "$failed" -ne 0 ]; then
     echo "FAILED (the whole output: $log):"
     grep -E -A30 'Test failed|panicked at|memory allocation|overflowed|signal:' "$log" | head -120

@@ -9,6 +9,7 @@ use proptest::test_runner::{Config, TestCaseError};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use tli_data::contracts::ContractBook;
@@ -148,6 +149,9 @@ fn meter_stop() {
 
 // ----- the guarded read -------------------------------------------------------
 
+/// Reads that have not answered within [`TIME_LIMIT`] (their threads run on).
+static HUNG: AtomicUsize = AtomicUsize::new(0);
+
 /// The name of the threads reads run on.
 const READER_THREAD: &str = "hostile-read";
 
@@ -192,6 +196,12 @@ pub fn read_checked(path: &Path, stats: &Stats) -> Result<Outcome, TestCaseError
         Ok(report) => report,
         Err(_) => {
             stats.hangs.set(stats.hangs.get() + 1);
+            // A hung read keeps its thread; while proptest shrinks, a few may
+            // pile up, but not enough to take the machine's memory or CPUs.
+            if HUNG.fetch_add(1, Ordering::SeqCst) >= 8 {
+                eprintln!("hostile_files: 8 reads hang at once; aborting (last: {path:?})");
+                std::process::abort();
+            }
             return Err(TestCaseError::fail(format!(
                 "{}: no answer within {TIME_LIMIT:?} (a hang)",
                 path.display()

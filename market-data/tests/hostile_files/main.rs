@@ -16,8 +16,11 @@
 //!
 //! `PROPTEST_CASES` sets the cases per property (48 here; the long run,
 //! `scripts/fuzz-inputs.sh`, uses thousands). Each property prints a
-//! `hostile-inputs …` summary line (see `--nocapture`). The defects these
-//! properties found are pinned by the plain tests at the end.
+//! `hostile-inputs …` summary line (see `--nocapture`). With
+//! `HOSTILE_LAST_CASE_DIR` set, each property keeps its case in progress in
+//! a file there, for a run that was killed. A read holding more than 4 GiB,
+//! or eight hung reads at once, abort the binary rather than the machine.
+//! The defects these properties found are pinned by the plain tests at the end.
 
 mod bases;
 #[path = "../data/fixtures.rs"]
