@@ -699,11 +699,6 @@ fn a_forced_stop_and_a_host_shutdown_reach_the_workers() {
     });
     let ids: Vec<i64> = tasks(&status(&server, &job)).iter().map(|t| t.0).collect();
     // Forced: the plugin returns at once, no checkpoint, the Slurm job is cancelled.
-    let before = Store::open_read_only(&state)
-        .unwrap()
-        .checkpoints(ids[0])
-        .unwrap()
-        .len();
     let stop = server.client(&[
         "train",
         "stop",
@@ -720,12 +715,16 @@ fn a_forced_stop_and_a_host_shutdown_reach_the_workers() {
         "the forced stop ends the task",
         || tasks(&status(&server, &job))[0].1 == "cancelled",
     );
-    let store = Store::open_read_only(&state).unwrap();
-    assert_eq!(
-        store.checkpoints(ids[0]).unwrap().len(),
-        before,
-        "no checkpoint"
+    // No stop checkpoint. (Counting checkpoint rows instead raced routine
+    // checkpoints: a new row is added before the oldest is pruned.)
+    let history = reasons(&state, ids[0]);
+    assert!(
+        !history
+            .iter()
+            .any(|r| r.contains("stop requested checkpoint")),
+        "{history:#?}"
     );
+    let store = Store::open_read_only(&state).unwrap();
     let forced_job = store.dispatches_of(ids[0]).unwrap()[0]
         .external_id
         .clone()
