@@ -489,10 +489,7 @@ impl Runner {
                         ctx.task.job_id,
                     ) {
                         AfterFailure::Continue(warning) => {
-                            tracing::warn!(task = ctx.task.id, "{warning}");
-                            ctx.record
-                                .log_sink()
-                                .log_line(&ctx.task.plugin, "warn", &warning);
+                            warn_task(ctx, &warning);
                             transition(
                                 ctx,
                                 TaskState::Running,
@@ -546,10 +543,7 @@ impl Runner {
                 "{}; the task stops as asked and resumes from its last good checkpoint",
                 e.message
             );
-            tracing::warn!(task = ctx.task.id, "{warning}");
-            ctx.record
-                .log_sink()
-                .log_line(&ctx.task.plugin, "warn", &warning);
+            warn_task(ctx, &warning);
         }
     }
 }
@@ -574,6 +568,14 @@ fn restore(ctx: &RunnerContext, trainer: &mut TrainerHandle) -> Result<(u64, Str
         }
     }
     Ok((0, note))
+}
+
+/// A warning in the host's log and in the task's own (what `tli train watch` shows).
+fn warn_task(ctx: &RunnerContext, warning: &str) {
+    tracing::warn!(task = ctx.task.id, "{warning}");
+    ctx.record
+        .log_sink()
+        .log_line(&ctx.task.plugin, "warn", warning);
 }
 
 fn record_err(e: RecordError) -> PluginError {
