@@ -11,7 +11,12 @@
 //! every phase — the slowdown watching causes. `PHASE_SECONDS` (default 8)
 //! and `ROUNDS` (of quiet / watched pairs, default 2) make it longer. TensorBoard event files are
 //! written throughout, as `tli host serve` does by default (`TENSORBOARD=0`:
-//! not at all).
+//! not at all). `SLICE_STEPS` sets the job's slice (default 10 steps).
+//!
+//! The host serves on its own 2-thread runtime, as `tli host serve` does;
+//! the status client and the watchers each run on runtimes of their own, as
+//! the separate programs they stand for would, so every call crosses threads
+//! the way a real one crosses processes.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -102,12 +107,45 @@ fn observers(
     vec![browser, scraper]
 }
 
+/// A number from the environment, `default` when unset or not a number.
+fn env_number(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(default)
+}
+
 fn pct(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
+fn main() {
+    // The host's own runtime, as `tli host serve` builds it (commands/serve.rs).
+    let server_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("tli-grpc")
+        .enable_all()
+        .build()
+        .expect("server runtime");
+    // The clients' runtime: separate threads, as separate processes would be.
+    let client_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("client runtime");
+    // The watchers' runtime: other programs again.
+    let watcher_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("watcher runtime");
+    client_runtime.block_on(run(
+        server_runtime.handle().clone(),
+        watcher_runtime.handle().clone(),
+    ));
+}
+
+async fn run(host: tokio::runtime::Handle, watching: tokio::runtime::Handle) {
     let plugins = PluginDir::with(&[(TEMPLATE, "template")]);
     let state = tempfile::tempdir().expect("temp dir");
     let orchestrator = Arc::new(
@@ -122,16 +160,22 @@ async fn main() {
         })
         .expect("open host"),
     );
-    let mut server = ApiServer::start(
-        orchestrator.clone(),
-        Duration::from_millis(20),
-        &ServerConfig {
-            token: None,
-            tls: None,
-            worker_token: None,
-        },
-    )
-    .await;
+    let serving = orchestrator.clone();
+    let mut server = host
+        .spawn(async move {
+            ApiServer::start(
+                serving,
+                Duration::from_millis(20),
+                &ServerConfig {
+                    token: None,
+                    tls: None,
+                    worker_token: None,
+                },
+            )
+            .await
+        })
+        .await
+        .expect("server starts");
     let endpoint = server.endpoint();
     let mut client = TrainingServiceClient::connect(endpoint.clone())
         .await
@@ -146,6 +190,8 @@ async fn main() {
                 r#"{"hidden_sizes":[64,64],"batch_size":256}"#,
             )),
             assets,
+            // 0: the default (10).
+            slice_steps: env_number("SLICE_STEPS", 0) as u64,
             checkpoint: Some(pb::CheckpointPolicy {
                 every_steps: 0,
                 every_seconds: 0.0,
@@ -161,12 +207,6 @@ async fn main() {
         .job_id as i64;
     // Let all 8 runners start.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let env_number = |name: &str, default: usize| {
-        std::env::var(name)
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .unwrap_or(default)
-    };
     let seconds = env_number("PHASE_SECONDS", 8) as f64;
     let rounds = env_number("ROUNDS", 2);
     let (alone, rate_alone) = phase(&mut client, &orchestrator, job, seconds).await;
@@ -177,10 +217,11 @@ async fn main() {
         .unwrap_or(100);
     let mut watchers = Vec::new();
     for _ in 0..50 {
-        let mut c = TrainingServiceClient::connect(endpoint.clone())
-            .await
-            .expect("connect");
-        watchers.push(tokio::spawn(async move {
+        let endpoint = endpoint.clone();
+        watchers.push(watching.spawn(async move {
+            let mut c = TrainingServiceClient::connect(endpoint)
+                .await
+                .expect("connect");
             let mut stream = c
                 .watch_training(pb::WatchTrainingRequest {
                     job_id: job as u64,
@@ -215,7 +256,7 @@ async fn main() {
         None,
         Serves::PageAndMetrics,
     );
-    tokio::spawn(web::serve(listener, routes, std::future::pending()));
+    host.spawn(web::serve(listener, routes, std::future::pending()));
     let tasks: Vec<i64> = orchestrator
         .job_progress(job)
         .ok()

@@ -98,6 +98,27 @@ where
         .unwrap_or_else(|e| Err(Status::internal(format!("request handler failed: {e}"))))
 }
 
+/// Runs a short store read (a status, a listing) on the calling worker
+/// thread with `block_in_place`, instead of handing it to a blocking thread
+/// as [`blocking`] does. Reads never wait for a write (the store's read
+/// connections), so they take about a millisecond; the hand-off cost more:
+/// with every core busy training, a woken thread waits until the running
+/// trainer reaches a scheduling point, up to a 4 ms kernel tick
+/// (docs/reliability.md, "Load"). Outside a multi-threaded runtime (tests on
+/// a current-thread one) it falls back to [`blocking`].
+pub(crate) async fn quick_read<T, F>(f: F) -> Result<T, Status>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T, Status> + Send + 'static,
+{
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    if Handle::current().runtime_flavor() == RuntimeFlavor::MultiThread {
+        tokio::task::block_in_place(f)
+    } else {
+        blocking(f).await
+    }
+}
+
 /// TLS material for the server, as PEM.
 #[derive(Clone)]
 pub struct TlsPem {

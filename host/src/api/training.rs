@@ -19,7 +19,7 @@ use super::convert::{self, invalid, store_error};
 use super::history;
 use super::job_request;
 use super::watch_hub::WatchHub;
-use super::{blocking, shutting_down, ShutdownSignal};
+use super::{blocking, quick_read, shutting_down, ShutdownSignal};
 use crate::orchestrator::engine::Orchestrator;
 use crate::orchestrator::listing::{JobOrder, JobQuery};
 use crate::orchestrator::JobId;
@@ -127,7 +127,7 @@ impl TrainingService for TrainingApi {
     ) -> Result<Response<pb::GetTrainingStatusResponse>, Status> {
         let job = convert::job_id_from_proto("job_id", request.get_ref().job_id)?;
         let orchestrator = self.orchestrator.clone();
-        let job = blocking(move || require_job(&orchestrator, job)).await?;
+        let job = quick_read(move || require_job(&orchestrator, job)).await?;
         Ok(Response::new(pb::GetTrainingStatusResponse {
             job: Some(job),
         }))
@@ -139,7 +139,7 @@ impl TrainingService for TrainingApi {
     ) -> Result<Response<pb::ListTrainingJobsResponse>, Status> {
         let query = ListQuery::from_request(request.get_ref())?;
         let orchestrator = self.orchestrator.clone();
-        let response = blocking(move || query.run(&orchestrator)).await?;
+        let response = quick_read(move || query.run(&orchestrator)).await?;
         Ok(Response::new(response))
     }
 

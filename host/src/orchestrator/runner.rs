@@ -175,9 +175,10 @@ pub struct RunnerContext {
 }
 
 /// How often a runner writes its progress and metrics to the store at most.
-/// Every store write is an fsync'd transaction under the store's lock, which
-/// status and watch calls wait on; per-slice writes of many tasks made those
-/// calls slow (docs/benchmarks.md, gRPC API under load).
+/// Every store write is an fsync'd transaction on the store's one writer
+/// connection; per-slice writes of many tasks made status and watch calls
+/// slow while reads shared that connection (docs/benchmarks.md, gRPC API
+/// under load), and still cost an fsync each.
 pub const PROGRESS_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Starts the runner thread; it reports its outcome on `events` when done.
@@ -222,6 +223,18 @@ fn lower_own_priority() {
             );
         }
     }
+}
+
+/// Lets a thread that is waiting for this core run now, if there is one
+/// (`sched_yield`; it returns at once when nothing else is runnable). The
+/// kernel does not always preempt a busy thread when another wakes: with
+/// every core training, an API thread woken by a request waited until the
+/// running trainer's time slice ended, up to a 4 ms scheduler tick, several
+/// times per request (docs/reliability.md, "Load"). Between slices is the
+/// one place the host can offer the core; shorter slices
+/// (`slice_steps`) offer it more often.
+fn offer_the_cpu() {
+    std::thread::yield_now();
 }
 
 /// Runs the task on the calling thread until it completes, fails or stops;
@@ -390,6 +403,8 @@ impl Runner {
                 .flatten()
                 .filter(|_| restart_peak(ctx.task.device));
             let report = self.trainer.step(n)?;
+            // A scheduling point after every slice: see `offer_the_cpu`.
+            offer_the_cpu();
             self.steps += report.steps_done;
             let metrics = metric_pairs(&report.metrics);
             ctx.record.live(self.steps, &metrics);

@@ -957,3 +957,45 @@ fn state_counts_cover_tasks_and_jobs_as_a_whole() {
         vec![(s("active"), 1), (s("completed"), 1), (s("failed"), 1)]
     );
 }
+
+/// Reads use connections of their own: a write that waits (here on another
+/// connection's write lock, in life on its fsync) holds the writer, and a
+/// read on another thread still finishes at once, seeing only what was
+/// committed.
+#[test]
+fn a_read_does_not_wait_for_a_write_in_progress() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _job, ids) = store_with_job(dir.path(), 1);
+    let store = std::sync::Arc::new(store);
+    let blocker = rusqlite::Connection::open(dir.path().join(DB_FILE)).unwrap();
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+
+    let writing = {
+        let store = store.clone();
+        let task = ids[0];
+        // Waits for the write lock (busy timeout 10 s) while holding the writer.
+        std::thread::spawn(move || store.set_steps_done(task, 7))
+    };
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(!writing.is_finished(), "the write should be waiting for the lock");
+
+    let reading = {
+        let store = store.clone();
+        let task = ids[0];
+        std::thread::spawn(move || store.task(task))
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !reading.is_finished() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let read_finished_first = reading.is_finished() && !writing.is_finished();
+    blocker.execute_batch("ROLLBACK").unwrap();
+    writing.join().unwrap().expect("the write goes through once the lock is free");
+    let row = reading.join().unwrap().unwrap().expect("the task");
+    assert!(
+        read_finished_first,
+        "a read waited for a write in progress on another thread"
+    );
+    assert_eq!(row.steps_done, 0, "the read saw an uncommitted write");
+    assert_eq!(store.task(ids[0]).unwrap().unwrap().steps_done, 7);
+}

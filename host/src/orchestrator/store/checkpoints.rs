@@ -29,7 +29,7 @@ impl Store {
 
     /// A task's checkpoints, newest (highest step, then latest) first.
     pub fn checkpoints(&self, task: TaskId) -> Result<Vec<CheckpointRow>, StoreError> {
-        let c = self.conn();
+        let c = self.reader();
         let mut st = c.prepare(
             "SELECT id, task_id, step, path, checksum, created_ms FROM checkpoints
              WHERE task_id = ?1 ORDER BY step DESC, id DESC",

@@ -92,7 +92,7 @@ impl Store {
 
     /// One dispatch by id.
     pub fn dispatch(&self, id: i64) -> Result<Option<DispatchRow>, StoreError> {
-        let c = self.conn();
+        let c = self.reader();
         Ok(c.query_row(
             &format!("SELECT {COLUMNS} FROM dispatches WHERE id = ?1"),
             [id],
@@ -103,7 +103,7 @@ impl Store {
 
     /// Every open dispatch, oldest first.
     pub fn open_dispatches(&self) -> Result<Vec<DispatchRow>, StoreError> {
-        let c = self.conn();
+        let c = self.reader();
         let mut st = c.prepare(&format!(
             "SELECT {COLUMNS} FROM dispatches WHERE ended_ms IS NULL ORDER BY id"
         ))?;
@@ -113,7 +113,7 @@ impl Store {
 
     /// A task's dispatches, oldest first.
     pub fn dispatches_of(&self, task: TaskId) -> Result<Vec<DispatchRow>, StoreError> {
-        let c = self.conn();
+        let c = self.reader();
         let mut st = c.prepare(&format!(
             "SELECT {COLUMNS} FROM dispatches WHERE task_id = ?1 ORDER BY id"
         ))?;

@@ -157,7 +157,7 @@ impl Store {
         from_ms: i64,
         to_ms: i64,
     ) -> Result<Vec<BudgetChange>, StoreError> {
-        let c = self.conn();
+        let c = self.reader();
         let read = |r: &rusqlite::Row<'_>| {
             Ok(BudgetChange {
                 at_ms: r.get(0)?,
@@ -186,7 +186,7 @@ impl Store {
 
     /// The names of the metrics a task reported, sorted.
     pub fn metric_names(&self, task: TaskId) -> Result<Vec<String>, StoreError> {
-        let c = self.conn();
+        let c = self.reader();
         let mut st =
             c.prepare_cached("SELECT name FROM latest_metrics WHERE task_id = ?1 ORDER BY name")?;
         let rows = st.query_map([task], |r| r.get(0))?;
@@ -206,7 +206,7 @@ impl Store {
             0 => DEFAULT_MAX_POINTS,
             n => n,
         };
-        let c = self.conn();
+        let c = self.reader();
         // One snapshot for the count and the rows.
         let tx = c.unchecked_transaction()?;
         let count: i64 = tx.query_row(
@@ -255,7 +255,7 @@ impl Store {
         from_ms: i64,
         to_ms: i64,
     ) -> Result<Vec<ReservationSpan>, StoreError> {
-        let c = self.conn();
+        let c = self.reader();
         let mut st = c.prepare(
             "SELECT r.task_id, t.job_id, r.bytes, t.measured_bytes, r.reserved_ms, r.released_ms
              FROM reservations r JOIN tasks t ON t.id = r.task_id
@@ -277,8 +277,8 @@ impl Store {
     }
 
     /// A job's history (see the module documentation); `None` for an
-    /// unknown job. Each series is read under the store's lock on its own,
-    /// so runners keep recording in between.
+    /// unknown job. Each series is read on its own (a read connection held
+    /// only for it), so other reads are not kept waiting for the whole job.
     pub fn job_history(
         &self,
         job: JobId,

@@ -68,7 +68,7 @@ impl Store {
 
     /// One job, if it exists.
     pub fn job(&self, id: JobId) -> Result<Option<JobRow>, StoreError> {
-        let c = self.conn();
+        let c = self.reader();
         Ok(c.query_row(
             "SELECT id, name, spec_json, created_ms FROM jobs WHERE id = ?1",
             [id],
@@ -86,7 +86,7 @@ impl Store {
 
     /// All jobs, newest first.
     pub fn jobs(&self) -> Result<Vec<JobRow>, StoreError> {
-        let c = self.conn();
+        let c = self.reader();
         let mut st =
             c.prepare("SELECT id, name, spec_json, created_ms FROM jobs ORDER BY id DESC")?;
         let rows = st.query_map([], |r| {
@@ -102,7 +102,7 @@ impl Store {
 
     /// The tasks of a job, by ordinal (empty for an unknown job).
     pub fn tasks_of(&self, job: JobId) -> Result<Vec<TaskRow>, StoreError> {
-        let c = self.conn();
+        let c = self.reader();
         let mut st = c.prepare(&format!(
             "SELECT {TASK_COLUMNS} FROM tasks WHERE job_id = ?1 ORDER BY ordinal"
         ))?;
@@ -112,7 +112,7 @@ impl Store {
 
     /// One task, if it exists.
     pub fn task(&self, id: TaskId) -> Result<Option<TaskRow>, StoreError> {
-        let c = self.conn();
+        let c = self.reader();
         Ok(c.query_row(
             &format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id = ?1"),
             [id],
@@ -126,7 +126,7 @@ impl Store {
         if states.is_empty() {
             return Ok(Vec::new());
         }
-        let c = self.conn();
+        let c = self.reader();
         let marks = vec!["?"; states.len()].join(", ");
         let mut st = c.prepare(&format!(
             "SELECT {TASK_COLUMNS} FROM tasks WHERE state IN ({marks}) ORDER BY id"
@@ -170,7 +170,7 @@ impl Store {
 
     /// A task's transitions in the order they happened.
     pub fn transitions(&self, task: TaskId) -> Result<Vec<TransitionRow>, StoreError> {
-        let c = self.conn();
+        let c = self.reader();
         let mut st = c.prepare(
             "SELECT id, task_id, from_state, to_state, reason, at_ms FROM transitions
              WHERE task_id = ?1 ORDER BY id",
@@ -186,7 +186,7 @@ impl Store {
         job: JobId,
         after: i64,
     ) -> Result<Vec<TransitionRow>, StoreError> {
-        let c = self.conn();
+        let c = self.reader();
         let mut st = c.prepare(
             "SELECT t.id, t.task_id, t.from_state, t.to_state, t.reason, t.at_ms
              FROM transitions t JOIN tasks k ON k.id = t.task_id

@@ -53,8 +53,10 @@
 //! [`Store::open_read_only`] takes no lock (for status commands that look at a
 //! running host's store) and cannot write.
 //!
-//! The connection sits behind a [`Mutex`], so a [`Store`] can be shared
-//! between runner threads (`Arc<Store>`).
+//! Writes go through one connection behind a [`Mutex`], so a [`Store`] can
+//! be shared between runner threads (`Arc<Store>`). Reads use a few
+//! read-only connections of their own (`readers.rs`): in WAL mode they never
+//! wait for a write's fsync.
 //!
 //! # Files
 //!
@@ -64,6 +66,7 @@
 //! * `jobs.rs`: jobs, tasks, state transitions and recovery after a restart;
 //! * `progress.rs`: steps done, metrics and measured memory;
 //! * `checkpoints.rs`: the checkpoints recorded per task;
+//! * `readers.rs`: the read connections;
 //! * `reservations.rs`: device memory reservations;
 //! * `dispatches.rs`: tasks handed to Slurm, one row per attempt (the worker's lease);
 //! * `history.rs`: a job's history for charts (metric series thinned to a
@@ -75,6 +78,7 @@ mod history;
 mod jobs;
 mod progress;
 mod read_only_media;
+mod readers;
 mod reservations;
 mod rows;
 mod schema;
@@ -92,6 +96,7 @@ use serde::{Deserialize, Serialize};
 
 use super::state::TaskState;
 use super::TaskId;
+use readers::{Readers, READ_CONNECTIONS};
 use schema::{migrate, read_version};
 
 pub use dispatches::DispatchRow;
@@ -230,8 +235,10 @@ pub struct StorePragmas {
 
 /// The durable job store. See the module documentation.
 pub struct Store {
-    // Field order matters: the connection closes before the lock is released.
+    // Field order matters: the connections close before the lock is released.
+    /// The writer (for a read-only store, one more reader).
     conn: Mutex<Connection>,
+    readers: Readers,
     db_path: PathBuf,
     read_only: bool,
     _lock: Option<File>,
@@ -287,8 +294,19 @@ impl Store {
         if version < SCHEMA_VERSION {
             migrate(&mut conn, &db_path)?;
         }
+        // After the migration, so that readers find the schema in place.
+        let readers = Readers::open(READ_CONNECTIONS, || {
+            let reader = Connection::open_with_flags(
+                &db_path,
+                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )
+            .map_err(open_err)?;
+            reader.busy_timeout(BUSY_TIMEOUT).map_err(open_err)?;
+            Ok(reader)
+        })?;
         Ok(Store {
             conn: Mutex::new(conn),
+            readers,
             db_path,
             read_only: false,
             _lock: Some(lock),
@@ -312,21 +330,38 @@ impl Store {
             let version = read_version(&conn, &db_path)?;
             Ok::<_, StoreError>((conn, version))
         };
-        let plain = connect(Connection::open_with_flags(
-            &db_path,
-            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        ));
-        let (conn, version) = match plain {
+        let plain = || {
+            Connection::open_with_flags(
+                &db_path,
+                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )
+        };
+        let (conn, version, immutable) = match connect(plain()) {
             Err(_) if read_only_media::on_read_only_filesystem(state_dir) => {
-                connect(read_only_media::open_immutable(&db_path))?
+                let (conn, version) = connect(read_only_media::open_immutable(&db_path))?;
+                (conn, version, true)
             }
-            other => other?,
+            other => {
+                let (conn, version) = other?;
+                (conn, version, false)
+            }
         };
         if version < SCHEMA_VERSION {
             return Err(StoreError::Uninitialized { path: db_path });
         }
+        // `tli host status` and friends read a few rows: one more connection
+        // is plenty.
+        let readers = Readers::open(1, || {
+            let reader = if immutable {
+                read_only_media::open_immutable(&db_path)
+            } else {
+                plain()
+            };
+            Ok(connect(reader)?.0)
+        })?;
         Ok(Store {
             conn: Mutex::new(conn),
+            readers,
             db_path,
             read_only: true,
             _lock: None,
@@ -349,6 +384,12 @@ impl Store {
         self.conn
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// A read connection: for statements that only read, outside any write
+    /// transaction. It never waits for a write in progress (see `readers.rs`).
+    fn reader(&self) -> MutexGuard<'_, Connection> {
+        self.readers.get()
     }
 
     /// The connection's journal mode, synchronous level, foreign keys, busy

@@ -92,7 +92,7 @@ impl Store {
 
     /// One metric of a task as (step, value), by step.
     pub fn metric_history(&self, task: TaskId, name: &str) -> Result<Vec<(u64, f64)>, StoreError> {
-        let c = self.conn();
+        let c = self.reader();
         let mut st = c.prepare(
             "SELECT step, value FROM metrics WHERE task_id = ?1 AND name = ?2 ORDER BY step, rowid",
         )?;
@@ -105,7 +105,7 @@ impl Store {
     /// The last recorded value (highest step) of each of a task's metrics,
     /// by name.
     pub fn latest_metrics(&self, task: TaskId) -> Result<Vec<(String, f64)>, StoreError> {
-        let c = self.conn();
+        let c = self.reader();
         let mut st = c.prepare_cached(
             "SELECT name, value FROM latest_metrics WHERE task_id = ?1 ORDER BY name",
         )?;

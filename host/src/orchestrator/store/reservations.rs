@@ -46,7 +46,7 @@ impl Store {
 
     /// The reservations not yet released, by id.
     pub fn open_reservations(&self) -> Result<Vec<ReservationRow>, StoreError> {
-        let c = self.conn();
+        let c = self.reader();
         let mut st = c.prepare(&format!(
             "SELECT {RESERVATION_COLUMNS} FROM reservations WHERE released_ms IS NULL ORDER BY id"
         ))?;
@@ -56,7 +56,7 @@ impl Store {
 
     /// Every reservation ever made, by id.
     pub fn reservation_timeline(&self) -> Result<Vec<ReservationRow>, StoreError> {
-        let c = self.conn();
+        let c = self.reader();
         let mut st = c.prepare(&format!(
             "SELECT {RESERVATION_COLUMNS} FROM reservations ORDER BY id"
         ))?;

@@ -31,7 +31,7 @@ impl Store {
     }
 
     fn counts(&self, sql: &str) -> Result<Vec<(String, u64)>, StoreError> {
-        let c = self.conn();
+        let c = self.reader();
         let mut st = c.prepare_cached(sql)?;
         let rows = st.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
         let mut counts = Vec::new();
