@@ -20,13 +20,12 @@
 //! during and after each round, with its threads and the tasks in the store.
 
 use std::collections::BTreeMap;
-use std::io::BufRead;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tli_host::testing::{plugin_model, synthetic_asset, PluginDir, TEMPLATE};
+use tli_host::testing::{plugin_model, synthetic_asset, PluginDir, ServeProcess, TEMPLATE};
 use tli_proto::v1 as pb;
 use tli_proto::v1::training_service_client::TrainingServiceClient;
 use tonic::transport::Channel;
@@ -47,33 +46,15 @@ fn env_number(name: &str, default: u64) -> u64 {
 
 /// `tli host serve` on a fresh state directory; returns it and its address.
 fn start_host(plugins: &std::path::Path, state: &std::path::Path) -> (Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tli"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tli"));
+    command
         .args(["host", "serve", "--listen", "127.0.0.1:0", "--strategy"])
         .args(["sequential", "--no-tensorboard", "--state-dir"])
         .arg(state)
         .env("TLI_PLUGIN_DIR", plugins)
-        .env("NO_COLOR", "1")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start tli host serve (cargo build --release --workspace first)");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            if let Some(rest) = line.split("listening on ").nth(1) {
-                let address = rest.split_whitespace().next().unwrap_or_default();
-                let _ = tx.send(address.to_string());
-            }
-        }
-    });
-    let address = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("the host's ready line");
-    (child, address)
+        .env("NO_COLOR", "1");
+    let host = ServeProcess::spawn(command, |_| false);
+    (host.child, host.address)
 }
 
 /// The host's resident memory in bytes and its thread count.

@@ -26,12 +26,14 @@
 //! host: each call's cost without queueing.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tli_host::testing::{artifact, plugin_model, synthetic_asset, PluginDir, TEMPLATE};
+use tli_host::testing::{
+    artifact, plugin_model, synthetic_asset, PluginDir, ServeProcess, TEMPLATE,
+};
 use tli_proto::v1 as pb;
 use tli_proto::v1::record_task_request::Record;
 use tli_proto::v1::training_service_client::TrainingServiceClient;
@@ -152,48 +154,21 @@ struct Host {
 
 impl Host {
     fn start(plugins: &Path, state: &Path, slurm: &Path) -> Self {
-        let mut child = Command::new(artifact("tli"))
+        let mut command = Command::new(artifact("tli"));
+        command
             .args(["host", "serve", "--listen", "127.0.0.1:0", "--state-dir"])
             .arg(state)
             .args(["--executor", "slurm", "--slurm-bin-dir"])
             .arg(slurm)
             .env("TLI_PLUGIN_DIR", plugins)
             .env_remove("LD_LIBRARY_PATH")
-            .env("NO_COLOR", "1")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start tli host serve");
-        let stderr = child.stderr.take().expect("stderr");
-        let log = Arc::new(Mutex::new(String::new()));
-        let sink = log.clone();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stderr)
-                .lines()
-                .map_while(Result::ok)
-            {
-                if let Some(rest) = line.split("listening on ").nth(1) {
-                    let address = rest.split_whitespace().next().unwrap_or_default();
-                    let _ = tx.send(address.to_string());
-                }
-                // Keep the warnings and errors (info lines are one per task).
-                if !line.contains(" INFO ") {
-                    if let Ok(mut l) = sink.lock() {
-                        l.push_str(&line);
-                        l.push('\n');
-                    }
-                }
-            }
-        });
-        let address = rx
-            .recv_timeout(Duration::from_secs(60))
-            .unwrap_or_else(|_| {
-                panic!(
-                    "no ready line from tli host serve; it printed:\n{}",
-                    log.lock().map(|l| l.clone()).unwrap_or_default()
-                )
-            });
+            .env("NO_COLOR", "1");
+        // Keep the warnings and errors (info lines are one per task).
+        let ServeProcess {
+            child,
+            address,
+            log,
+        } = ServeProcess::spawn(command, |line| !line.contains(" INFO "));
         Self {
             child,
             address,

@@ -3,14 +3,18 @@
 //! defined once: where cargo put the built `tli` binary and plugin libraries,
 //! throw-away plugin directories made from them, a CPU host configuration, an
 //! in-process API server, job and task specs on synthetic data, a tiny
-//! seeded PRNG, and a minimal HTTP client ([`http`]) for the host's HTTP
-//! side. The `tli` binary does not use this module.
+//! seeded PRNG, a minimal HTTP client ([`http`]) for the host's HTTP side,
+//! and a `tli host serve` child process for benchmarks ([`ServeProcess`]).
+//! The `tli` binary does not use this module.
 //!
 //! Test and bench executables live in `target/<profile>/deps`, next to the
 //! artifacts `cargo build --release --workspace` leaves in `target/<profile>`:
 //! build the workspace first (`make test` does).
 
 pub mod http;
+mod serve_process;
+
+pub use serve_process::ServeProcess;
 
 use crate::api::{self, ServerConfig, ShutdownSignal};
 use crate::orchestrator::arbiter::Strategy;

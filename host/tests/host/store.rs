@@ -977,7 +977,10 @@ fn a_read_does_not_wait_for_a_write_in_progress() {
         std::thread::spawn(move || store.set_steps_done(task, 7))
     };
     std::thread::sleep(std::time::Duration::from_millis(200));
-    assert!(!writing.is_finished(), "the write should be waiting for the lock");
+    assert!(
+        !writing.is_finished(),
+        "the write should be waiting for the lock"
+    );
 
     let reading = {
         let store = store.clone();
@@ -990,7 +993,10 @@ fn a_read_does_not_wait_for_a_write_in_progress() {
     }
     let read_finished_first = reading.is_finished() && !writing.is_finished();
     blocker.execute_batch("ROLLBACK").unwrap();
-    writing.join().unwrap().expect("the write goes through once the lock is free");
+    writing
+        .join()
+        .unwrap()
+        .expect("the write goes through once the lock is free");
     let row = reading.join().unwrap().unwrap().expect("the task");
     assert!(
         read_finished_first,
