@@ -32,6 +32,7 @@
 
 pub mod arbiter;
 pub mod checkpoint;
+pub mod core_sharing;
 mod cpu_budget;
 pub mod crash_blame;
 pub mod cuda;

@@ -13,6 +13,7 @@
 
 use super::checkpoint;
 use super::checkpoint::failures::{AfterFailure, FailedWrites};
+use super::core_sharing::{lower_own_priority, CoreOffer};
 use super::job::CheckpointPolicy;
 use super::memory_watch::{device_peak, restart_peak, MemoryCap, MemoryWatch};
 use super::state::TaskState;
@@ -198,45 +199,6 @@ pub fn spawn(
 /// Out-of-memory failures a task may have before it fails for good.
 const OOM_REQUEUES: u32 = 1;
 
-/// How much lower than the host's other threads runners are scheduled
-/// (Linux nice increment). Training saturates the cores; at equal priority a
-/// status call waited for time slices behind every busy trainer (tens of ms
-/// on 2 cores with 8 tasks, docs/benchmarks.md). Alone on a machine a
-/// runner still gets all the CPU it can use.
-pub const RUNNER_NICE: i32 = 10;
-
-/// Lowers the calling thread's priority by [`RUNNER_NICE`] (threads it
-/// starts, e.g. libtorch's, inherit it). Failure only costs responsiveness.
-fn lower_own_priority() {
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: plain syscalls on the calling thread's own id.
-        let result = unsafe {
-            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-            let current = libc::getpriority(libc::PRIO_PROCESS, tid);
-            libc::setpriority(libc::PRIO_PROCESS, tid, current + RUNNER_NICE)
-        };
-        if result != 0 {
-            tracing::debug!(
-                "could not lower the runner's priority: {}",
-                std::io::Error::last_os_error()
-            );
-        }
-    }
-}
-
-/// Lets a thread that is waiting for this core run now, if there is one
-/// (`sched_yield`; it returns at once when nothing else is runnable). The
-/// kernel does not always preempt a busy thread when another wakes: with
-/// every core training, an API thread woken by a request waited until the
-/// running trainer's time slice ended, up to a 4 ms scheduler tick, several
-/// times per request (docs/reliability.md, "Load"). Between slices is the
-/// one place the host can offer the core; shorter slices
-/// (`slice_steps`) offer it more often.
-fn offer_the_cpu() {
-    std::thread::yield_now();
-}
-
 /// Runs the task on the calling thread until it completes, fails or stops;
 /// its final state is recorded before this returns.
 pub fn run(ctx: &RunnerContext) -> Outcome {
@@ -378,6 +340,7 @@ impl Runner {
     fn train(&mut self, ctx: &RunnerContext) -> Result<Outcome, PluginError> {
         let total = ctx.task.total_steps;
         let mut memory = MemoryWatch::default();
+        let mut core_offer = CoreOffer::new();
         while self.steps < total {
             match StopRequest::load(&ctx.stop) {
                 StopRequest::None => {}
@@ -403,8 +366,8 @@ impl Runner {
                 .flatten()
                 .filter(|_| restart_peak(ctx.task.device));
             let report = self.trainer.step(n)?;
-            // A scheduling point after every slice: see `offer_the_cpu`.
-            offer_the_cpu();
+            // A scheduling point for the API's threads (see `core_sharing`).
+            core_offer.between_slices();
             self.steps += report.steps_done;
             let metrics = metric_pairs(&report.metrics);
             ctx.record.live(self.steps, &metrics);
