@@ -152,10 +152,13 @@ async fn client(
             _ => {
                 let n = started.fetch_add(1, Ordering::Relaxed);
                 let request = template_job(format!("crowd-{n}"), vec![synthetic_asset(500, n)]);
-                let result = c.start_training(request).await.map(|_| ());
-                if result.is_ok() {
-                    jobs.fetch_max(QUEUED_JOBS + n + 1, Ordering::Relaxed);
-                }
+                let result = c.start_training(request).await.map(|response| {
+                    // The host's id for it: the jobs up to it may be asked about now
+                    // (a counter of starts would name jobs still being created).
+                    if let Some(job) = response.into_inner().job {
+                        jobs.fetch_max(job.job_id, Ordering::Relaxed);
+                    }
+                });
                 ("start", result)
             }
         };
