@@ -125,7 +125,6 @@ impl Server {
         env: &[(&str, &str)],
         stdout: std::process::Stdio,
     ) -> Self {
-        use std::io::BufRead;
         let mut command = Command::new(tli_binary());
         command
             .args(["host", "serve", "--listen", listen, "--state-dir"])
@@ -137,42 +136,11 @@ impl Server {
         for (k, v) in env {
             command.env(k, v);
         }
-        let mut child = command
-            .stdout(stdout)
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("start tli host serve");
-        let stderr = child.stderr.take().expect("stderr");
-        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stderr)
-                .lines()
-                .map_while(Result::ok)
-            {
-                if let Some(rest) = line.split("listening on ").nth(1) {
-                    let address = rest
-                        .split_whitespace()
-                        .next()
-                        .unwrap_or_default()
-                        .to_string();
-                    let _ = tx.send(address);
-                }
-                if let Ok(mut l) = sink.lock() {
-                    l.push_str(&line);
-                    l.push('\n');
-                }
-            }
-        });
-        let address = rx
-            .recv_timeout(std::time::Duration::from_secs(60))
-            .unwrap_or_else(|_| {
-                panic!(
-                    "no ready line from tli host serve; it printed:\n{}",
-                    log.lock().map(|l| l.clone()).unwrap_or_default()
-                )
-            });
+        let tli_host::testing::ServeProcess {
+            child,
+            address,
+            log,
+        } = tli_host::testing::ServeProcess::spawn_with_stdout(command, stdout, |_| true);
         Self {
             child,
             address,

@@ -4,7 +4,7 @@
 //! throw-away plugin directories made from them, a CPU host configuration, an
 //! in-process API server, job and task specs on synthetic data, a tiny
 //! seeded PRNG, a minimal HTTP client ([`http`]) for the host's HTTP side,
-//! and a `tli host serve` child process for benchmarks ([`ServeProcess`]).
+//! and a `tli host serve` child process ([`ServeProcess`]).
 //! The `tli` binary does not use this module.
 //!
 //! Test and bench executables live in `target/<profile>/deps`, next to the

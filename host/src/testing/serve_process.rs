@@ -1,5 +1,6 @@
-//! A `tli host serve` child process for benchmarks that load a real host:
-//! started, its ready line awaited, its stderr collected.
+//! A `tli host serve` child process for the benchmarks and end-to-end tests
+//! that drive a real host: started, its ready line awaited, its stderr
+//! collected.
 
 use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
@@ -19,9 +20,15 @@ impl ServeProcess {
     /// Spawns `command` (a `tli host serve --listen 127.0.0.1:0 …`) with
     /// stdout discarded and stderr read on a thread, and waits up to 60 s
     /// for the "listening on ADDRESS" line.
-    pub fn spawn(mut command: Command, keep: fn(&str) -> bool) -> Self {
+    pub fn spawn(command: Command, keep: fn(&str) -> bool) -> Self {
+        Self::spawn_with_stdout(command, Stdio::null(), keep)
+    }
+
+    /// [`spawn`](Self::spawn) with the host's stdout going to `stdout` (e.g.
+    /// a pipe: take it from `child.stdout`).
+    pub fn spawn_with_stdout(mut command: Command, stdout: Stdio, keep: fn(&str) -> bool) -> Self {
         let mut child = command
-            .stdout(Stdio::null())
+            .stdout(stdout)
             .stderr(Stdio::piped())
             .spawn()
             .expect("start tli host serve (cargo build --release --workspace first)");
