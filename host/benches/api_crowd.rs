@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use tli_host::testing::measure::{env_number, percentile, ProcessStatus};
 use tli_host::testing::{plugin_model, synthetic_asset, PluginDir, ServeProcess, TEMPLATE};
 use tli_proto::v1 as pb;
 use tli_proto::v1::training_service_client::TrainingServiceClient;
@@ -35,14 +36,6 @@ const TASKS_PER_JOB: u64 = 100;
 /// How long a watcher waits for a message before it counts an error (the
 /// crowd overloads 2 cores on purpose: calls take seconds at the tail).
 const WATCH_PATIENCE: Duration = Duration::from_secs(30);
-
-/// A number from the environment, `default` when unset or not a number.
-fn env_number(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// `tli host serve` on a fresh state directory; returns it and its address.
 fn start_host(plugins: &std::path::Path, state: &std::path::Path) -> (Child, String) {
@@ -59,15 +52,8 @@ fn start_host(plugins: &std::path::Path, state: &std::path::Path) -> (Child, Str
 
 /// The host's resident memory in bytes and its thread count.
 fn host_memory(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    (field("VmRSS:") * 1024, field("Threads:"))
+    let status = ProcessStatus::of(pid);
+    (status.rss_bytes, status.threads)
 }
 
 fn template_job(name: String, assets: Vec<pb::AssetSpec>) -> pb::StartTrainingRequest {
@@ -206,10 +192,6 @@ async fn watch_briefly(
     Ok(())
 }
 
-fn pct(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
-
 fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1 << 20) as f64
 }
@@ -302,7 +284,12 @@ async fn main() {
             let cell = match tally.latencies.get_mut(kind) {
                 Some(l) if !l.is_empty() => {
                     l.sort_by(|a, b| a.total_cmp(b));
-                    format!("{:.1} / {:.1} ms ({})", pct(l, 0.5), pct(l, 0.99), l.len())
+                    format!(
+                        "{:.1} / {:.1} ms ({})",
+                        percentile(l, 0.5),
+                        percentile(l, 0.99),
+                        l.len()
+                    )
                 }
                 _ => "—".to_string(),
             };

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use tli_host::api::{ServerConfig, ShutdownSignal};
 use tli_host::orchestrator::arbiter::Strategy;
 use tli_host::orchestrator::engine::{Orchestrator, OrchestratorConfig};
+use tli_host::testing::measure::{env_number, percentile};
 use tli_host::testing::{
     http, orchestrator_config, plugin_model, synthetic_asset, ApiServer, PluginDir, TEMPLATE,
 };
@@ -107,18 +108,6 @@ fn observers(
     vec![browser, scraper]
 }
 
-/// A number from the environment, `default` when unset or not a number.
-fn env_number(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .unwrap_or(default)
-}
-
-fn pct(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
-
 fn main() {
     // The host's own runtime, as `tli host serve` builds it (commands/serve.rs).
     let server_runtime = tokio::runtime::Builder::new_multi_thread()
@@ -191,7 +180,7 @@ async fn run(host: tokio::runtime::Handle, watching: tokio::runtime::Handle) {
             )),
             assets,
             // 0: the default (10).
-            slice_steps: env_number("SLICE_STEPS", 0) as u64,
+            slice_steps: env_number("SLICE_STEPS", 0),
             checkpoint: Some(pb::CheckpointPolicy {
                 every_steps: 0,
                 every_seconds: 0.0,
@@ -208,7 +197,7 @@ async fn run(host: tokio::runtime::Handle, watching: tokio::runtime::Handle) {
     // Let all 8 runners start.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let seconds = env_number("PHASE_SECONDS", 8) as f64;
-    let rounds = env_number("ROUNDS", 2);
+    let rounds = env_number("ROUNDS", 2) as usize;
     let (alone, rate_alone) = phase(&mut client, &orchestrator, job, seconds).await;
 
     let interval_ms: u32 = std::env::var("WATCH_INTERVAL_MS")
@@ -295,8 +284,8 @@ async fn run(host: tokio::runtime::Handle, watching: tokio::runtime::Handle) {
         println!(
             "| {name} | {} | {:.2} ms | {:.2} ms | {:.2} ms | {rate:.0} |",
             lat.len(),
-            pct(lat, 0.5),
-            pct(lat, 0.99),
+            percentile(lat, 0.5),
+            percentile(lat, 0.99),
             lat[lat.len() - 1]
         );
     }

@@ -13,11 +13,8 @@ use tli_host::orchestrator::engine::{Orchestrator, OrchestratorConfig};
 use tli_host::orchestrator::job::JobSpec;
 use tli_host::orchestrator::state::TaskState;
 use tli_host::orchestrator::store::Store;
+use tli_host::testing::measure::percentile;
 use tli_host::testing::{orchestrator_config, PluginDir, BEHAVIOUR};
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
 
 fn main() {
     let plugins = PluginDir::with(&[(BEHAVIOUR, "behaviour")]);

@@ -31,6 +31,7 @@ use std::path::Path;
 use std::process::{Child, Command};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tli_host::testing::measure::{env_number, percentile, ProcessStatus};
 use tli_host::testing::{
     artifact, plugin_model, synthetic_asset, PluginDir, ServeProcess, TEMPLATE,
 };
@@ -45,15 +46,6 @@ use tonic::transport::{Channel, Endpoint};
 const WORKERS_PER_CONNECTION: usize = 50;
 /// Steps a worker claims per second.
 const STEPS_PER_SECOND: u64 = 100;
-
-fn env_number(name: &str, default: u64) -> u64 {
-    match std::env::var(name) {
-        Ok(text) => text
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={text:?}: not a whole number")),
-        Err(_) => default,
-    }
-}
 
 // ---------------------------------------------------------------- fake Slurm
 
@@ -247,16 +239,9 @@ fn thread_ticks(pid: u32) -> (BTreeMap<String, u64>, usize) {
 
 /// VmRSS and VmHWM of a process in MiB.
 fn rss_mib(pid: u32) -> (f64, f64) {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |key: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse::<f64>().ok())
-            .map(|kib| kib / 1024.0)
-            .unwrap_or(0.0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
+    let status = ProcessStatus::of(pid);
+    let mib = |bytes: u64| bytes as f64 / (1 << 20) as f64;
+    (mib(status.rss_bytes), mib(status.peak_rss_bytes))
 }
 
 /// Busy and total jiffies of the whole machine (/proc/stat).
@@ -312,10 +297,7 @@ impl Samples {
 
     /// Of a sorted set; NaN when empty.
     fn pct(&self, p: f64) -> f64 {
-        if self.0.is_empty() {
-            return f64::NAN;
-        }
-        self.0[((self.0.len() - 1) as f64 * p).round() as usize]
+        percentile(&self.0, p)
     }
 
     fn max(&self) -> f64 {

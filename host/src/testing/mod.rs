@@ -4,6 +4,7 @@
 //! throw-away plugin directories made from them, a CPU host configuration, an
 //! in-process API server, job and task specs on synthetic data, a tiny
 //! seeded PRNG, a minimal HTTP client ([`http`]) for the host's HTTP side,
+//! the benchmarks' measuring helpers ([`measure`]),
 //! and a `tli host serve` child process ([`ServeProcess`]).
 //! The `tli` binary does not use this module.
 //!
@@ -12,6 +13,7 @@
 //! build the workspace first (`make test` does).
 
 pub mod http;
+pub mod measure;
 mod serve_process;
 
 pub use serve_process::ServeProcess;
