@@ -14,7 +14,7 @@
 //! not at all). `SLICE_STEPS` sets the job's slice (default 10 steps).
 //!
 //! The host serves on its own 2-thread runtime, as `tli host serve` does;
-//! the status client and the watchers each run on runtimes of their own, as
+//! the status client (current-thread, as `tli` builds it) and the watchers each run on runtimes of their own, as
 //! the separate programs they stand for would, so every call crosses threads
 //! the way a real one crosses processes.
 
@@ -116,9 +116,11 @@ fn main() {
         .enable_all()
         .build()
         .expect("server runtime");
-    // The clients' runtime: separate threads, as separate processes would be.
-    let client_runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    // The status client's runtime: a thread of its own, as a separate
+    // process would be, and a current-thread one, as `tli`'s own CLI builds
+    // (commands/remote/connection.rs), so a call makes no thread hand-off
+    // inside the client.
+    let client_runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("client runtime");

@@ -98,14 +98,17 @@ where
         .unwrap_or_else(|e| Err(Status::internal(format!("request handler failed: {e}"))))
 }
 
-/// Runs a short store read (a status, a listing) on the calling worker
+/// Runs a store read of unbounded size (a listing) on the calling worker
 /// thread with `block_in_place`, instead of handing it to a blocking thread
 /// as [`blocking`] does. Reads never wait for a write (the store's read
-/// connections), so they take about a millisecond; the hand-off cost more:
-/// with every core busy training, a woken thread waits until the running
-/// trainer reaches a scheduling point, up to a 4 ms kernel tick
-/// (docs/reliability.md, "Load"). Outside a multi-threaded runtime (tests on
-/// a current-thread one) it falls back to [`blocking`].
+/// connections), so they are short, and every hand-off between threads
+/// costs: with every core busy training, a woken thread can wait for the
+/// scheduler's next tick (4 ms here) before it runs (docs/reliability.md,
+/// "Load"). `block_in_place` still hands the worker's queue to another
+/// thread, which the response then crosses, so a read that is always
+/// small (one job's status) runs inline in its handler instead. Outside a
+/// multi-threaded runtime (tests on a current-thread one) it falls back to
+/// [`blocking`].
 pub(crate) async fn quick_read<T, F>(f: F) -> Result<T, Status>
 where
     T: Send + 'static,

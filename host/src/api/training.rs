@@ -126,8 +126,9 @@ impl TrainingService for TrainingApi {
         request: Request<pb::GetTrainingStatusRequest>,
     ) -> Result<Response<pb::GetTrainingStatusResponse>, Status> {
         let job = convert::job_id_from_proto("job_id", request.get_ref().job_id)?;
-        let orchestrator = self.orchestrator.clone();
-        let job = quick_read(move || require_job(&orchestrator, job)).await?;
+        // One job's rows, read right here on the gRPC worker: about half a
+        // millisecond, and no thread hand-off on the way (see `quick_read`).
+        let job = require_job(&self.orchestrator, job)?;
         Ok(Response::new(pb::GetTrainingStatusResponse {
             job: Some(job),
         }))
