@@ -8,9 +8,10 @@ cd "$(dirname "$0")/.."
 TORCH_VERSION="2.11.0"
 # The Python test scripts (tests/python) use these: the gRPC client (reflection only), the
 # TensorBoard reader of the event-file round trip, Prometheus's own parser of the text
-# format, and Selenium for the status-page browser test (the browser itself, Debian's
-# chromium and chromium-driver, comes from `make browser-tools`).
-PY_TEST_PACKAGES=(grpcio==1.85.1 grpcio-reflection==1.85.1 tensorboard==2.21.0 selenium==4.40.0 prometheus-client==0.23.1)
+# format, Selenium for the status-page browser test (the browser itself, Debian's
+# chromium and chromium-driver, comes from `make browser-tools`), and pandas + pyarrow,
+# which write the bar files users bring (tests/python/write_bar_files.py).
+PY_TEST_PACKAGES=(grpcio==1.85.1 grpcio-reflection==1.85.1 tensorboard==2.21.0 selenium==4.40.0 prometheus-client==0.23.1 pandas==2.3.3 pyarrow==21.0.0)
 VENV=".venv"
 PY="${PYTHON:-python3}"
 
@@ -28,7 +29,7 @@ sys.exit(0 if md.version("torch").split("+")[0] == sys.argv[1] else 1)
 PYEOF
 then
   link_libtorch
-  "$VENV/bin/python" -c "import grpc, grpc_reflection, tensorboard, selenium, prometheus_client" 2>/dev/null \
+  "$VENV/bin/python" -c "import grpc, grpc_reflection, tensorboard, selenium, prometheus_client, pandas, pyarrow" 2>/dev/null \
     || "$VENV/bin/python" -m pip install --disable-pip-version-check -q "${PY_TEST_PACKAGES[@]}"
   echo "bootstrap: torch $TORCH_VERSION already in $VENV" >&2
   exit 0

@@ -3,6 +3,8 @@
 use crate::orchestrator::executor::ExecutorKind;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
+use tli_data::zones::LocalZone;
+use tli_data::BarSource;
 use tli_plugin_api::Device;
 
 #[derive(Parser, Debug)]
@@ -267,6 +269,17 @@ pub struct ExecutorArgs {
     pub worker_plugin_dir: Option<PathBuf>,
 }
 
+/// `[SYMBOL=]FILE`: a bar file, the symbol of its bars optionally named
+/// (`ES=prices.csv`).
+fn parse_bar_source(text: &str) -> Result<BarSource, String> {
+    BarSource::parse_arg(text)
+}
+
+/// An IANA time-zone name (`America/New_York`).
+fn parse_time_zone(text: &str) -> Result<String, String> {
+    LocalZone::parse(text).map(|zone| zone.name().to_string())
+}
+
 fn parse_executor(text: &str) -> Result<ExecutorKind, String> {
     text.parse()
 }
@@ -290,8 +303,13 @@ pub enum DataCommand {
     Synth(SynthArgs),
     /// Summarize bar files (DBN, Parquet, CSV): range, gaps, rolls, contract; checks every row.
     Inspect {
-        #[arg(required = true)]
-        files: Vec<PathBuf>,
+        /// Bar files; `SYMBOL=FILE` names the symbol of a file's bars (`ES=prices.csv`).
+        #[arg(required = true, value_name = "[SYMBOL=]FILE", value_parser = parse_bar_source)]
+        files: Vec<BarSource>,
+        /// IANA time zone of timestamps written without one (`America/New_York`);
+        /// timestamps with Z or an offset are converted to UTC without it.
+        #[arg(long, value_name = "ZONE", value_parser = parse_time_zone)]
+        tz: Option<String>,
         /// Also show what plugins receive from each file: every feature with its
         /// role (observed past / known future), every target with its horizon and
         /// scale, the bar interval, and the rows marked as gaps or rolls.
@@ -303,8 +321,12 @@ pub enum DataCommand {
     },
     /// Convert a bar file to another format (chosen by the destination's extension).
     Convert {
-        #[arg(value_name = "FROM")]
-        source: PathBuf,
+        /// The bar file to read; `SYMBOL=FILE` names the symbol of its bars.
+        #[arg(value_name = "[SYMBOL=]FROM", value_parser = parse_bar_source)]
+        source: BarSource,
+        /// IANA time zone of FROM's timestamps written without one (`America/New_York`).
+        #[arg(long, value_name = "ZONE", value_parser = parse_time_zone)]
+        tz: Option<String>,
         #[arg(value_name = "TO")]
         destination: PathBuf,
     },
@@ -441,9 +463,14 @@ pub struct StartArgs {
     /// Config per plugin as JSON or PLUGIN=JSON (as for `train local`).
     #[arg(long)]
     pub config: Vec<String>,
-    /// Asset: a bar file path on the host, or `synthetic:ROWS[:SEED[:SIGMA]]`. Repeatable.
+    /// Asset: a bar file path on the host, `SYMBOL=FILE` to name the symbol of its
+    /// bars (`ES=prices.csv`), or `synthetic:ROWS[:SEED[:SIGMA]]`. Repeatable.
     #[arg(long, short = 'a')]
     pub asset: Vec<String>,
+    /// IANA time zone of the bar files' timestamps written without one
+    /// (`America/New_York`); applies to every file asset.
+    #[arg(long, value_name = "ZONE", value_parser = parse_time_zone, conflicts_with = "spec")]
+    pub tz: Option<String>,
     /// Train each plugin once across all the assets (one pooled task per plugin,
     /// the asset as a static covariate) instead of once per asset. Needs plugins
     /// with the `pooled` capability (plugin API 1.1; `tli plugins list` shows it).
@@ -521,10 +548,15 @@ pub struct InProcessArgs {
 /// The dataset of an in-process run (`train local`, `profile memory`).
 #[derive(Args, Debug, Clone)]
 pub struct DataArgs {
-    /// Bar file to train on (DBN, Parquet or CSV), through the feature pipeline.
+    /// Bar file to train on (DBN, Parquet or CSV), through the feature pipeline;
+    /// `SYMBOL=FILE` names the symbol of its bars (`ES=prices.csv`).
     /// Without it: the synthetic AR(1) dataset.
-    #[arg(long)]
-    pub data: Option<PathBuf>,
+    #[arg(long, value_name = "[SYMBOL=]FILE", value_parser = parse_bar_source)]
+    pub data: Option<BarSource>,
+    /// IANA time zone of the file's timestamps written without one
+    /// (`America/New_York`); timestamps with Z or an offset are converted without it.
+    #[arg(long, value_name = "ZONE", value_parser = parse_time_zone, requires = "data")]
+    pub tz: Option<String>,
     /// Feature pipeline settings as JSON (see docs/data.md), with --data.
     #[arg(long, requires = "data")]
     pub features: Option<String>,

@@ -319,18 +319,47 @@ impl ContractBook {
     /// The spec for a symbol: a root (`ES`), a parent (`ES.FUT`) or an
     /// outright contract (`ESH4`, `ESZ24`).
     pub fn lookup(&self, symbol: &str) -> Result<&ContractSpec, DataError> {
+        self.lookup_or_suggest(symbol, None)
+    }
+
+    /// [`lookup`](Self::lookup), with `first_remedy` offered in the refusal
+    /// before adding a contracts file (a bar file's: name the symbol).
+    pub fn lookup_or_suggest(
+        &self,
+        symbol: &str,
+        first_remedy: Option<&str>,
+    ) -> Result<&ContractSpec, DataError> {
         let candidates = root_candidates(symbol);
         candidates
             .iter()
             .find_map(|root| self.specs.get(root))
             .ok_or_else(|| {
-                DataError::Contract(format!(
-                    "no contract specification for symbol {symbol:?} (root {:?}); known roots: {}. \
-                     Add it in a contracts file (--contracts FILE or TLI_CONTRACTS; see docs/data.md)",
-                    candidates.first().cloned().unwrap_or_default(),
-                    self.roots().join(", ")
-                ))
+                let root = candidates.first().cloned().unwrap_or_default();
+                let roots = self.roots().join(", ");
+                let contracts_file = "in a contracts file (--contracts FILE or TLI_CONTRACTS; \
+                                      see docs/data.md)";
+                DataError::Contract(match first_remedy {
+                    None => format!(
+                        "no contract specification for symbol {symbol:?} (root {root:?}); known \
+                         roots: {roots}. Add it {contracts_file}"
+                    ),
+                    Some(remedy) => format!(
+                        "no contract specification for symbol {symbol:?} (root {root:?}). \
+                         {remedy}; known roots: {roots}. Otherwise add it {contracts_file}"
+                    ),
+                })
             })
+    }
+
+    /// The longest known root that `symbol` starts with (`ES_yahoo` → `ES`),
+    /// for a suggestion.
+    pub fn root_prefix_of(&self, symbol: &str) -> Option<&str> {
+        let upper = symbol.trim().to_ascii_uppercase();
+        self.specs
+            .keys()
+            .filter(|root| upper.starts_with(root.as_str()))
+            .max_by_key(|root| root.len())
+            .map(String::as_str)
     }
 }
 

@@ -12,8 +12,10 @@
 //!   (if several are present the first in that order is used), and `open`,
 //!   `high`, `low`, `close`, `volume`; a column name that appears twice is an
 //!   error;
-//! * timestamps in any form [`timefmt::parse`] accepts (`YYYY-MM-DD`,
-//!   `YYYY-MM-DDTHH:MM:SS[.f]Z`, integer nanoseconds);
+//! * timestamps in any form [`timefmt::parse_stated`] reads (`YYYY-MM-DD`,
+//!   `YYYY-MM-DDTHH:MM:SS[.f]` with `Z` or a UTC offset such as `-05:00`,
+//!   integer nanoseconds); offsets are converted to UTC; a date and time
+//!   without a zone only with a given time zone ([`crate::zones`]);
 //! * volume a non-negative integer (`1500` or `1500.0`; `1500.5` is an error);
 //! * an optional `symbol` column, which must hold the same value on every row;
 //!   without one the symbol is the file name up to its first `.`
@@ -26,7 +28,9 @@
 //! unsorted or repeated timestamps and impossible prices. Errors name the file,
 //! the 1-based data row (the header is not counted), the column and the text.
 
+use super::bar_source::{ReadNotes, SymbolOrigin};
 use super::timefmt;
+use super::zones::{LocalZone, Timestamps};
 use super::{excerpt, list_excerpt, BarInterval, BarTable, DataError};
 use std::collections::HashSet;
 use std::fs::File;
@@ -47,6 +51,15 @@ pub fn symbol_from_file_name(path: &Path) -> String {
 
 /// Reads a CSV bar file (see the module docs for what is accepted).
 pub fn read(path: &Path) -> Result<BarTable, DataError> {
+    read_with(path, None).map(|(table, _)| table)
+}
+
+/// [`read`], with the time zone of timestamps written without one, and how
+/// the symbol and the timestamps' zones were found.
+pub fn read_with(
+    path: &Path,
+    zone: Option<&LocalZone>,
+) -> Result<(BarTable, ReadNotes), DataError> {
     let file = File::open(path).map_err(|e| DataError::io(path, e))?;
     let mut reader = csv::ReaderBuilder::new()
         .has_headers(true)
@@ -69,6 +82,7 @@ pub fn read(path: &Path) -> Result<BarTable, DataError> {
 
     let mut table = BarTable::new("", BarInterval::Day);
     let mut symbol: Option<String> = None;
+    let mut stamps = Timestamps::new(zone);
     let mut record = csv::StringRecord::new();
     let mut row = 0usize;
     loop {
@@ -92,7 +106,7 @@ pub fn read(path: &Path) -> Result<BarTable, DataError> {
         }
         let field = |index: usize| record.get(index).unwrap_or_default().trim();
         let ts_text = field(columns.ts);
-        let ts = timefmt::parse(ts_text).map_err(|e| {
+        let ts = stamps.text(ts_text).map_err(|e| {
             DataError::bad_row(path, row, format!("column {}: {e}", header[columns.ts]))
         })?;
         let price = |index: usize| -> Result<f64, DataError> {
@@ -148,14 +162,25 @@ pub fn read(path: &Path) -> Result<BarTable, DataError> {
     if row == 0 {
         return Err(DataError::bad_file(path, "holds a header but no bars"));
     }
-    table.symbol = match symbol {
-        Some(s) if !s.is_empty() => s,
+    let symbol_origin = match symbol {
+        Some(s) if !s.is_empty() => {
+            table.symbol = s;
+            SymbolOrigin::Column
+        }
         Some(_) => return Err(DataError::bad_row(path, 1, "symbol is empty")),
-        None => symbol_from_file_name(path),
+        None => {
+            table.symbol = symbol_from_file_name(path);
+            SymbolOrigin::FileName
+        }
     };
     table.interval = BarInterval::infer(&table.ts).unwrap_or(BarInterval::Day);
     table.validate(path)?;
-    Ok(table)
+    let notes = ReadNotes {
+        symbol_origin,
+        file_symbol: None,
+        timestamps: stamps.report,
+    };
+    Ok((table, notes))
 }
 
 /// Writes `table` as CSV (see the module docs). The table is validated first:
@@ -228,7 +253,19 @@ impl Columns {
         let ts = TIMESTAMP_COLUMNS
             .iter()
             .find_map(|name| position(name))
-            .ok_or_else(|| missing("ts_event (or timestamp, ts, date)"))?;
+            .ok_or_else(|| match header.first() {
+                // pandas writes an index without a name as a nameless first column.
+                Some(first) if first.is_empty() => DataError::bad_file(
+                    path,
+                    format!(
+                        "missing required column \"ts_event (or timestamp, ts, date)\"; the \
+                         header has: {}. Its first column has no name: a pandas index written \
+                         without one; name it (df.index.name = \"ts_event\") before to_csv",
+                        header_list(header)
+                    ),
+                ),
+                _ => missing("ts_event (or timestamp, ts, date)"),
+            })?;
         let required = |name: &str| position(name).ok_or_else(|| missing(name));
         Ok(Self {
             ts,

@@ -1,10 +1,12 @@
 //! `tli data inspect FILE`: what a bar file holds, checked the same way
 //! training would read it.
 
+use super::bar_source::{BarSource, SymbolOrigin};
 use super::contracts::ContractBook;
 use super::table::{Gap, Roll};
 use super::timefmt;
-use super::{read_bars, DataError, Format};
+use super::zones::ZoneReport;
+use super::{DataError, Format};
 use serde::Serialize;
 use std::path::Path;
 
@@ -14,6 +16,15 @@ pub struct Summary {
     pub format: String,
     pub bytes: u64,
     pub symbol: String,
+    /// Where the symbol came from (the file name, the file, the asset).
+    pub symbol_origin: SymbolOrigin,
+    /// The symbol the file stated, when the asset's replaced it.
+    pub file_symbol: Option<String>,
+    /// How the timestamps gave their zone, for people: UTC, offsets
+    /// converted to UTC, local time in the given zone …
+    pub timestamps: String,
+    /// The same, counted.
+    pub timestamp_zones: ZoneReport,
     /// The contract spec that applies …
     pub contract: Option<String>,
     /// … or why none does.
@@ -48,11 +59,21 @@ pub struct RollText {
 }
 
 pub fn summarize(path: &Path, contracts: &ContractBook) -> Result<Summary, DataError> {
+    summarize_source(&BarSource::file(path), contracts)
+}
+
+/// [`summarize`] a file read with a given symbol and time zone.
+pub fn summarize_source(
+    source: &BarSource,
+    contracts: &ContractBook,
+) -> Result<Summary, DataError> {
+    let path = source.path.as_path();
     let format = Format::from_path(path)?;
     let bytes = std::fs::metadata(path)
         .map_err(|e| DataError::io(path, e))?
         .len();
-    let table = read_bars(path)?;
+    let (table, notes) = source.read(contracts)?;
+    let contract = source.contract(&table, &notes, contracts);
     let mut gaps: Vec<Gap> = table.gaps();
     let gap_count = gaps.len();
     gaps.sort_by_key(|g| std::cmp::Reverse(g.missing_bars));
@@ -61,7 +82,7 @@ pub fn summarize(path: &Path, contracts: &ContractBook) -> Result<Summary, DataE
         file: path.display().to_string(),
         format: format!("{format:?}").to_lowercase(),
         bytes,
-        contract: contracts.lookup(&table.symbol).ok().map(|c| {
+        contract: contract.as_ref().ok().map(|c| {
             format!(
                 "{} ({}, {}): tick {} = {} {}",
                 c.root,
@@ -72,8 +93,12 @@ pub fn summarize(path: &Path, contracts: &ContractBook) -> Result<Summary, DataE
                 c.currency
             )
         }),
-        contract_error: contracts.lookup(&table.symbol).err().map(|e| e.to_string()),
+        contract_error: contract.as_ref().err().map(|e| e.to_string()),
         symbol: table.symbol.clone(),
+        symbol_origin: notes.symbol_origin,
+        file_symbol: notes.file_symbol.clone(),
+        timestamps: notes.timestamps.describe(),
+        timestamp_zones: notes.timestamps.clone(),
         interval: table.interval.name().to_string(),
         bars: table.len(),
         first: timefmt::format(table.ts[0]),

@@ -7,6 +7,9 @@
 //!
 //! * [`table`]: [`BarTable`], [`BarInterval`], [`Roll`], [`ContractBars`]; row checks, gaps.
 //! * [`csv_format`], [`parquet_format`], [`dbn_format`]: readers and writers; DBN parent roll.
+//! * [`bar_source`]: an asset's bar file as the user names it (`ES=prices.csv`, a time zone):
+//!   the symbol rule, refusals that say what to do.
+//! * [`zones`]: timestamps' time zones: offsets, local times in a given IANA zone, the report.
 //! * [`contracts`]: contract specs (built-in and TOML), symbol → root lookup.
 //! * [`calendar`]: exchange calendars: local time, sessions, holidays, rolls; known-future columns.
 //! * [`synth`]: deterministic synthetic bars (GARCH, t tails, regimes, seasonality, planted ρ).
@@ -21,6 +24,7 @@
 //! Nothing is silently repaired: a bad row is an error that names the file,
 //! the row and the problem ([`DataError`]).
 
+pub mod bar_source;
 pub mod calendar;
 pub mod contracts;
 pub mod csv_format;
@@ -34,7 +38,9 @@ pub mod synthetic_memory;
 pub mod synthetic_seasonal;
 pub mod table;
 pub mod timefmt;
+pub mod zones;
 
+pub use bar_source::{read_bars_with, BarSource};
 pub use table::{BarInterval, BarTable, ContractBars, Roll};
 
 use std::path::{Path, PathBuf};

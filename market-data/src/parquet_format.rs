@@ -8,9 +8,11 @@
 //!
 //! **Read** (by [`read`]), columns found by name, case-insensitively, in any
 //! order; other columns are not read:
-//! * `ts_event` (or `timestamp`): Timestamp of any unit, converted to
-//!   nanoseconds (a time zone, if any, does not change the stored UTC instant;
-//!   a timestamp without one is taken as UTC), or Int64 nanoseconds;
+//! * `ts_event` (or `timestamp`, `ts`, `date`, the first found in that
+//!   order): Timestamp of any unit, converted to nanoseconds (a time zone, if
+//!   any, does not change the stored UTC instant — pandas' tz-aware index;
+//!   a timestamp without one is local time in the zone given to
+//!   [`read_with`], and UTC when none is given), or Int64 nanoseconds;
 //! * `open`, `high`, `low`, `close`: Float64 or Float32;
 //! * `volume`: UInt64, Int64 (must be ≥ 0) or Float64 (must be a
 //!   non-negative integer);
@@ -24,7 +26,9 @@
 //! result. Row numbers in errors are 1-based over the whole file (across row
 //! groups).
 
+use super::bar_source::{ReadNotes, SymbolOrigin};
 use super::csv_format::symbol_from_file_name;
+use super::zones::{LocalZone, Timestamps};
 use super::{excerpt, list_excerpt, BarInterval, BarTable, DataError};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
@@ -100,8 +104,17 @@ pub fn write(path: &Path, table: &BarTable) -> Result<(), DataError> {
 /// 10 bytes, for one: "panics … (bad input)" in its docs); such a panic is
 /// caught here and becomes an error naming the file, like any other damage.
 pub fn read(path: &Path) -> Result<BarTable, DataError> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read_unguarded(path))).unwrap_or_else(
-        |panic| {
+    read_with(path, None).map(|(table, _)| table)
+}
+
+/// [`read`], with the time zone of timestamps stored without one, and how
+/// the symbol and the timestamps' zones were found.
+pub fn read_with(
+    path: &Path,
+    zone: Option<&LocalZone>,
+) -> Result<(BarTable, ReadNotes), DataError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read_unguarded(path, zone)))
+        .unwrap_or_else(|panic| {
             let cause = panic
                 .downcast_ref::<String>()
                 .map(String::as_str)
@@ -111,12 +124,14 @@ pub fn read(path: &Path) -> Result<BarTable, DataError> {
                 path,
                 format!("is damaged: the Parquet decoder failed on it ({cause})"),
             ))
-        },
-    )
+        })
 }
 
 /// [`read`] without the guard against the decoder's panics.
-fn read_unguarded(path: &Path) -> Result<BarTable, DataError> {
+fn read_unguarded(
+    path: &Path,
+    zone: Option<&LocalZone>,
+) -> Result<(BarTable, ReadNotes), DataError> {
     let file = File::open(path).map_err(|e| DataError::io(path, e))?;
     let file_bytes = file.metadata().map_err(|e| DataError::io(path, e))?.len();
     let builder = ParquetRecordBatchReaderBuilder::try_new(file)
@@ -148,16 +163,24 @@ fn read_unguarded(path: &Path) -> Result<BarTable, DataError> {
             .iter()
             .find_map(|w| names.iter().position(|n| n.eq_ignore_ascii_case(w)))
     };
-    let missing = |name: &str| {
-        DataError::bad_file(
-            path,
-            format!(
-                "missing required column {name:?}; the columns are: {}",
-                list_excerpt(names.iter().map(String::as_str), ", ")
-            ),
+    let missing_text = |name: &str| {
+        format!(
+            "missing required column {name:?}; the columns are: {}",
+            list_excerpt(names.iter().map(String::as_str), ", ")
         )
     };
-    let ts = find(&["ts_event", "timestamp"]).ok_or_else(|| missing("ts_event (or timestamp)"))?;
+    let missing = |name: &str| DataError::bad_file(path, missing_text(name));
+    let ts = find(&["ts_event", "timestamp", "ts", "date"]).ok_or_else(|| {
+        let mut problem = missing_text("ts_event (or timestamp, ts, date)");
+        if names.iter().any(|n| n.starts_with("__index_level_")) {
+            // pandas stores an index without a name as __index_level_0__.
+            problem.push_str(
+                ". Its __index_level_0__ column is a pandas index saved without a name: \
+                 name it (df.index.name = \"ts_event\") before to_parquet",
+            );
+        }
+        DataError::bad_file(path, problem)
+    })?;
     let open = find(&["open"]).ok_or_else(|| missing("open"))?;
     let high = find(&["high"]).ok_or_else(|| missing("high"))?;
     let low = find(&["low"]).ok_or_else(|| missing("low"))?;
@@ -224,6 +247,7 @@ fn read_unguarded(path: &Path) -> Result<BarTable, DataError> {
     table.close.reserve(rows);
     table.volume.reserve(rows);
     let mut symbol_seen: Option<String> = None;
+    let mut stamps = Timestamps::new(zone);
     for batch in reader {
         let first_row = table.len();
         let batch = batch
@@ -233,7 +257,7 @@ fn read_unguarded(path: &Path) -> Result<BarTable, DataError> {
             batch.column_by_name(name).ok_or_else(|| missing(name))
         };
         let at = Rows { path, first_row };
-        at.append_ts(&names[ts], column(ts)?, &mut table.ts)?;
+        at.append_ts(&names[ts], column(ts)?, &mut stamps, &mut table.ts)?;
         at.append_price(&names[open], column(open)?, &mut table.open)?;
         at.append_price(&names[high], column(high)?, &mut table.high)?;
         at.append_price(&names[low], column(low)?, &mut table.low)?;
@@ -244,14 +268,22 @@ fn read_unguarded(path: &Path) -> Result<BarTable, DataError> {
         }
     }
 
-    table.symbol = symbol_from_metadata
-        .or(symbol_seen)
-        .unwrap_or_else(|| symbol_from_file_name(path));
+    let (symbol, symbol_origin) = match (symbol_from_metadata, symbol_seen) {
+        (Some(s), _) => (s, SymbolOrigin::Metadata),
+        (None, Some(s)) => (s, SymbolOrigin::Column),
+        (None, None) => (symbol_from_file_name(path), SymbolOrigin::FileName),
+    };
+    table.symbol = symbol;
     table.interval = interval_from_metadata
         .or_else(|| BarInterval::infer(&table.ts))
         .unwrap_or(BarInterval::Day);
     table.validate(path)?;
-    Ok(table)
+    let notes = ReadNotes {
+        symbol_origin,
+        file_symbol: None,
+        timestamps: stamps.report,
+    };
+    Ok((table, notes))
 }
 
 /// Checks the footer's counts, offsets and sizes before anything trusts
@@ -342,13 +374,25 @@ impl Rows<'_> {
         )
     }
 
+    /// Appends a batch's timestamps as UTC ns: a Timestamp column with a
+    /// zone and Int64 are UTC instants; one without a zone goes through
+    /// `stamps` (local time in the given zone, or UTC).
     fn append_ts(
         &self,
         column: &str,
         array: &ArrayRef,
+        stamps: &mut Timestamps<'_>,
         out: &mut Vec<i64>,
     ) -> Result<(), DataError> {
         self.no_nulls(column, array)?;
+        let naive = match array.data_type() {
+            DataType::Timestamp(_, None) => true,
+            DataType::Timestamp(_, Some(zone)) => {
+                stamps.report.column_zone = Some(zone.to_string());
+                false
+            }
+            _ => false,
+        };
         let (values, per_unit): (&[i64], i64) = match array.data_type() {
             DataType::Timestamp(TimeUnit::Second, _) => (
                 array
@@ -387,6 +431,7 @@ impl Rows<'_> {
             ),
             _ => return Err(self.wrong_type(column, array)),
         };
+        let first = out.len();
         if per_unit == 1 {
             out.extend_from_slice(values);
         } else {
@@ -400,6 +445,13 @@ impl Rows<'_> {
                 })?;
                 out.push(ns);
             }
+        }
+        if naive {
+            for (i, ts) in out[first..].iter_mut().enumerate() {
+                *ts = stamps.naive(*ts).map_err(|e| self.error(i, column, e))?;
+            }
+        } else {
+            stamps.utc(values.len(), out.last().copied());
         }
         Ok(())
     }

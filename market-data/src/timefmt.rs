@@ -1,8 +1,13 @@
 //! UTC timestamps as integer nanoseconds since the Unix epoch, and their text
-//! forms: `YYYY-MM-DD` (midnight UTC), `YYYY-MM-DDTHH:MM:SS[.fffffffff]Z`
-//! (also with a space instead of `T`), or a plain integer of nanoseconds.
+//! forms: `YYYY-MM-DD` (a date: midnight UTC), `YYYY-MM-DDTHH:MM:SS[.fffffffff]`
+//! (also with a space instead of `T`) followed by `Z` or a UTC offset
+//! (`+00:00`, `-05:00`, `-0500`, `-05`), or a plain integer of nanoseconds.
+//! A time with an offset is converted to UTC; a time with neither `Z` nor an
+//! offset is refused by [`parse`] and returned as [`Stated::Naive`] by
+//! [`parse_stated`], for a reader that knows the file's time zone
+//! ([`crate::zones`]).
 //! Calendar arithmetic uses the proleptic Gregorian calendar (Howard
-//! Hinnant's days-from-civil algorithm), so no time-zone database is needed.
+//! Hinnant's days-from-civil algorithm), so no time-zone database is needed here.
 
 pub const NANOS_PER_SECOND: i64 = 1_000_000_000;
 pub const NANOS_PER_DAY: i64 = 86_400 * NANOS_PER_SECOND;
@@ -37,18 +42,49 @@ pub fn weekday(ts: i64) -> u32 {
     (ts.div_euclid(NANOS_PER_DAY) + 3).rem_euclid(7) as u32
 }
 
-/// Parses one of the accepted forms (see the module docs).
+/// What a timestamp's text said about its time zone.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Stated {
+    /// `Z` or a zero offset.
+    Utc,
+    /// A non-zero UTC offset in seconds (east positive), already applied.
+    Offset(i32),
+    /// A date and time with no zone: the value is the wall-clock time read
+    /// as if it were UTC, for the caller to place in a zone.
+    Naive,
+    /// `YYYY-MM-DD`: midnight UTC of that date (a trading date, not a local time).
+    Date,
+    /// Integer nanoseconds since the epoch (UTC).
+    Nanos,
+}
+
+/// Parses one of the accepted forms (see the module docs); a date and time
+/// without `Z` or an offset is refused (see [`parse_stated`] to accept it).
 pub fn parse(text: &str) -> Result<i64, String> {
+    match parse_stated(text)? {
+        (_, Stated::Naive) => Err(format!(
+            "timestamp {} has no time zone: end it in Z or a UTC offset (+00:00, -05:00)",
+            crate::excerpt(text.trim())
+        )),
+        (ts, _) => Ok(ts),
+    }
+}
+
+/// Parses one of the accepted forms and says how its zone was given. A
+/// [`Stated::Naive`] value is the wall-clock time as if UTC.
+pub fn parse_stated(text: &str) -> Result<(i64, Stated), String> {
     let t = text.trim();
     let shown = || crate::excerpt(t);
     if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
         return t
             .parse::<i64>()
+            .map(|ts| (ts, Stated::Nanos))
             .map_err(|e| format!("timestamp {}: {e}", shown()));
     }
     let bad = || {
         format!(
-            "timestamp {} is not YYYY-MM-DD, YYYY-MM-DDTHH:MM:SS[.f]Z or integer nanoseconds",
+            "timestamp {} is not YYYY-MM-DD, YYYY-MM-DDTHH:MM:SS[.f] with Z or a UTC offset \
+             (-05:00), or integer nanoseconds",
             shown()
         )
     };
@@ -78,39 +114,87 @@ pub fn parse(text: &str) -> Result<i64, String> {
     let mut nanos = days_from_civil(year, month, day)
         .checked_mul(NANOS_PER_DAY)
         .ok_or_else(out_of_range)?;
-    if let Some(time) = time {
-        let time = time
-            .strip_suffix('Z')
-            .or_else(|| time.strip_suffix("+00:00"))
-            .ok_or_else(|| format!("timestamp {} must be UTC (end in Z or +00:00)", shown()))?;
-        let (hms, fraction) = match time.split_once('.') {
-            Some((hms, f)) => (hms, Some(f)),
-            None => (time, None),
-        };
-        let fields: Vec<&str> = hms.split(':').collect();
-        if fields.len() != 3 {
-            return Err(bad());
-        }
-        // Unsigned: "-1" is not an hour.
-        let field = |i: usize| fields[i].parse::<u32>().map(i64::from).map_err(|_| bad());
-        let (h, mi, s) = (field(0)?, field(1)?, field(2)?);
-        if h > 23 || mi > 59 || s > 59 {
-            return Err(bad());
-        }
-        nanos = nanos
-            .checked_add((h * 3600 + mi * 60 + s) * NANOS_PER_SECOND)
-            .ok_or_else(out_of_range)?;
-        if let Some(f) = fraction {
-            if f.is_empty() || f.len() > 9 || !f.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(bad());
-            }
-            let padded = format!("{f:0<9}");
-            nanos = nanos
-                .checked_add(padded.parse::<i64>().map_err(|_| bad())?)
-                .ok_or_else(out_of_range)?;
-        }
+    let Some(time) = time else {
+        return Ok((nanos, Stated::Date));
+    };
+    let (time, stated) = split_zone(time).ok_or_else(bad)?;
+    let (hms, fraction) = match time.split_once('.') {
+        Some((hms, f)) => (hms, Some(f)),
+        None => (time, None),
+    };
+    let fields: Vec<&str> = hms.split(':').collect();
+    if fields.len() != 3 {
+        return Err(bad());
     }
-    Ok(nanos)
+    // Unsigned: "-1" is not an hour.
+    let field = |i: usize| fields[i].parse::<u32>().map(i64::from).map_err(|_| bad());
+    let (h, mi, s) = (field(0)?, field(1)?, field(2)?);
+    if h > 23 || mi > 59 || s > 59 {
+        return Err(bad());
+    }
+    nanos = nanos
+        .checked_add((h * 3600 + mi * 60 + s) * NANOS_PER_SECOND)
+        .ok_or_else(out_of_range)?;
+    if let Some(f) = fraction {
+        if f.is_empty() || f.len() > 9 || !f.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
+        let padded = format!("{f:0<9}");
+        nanos = nanos
+            .checked_add(padded.parse::<i64>().map_err(|_| bad())?)
+            .ok_or_else(out_of_range)?;
+    }
+    if let Stated::Offset(seconds) = stated {
+        nanos = nanos
+            .checked_sub(i64::from(seconds) * NANOS_PER_SECOND)
+            .ok_or_else(out_of_range)?;
+    }
+    Ok((nanos, stated))
+}
+
+/// A time of day and what follows it: `Z`, an offset (`±HH:MM`, `±HHMM`,
+/// `±HH`, hours 0..=23 and minutes 0..=59), or nothing. `None` when the
+/// zone part is malformed.
+fn split_zone(time: &str) -> Option<(&str, Stated)> {
+    if let Some(rest) = time.strip_suffix('Z') {
+        return Some((rest, Stated::Utc));
+    }
+    // The sign of an offset comes after the time (a leading sign is no time).
+    let Some(at) = time.rfind(['+', '-']).filter(|&i| i > 0) else {
+        return Some((time, Stated::Naive));
+    };
+    let (rest, zone) = (&time[..at], &time[at + 1..]);
+    let sign = if time.as_bytes()[at] == b'-' { -1 } else { 1 };
+    let digits = |s: &str| s.len() == 2 && s.bytes().all(|b| b.is_ascii_digit());
+    let (hours, minutes) = match zone.len() {
+        2 => (zone, "00"),
+        4 => (&zone[..2], &zone[2..]),
+        5 if zone.as_bytes()[2] == b':' => (&zone[..2], &zone[3..]),
+        _ => return None,
+    };
+    if !digits(hours) || !digits(minutes) {
+        return None;
+    }
+    let (h, m): (i32, i32) = (hours.parse().ok()?, minutes.parse().ok()?);
+    if h > 23 || m > 59 {
+        return None;
+    }
+    let seconds = sign * (h * 3600 + m * 60);
+    Some((
+        rest,
+        if seconds == 0 {
+            Stated::Utc
+        } else {
+            Stated::Offset(seconds)
+        },
+    ))
+}
+
+/// An offset in seconds as `±HH:MM`.
+pub fn format_offset(seconds: i32) -> String {
+    let sign = if seconds < 0 { '-' } else { '+' };
+    let abs = seconds.unsigned_abs();
+    format!("{sign}{:02}:{:02}", abs / 3600, (abs / 60) % 60)
 }
 
 fn days_in_month(year: i64, month: u32) -> u32 {
@@ -196,9 +280,19 @@ mod tests {
         ] {
             assert!(parse(bad).is_err(), "{bad}");
         }
-        assert!(parse("2018-12-31T10:00:00+02:00")
+        assert!(parse("2018-12-31T10:00:00")
             .unwrap_err()
-            .contains("UTC"));
+            .contains("has no time zone"));
+        for bad_zone in [
+            "2018-12-31T10:00:00+2",
+            "2018-12-31T10:00:00+24:00",
+            "2018-12-31T10:00:00+05:60",
+            "2018-12-31T10:00:00+05:3",
+            "2018-12-31T10:00:00 EST",
+            "2018-12-31T10:00:00ZZ",
+        ] {
+            assert!(parse(bad_zone).is_err(), "{bad_zone}");
+        }
         // Found by market-data/tests/hostile_files: these wrapped around silently.
         assert!(parse("2024-01-01T-1:00:00Z").is_err());
         for far in ["9999-12-31", "2262-04-12T00:00:00Z", "1677-09-20"] {
@@ -208,5 +302,45 @@ mod tests {
             );
         }
         assert!(parse("2262-04-11T23:47:16Z").is_ok());
+    }
+
+    #[test]
+    fn offsets_are_converted_to_utc() {
+        let utc = parse("2024-03-01T14:30:00Z").unwrap();
+        for text in [
+            "2024-03-01 09:30:00-05:00",
+            "2024-03-01T09:30:00-0500",
+            "2024-03-01T09:30:00-05",
+            "2024-03-01T14:30:00+00:00",
+            "2024-03-01T14:30:00-00:00",
+            "2024-03-01T20:00:00+05:30",
+        ] {
+            assert_eq!(parse(text).unwrap(), utc, "{text}");
+        }
+        assert_eq!(
+            parse_stated("2024-03-01 09:30:00.25-05:00").unwrap(),
+            (utc + 250_000_000, Stated::Offset(-5 * 3600))
+        );
+        assert_eq!(
+            parse_stated("2024-03-01T14:30:00+00:00").unwrap().1,
+            Stated::Utc
+        );
+        assert_eq!(
+            parse_stated("2024-03-01 09:30:00").unwrap(),
+            (parse("2024-03-01T09:30:00Z").unwrap(), Stated::Naive)
+        );
+        assert_eq!(parse_stated("2024-03-01").unwrap().1, Stated::Date);
+        assert_eq!(parse_stated("17").unwrap(), (17, Stated::Nanos));
+        // An offset crossing midnight moves the date.
+        assert_eq!(
+            parse("2024-03-01T23:30:00-05:00").unwrap(),
+            parse("2024-03-02T04:30:00Z").unwrap()
+        );
+        // The range check applies after the offset.
+        assert!(parse("2262-04-11T23:00:00-05:00")
+            .unwrap_err()
+            .contains("outside the range"));
+        assert_eq!(format_offset(-5 * 3600), "-05:00");
+        assert_eq!(format_offset(5 * 3600 + 1800), "+05:30");
     }
 }

@@ -27,6 +27,7 @@ use crate::orchestrator::job::{
 };
 use std::path::PathBuf;
 use tli_data::features::FeatureConfig;
+use tli_data::BarSource;
 use tli_plugin_api::Device;
 use tli_proto::v1 as pb;
 use tonic::Status;
@@ -37,6 +38,8 @@ pub const MAX_NAME_BYTES: usize = 256;
 pub const MAX_PLUGIN_NAME_BYTES: usize = 128;
 pub const MAX_PATH_BYTES: usize = 4096;
 pub const MAX_DEVICE_BYTES: usize = 32;
+/// The longest time-zone name an asset may give (the longest IANA name has 32).
+pub const MAX_TZ_BYTES: usize = 64;
 /// Rows of a job's synthetic assets together (each row costs about 55 bytes
 /// of host memory from submission on): as many as one asset may have.
 pub const MAX_SYNTHETIC_ROWS_PER_JOB: u64 = *SYNTHETIC_ROWS.end() as u64;
@@ -75,6 +78,12 @@ pub fn check_bounds(req: &pb::StartTrainingRequest) -> Result<(), Status> {
     }
     let mut rows: u64 = 0;
     for (i, a) in req.assets.iter().enumerate() {
+        check_text(
+            &format!("assets[{i}].symbol"),
+            &a.symbol,
+            tli_data::bar_source::MAX_SYMBOL_BYTES,
+        )?;
+        check_text(&format!("assets[{i}].tz"), &a.tz, MAX_TZ_BYTES)?;
         match &a.source {
             Some(pb::asset_spec::Source::DataPath(path)) => {
                 check_text(&format!("assets[{i}].data_path"), path, MAX_PATH_BYTES)?;
@@ -235,6 +244,11 @@ fn model_spec(i: usize, m: &pb::ModelSpec) -> Result<job::ModelSpec, Status> {
     })
 }
 
+/// "" = not given (symbol, tz).
+fn given(text: &str) -> Option<String> {
+    (!text.is_empty()).then(|| text.to_string())
+}
+
 fn asset_spec(i: usize, a: &pb::AssetSpec) -> Result<AssetSpec, Status> {
     match &a.source {
         None => Err(invalid(format!("assets[{i}]: set data_path or synthetic"))),
@@ -242,7 +256,17 @@ fn asset_spec(i: usize, a: &pb::AssetSpec) -> Result<AssetSpec, Status> {
             if path.trim().is_empty() {
                 return Err(invalid(format!("assets[{i}].data_path: must not be empty")));
             }
-            Ok(AssetSpec::Data(PathBuf::from(path)))
+            // The symbol and zone are checked with the spec (JobSpec::check).
+            Ok(AssetSpec::Data(BarSource {
+                path: PathBuf::from(path),
+                symbol: given(&a.symbol),
+                tz: given(&a.tz),
+            }))
+        }
+        Some(pb::asset_spec::Source::Synthetic(_)) if !a.symbol.is_empty() || !a.tz.is_empty() => {
+            Err(invalid(format!(
+                "assets[{i}]: symbol and tz go with data_path, not synthetic"
+            )))
         }
         Some(pb::asset_spec::Source::Synthetic(s)) => {
             let rows = usize::try_from(s.rows).map_err(|_| {
@@ -320,17 +344,22 @@ pub fn request_from_spec(
     let assets = spec
         .assets
         .iter()
-        .map(|a| pb::AssetSpec {
-            source: Some(match a {
-                AssetSpec::Data(path) => {
-                    pb::asset_spec::Source::DataPath(path.to_string_lossy().into())
-                }
-                AssetSpec::Synthetic(s) => pb::asset_spec::Source::Synthetic(pb::SyntheticAsset {
+        .map(|a| match a {
+            AssetSpec::Data(source) => pb::AssetSpec {
+                source: Some(pb::asset_spec::Source::DataPath(
+                    source.path.to_string_lossy().into(),
+                )),
+                symbol: source.symbol.clone().unwrap_or_default(),
+                tz: source.tz.clone().unwrap_or_default(),
+            },
+            AssetSpec::Synthetic(s) => pb::AssetSpec {
+                source: Some(pb::asset_spec::Source::Synthetic(pb::SyntheticAsset {
                     rows: s.rows as u64,
                     seed: s.seed,
                     sigma: s.sigma.unwrap_or(0.0),
-                }),
-            }),
+                })),
+                ..Default::default()
+            },
         })
         .collect();
     let keep = u32::try_from(spec.checkpoint.keep)
@@ -410,6 +439,7 @@ mod tests {
                     seed: 0,
                     sigma: 0.0,
                 })),
+                ..Default::default()
             }],
             ..Default::default()
         }
@@ -493,7 +523,7 @@ mod tests {
         );
 
         let mut req = request();
-        req.assets.push(pb::AssetSpec { source: None });
+        req.assets.push(pb::AssetSpec::default());
         assert_eq!(message(&req), "assets[1]: set data_path or synthetic");
 
         let mut req = request();
@@ -584,5 +614,34 @@ mod tests {
         let mut bad = request();
         bad.executor = 9;
         assert!(message(&bad).contains("executor"));
+    }
+
+    /// Issue 20: a file asset's symbol and time zone survive the wire and are
+    /// checked like a spec file's.
+    #[test]
+    fn a_file_assets_symbol_and_time_zone_survive_the_wire() {
+        let text = r#"{"name":"w","models":[{"plugin":"dqn","steps":9}],
+            "assets":[{"data":"p.csv","symbol":"ES","tz":"America/New_York"},{"data":"q.csv"}]}"#;
+        let spec = JobSpec::from_json(text).unwrap();
+        let back = job_spec(&request_from_spec(&spec, String::new()).unwrap()).unwrap();
+        assert_eq!(back.assets, spec.assets);
+        let file = |symbol: &str, tz: &str| pb::AssetSpec {
+            source: Some(pb::asset_spec::Source::DataPath("p.csv".into())),
+            symbol: symbol.into(),
+            tz: tz.into(),
+        };
+        for (asset, wanted) in [
+            (file("E S", ""), "assets[0].symbol: symbol \"E S\""),
+            (file("ES", "Not/AZone"), "assets[0].tz: unknown time zone"),
+            (file(&"X".repeat(33), ""), "assets[0].symbol: 33 bytes"),
+            (file("ES", "\u{1b}[2J"), "assets[0].tz: control character"),
+        ] {
+            let mut req = request();
+            req.assets = vec![asset];
+            assert!(message(&req).contains(wanted), "{}", message(&req));
+        }
+        let mut req = request();
+        req.assets[0].symbol = "ES".into();
+        assert!(message(&req).contains("symbol and tz go with data_path"));
     }
 }

@@ -4,8 +4,21 @@ use super::{new_table, print_json};
 use crate::byte_size::format_bytes;
 use crate::cli::{OutputFormat, SynthArgs};
 use anyhow::{anyhow, Context, Result};
-use std::path::{Path, PathBuf};
-use tli_data::{contracts::ContractBook, dbn_format, inspect, synth, timefmt, BarInterval, Format};
+use std::path::Path;
+use tli_data::{
+    contracts::ContractBook, dbn_format, inspect, synth, timefmt, BarInterval, BarSource, Format,
+};
+
+/// The files of a command with its `--tz` (timestamps written without a zone).
+pub(super) fn with_tz(files: &[BarSource], tz: &Option<String>) -> Vec<BarSource> {
+    files
+        .iter()
+        .map(|f| BarSource {
+            tz: tz.clone(),
+            ..f.clone()
+        })
+        .collect()
+}
 
 pub(super) fn synth(
     contracts: Option<&Path>,
@@ -58,13 +71,13 @@ pub(super) fn synth(
 
 pub(super) fn inspect(
     contracts: Option<&Path>,
-    files: &[PathBuf],
+    files: &[BarSource],
     output: OutputFormat,
 ) -> Result<()> {
     let book = ContractBook::load(contracts)?;
     let summaries = files
         .iter()
-        .map(|f| inspect::summarize(f, &book))
+        .map(|f| inspect::summarize_source(f, &book))
         .collect::<Result<Vec<_>, _>>()?;
     if output == OutputFormat::Json {
         return print_json(&summaries);
@@ -80,10 +93,11 @@ pub(super) fn inspect(
                 "file",
                 format!("{} ({}, {})", s.file, s.format, format_bytes(s.bytes)),
             ),
-            ("symbol", s.symbol.clone()),
+            ("symbol", symbol_text(s)),
             ("contract", contract),
             ("bars", format!("{} × {}", s.bars, s.interval)),
             ("range", format!("{} .. {}", s.first, s.last)),
+            ("timestamps", s.timestamps.clone()),
             (
                 "price",
                 format!("low {} high {} last close {}", s.low, s.high, s.last_close),
@@ -127,9 +141,25 @@ struct TargetView {
     scale: f64,
 }
 
+/// The symbol and where it came from (`ES (given on the asset; the file says ESH4)`).
+fn symbol_text(s: &inspect::Summary) -> String {
+    use tli_data::bar_source::SymbolOrigin;
+    let origin = match s.symbol_origin {
+        SymbolOrigin::FileName => "from the file name",
+        SymbolOrigin::Column => "from the symbol column",
+        SymbolOrigin::Metadata => "from the tli.symbol metadata",
+        SymbolOrigin::Dbn => "from the DBN symbology",
+        SymbolOrigin::Asset => "given",
+    };
+    match &s.file_symbol {
+        Some(file) if file != &s.symbol => format!("{} ({origin}; the file says {file})", s.symbol),
+        _ => format!("{} ({origin})", s.symbol),
+    }
+}
+
 pub(super) fn inspect_features(
     contracts: Option<&Path>,
-    files: &[PathBuf],
+    files: &[BarSource],
     feature_config: Option<&str>,
     output: OutputFormat,
 ) -> Result<()> {
@@ -140,8 +170,8 @@ pub(super) fn inspect_features(
     };
     let mut views = Vec::new();
     for file in files {
-        let table = tli_data::read_bars(file)?;
-        let contract = book.lookup(&table.symbol)?;
+        let (table, notes) = file.read(&book)?;
+        let contract = file.contract(&table, &notes, &book)?;
         let built = tli_data::features::build_annotated_dataset(&table, contract, &config)?;
         let (d, a) = (&built.dataset, &built.annex);
         let marked = |bit: u8| -> Vec<String> {
@@ -152,7 +182,7 @@ pub(super) fn inspect_features(
         };
         let s = d.splits;
         views.push(FeatureView {
-            file: file.display().to_string(),
+            file: file.path.display().to_string(),
             symbol: d.symbol.to_string(),
             rows: d.rows(),
             bar_interval_ns: a.bar_interval_ns,
@@ -257,9 +287,9 @@ fn roll_text(s: &inspect::Summary) -> String {
         .join("\n")
 }
 
-pub(super) fn convert(input: &Path, output: &Path) -> Result<()> {
+pub(super) fn convert(contracts: Option<&Path>, input: &BarSource, output: &Path) -> Result<()> {
     Format::from_path(output)?;
-    let table = tli_data::read_bars(input)?;
+    let (table, _) = input.read(&ContractBook::load(contracts)?)?;
     tli_data::write_bars(output, &table)?;
     eprintln!(
         "wrote {} bars of {} to {}",

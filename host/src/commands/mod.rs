@@ -77,18 +77,30 @@ pub fn run(cli: Cli) -> Result<()> {
             DataCommand::Synth(args) => data::synth(contracts, args, cli.output),
             DataCommand::Inspect {
                 files,
+                tz,
                 features: false,
                 ..
-            } => data::inspect(contracts, files, cli.output),
+            } => data::inspect(contracts, &data::with_tz(files, tz), cli.output),
             DataCommand::Inspect {
                 files,
+                tz,
                 features: true,
                 feature_config,
-            } => data::inspect_features(contracts, files, feature_config.as_deref(), cli.output),
+            } => data::inspect_features(
+                contracts,
+                &data::with_tz(files, tz),
+                feature_config.as_deref(),
+                cli.output,
+            ),
             DataCommand::Convert {
                 source,
+                tz,
                 destination,
-            } => data::convert(source, destination),
+            } => data::convert(
+                contracts,
+                &data::with_tz(std::slice::from_ref(source), tz)[0],
+                destination,
+            ),
             DataCommand::Contracts => data::contracts(contracts, cli.output),
         },
         Command::Profile {

@@ -13,6 +13,7 @@ use std::path::Path;
 use tli_data::contracts::ContractBook;
 use tli_data::features::{AnnotatedDataset, FeatureConfig};
 use tli_data::synthetic_ar::{synthetic_ar_annotated, SyntheticArSpec};
+use tli_data::BarSource;
 
 /// The bar file through the feature pipeline, or the synthetic AR(1) dataset
 /// (seeded with `seed`).
@@ -21,7 +22,7 @@ pub(super) fn dataset_for(
     args: &DataArgs,
     seed: u64,
 ) -> Result<AnnotatedDataset> {
-    let Some(path) = &args.data else {
+    let Some(source) = &args.data else {
         return Ok(synthetic_ar_annotated(SyntheticArSpec {
             rows: args.rows as usize,
             seed,
@@ -34,9 +35,13 @@ pub(super) fn dataset_for(
         }
         None => FeatureConfig::default(),
     };
-    let table = tli_data::read_bars(path)?;
+    let source = BarSource {
+        tz: args.tz.clone(),
+        ..source.clone()
+    };
     let book = ContractBook::load(contracts)?;
-    let contract = book.lookup(&table.symbol)?;
+    let (table, notes) = source.read(&book)?;
+    let contract = source.contract(&table, &notes, &book)?;
     Ok(tli_data::features::build_annotated_dataset(
         &table, contract, &config,
     )?)

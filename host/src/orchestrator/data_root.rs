@@ -105,8 +105,8 @@ impl DataRoots {
     /// the first refusal with its asset's index.
     pub fn check_assets(&self, assets: &[AssetSpec]) -> Result<(), (usize, DataRootError)> {
         for (i, asset) in assets.iter().enumerate() {
-            if let AssetSpec::Data(path) = asset {
-                self.check(path).map_err(|e| (i, e))?;
+            if let AssetSpec::Data(source) = asset {
+                self.check(&source.path).map_err(|e| (i, e))?;
             }
         }
         Ok(())

@@ -12,6 +12,7 @@
 //!   "assets": [
 //!     {"data": "data/samples/es_proxy_sp500_1d.dbn.zst"},
 //!     {"data": "data/samples/nq_proxy_nasdaq_1d.dbn.zst"},
+//!     {"data": "data/samples/es_proxy_sp500_1d.csv", "symbol": "ES"},
 //!     {"synthetic": {"rows": 20000}}
 //!   ],
 //!   "seed": 7,
@@ -29,11 +30,18 @@
 //! `checkpoint`, an `every_steps`/`every_seconds` of 0 or `null` means never
 //! (as in the API). `executor` (`local` or `slurm`) pins where the tasks run;
 //! left out, the host's default. `slurm` applies to the Slurm executor only.
+//! A `data` asset may give `symbol` (the bars' symbol, which names the asset
+//! and chooses its contract; see `tli_data::bar_source` for how it meets a
+//! symbol the file states) and `tz` (the IANA zone of timestamps written
+//! without one).
 
 use super::executor::{ExecutorKind, SlurmJobOptions};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
+use tli_data::bar_source::check_symbol;
 use tli_data::features::FeatureConfig;
+use tli_data::zones::LocalZone;
+use tli_data::BarSource;
 use tli_plugin_api::Device;
 
 pub const MAX_STEPS: u64 = 1_000_000_000;
@@ -96,8 +104,9 @@ pub struct ModelSpec {
 /// Where an asset's bars come from: exactly one source.
 #[derive(Clone, Debug, PartialEq)]
 pub enum AssetSpec {
-    /// A bar file (DBN, Parquet, CSV).
-    Data(PathBuf),
+    /// A bar file (DBN, Parquet, CSV), with the symbol and time zone the
+    /// user gave, if any.
+    Data(BarSource),
     /// The synthetic AR(1) dataset (for tests and demos).
     Synthetic(SyntheticAsset),
 }
@@ -159,7 +168,8 @@ impl AssetSpec {
     /// A short label for tables and the store.
     pub fn label(&self) -> String {
         match self {
-            AssetSpec::Data(path) => path.display().to_string(),
+            // `ES=path` when the symbol is given (as on the command line).
+            AssetSpec::Data(source) => source.arg(),
             AssetSpec::Synthetic(s) => match s.sigma {
                 None => format!("synthetic-ar1:{}:{}", s.rows, s.seed),
                 Some(sigma) => format!("synthetic-ar1:{}:{}:{sigma}", s.rows, s.seed),
@@ -274,6 +284,17 @@ impl JobSpec {
             }
         }
         for (i, a) in self.assets.iter().enumerate() {
+            if let AssetSpec::Data(source) = a {
+                if source.path.as_os_str().is_empty() {
+                    return Err(format!("assets[{i}].data: must not be empty"));
+                }
+                if let Some(symbol) = &source.symbol {
+                    check_symbol(symbol).map_err(|e| format!("assets[{i}].symbol: {e}"))?;
+                }
+                if let Some(tz) = &source.tz {
+                    LocalZone::parse(tz).map_err(|e| format!("assets[{i}].tz: {e}"))?;
+                }
+            }
             if let AssetSpec::Synthetic(s) = a {
                 if let Some(sigma) = s.sigma {
                     if !(sigma.is_finite() && sigma > 0.0 && sigma < 1.0) {
@@ -359,6 +380,12 @@ struct AssetFile {
     data: Option<PathBuf>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     synthetic: Option<SyntheticAsset>,
+    /// With `data`: the bars' symbol.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    symbol: Option<String>,
+    /// With `data`: the IANA zone of timestamps written without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tz: Option<String>,
 }
 
 /// `every_steps` left out = never, `every_seconds` left out = the default;
@@ -409,7 +436,15 @@ impl TryFrom<JobSpecFile> for JobSpec {
             .into_iter()
             .enumerate()
             .map(|(i, a)| match (a.data, a.synthetic) {
-                (Some(path), None) => Ok(AssetSpec::Data(path)),
+                (Some(path), None) => Ok(AssetSpec::Data(BarSource {
+                    path,
+                    symbol: a.symbol,
+                    tz: a.tz,
+                })),
+                (None, Some(_)) if a.symbol.is_some() || a.tz.is_some() => Err(format!(
+                    "assets[{i}]: \"symbol\" and \"tz\" go with a \"data\" file, not \
+                     \"synthetic\""
+                )),
                 (None, Some(s)) => Ok(AssetSpec::Synthetic(s)),
                 _ => Err(format!(
                     "assets[{i}]: give exactly one of \"data\" or \"synthetic\""
@@ -441,13 +476,17 @@ impl From<JobSpec> for JobSpecFile {
                 .assets
                 .into_iter()
                 .map(|a| match a {
-                    AssetSpec::Data(path) => AssetFile {
-                        data: Some(path),
+                    AssetSpec::Data(source) => AssetFile {
+                        data: Some(source.path),
                         synthetic: None,
+                        symbol: source.symbol,
+                        tz: source.tz,
                     },
                     AssetSpec::Synthetic(s) => AssetFile {
                         data: None,
                         synthetic: Some(s),
+                        symbol: None,
+                        tz: None,
                     },
                 })
                 .collect(),
@@ -477,7 +516,7 @@ mod tests {
             .collect::<Vec<_>>()
             .join("\n");
         let spec = JobSpec::from_json(&json).unwrap();
-        assert_eq!(spec.models.len() * spec.assets.len(), 6);
+        assert_eq!(spec.models.len() * spec.assets.len(), 8);
         assert_eq!(spec.checkpoint.keep, 3);
     }
 
@@ -541,6 +580,41 @@ mod tests {
         assert!(negative.unwrap_err().contains("checkpoint.every_seconds"));
     }
 
+    /// Issue 20: a file asset names its symbol and time zone; both are checked.
+    #[test]
+    fn a_data_asset_gives_its_symbol_and_time_zone() {
+        let spec = |asset: &str| {
+            JobSpec::from_json(&format!(
+                r#"{{"name":"x","models":[{{"plugin":"t","steps":1}}],"assets":[{asset}]}}"#
+            ))
+        };
+        let ok = spec(r#"{"data":"p.csv","symbol":"ES","tz":"America/New_York"}"#).unwrap();
+        let AssetSpec::Data(source) = &ok.assets[0] else {
+            panic!("{:?}", ok.assets[0])
+        };
+        assert_eq!(
+            (source.symbol.as_deref(), source.tz.as_deref()),
+            (Some("ES"), Some("America/New_York"))
+        );
+        assert_eq!(ok.assets[0].label(), "ES=p.csv");
+        let again: JobSpec = serde_json::from_str(&serde_json::to_string(&ok).unwrap()).unwrap();
+        assert_eq!(again, ok);
+        for (asset, field) in [
+            (r#"{"data":"p.csv","symbol":"E S"}"#, "assets[0].symbol"),
+            (
+                r#"{"data":"p.csv","tz":"New York"}"#,
+                "assets[0].tz: unknown time zone",
+            ),
+            (
+                r#"{"synthetic":{"rows":100},"symbol":"ES"}"#,
+                "go with a \"data\" file",
+            ),
+        ] {
+            let e = spec(asset).unwrap_err();
+            assert!(e.contains(field), "{asset}: {e}");
+        }
+    }
+
     /// Specs stored by earlier hosts (assets with `"synthetic": null`) still read.
     #[test]
     fn stored_specs_of_earlier_hosts_still_read() {
@@ -548,7 +622,7 @@ mod tests {
             "assets":[{"data":"a.csv","synthetic":null},{"data":null,"synthetic":{"rows":100,"seed":2}}],
             "seed":1,"device":"cpu","features":{},"checkpoint":{"every_steps":1000,"every_seconds":300.0,"keep":3},"slice_steps":10}"#;
         let spec: JobSpec = serde_json::from_str(old).unwrap();
-        assert_eq!(spec.assets[0], AssetSpec::Data("a.csv".into()));
+        assert_eq!(spec.assets[0], AssetSpec::Data(BarSource::file("a.csv")));
         assert_eq!(
             spec.assets[1],
             AssetSpec::Synthetic(SyntheticAsset {

@@ -179,7 +179,11 @@ fn child_args(
     }
     if let Some(data) = &args.data.data {
         out.push("--data".into());
-        out.push(data.clone().into_os_string());
+        out.push(data.arg().into());
+    }
+    if let Some(tz) = &args.data.tz {
+        out.push("--tz".into());
+        out.push(tz.into());
     }
     out
 }

@@ -259,6 +259,7 @@ pub fn synthetic_asset(rows: u64, seed: u64) -> pb::AssetSpec {
             seed,
             sigma: 0.0,
         })),
+        ..Default::default()
     }
 }
 

@@ -55,6 +55,7 @@ fn synthetic(rows: u64, seed: u64, sigma: f64) -> pb::AssetSpec {
             seed,
             sigma,
         })),
+        ..Default::default()
     }
 }
 

@@ -498,6 +498,7 @@ async fn bad_requests_are_refused_and_change_nothing() {
         source: Some(pb::asset_spec::Source::DataPath(
             "/nonexistent/bars.csv".into(),
         )),
+        ..Default::default()
     }];
     expect_status(
         client.start_training(bad_asset).await,

@@ -3,6 +3,7 @@
 //! `cargo test --release -p tli-e2e-tests --test e2e -- <module>::`.
 //! Helpers shared by the modules are the crate's library (`tests/src`).
 
+mod bring_your_own_bars;
 mod data_cli;
 mod data_roots;
 mod defects_in_use;

@@ -9,6 +9,7 @@ use crate::orchestrator::state::TaskState;
 use crate::plugin_configs::PluginConfigs;
 use anyhow::{anyhow, bail, Context, Result};
 use std::path::Path;
+use tli_data::BarSource;
 use tli_proto::v1::{
     asset_spec, AssetSpec, JobOrder, StartTrainingRequest, SyntheticAsset,
     TaskState as ProtoTaskState,
@@ -41,7 +42,8 @@ pub(super) fn parse_order(name: &str) -> Result<JobOrder> {
 
 /// An `--asset` value: `synthetic:ROWS`, `synthetic:ROWS:SEED`,
 /// `synthetic:ROWS:SEED:SIGMA` (the series' scale), or a bar file
-/// path on the host (write `./synthetic:…` for a file with that name).
+/// path on the host (write `./synthetic:…` for a file with that name),
+/// `SYMBOL=PATH` to name the symbol of its bars (`ES=prices.csv`).
 pub(super) fn parse_asset(text: &str) -> Result<AssetSpec> {
     let text = text.trim();
     if text.is_empty() {
@@ -72,10 +74,20 @@ pub(super) fn parse_asset(text: &str) -> Result<AssetSpec> {
                 _ => return Err(bad()),
             }
         }
-        None => asset_spec::Source::DataPath(text.to_string()),
+        None => {
+            let file = BarSource::parse_arg(text).map_err(|e| anyhow!("--asset {text:?}: {e}"))?;
+            return Ok(AssetSpec {
+                source: Some(asset_spec::Source::DataPath(
+                    file.path.to_string_lossy().into_owned(),
+                )),
+                symbol: file.symbol.unwrap_or_default(),
+                tz: String::new(),
+            });
+        }
     };
     Ok(AssetSpec {
         source: Some(source),
+        ..AssetSpec::default()
     })
 }
 
@@ -118,11 +130,21 @@ pub(super) fn request_from_flags(args: &StartArgs) -> Result<StartTrainingReques
             ..plugin_model(p, args.steps, 0, config_for(p))
         })
         .collect();
-    let assets = args
+    let mut assets = args
         .asset
         .iter()
         .map(|a| parse_asset(a))
         .collect::<Result<Vec<_>>>()?;
+    if let Some(tz) = &args.tz {
+        let mut files = assets
+            .iter_mut()
+            .filter(|a| matches!(a.source, Some(asset_spec::Source::DataPath(_))))
+            .peekable();
+        if files.peek().is_none() {
+            bail!("--tz {tz}: applies to bar file assets, and every --asset is synthetic");
+        }
+        files.for_each(|a| a.tz = tz.clone());
+    }
     let mut request = StartTrainingRequest {
         name: args.name.clone(),
         assets,
@@ -280,6 +302,54 @@ mod tests {
         assert!(request_from_spec("not json").is_err());
         let e = request_from_spec_file(Path::new("/definitely/not/here.json")).unwrap_err();
         assert!(format!("{e:#}").contains("cannot read"), "{e:#}");
+    }
+
+    /// Issue 20: `-a SYMBOL=FILE` names the bars; `--tz` goes to every file asset.
+    #[test]
+    fn file_assets_carry_their_symbol_and_the_time_zone() {
+        let args = start_args(&[
+            "-p",
+            "t",
+            "-a",
+            "ES=a.csv",
+            "-a",
+            "NQ=/d/b.parquet",
+            "-a",
+            "c.csv",
+            "-a",
+            "synthetic:100",
+            "--tz",
+            "America/New_York",
+        ]);
+        let r = request_from_flags(&args).unwrap();
+        let got: Vec<(&str, &str)> = r
+            .assets
+            .iter()
+            .map(|a| (a.symbol.as_str(), a.tz.as_str()))
+            .collect();
+        let ny = "America/New_York";
+        assert_eq!(got, [("ES", ny), ("NQ", ny), ("", ny), ("", "")]);
+        assert_eq!(
+            r.assets[1].source,
+            Some(asset_spec::Source::DataPath("/d/b.parquet".into()))
+        );
+        let only_synthetic = start_args(&["-p", "t", "-a", "synthetic:100", "--tz", "UTC"]);
+        let e = request_from_flags(&only_synthetic).unwrap_err().to_string();
+        assert!(e.contains("every --asset is synthetic"), "{e}");
+        let e = Cli::try_parse_from(["tli", "train", "start", "-p", "t", "-a", "x", "--tz", "X/Y"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown time zone"), "{e}");
+        // A spec's symbol and zone go over the wire.
+        let r = request_from_spec(
+            r#"{"name":"j","models":[{"plugin":"t","steps":1}],
+                "assets":[{"data":"p.csv","symbol":"ES","tz":"Europe/London"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            (r.assets[0].symbol.as_str(), r.assets[0].tz.as_str()),
+            ("ES", "Europe/London")
+        );
     }
 
     #[test]

@@ -117,8 +117,12 @@ impl DatasetCache {
         features: &FeatureConfig,
         contracts: &ContractBook,
     ) -> Result<AssetData, String> {
+        let tz = match asset {
+            AssetSpec::Data(source) => source.tz.as_deref().unwrap_or_default(),
+            AssetSpec::Synthetic(_) => "",
+        };
         let key = format!(
-            "{}|{}",
+            "{}|{tz}|{}",
             asset.label(),
             serde_json::to_string(features).unwrap_or_default()
         );
@@ -126,9 +130,11 @@ impl DatasetCache {
             return Ok(d);
         }
         let AnnotatedDataset { dataset, annex } = match asset {
-            AssetSpec::Data(path) => {
-                let table = tli_data::read_bars(path).map_err(|e| e.to_string())?;
-                let contract = contracts.lookup(&table.symbol).map_err(|e| e.to_string())?;
+            AssetSpec::Data(source) => {
+                let (table, notes) = source.read(contracts).map_err(|e| e.to_string())?;
+                let contract = source
+                    .contract(&table, &notes, contracts)
+                    .map_err(|e| e.to_string())?;
                 tli_data::features::build_annotated_dataset(&table, contract, features)
                     .map_err(|e| e.to_string())?
             }
