@@ -91,6 +91,7 @@ impl DqnTrainer {
         // The environment check (data fingerprint, sizes) comes before any change.
         self.envs.restore(state.envs)?;
         self.online.load_named(&tensors, "online.")?;
+        self.acting = None;
         self.target.load_named(&tensors, "target.")?;
         self.optimizer.load_named(&tensors, state.optimizer_steps)?;
         if state.replay_saved {

@@ -79,12 +79,17 @@ impl DqnConfig {
     /// training episodes 55 on seed 1 at 100k steps); lr 1e-3 decaying linearly
     /// to 0 over the budget, final ε 0.01 and 5-step returns held ≥ 491 on all
     /// six seeds tried (1–3 on one machine, 4–6 on another) at 100k steps.
+    /// Then (issue 17) the network went from [256, 256] to [128, 128]: the
+    /// wider one spends half its time in matrix products, and the narrower
+    /// one reaches a 20-episode mean of 475 about as soon (29–34k steps
+    /// against 24–34k, seeds 1–3) in two thirds of the time, and ends solved
+    /// (docs/benchmarks.md, "RL speed").
     pub fn cartpole_defaults() -> Self {
         Self {
             env: EnvKind::Cartpole,
             trading: Self::trading_env_defaults(),
             num_envs: 1,
-            hidden_sizes: vec![256, 256],
+            hidden_sizes: vec![128, 128],
             dueling: false,
             double_q: true,
             n_step: 5,

@@ -22,7 +22,7 @@ mod replay;
 pub use config::{DqnConfig, EnvKind};
 
 use metrics::{push_recent, CallStats};
-use qnet::QNet;
+use qnet::{QNet, QNetMirror};
 use replay::{NStep, Replay, Staging};
 use std::collections::VecDeque;
 use std::path::Path;
@@ -121,6 +121,9 @@ pub struct DqnTrainer {
     obs_dim: usize,
     num_actions: usize,
     online: QNet,
+    /// The online network's weights as of its last change, for acting
+    /// (`None`: stale, made again at the next greedy action).
+    acting: Option<QNetMirror>,
     target: QNet,
     /// AdamW over the online network's parameters, adopted into one flat buffer.
     optimizer: FlatAdamW,
@@ -225,6 +228,7 @@ impl DqnTrainer {
             obs_dim,
             num_actions,
             online,
+            acting: None,
             target,
             optimizer,
             envs,
@@ -289,7 +293,13 @@ impl DqnTrainer {
         if greedy.is_empty() {
             return Ok(());
         }
-        let q = eval::q_values(&self.online, &self.obs, n, self.device)?;
+        // Acting reads a plain-Rust copy of the online network: a few rows
+        // through libtorch cost more in dispatch than in arithmetic.
+        let mirror = match &mut self.acting {
+            Some(mirror) => mirror,
+            stale => stale.insert(self.online.mirror()?),
+        };
+        let q = mirror.q_values(&self.obs, n)?;
         let a = self.num_actions;
         for i in greedy {
             self.actions[i] = eval::argmax(&q[i * a..(i + 1) * a]);
@@ -390,10 +400,10 @@ impl DqnTrainer {
             } else {
                 q_target.f_max_dim(1, true).plugin_err(ctx)?.0
             };
-            next_value
-                .f_squeeze_dim(1)
-                .and_then(|v| v.f_mul(&batch.discounts))
-                .and_then(|v| v.f_add(&batch.returns))
+            // returns + discounts · next_value, all [batch, 1].
+            batch
+                .returns
+                .f_addcmul(&next_value, &batch.discounts)
                 .plugin_err(ctx)
         })?;
         let ctx = "computing the loss";
@@ -401,7 +411,6 @@ impl DqnTrainer {
             .online
             .forward(&batch.obs)?
             .f_gather(1, &batch.actions, false)
-            .and_then(|q| q.f_squeeze_dim(1))
             .plugin_err(ctx)?;
         let loss = q
             .f_huber_loss(&target, tch::Reduction::Mean, c.huber_delta)
@@ -409,14 +418,13 @@ impl DqnTrainer {
         let lr = self.learning_rate();
         // Backward, global-norm clipping (kit) and one fused update.
         let norm = self.optimizer.backward_step(&loss, lr, c.max_grad_norm)?;
+        self.acting = None;
         self.updates += 1;
         stats.updates += 1;
-        CallStats::add(&mut stats.loss, loss.detach())?;
-        CallStats::add(
-            &mut stats.q,
-            q.detach().f_mean(Kind::Float).plugin_err(ctx)?,
-        )?;
-        CallStats::add(&mut stats.grad_norm, norm)?;
+        stats.loss.push(loss.detach())?;
+        let q_mean = tch::no_grad(|| q.f_mean(Kind::Float)).plugin_err(ctx)?;
+        stats.q.push(q_mean)?;
+        stats.grad_norm.push(norm)?;
         Ok(())
     }
 }
@@ -442,7 +450,7 @@ impl Trainer for DqnTrainer {
         self.requested = start + done;
         Ok(StepReport {
             steps_done: done,
-            metrics: self.step_metrics(&stats)?.into(),
+            metrics: self.step_metrics(&mut stats)?.into(),
         })
     }
 

@@ -4,7 +4,7 @@
 
 use crate::{eval, DqnTrainer, EnvKind, RECENT};
 use std::collections::VecDeque;
-use tch::Tensor;
+use tch::{Kind, Tensor};
 use tli_plugin_api::{Metric, PluginError};
 use tli_plugin_kit::{data::Split, TchResultExt};
 
@@ -12,21 +12,53 @@ use tli_plugin_kit::{data::Split, TchResultExt};
 #[derive(Default)]
 pub(crate) struct CallStats {
     pub updates: u64,
-    pub loss: Option<Tensor>,
-    pub q: Option<Tensor>,
-    pub grad_norm: Option<Tensor>,
+    pub loss: ScalarSum,
+    pub q: ScalarSum,
+    pub grad_norm: ScalarSum,
 }
 
-impl CallStats {
-    pub fn add(slot: &mut Option<Tensor>, x: Tensor) -> Result<(), PluginError> {
-        *slot = Some(match slot.take() {
-            None => x,
-            Some(s) => s.f_add(&x).plugin_err("accumulating metrics")?,
+/// A sum of scalar tensors that stay on the device until the call ends. They
+/// are kept and added up a batch at a time ([`FOLD_EVERY`]): one addition per
+/// gradient step would be one more libtorch operation in a step that is
+/// mostly dispatch.
+#[derive(Default)]
+pub(crate) struct ScalarSum {
+    total: Option<Tensor>,
+    pending: Vec<Tensor>,
+}
+
+/// Scalars kept before they are folded into the total.
+const FOLD_EVERY: usize = 256;
+
+impl ScalarSum {
+    pub fn push(&mut self, x: Tensor) -> Result<(), PluginError> {
+        self.pending.push(x);
+        if self.pending.len() >= FOLD_EVERY {
+            self.fold()?;
+        }
+        Ok(())
+    }
+
+    fn fold(&mut self) -> Result<(), PluginError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let ctx = "accumulating metrics";
+        let sum = Tensor::f_stack(&self.pending, 0)
+            .and_then(|t| t.f_sum(Kind::Double))
+            .plugin_err(ctx)?;
+        self.pending.clear();
+        self.total = Some(match self.total.take() {
+            None => sum,
+            Some(total) => total.f_add(&sum).plugin_err(ctx)?,
         });
         Ok(())
     }
-    fn mean(slot: &Option<Tensor>, n: u64) -> Result<Option<f64>, PluginError> {
-        match slot {
+
+    /// The mean over `n` pushes, `None` when nothing was pushed.
+    fn mean(&mut self, n: u64) -> Result<Option<f64>, PluginError> {
+        self.fold()?;
+        match &self.total {
             None => Ok(None),
             Some(t) => Ok(Some(
                 t.f_double_value(&[]).plugin_err("reading metrics")? / n.max(1) as f64,
@@ -36,7 +68,7 @@ impl CallStats {
 }
 
 impl DqnTrainer {
-    pub(crate) fn step_metrics(&self, stats: &CallStats) -> Result<Vec<Metric>, PluginError> {
+    pub(crate) fn step_metrics(&self, stats: &mut CallStats) -> Result<Vec<Metric>, PluginError> {
         let mut m = vec![
             Metric::new("epsilon", self.epsilon()),
             Metric::new("learning_rate", self.learning_rate()),
@@ -45,14 +77,14 @@ impl DqnTrainer {
             Metric::new("gradient_steps", self.updates as f64),
             Metric::new("replay_size", self.replay.len() as f64),
         ];
-        if let Some(loss) = CallStats::mean(&stats.loss, stats.updates)? {
+        if let Some(loss) = stats.loss.mean(stats.updates)? {
             m.push(Metric::new("train_loss", loss));
             m.push(Metric::new("td_loss", loss));
         }
-        if let Some(q) = CallStats::mean(&stats.q, stats.updates)? {
+        if let Some(q) = stats.q.mean(stats.updates)? {
             m.push(Metric::new("q_mean", q));
         }
-        if let Some(g) = CallStats::mean(&stats.grad_norm, stats.updates)? {
+        if let Some(g) = stats.grad_norm.mean(stats.updates)? {
             m.push(Metric::new("grad_norm", g));
         }
         if !self.recent_returns.is_empty() {

@@ -5,6 +5,7 @@ use tch::{Device, Kind, Tensor};
 use tli_plugin_api::PluginError;
 use tli_plugin_kit::{
     mlp::{copy_checked, find, Mlp},
+    mlp_mirror::MlpMirror,
     rng::Rng,
     TchResultExt,
 };
@@ -69,6 +70,21 @@ impl QNet {
         }
     }
 
+    /// A plain-Rust copy for acting (see [`QNetMirror`]).
+    pub fn mirror(&self) -> Result<QNetMirror, PluginError> {
+        let heads = match &self.heads {
+            Some((value, advantage)) => Some((value.mirror()?, advantage.mirror()?)),
+            None => None,
+        };
+        Ok(QNetMirror {
+            torso: self.torso.mirror()?,
+            heads,
+            hidden: Vec::new(),
+            value: Vec::new(),
+            q: Vec::new(),
+        })
+    }
+
     /// Parameters in a fixed order with stable names (`torso.layer0.weight`, …).
     pub fn named_parameters(&self) -> Vec<(String, &Tensor)> {
         let mut out: Vec<(String, &Tensor)> = self
@@ -126,5 +142,67 @@ impl QNet {
             }
             Ok(())
         })
+    }
+}
+
+/// The Q-network's weights as plain Rust arrays: Q-values of the few
+/// observations an agent acts on each step without libtorch's per-operation
+/// dispatch (`tli_plugin_kit::mlp_mirror`). A copy: make a new one whenever
+/// the network's weights change.
+pub struct QNetMirror {
+    torso: MlpMirror,
+    heads: Option<(MlpMirror, MlpMirror)>,
+    hidden: Vec<f32>,
+    value: Vec<f32>,
+    q: Vec<f32>,
+}
+
+impl QNetMirror {
+    /// `rows × obs` observations → `rows × actions` Q-values.
+    pub fn q_values(&mut self, obs: &[f32], rows: usize) -> Result<&[f32], PluginError> {
+        let h = self.torso.forward(obs, rows)?;
+        let Some((value, advantage)) = &mut self.heads else {
+            self.q.clear();
+            self.q.extend_from_slice(h);
+            return Ok(&self.q);
+        };
+        self.hidden.clear();
+        self.hidden.extend(h.iter().map(|v| v.max(0.0)));
+        self.value.clear();
+        self.value
+            .extend_from_slice(value.forward(&self.hidden, rows)?);
+        let a = advantage.forward(&self.hidden, rows)?;
+        let actions = a.len() / rows.max(1);
+        self.q.clear();
+        for (row, v) in a.chunks_exact(actions.max(1)).zip(&self.value) {
+            let mean = row.iter().sum::<f32>() / actions as f32;
+            self.q.extend(row.iter().map(|x| x - mean + v));
+        }
+        Ok(&self.q)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mirror_gives_the_networks_q_values() {
+        for dueling in [false, true] {
+            let mut rng = Rng::new(11);
+            let net = QNet::new(&layout(4, &[16, 8], 3, dueling), &mut rng, Device::Cpu).unwrap();
+            let obs: Vec<f32> = (0..5 * 4)
+                .map(|_| rng.uniform() as f32 * 2.0 - 1.0)
+                .collect();
+            let x = Tensor::from_slice(&obs).reshape([5, 4]);
+            let expected = tch::no_grad(|| net.forward(&x)).unwrap().contiguous();
+            let mut want = vec![0f32; 15];
+            expected.copy_data(&mut want, 15);
+            let mut mirror = net.mirror().unwrap();
+            let got = mirror.q_values(&obs, 5).unwrap();
+            for (g, w) in got.iter().zip(&want) {
+                assert!((g - w).abs() < 1e-5, "dueling {dueling}: {g} vs {w}");
+            }
+        }
     }
 }

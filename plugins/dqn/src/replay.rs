@@ -34,18 +34,20 @@ pub struct Batch {
     pub next_obs: Tensor,
     /// `[batch, 1]` (for `gather`).
     pub actions: Tensor,
+    /// `[batch, 1]`.
     pub returns: Tensor,
+    /// `[batch, 1]`.
     pub discounts: Tensor,
 }
 
-/// Reused host-side staging buffers for one minibatch.
+/// Reused host-side staging buffers for one minibatch: every `f32` field in
+/// one array (obs rows, next-obs rows, returns, discounts), so a minibatch
+/// reaches libtorch as two tensors (the floats and the actions) instead of
+/// five — each tensor made is several dispatched operations.
 #[derive(Default)]
 pub struct Staging {
-    obs: Vec<f32>,
-    next_obs: Vec<f32>,
+    floats: Vec<f32>,
     actions: Vec<i64>,
-    returns: Vec<f32>,
-    discounts: Vec<f32>,
 }
 
 impl Replay {
@@ -103,35 +105,46 @@ impl Replay {
     ) -> Result<Batch, PluginError> {
         let d = self.obs_dim;
         let s = staging;
-        s.obs.clear();
-        s.next_obs.clear();
+        s.floats.clear();
+        s.floats.resize(batch * (2 * d + 2), 0.0);
         s.actions.clear();
-        s.returns.clear();
-        s.discounts.clear();
-        for _ in 0..batch {
+        let (obs, rest) = s.floats.split_at_mut(batch * d);
+        let (next_obs, rest) = rest.split_at_mut(batch * d);
+        let (returns, discounts) = rest.split_at_mut(batch);
+        for row in 0..batch {
             let i = rng.below(self.len as u64) as usize;
-            s.obs.extend_from_slice(&self.obs[i * d..(i + 1) * d]);
-            s.next_obs
-                .extend_from_slice(&self.next_obs[i * d..(i + 1) * d]);
+            obs[row * d..(row + 1) * d].copy_from_slice(&self.obs[i * d..(i + 1) * d]);
+            next_obs[row * d..(row + 1) * d].copy_from_slice(&self.next_obs[i * d..(i + 1) * d]);
             s.actions.push(self.actions[i]);
-            s.returns.push(self.returns[i]);
-            s.discounts.push(self.discounts[i]);
+            returns[row] = self.returns[i];
+            discounts[row] = self.discounts[i];
         }
         let (b, d) = (batch as i64, d as i64);
         let ctx = "building a replay minibatch";
-        let to = |t: Tensor| t.f_to_device(device).plugin_err(ctx);
+        let on_device = |t: Tensor| {
+            if device == Device::Cpu {
+                Ok(t)
+            } else {
+                t.f_to_device(device)
+            }
+        };
+        let floats = Tensor::f_from_slice(&s.floats)
+            .and_then(on_device)
+            .plugin_err(ctx)?;
+        let parts = floats
+            .f_split_with_sizes([b * d, b * d, b, b], 0)
+            .plugin_err(ctx)?;
+        let [obs, next_obs, returns, discounts] = <[Tensor; 4]>::try_from(parts)
+            .map_err(|parts| PluginError::other(format!("{ctx}: {} parts", parts.len())))?;
         Ok(Batch {
-            obs: to(Tensor::f_from_slice(&s.obs)
-                .and_then(|t| t.f_reshape([b, d]))
-                .plugin_err(ctx)?)?,
-            next_obs: to(Tensor::f_from_slice(&s.next_obs)
-                .and_then(|t| t.f_reshape([b, d]))
-                .plugin_err(ctx)?)?,
-            actions: to(Tensor::f_from_slice(&s.actions)
-                .and_then(|t| t.f_reshape([b, 1]))
-                .plugin_err(ctx)?)?,
-            returns: to(Tensor::f_from_slice(&s.returns).plugin_err(ctx)?)?,
-            discounts: to(Tensor::f_from_slice(&s.discounts).plugin_err(ctx)?)?,
+            obs: obs.f_view([b, d]).plugin_err(ctx)?,
+            next_obs: next_obs.f_view([b, d]).plugin_err(ctx)?,
+            actions: Tensor::f_from_slice(&s.actions)
+                .and_then(|t| t.f_view([b, 1]))
+                .and_then(on_device)
+                .plugin_err(ctx)?,
+            returns: returns.f_view([b, 1]).plugin_err(ctx)?,
+            discounts: discounts.f_view([b, 1]).plugin_err(ctx)?,
         })
     }
 

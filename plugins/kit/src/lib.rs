@@ -64,6 +64,7 @@ pub mod grad_clip;
 pub mod int8;
 pub mod metrics;
 pub mod mlp;
+pub mod mlp_mirror;
 pub mod nn;
 pub mod rl;
 pub mod schedule;

@@ -3,6 +3,7 @@
 //! fixes the initial weights regardless of what else runs in the process.
 
 use crate::errors::TchResultExt;
+use crate::mlp_mirror::{Activation, MlpMirror};
 use crate::rng::Rng;
 use tch::{Device, Kind, Tensor};
 use tli_plugin_api::PluginError;
@@ -50,6 +51,12 @@ impl Mlp {
             }
         }
         Ok(h)
+    }
+
+    /// A plain-Rust copy of the weights for acting (see [`MlpMirror`]).
+    pub fn mirror(&self) -> Result<MlpMirror, PluginError> {
+        let layers: Vec<(&Tensor, &Tensor)> = self.layers.iter().map(|(w, b)| (w, b)).collect();
+        MlpMirror::new(&layers, Activation::Relu)
     }
 
     /// Parameters in a fixed order, with stable names for checkpoints.

@@ -18,8 +18,17 @@ impl PpoTrainer {
         let batch = Batch::new(&self.rollout, &adv, &returns, self.device)?;
         let n = c.batch_size();
         let mb = c.minibatch_size();
-        let mut sums = UpdateStats::default();
-        let mut minibatches = 0usize;
+        // One minibatch per epoch is the whole rollout: a mean over its rows
+        // does not depend on their order, so it is used as it lies, and its
+        // advantages are normalized once for all epochs.
+        let whole = if mb >= n {
+            Some(WholeRollout::new(&batch, &c)?)
+        } else {
+            None
+        };
+        // Each minibatch's statistics stay tensors until the update ends:
+        // reading a value is one more libtorch call, and the update is mostly calls.
+        let mut stats: Vec<Tensor> = Vec::new();
         let mut epochs = 0usize;
         let mut index: Vec<i64> = (0..n as i64).collect();
         for _ in 0..c.update_epochs {
@@ -28,51 +37,66 @@ impl PpoTrainer {
                 let j = self.rng.below(i as u64 + 1) as usize;
                 index.swap(i, j);
             }
-            let mut last_kl = 0.0;
             for chunk in index.chunks(mb) {
+                let rows = match &whole {
+                    Some(w) => Rows::Whole(w),
+                    None => Rows::Some(chunk),
+                };
                 let (loss, s) =
-                    minibatch_loss(&self.net, &batch, chunk, &c, clip, vf_clip, self.device)?;
-                if !s[0].is_finite() {
-                    return Err(PluginError::other(format!(
-                        "PPO update {} diverged: the loss is {} (try a lower learning_rate \
-                         or reward_scale)",
-                        self.counters.updates + 1,
-                        s[0]
-                    )));
-                }
-                let grad_norm = self
-                    .optimizer
-                    .backward_step(&loss, lr, c.max_grad_norm)?
-                    .f_double_value(&[])
-                    .plugin_err("reading the gradient norm")?;
-                sums.loss += s[0];
-                sums.policy_loss += s[1];
-                sums.value_loss += s[2];
-                sums.entropy += s[3];
-                sums.approx_kl += s[4];
-                sums.clip_fraction += s[5];
-                sums.grad_norm += grad_norm;
-                last_kl = s[4];
-                minibatches += 1;
+                    minibatch_loss(&self.net, &batch, rows, &c, clip, vf_clip, self.device)?;
+                let grad_norm = self.optimizer.backward_step(&loss, lr, c.max_grad_norm)?;
+                let row = grad_norm
+                    .f_to_kind(Kind::Float)
+                    .and_then(|g| g.f_reshape([1]))
+                    .and_then(|g| Tensor::f_cat(&[s, g], 0))
+                    .plugin_err("collecting update statistics")?;
+                stats.push(row);
             }
             epochs += 1;
-            if c.target_kl.is_some_and(|t| last_kl > t) {
-                break;
+            if let Some(target) = c.target_kl {
+                let last_kl = match stats.last() {
+                    Some(s) => s.f_double_value(&[4]).plugin_err("reading the KL")?,
+                    None => 0.0,
+                };
+                if last_kl > target {
+                    break;
+                }
             }
         }
-        let k = minibatches.max(1) as f64;
+        let minibatches = stats.len();
+        let mut means = [0f64; 7];
+        if minibatches > 0 {
+            let mean = Tensor::f_stack(&stats, 0)
+                .and_then(|t| t.f_to_kind(Kind::Double))
+                .and_then(|t| t.f_mean_dim(0, false, Kind::Double))
+                .plugin_err("collecting update statistics")?;
+            mean.f_copy_data(&mut means, 7)
+                .plugin_err("reading update statistics")?;
+        }
+        if !means[0].is_finite() {
+            return Err(PluginError::other(format!(
+                "PPO update {} diverged: the loss is {} (try a lower learning_rate \
+                 or reward_scale)",
+                self.counters.updates + 1,
+                means[0]
+            )));
+        }
+        let sums = UpdateStats {
+            loss: means[0],
+            policy_loss: means[1],
+            value_loss: means[2],
+            entropy: means[3],
+            approx_kl: means[4],
+            clip_fraction: means[5],
+            grad_norm: means[6],
+            ..UpdateStats::default()
+        };
         self.last_update = Some(UpdateStats {
-            loss: sums.loss / k,
-            policy_loss: sums.policy_loss / k,
-            value_loss: sums.value_loss / k,
-            entropy: sums.entropy / k,
-            approx_kl: sums.approx_kl / k,
-            clip_fraction: sums.clip_fraction / k,
-            grad_norm: sums.grad_norm / k,
             explained_variance: explained,
             learning_rate: lr,
             clip_coef: clip,
             epochs: epochs as f64,
+            ..sums
         });
         self.rollout.filled = 0;
         self.counters.updates += 1;
@@ -84,31 +108,75 @@ impl PpoTrainer {
     }
 }
 
-/// One minibatch's loss (for the backward pass) and `[loss, policy, value,
-/// entropy, approx_kl, clip_fraction]`.
+/// The whole rollout as one minibatch: its tensors as they are, with the
+/// advantages normalized once.
+struct WholeRollout {
+    advantages: Tensor,
+}
+
+impl WholeRollout {
+    fn new(batch: &Batch, c: &PpoConfig) -> Result<Self, PluginError> {
+        let adv = &batch.advantages;
+        let advantages = if c.norm_adv && adv.size()[0] > 1 {
+            normalized(adv).plugin_err("normalizing advantages")?
+        } else {
+            adv.shallow_clone()
+        };
+        Ok(Self { advantages })
+    }
+}
+
+/// The rows of a minibatch.
+enum Rows<'a> {
+    Whole(&'a WholeRollout),
+    Some(&'a [i64]),
+}
+
+/// `(x − mean) / (std + 1e-8)`.
+fn normalized(x: &Tensor) -> Result<Tensor, tch::TchError> {
+    let std = x.f_std(true)?;
+    x.f_sub(&x.f_mean(Kind::Float)?)?
+        .f_div(&std.f_add_scalar(1e-8)?)
+}
+
+/// One minibatch's loss (for the backward pass) and, as a tensor, `[loss,
+/// policy, value, entropy, approx_kl, clip_fraction]`.
 fn minibatch_loss(
     net: &ActorCritic,
     batch: &Batch,
-    rows: &[i64],
+    rows: Rows<'_>,
     c: &PpoConfig,
     clip: f64,
     vf_clip: f64,
     device: Device,
-) -> Result<(Tensor, [f64; 6]), PluginError> {
-    (|| -> Result<(Tensor, [f64; 6]), tch::TchError> {
-        let idx = Tensor::f_from_slice(rows)?.f_to_device(device)?;
-        let obs = batch.obs.f_index_select(0, &idx)?;
-        let actions = batch.actions.f_index_select(0, &idx)?;
-        let old_logp = batch.log_probs.f_index_select(0, &idx)?;
-        let old_values = batch.values.f_index_select(0, &idx)?;
-        let returns = batch.returns.f_index_select(0, &idx)?;
-        let mut adv = batch.advantages.f_index_select(0, &idx)?;
-        if c.norm_adv && rows.len() > 1 {
-            let std = adv.f_std(true)?;
-            adv = adv
-                .f_sub(&adv.f_mean(Kind::Float)?)?
-                .f_div(&std.f_add_scalar(1e-8)?)?;
-        }
+) -> Result<(Tensor, Tensor), PluginError> {
+    (|| -> Result<(Tensor, Tensor), tch::TchError> {
+        let (obs, actions, old_logp, old_values, returns, adv) = match rows {
+            Rows::Whole(whole) => (
+                batch.obs.shallow_clone(),
+                batch.actions.shallow_clone(),
+                batch.log_probs.shallow_clone(),
+                batch.values.shallow_clone(),
+                batch.returns.shallow_clone(),
+                whole.advantages.shallow_clone(),
+            ),
+            Rows::Some(rows) => {
+                let idx = Tensor::f_from_slice(rows)?.f_to_device(device)?;
+                let pick = |t: &Tensor| t.f_index_select(0, &idx);
+                let mut adv = pick(&batch.advantages)?;
+                if c.norm_adv && rows.len() > 1 {
+                    adv = normalized(&adv)?;
+                }
+                (
+                    pick(&batch.obs)?,
+                    pick(&batch.actions)?,
+                    pick(&batch.log_probs)?,
+                    pick(&batch.values)?,
+                    pick(&batch.returns)?,
+                    adv,
+                )
+            }
+        };
         let (logp_all, value) = net.forward(&obs)?;
         let logp = logp_all
             .f_gather(1, &actions.f_unsqueeze(1)?, false)?
@@ -121,22 +189,21 @@ fn minibatch_loss(
             .f_neg()?;
         let log_ratio = logp.f_sub(&old_logp)?;
         let ratio = log_ratio.f_exp()?;
-        let (approx_kl, clip_fraction) = tch::no_grad(|| -> Result<(f64, f64), tch::TchError> {
-            // http://joschu.net/blog/kl-approx.html (k3), as CleanRL logs it.
-            let kl = ratio
-                .f_sub_scalar(1.0)?
-                .f_sub(&log_ratio)?
-                .f_mean(Kind::Float)?
-                .f_double_value(&[])?;
-            let frac = ratio
-                .f_sub_scalar(1.0)?
-                .f_abs()?
-                .f_gt(clip)?
-                .f_to_kind(Kind::Float)?
-                .f_mean(Kind::Float)?
-                .f_double_value(&[])?;
-            Ok((kl, frac))
-        })?;
+        let (approx_kl, clip_fraction) =
+            tch::no_grad(|| -> Result<(Tensor, Tensor), tch::TchError> {
+                // http://joschu.net/blog/kl-approx.html (k3), as CleanRL logs it.
+                let kl = ratio
+                    .f_sub_scalar(1.0)?
+                    .f_sub(&log_ratio)?
+                    .f_mean(Kind::Float)?;
+                let frac = ratio
+                    .f_sub_scalar(1.0)?
+                    .f_abs()?
+                    .f_gt(clip)?
+                    .f_to_kind(Kind::Float)?
+                    .f_mean(Kind::Float)?;
+                Ok((kl, frac))
+            })?;
         let pg1 = adv.f_neg()?.f_mul(&ratio)?;
         let pg2 = adv
             .f_neg()?
@@ -158,14 +225,19 @@ fn minibatch_loss(
         let loss = policy_loss
             .f_sub(&entropy.f_mul_scalar(c.ent_coef)?)?
             .f_add(&value_loss.f_mul_scalar(c.vf_coef)?)?;
-        let values = [
-            loss.f_double_value(&[])?,
-            policy_loss.f_double_value(&[])?,
-            value_loss.f_double_value(&[])?,
-            entropy.f_double_value(&[])?,
-            approx_kl,
-            clip_fraction,
-        ];
+        let values = tch::no_grad(|| {
+            Tensor::f_stack(
+                &[
+                    loss.detach(),
+                    policy_loss.detach(),
+                    value_loss.detach(),
+                    entropy.detach(),
+                    approx_kl,
+                    clip_fraction,
+                ],
+                0,
+            )
+        })?;
         Ok((loss, values))
     })()
     .plugin_err("PPO minibatch update")
