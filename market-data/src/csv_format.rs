@@ -37,8 +37,18 @@ use std::fs::File;
 use std::io::{BufReader, BufWriter};
 use std::path::Path;
 
-/// Accepted names of the timestamp column, in order of preference.
-pub const TIMESTAMP_COLUMNS: [&str; 4] = ["ts_event", "timestamp", "ts", "date"];
+/// Accepted names of the timestamp column, in order of preference
+/// (`datetime`: pandas' and yfinance's name for an intraday index).
+pub const TIMESTAMP_COLUMNS: [&str; 5] = ["ts_event", "timestamp", "ts", "datetime", "date"];
+
+/// How a missing timestamp column is named in errors.
+pub fn timestamp_columns_text() -> String {
+    format!(
+        "{} (or {})",
+        TIMESTAMP_COLUMNS[0],
+        TIMESTAMP_COLUMNS[1..].join(", ")
+    )
+}
 
 /// The symbol a file stands for when it does not say: its name up to the
 /// first `.` (`es_daily.csv` → `es_daily`, `ESH4.ohlcv-1m.dbn.zst` → `ESH4`).
@@ -258,13 +268,14 @@ impl Columns {
                 Some(first) if first.is_empty() => DataError::bad_file(
                     path,
                     format!(
-                        "missing required column \"ts_event (or timestamp, ts, date)\"; the \
-                         header has: {}. Its first column has no name: a pandas index written \
-                         without one; name it (df.index.name = \"ts_event\") before to_csv",
+                        "missing required column \"{}\"; the header has: {}. Its first \
+                         column has no name: a pandas index written without one; name it \
+                         (df.index.name = \"ts_event\") before to_csv",
+                        timestamp_columns_text(),
                         header_list(header)
                     ),
                 ),
-                _ => missing("ts_event (or timestamp, ts, date)"),
+                _ => missing(&timestamp_columns_text()),
             })?;
         let required = |name: &str| position(name).ok_or_else(|| missing(name));
         Ok(Self {

@@ -27,7 +27,7 @@
 //! groups).
 
 use super::bar_source::{ReadNotes, SymbolOrigin};
-use super::csv_format::symbol_from_file_name;
+use super::csv_format::{symbol_from_file_name, timestamp_columns_text, TIMESTAMP_COLUMNS};
 use super::zones::{LocalZone, Timestamps};
 use super::{excerpt, list_excerpt, BarInterval, BarTable, DataError};
 use arrow_array::cast::AsArray;
@@ -170,8 +170,8 @@ fn read_unguarded(
         )
     };
     let missing = |name: &str| DataError::bad_file(path, missing_text(name));
-    let ts = find(&["ts_event", "timestamp", "ts", "date"]).ok_or_else(|| {
-        let mut problem = missing_text("ts_event (or timestamp, ts, date)");
+    let ts = find(&TIMESTAMP_COLUMNS).ok_or_else(|| {
+        let mut problem = missing_text(&timestamp_columns_text());
         if names.iter().any(|n| n.starts_with("__index_level_")) {
             // pandas stores an index without a name as __index_level_0__.
             problem.push_str(

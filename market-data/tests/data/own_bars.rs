@@ -399,3 +399,28 @@ fn a_pandas_index_saved_without_a_name_is_refused_with_the_fix() {
         "{e}"
     );
 }
+
+#[test]
+fn a_yfinance_intraday_export_with_a_datetime_column_reads() {
+    // yfinance names an intraday index `Datetime` and pandas writes it with
+    // the exchange's offset: `Datetime,Open,High,Low,Close,Volume`.
+    let dir = tempfile::tempdir().unwrap();
+    let table = bars("2024-03-04T14:30:00Z", 30);
+    let utc = dir.path().join("utc.csv");
+    csv_format::write(&utc, &table).unwrap();
+    let yf = dir.path().join("es_yf.csv");
+    let mut text = String::from("Datetime,Open,High,Low,Close,Volume\n");
+    for i in 0..table.len() {
+        let (wall, offset) = new_york(table.ts[i]);
+        writeln!(
+            text,
+            "{wall}{offset},{},{},{},{},{}",
+            table.open[i], table.high[i], table.low[i], table.close[i], table.volume[i]
+        )
+        .unwrap();
+    }
+    std::fs::write(&yf, text).unwrap();
+    let from_utc = read(&source(&utc, Some("ES"), None));
+    let from_yf = read(&source(&yf, Some("ES"), None));
+    assert_same_bars("yfinance Datetime", &from_yf, &from_utc);
+}
