@@ -43,7 +43,13 @@ fn new_york(ts: i64) -> (String, String) {
 
 /// `table` as a pandas-style CSV, its timestamps written by `stamp`.
 fn write_csv(path: &Path, table: &BarTable, stamp: impl Fn(i64) -> String) {
-    let mut text = String::from("timestamp,open,high,low,close,volume\n");
+    write_csv_as(path, "timestamp", table, stamp);
+}
+
+/// `table` as CSV whose first column(s) are `first_columns`, written by
+/// `stamp` from each bar's time, then `open,high,low,close,volume`.
+fn write_csv_as(path: &Path, first_columns: &str, table: &BarTable, stamp: impl Fn(i64) -> String) {
+    let mut text = format!("{first_columns},open,high,low,close,volume\n");
     for i in 0..table.len() {
         writeln!(
             text,
@@ -302,21 +308,9 @@ fn a_symbol_given_on_the_asset_names_the_bars() {
     // A symbol column: the same root or no contract yields; another contract is refused.
     let with_column = |symbol: &str| {
         let path = dir.path().join(format!("col_{symbol}.csv"));
-        let mut text = String::from("ts_event,symbol,open,high,low,close,volume\n");
-        for i in 0..table.len() {
-            writeln!(
-                text,
-                "{},{symbol},{},{},{},{},{}",
-                timefmt::format(table.ts[i]),
-                table.open[i],
-                table.high[i],
-                table.low[i],
-                table.close[i],
-                table.volume[i]
-            )
-            .unwrap();
-        }
-        std::fs::write(&path, text).unwrap();
+        write_csv_as(&path, "ts_event,symbol", &table, |ts| {
+            format!("{},{symbol}", timefmt::format(ts))
+        });
         path
     };
     for (column, file_symbol) in [("ESH4", "ESH4"), ("SPY", "SPY")] {
@@ -403,23 +397,16 @@ fn a_pandas_index_saved_without_a_name_is_refused_with_the_fix() {
 #[test]
 fn a_yfinance_intraday_export_with_a_datetime_column_reads() {
     // yfinance names an intraday index `Datetime` and pandas writes it with
-    // the exchange's offset: `Datetime,Open,High,Low,Close,Volume`.
+    // the exchange's offset.
     let dir = tempfile::tempdir().unwrap();
     let table = bars("2024-03-04T14:30:00Z", 30);
     let utc = dir.path().join("utc.csv");
     csv_format::write(&utc, &table).unwrap();
     let yf = dir.path().join("es_yf.csv");
-    let mut text = String::from("Datetime,Open,High,Low,Close,Volume\n");
-    for i in 0..table.len() {
-        let (wall, offset) = new_york(table.ts[i]);
-        writeln!(
-            text,
-            "{wall}{offset},{},{},{},{},{}",
-            table.open[i], table.high[i], table.low[i], table.close[i], table.volume[i]
-        )
-        .unwrap();
-    }
-    std::fs::write(&yf, text).unwrap();
+    write_csv_as(&yf, "Datetime", &table, |ts| {
+        let (wall, offset) = new_york(ts);
+        format!("{wall}{offset}")
+    });
     let from_utc = read(&source(&utc, Some("ES"), None));
     let from_yf = read(&source(&yf, Some("ES"), None));
     assert_same_bars("yfinance Datetime", &from_yf, &from_utc);
