@@ -30,17 +30,9 @@ DQN_STEPS=${DQN_STEPS:-100000}
 PPO_CONFIG=${PPO_CONFIG:-"{}"}
 DQN_CONFIG=${DQN_CONFIG:-"{}"}
 OUT_DIR=${OUT_DIR:-target/bench-rl-speed}
-command -v python3 >/dev/null || { echo "bench-rl-speed.sh needs python3 (sqlite3 module) to read the store" >&2; exit 1; }
-
-if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
-  cargo build --release -p tli-host -p tli-plugin-dqn -p tli-plugin-ppo >&2
-fi
-TLI=$(pwd)/target/release/tli
-PLUGIN_DIR=$(mktemp -d)
-trap 'rm -rf "$PLUGIN_DIR"' EXIT
-cp target/release/libtli_plugin_dqn.so target/release/libtli_plugin_ppo.so "$PLUGIN_DIR/"
-rm -rf "$OUT_DIR"
-mkdir -p "$OUT_DIR"
+SCRIPT=bench-rl-speed.sh
+# shellcheck source=scripts/rl-bench-setup.sh
+source scripts/rl-bench-setup.sh
 
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 PIN=()
