@@ -63,9 +63,8 @@ impl PpoTrainer {
                 }
             }
         }
-        let minibatches = stats.len();
         let mut means = [0f64; 7];
-        if minibatches > 0 {
+        if !stats.is_empty() {
             let mean = Tensor::f_stack(&stats, 0)
                 .and_then(|t| t.f_to_kind(Kind::Double))
                 .and_then(|t| t.f_mean_dim(0, false, Kind::Double))
@@ -81,7 +80,7 @@ impl PpoTrainer {
                 means[0]
             )));
         }
-        let sums = UpdateStats {
+        self.last_update = Some(UpdateStats {
             loss: means[0],
             policy_loss: means[1],
             value_loss: means[2],
@@ -89,14 +88,10 @@ impl PpoTrainer {
             approx_kl: means[4],
             clip_fraction: means[5],
             grad_norm: means[6],
-            ..UpdateStats::default()
-        };
-        self.last_update = Some(UpdateStats {
             explained_variance: explained,
             learning_rate: lr,
             clip_coef: clip,
             epochs: epochs as f64,
-            ..sums
         });
         self.rollout.filled = 0;
         self.counters.updates += 1;
