@@ -1,0 +1,1 @@
+//! The Python client package (clients/python) against a real host.
