@@ -1,0 +1,136 @@
+"""tli-client: drive a tli training host from Python (gRPC API ``tli.v1``).
+
+::
+
+    from tli_client import Client, TemplateConfig, synthetic
+
+    tli = Client("127.0.0.1:50051")              # token=…, tls=… beyond loopback
+    job = tli.start(models=[TemplateConfig(hidden_sizes=[16])],
+                    assets=[synthetic(2000, seed=1)], steps=500)
+    for event in tli.watch(job):                 # Progress, StateChanged, LogLine, Finished
+        print(event)
+    job.refresh().to_pandas()                    # final metrics per task (pandas optional)
+    job.history().to_pandas()                    # metric curves by step
+
+The package version follows the API: ``tli-client 1.x`` speaks ``tli.v1`` (:data:`API_PACKAGE`);
+docs/python.md is the guide.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata as _metadata
+
+from ._proto.tli.v1 import training_pb2 as _training_pb2
+from .assets import AssetLike, BarFile, SyntheticAsset, bar_file, parse_asset, synthetic
+from .client import DEFAULT_ENDPOINT, CheckpointPolicy, Client, Page, Resumed, SlurmOptions, Tls
+from .config import (
+    DqnConfig,
+    Mamba2Config,
+    Model,
+    ModelConfig,
+    PluginConfig,
+    PpoConfig,
+    TemplateConfig,
+    TftConfig,
+    TradingEnvConfig,
+    plugin_config,
+)
+from .errors import (
+    AlreadyExists,
+    Cancelled,
+    DeadlineExceeded,
+    FailedPrecondition,
+    Internal,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+    TliError,
+    Unauthenticated,
+    Unavailable,
+    Unimplemented,
+)
+from .history import History, MetricSeries, TaskHistory
+from .info import Device, PluginInfo, Plugins, RefusedPlugin, Reservation
+from .jobs import (
+    Event,
+    Finished,
+    Job,
+    JobRef,
+    LogLine,
+    MeasuredMemory,
+    Progress,
+    StateChanged,
+    Task,
+    TaskState,
+)
+from .progress import ProgressDisplay, TqdmDisplay
+
+#: The gRPC package this client speaks, from the generated descriptors (``tli.v1``).
+API_PACKAGE: str = _training_pb2.DESCRIPTOR.package
+
+try:
+    __version__: str = _metadata.version("tli-client")
+except _metadata.PackageNotFoundError:  # pragma: no cover - running from a source tree
+    __version__ = "0+unknown"
+
+__all__ = [
+    "API_PACKAGE",
+    "__version__",
+    "Client",
+    "Tls",
+    "DEFAULT_ENDPOINT",
+    "CheckpointPolicy",
+    "SlurmOptions",
+    "Page",
+    "Resumed",
+    "AssetLike",
+    "SyntheticAsset",
+    "BarFile",
+    "synthetic",
+    "bar_file",
+    "parse_asset",
+    "Model",
+    "ModelConfig",
+    "TemplateConfig",
+    "DqnConfig",
+    "PpoConfig",
+    "Mamba2Config",
+    "TftConfig",
+    "TradingEnvConfig",
+    "PluginConfig",
+    "plugin_config",
+    "Job",
+    "JobRef",
+    "Task",
+    "TaskState",
+    "MeasuredMemory",
+    "Event",
+    "Progress",
+    "StateChanged",
+    "LogLine",
+    "Finished",
+    "History",
+    "TaskHistory",
+    "MetricSeries",
+    "Plugins",
+    "PluginInfo",
+    "RefusedPlugin",
+    "Device",
+    "Reservation",
+    "ProgressDisplay",
+    "TqdmDisplay",
+    "TliError",
+    "InvalidArgument",
+    "NotFound",
+    "AlreadyExists",
+    "PermissionDenied",
+    "Unauthenticated",
+    "ResourceExhausted",
+    "FailedPrecondition",
+    "Unavailable",
+    "DeadlineExceeded",
+    "Cancelled",
+    "Internal",
+    "Unimplemented",
+]

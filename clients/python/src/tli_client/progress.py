@@ -1,0 +1,106 @@
+"""Live progress displays for ``Client.watch(job, progress=…)``.
+
+``progress=True`` draws with tqdm (``pip install 'tli-client[notebook]'``; ``tqdm.auto``: a
+widget in Jupyter, a text bar in a terminal): one bar for the job (cost-weighted, in percent)
+and one per task (steps), each with its state and latest metric; plugin log lines are printed
+above the bars. Pass a :class:`TqdmDisplay` to choose where it draws, or any object with the
+:class:`ProgressDisplay` methods to draw your own.
+"""
+
+from __future__ import annotations
+
+from typing import IO, Any, Dict, Optional, Protocol, runtime_checkable
+
+from ._optional import require_tqdm
+from .jobs import Event, Finished, LogLine, Progress, StateChanged, Task
+
+__all__ = ["ProgressDisplay", "TqdmDisplay"]
+
+
+@runtime_checkable
+class ProgressDisplay(Protocol):
+    """Shown every watch event as it arrives; closed when the watch ends."""
+
+    def update(self, event: Event) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _headline(metrics: Dict[str, float]) -> Optional[str]:
+    """The metric a bar shows when none was chosen: the training loss, else the first."""
+    if "train_loss" in metrics:
+        return "train_loss"
+    names = sorted(n for n in metrics if n != "learning_rate")
+    return names[0] if names else None
+
+
+class TqdmDisplay:
+    """tqdm bars: the job (percent) and each task (steps, state, a metric)."""
+
+    def __init__(
+        self,
+        file: Optional[IO[str]] = None,
+        *,
+        metric: Optional[str] = None,
+        show_logs: bool = True,
+        leave: bool = True,
+    ) -> None:
+        self._tqdm = require_tqdm()
+        self._file = file
+        self._metric = metric
+        self._show_logs = show_logs
+        self._leave = leave
+        self._job: Any = None
+        self._tasks: Dict[int, Any] = {}
+
+    def _bar(self, **kwargs: Any) -> Any:
+        return self._tqdm.tqdm(file=self._file, leave=self._leave, dynamic_ncols=True, **kwargs)
+
+    def _show(self, job_id: int, fraction: float, tasks: tuple[Task, ...]) -> None:
+        if self._job is None:
+            self._job = self._bar(total=100, desc=f"job {job_id}", unit="%", position=0,
+                                  bar_format="{l_bar}{bar}| {n:.1f}/{total}% [{elapsed}<{remaining}]")
+        self._job.n = round(fraction * 100, 1)
+        states: Dict[str, int] = {}
+        for t in tasks:
+            states[t.state.value] = states.get(t.state.value, 0) + 1
+        self._job.set_postfix_str(", ".join(f"{n} {s}" for s, n in sorted(states.items())), refresh=False)
+        self._job.refresh()
+        for i, t in enumerate(tasks):
+            bar = self._tasks.get(t.task_id)
+            if bar is None:
+                bar = self._bar(
+                    total=t.total_steps or None,
+                    desc=f"  task {t.task_id} {t.plugin}/{t.asset}",
+                    unit="step",
+                    position=i + 1,
+                )
+                self._tasks[t.task_id] = bar
+            bar.n = t.steps_done
+            metric = self._metric or _headline(t.metrics)
+            postfix = t.state.value
+            if metric is not None and metric in t.metrics:
+                postfix += f" {metric}={t.metrics[metric]:.4g}"
+            bar.set_postfix_str(postfix, refresh=False)
+            bar.refresh()
+
+    def update(self, event: Event) -> None:
+        if isinstance(event, Progress):
+            self._show(event.job_id, event.fraction, event.tasks)
+        elif isinstance(event, Finished):
+            self._show(event.job.job_id, event.job.fraction, event.job.tasks)
+        elif isinstance(event, LogLine) and self._show_logs:
+            where = f"task {event.task_id} {event.plugin}" if event.task_id else "host"
+            self._tqdm.tqdm.write(f"[{event.level}] {where}: {event.message}", file=self._file)
+        elif isinstance(event, StateChanged):
+            bar = self._tasks.get(event.task_id)
+            if bar is not None:
+                bar.set_postfix_str(event.new.value)
+
+    def close(self) -> None:
+        for bar in self._tasks.values():
+            bar.close()
+        if self._job is not None:
+            self._job.close()
+        self._tasks.clear()
+        self._job = None

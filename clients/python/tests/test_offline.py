@@ -1,0 +1,143 @@
+"""What needs no host: the version rule, the typed configs against the generated messages,
+assets, states, and the packaging (stubs generated at build time)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+import tli_client
+from tli_client import (
+    DqnConfig,
+    Mamba2Config,
+    Model,
+    PpoConfig,
+    TaskState,
+    TemplateConfig,
+    TftConfig,
+    TradingEnvConfig,
+    parse_asset,
+    plugin_config,
+    synthetic,
+)
+from tli_client._proto.tli.v1 import training_pb2 as pb
+from tli_client.assets import BarFile, SyntheticAsset, asset_to_proto
+from tli_client.config import TYPED_CONFIGS
+from tli_client.errors import InvalidArgument, NotFound, TliError, Unauthenticated
+
+
+def test_the_package_version_follows_the_api() -> None:
+    # tli.v1 -> tli-client 1.x.y (setup.py also refuses to build anything else).
+    assert tli_client.API_PACKAGE == "tli.v1"
+    api_major = tli_client.API_PACKAGE.removeprefix("tli.v")
+    parts = tli_client.__version__.split(".")
+    assert len(parts) == 3 and all(p.isdigit() for p in parts), tli_client.__version__
+    assert parts[0] == api_major, (tli_client.__version__, tli_client.API_PACKAGE)
+
+
+def test_the_stubs_are_generated_into_the_installed_package_not_the_sources() -> None:
+    stubs = Path(pb.__file__).resolve()
+    assert "site-packages" in stubs.parts, stubs
+    assert "NO CHECKED-IN PROTOBUF GENCODE" in stubs.read_text(), "protoc's own header"
+    # Imports rewritten to the package: no top-level `tli` module is claimed.
+    with pytest.raises(ImportError):
+        __import__("tli.v1")
+
+
+def _fields(cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+@pytest.mark.parametrize("message", sorted(TYPED_CONFIGS))
+def test_each_typed_config_has_every_field_of_its_message(message: str) -> None:
+    proto_fields = {f.name for f in pb.DESCRIPTOR.message_types_by_name[message].fields}
+    assert _fields(TYPED_CONFIGS[message]) == proto_fields
+
+
+def test_every_model_family_of_the_api_has_a_typed_config() -> None:
+    oneof = pb.ModelSpec.DESCRIPTOR.oneofs_by_name["config"]
+    families = {f.name: f.message_type.name for f in oneof.fields if f.name != "plugin"}
+    for member, message in families.items():
+        assert message in TYPED_CONFIGS, f"no typed config for {message} (ModelSpec.{member})"
+        assert getattr(TYPED_CONFIGS[message], "family") == member
+
+
+def test_typed_configs_send_only_what_is_set() -> None:
+    spec = Model(TemplateConfig(hidden_sizes=[16, 8], lr_schedule="cosine"), steps=10).to_proto(None)
+    assert spec.WhichOneof("config") == "template"
+    assert list(spec.template.hidden_sizes) == [16, 8]
+    assert spec.template.lr_schedule == pb.LR_SCHEDULE_COSINE
+    assert not spec.template.HasField("learning_rate")
+    assert spec.steps == 10
+
+    dqn = Model(DqnConfig(env="cartpole", gamma=0.99, trading=TradingEnvConfig(window=16))).to_proto(7)
+    assert dqn.steps == 7 and dqn.dqn.env == pb.RL_ENV_CARTPOLE and dqn.dqn.gamma == 0.99
+    assert dqn.dqn.trading.window == 16 and not dqn.dqn.trading.HasField("max_contracts")
+    assert not dqn.dqn.HasField("n_step")
+
+    # An all-defaults config still picks its family.
+    for cls, member in [(PpoConfig, "ppo"), (Mamba2Config, "mamba2"), (TftConfig, "tft")]:
+        assert Model(cls()).to_proto(1).WhichOneof("config") == member
+    tft = Model(TftConfig(precision="int8", step_memory="staged", quantiles=[0.1, 0.9])).to_proto(1)
+    assert tft.tft.precision == pb.TFT_PRECISION_INT8
+    assert tft.tft.step_memory == pb.TFT_STEP_MEMORY_STAGED
+    assert list(tft.tft.quantiles) == [0.1, 0.9]
+
+
+def test_a_wrong_enum_word_is_refused_before_sending() -> None:
+    with pytest.raises(ValueError, match="env: 'mountaincar' is not one of trading, cartpole"):
+        Model(DqnConfig(env="mountaincar")).to_proto(1)  # type: ignore[arg-type]
+
+
+def test_plugin_config_is_the_generic_form() -> None:
+    spec = Model(plugin_config("ppo", {"target_kl": None, "gamma": 0.9})).to_proto(5)
+    assert spec.WhichOneof("config") == "plugin"
+    assert spec.plugin.plugin == "ppo"
+    assert spec.plugin.config_json == '{"gamma": 0.9, "target_kl": null}'
+    assert Model(plugin_config("template")).to_proto(5).plugin.config_json == ""
+    with pytest.raises(ValueError, match="NaN"):
+        Model(plugin_config("template", {"learning_rate": math.nan})).to_proto(5)
+    with pytest.raises(TypeError, match="model config"):
+        Model({"plugin": "template"}).to_proto(5)  # type: ignore[arg-type]
+
+
+def test_assets_in_every_form() -> None:
+    assert parse_asset("synthetic:2000") == SyntheticAsset(2000, 1, 0.0)
+    assert parse_asset("synthetic:2000:7:0.02") == SyntheticAsset(2000, 7, 0.02)
+    assert parse_asset("ES=/data/es.csv") == BarFile("/data/es.csv", "ES")
+    assert parse_asset("./synthetic:5") == BarFile("./synthetic:5")
+    assert parse_asset("data/a=b.csv") == BarFile("data/a=b.csv")
+    for bad in ["synthetic:", "synthetic:x", "synthetic:1:2:-1", "synthetic:1:2:3:4", " "]:
+        with pytest.raises(ValueError):
+            parse_asset(bad)
+    assert asset_to_proto(synthetic(100, seed=3)).synthetic.seed == 3
+    assert asset_to_proto(Path("bars.csv")).data_path == "bars.csv"
+    with pytest.raises(TypeError):
+        asset_to_proto(42)  # type: ignore[arg-type]
+
+
+def test_task_states_read_every_spelling() -> None:
+    assert TaskState.parse("running") is TaskState.RUNNING
+    assert TaskState.parse("TASK_STATE_CANCELLED") is TaskState.CANCELLED
+    assert TaskState.from_proto(pb.TASK_STATE_COMPLETED) is TaskState.COMPLETED
+    assert TaskState.from_proto(99) is TaskState.UNSPECIFIED  # a state newer than the client
+    assert TaskState.COMPLETED.is_finished and not TaskState.INTERRUPTED.is_finished
+    assert TaskState.INTERRUPTED.is_resumable and TaskState.CHECKPOINTING.is_active
+    with pytest.raises(ValueError, match="expected one of queued, running"):
+        TaskState.parse("sleeping")
+    # Every state of the API has a name here.
+    for name in pb.TaskState.keys():
+        assert TaskState.from_proto(pb.TaskState.Value(name)).proto_name == name
+
+
+def test_errors_carry_the_code_and_the_message() -> None:
+    e: Any = InvalidArgument(grpc.StatusCode.INVALID_ARGUMENT, "models[0].steps: 0", "StartTraining")
+    assert isinstance(e, TliError) and e.code is grpc.StatusCode.INVALID_ARGUMENT
+    assert str(e) == "StartTraining: INVALID_ARGUMENT: models[0].steps: 0"
+    assert NotFound.default_code is grpc.StatusCode.NOT_FOUND
+    assert Unauthenticated.default_code is grpc.StatusCode.UNAUTHENTICATED
