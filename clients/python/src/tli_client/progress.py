@@ -1,9 +1,9 @@
 """Live progress displays for ``Client.watch(job, progress=…)``.
 
 ``progress=True`` draws with tqdm (``pip install 'tli-client[notebook]'``; ``tqdm.auto``: a
-widget in Jupyter, a text bar in a terminal): one bar for the job (cost-weighted, in percent)
-and one per task (steps), each with its state and latest metric; plugin log lines are printed
-above the bars. Pass a :class:`TqdmDisplay` to choose where it draws, or any object with the
+widget in Jupyter when ipywidgets is installed, text bars otherwise and in a terminal): one bar
+for the job (cost-weighted, in percent) and one per task (steps), each with its state and
+latest metric; plugin log lines are printed above the bars. Pass a :class:`TqdmDisplay` to choose where it draws, or any object with the
 :class:`ProgressDisplay` methods to draw your own.
 """
 
@@ -54,7 +54,14 @@ class TqdmDisplay:
         self._tasks: Dict[int, Any] = {}
 
     def _bar(self, **kwargs: Any) -> Any:
-        return self._tqdm.tqdm(file=self._file, leave=self._leave, dynamic_ncols=True, **kwargs)
+        try:
+            return self._tqdm.tqdm(file=self._file, leave=self._leave, dynamic_ncols=True, **kwargs)
+        except ImportError:
+            # A notebook without ipywidgets: tqdm's widget cannot draw; text bars can.
+            import tqdm.std
+
+            self._tqdm = tqdm.std
+            return self._tqdm.tqdm(file=self._file, leave=self._leave, dynamic_ncols=True, **kwargs)
 
     def _show(self, job_id: int, fraction: float, tasks: tuple[Task, ...]) -> None:
         if self._job is None:
