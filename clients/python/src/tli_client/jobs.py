@@ -11,7 +11,7 @@ from __future__ import annotations
 import builtins
 import enum
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple, Union
 
 from ._proto.tli.v1 import training_pb2 as pb
@@ -235,10 +235,18 @@ class Job:
         """Watches the job until every task has finished; the final job."""
         return self._host().wait(self, progress=progress, interval_ms=interval_ms)
 
-    def stop(self, task: Optional[int] = None, *, force: bool = False, deadline: Optional[float] = None) -> "Job":
+    def stop(
+        self,
+        task: Optional[int] = None,
+        *,
+        force: bool = False,
+        deadline: Union[float, timedelta, None] = None,
+    ) -> "Job":
+        """Stops the job (or one task); see :meth:`Client.stop`."""
         return self._host().stop(self, task=task, force=force, deadline=deadline)
 
     def resume(self) -> "Resumed":
+        """Re-queues the job's cancelled, failed and interrupted tasks; see :meth:`Client.resume`."""
         return self._host().resume(self)
 
     def history(self, metrics: Optional[builtins.list[str]] = None, max_points: int = 0) -> "History":
