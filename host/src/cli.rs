@@ -199,6 +199,11 @@ pub struct HostOptions {
     /// bundled sample data. Other paths are refused (PERMISSION_DENIED).
     #[arg(long = "data-root", value_name = "DIR")]
     pub data_roots: Vec<PathBuf>,
+    /// Watch the plugin directory and load plugin files added or changed
+    /// while the host runs (polled every SECONDS, default 1). Without it,
+    /// `tli plugins rescan` loads them on request.
+    #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "1")]
+    pub watch_plugins: Option<f64>,
     #[command(flatten)]
     pub executor: ExecutorArgs,
 }
@@ -370,6 +375,9 @@ pub enum PluginsCommand {
         #[arg(long)]
         local: bool,
     },
+    /// Make a running host load plugin files added to (or rebuilt in) its
+    /// plugin directory since it started; running tasks keep their version.
+    Rescan,
 }
 
 #[derive(Subcommand, Debug)]

@@ -92,6 +92,8 @@ pub fn task_progress(t: &TaskProgress) -> pb::TaskProgress {
             job_id: s.job_id.clone(),
             node: s.node.clone().unwrap_or_default(),
         }),
+        plugin_version: t.plugin_version.clone().unwrap_or_default(),
+        plugin_checksum: t.plugin_checksum.clone().unwrap_or_default(),
     }
 }
 

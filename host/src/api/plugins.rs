@@ -1,7 +1,11 @@
-//! `PluginService`: the plugins the host loaded (with their default config
-//! and config schema as JSON text) and the files it refused, with why.
+//! `PluginService`: the plugins the host loaded (every version, with its
+//! default config and config schema as JSON text, its checksum, when it was
+//! loaded and how many tasks use it), the files it refused with why, and
+//! rescans of the plugin directory.
 
 use crate::orchestrator::engine::Orchestrator;
+use crate::orchestrator::store::PluginVersionUse;
+use crate::registry::LoadedPlugin;
 use std::sync::Arc;
 use tli_proto::v1 as pb;
 use tli_proto::v1::plugin_service_server::PluginService;
@@ -15,37 +19,69 @@ impl PluginApi {
     pub fn new(orchestrator: Arc<Orchestrator>) -> Self {
         Self { orchestrator }
     }
+}
 
-    /// The registry as a response (no I/O: the registry was scanned at start).
-    pub fn list(&self) -> pb::ListPluginsResponse {
-        let registry = self.orchestrator.registry();
-        pb::ListPluginsResponse {
-            plugins: registry
-                .loaded
-                .iter()
-                .map(|p| pb::Plugin {
-                    name: p.manifest.name.clone(),
-                    version: p.manifest.version.clone(),
-                    api_version: p.manifest.api_version.clone(),
-                    family: p.manifest.family.clone(),
-                    description: p.manifest.description.clone(),
-                    default_config_json: p.manifest.default_config.to_string(),
-                    config_schema_json: p.manifest.config_schema.to_string(),
-                    path: p.path.display().to_string(),
-                    capabilities: p.manifest.capabilities.clone(),
-                })
-                .collect(),
-            refused: registry
-                .refused
-                .iter()
-                .map(|r| pb::RefusedPlugin {
-                    path: r.path.display().to_string(),
-                    reason: r.reason.clone(),
-                })
-                .collect(),
-            plugin_dir: registry.dir.display().to_string(),
-            host_plugin_api: tli_plugin_api::PLUGIN_API_VERSION.to_string(),
-        }
+/// The registry as a response, with each version's task counts from the store.
+pub fn list(orchestrator: &Orchestrator) -> Result<pb::ListPluginsResponse, Status> {
+    let registry = orchestrator.registry();
+    let usage = orchestrator
+        .plugin_version_use()
+        .map_err(|e| Status::unavailable(format!("job store: {e}")))?;
+    Ok(pb::ListPluginsResponse {
+        plugins: registry
+            .loaded
+            .iter()
+            .map(|p| plugin_message(p, &usage))
+            .collect(),
+        refused: registry.refused.iter().map(refused_message).collect(),
+        plugin_dir: registry.dir.display().to_string(),
+        host_plugin_api: tli_plugin_api::PLUGIN_API_VERSION.to_string(),
+    })
+}
+
+/// Loads what is new in the plugin directory.
+pub fn rescan(orchestrator: &Orchestrator) -> Result<pb::RescanPluginsResponse, Status> {
+    let report = orchestrator
+        .rescan_plugins()
+        .map_err(|e| Status::failed_precondition(e.to_string()))?;
+    Ok(pb::RescanPluginsResponse {
+        loaded: report
+            .loaded
+            .iter()
+            .map(|p| plugin_message(p, &[]))
+            .collect(),
+        refused: report.refused.iter().map(refused_message).collect(),
+        unchanged: u32::try_from(report.unchanged).unwrap_or(u32::MAX),
+        warnings: report.warnings,
+    })
+}
+
+fn plugin_message(p: &LoadedPlugin, usage: &[PluginVersionUse]) -> pb::Plugin {
+    let use_of = usage
+        .iter()
+        .find(|u| u.plugin == p.manifest.name && u.version == p.manifest.version);
+    pb::Plugin {
+        name: p.manifest.name.clone(),
+        version: p.manifest.version.clone(),
+        api_version: p.manifest.api_version.clone(),
+        family: p.manifest.family.clone(),
+        description: p.manifest.description.clone(),
+        default_config_json: p.manifest.default_config.to_string(),
+        config_schema_json: p.manifest.config_schema.to_string(),
+        path: p.source.display().to_string(),
+        capabilities: p.manifest.capabilities.clone(),
+        loaded_from: p.path.display().to_string(),
+        checksum: p.checksum.clone(),
+        loaded_unix_ms: p.loaded_at_ms,
+        active_tasks: use_of.map_or(0, |u| u.active_tasks),
+        tasks: use_of.map_or(0, |u| u.tasks),
+    }
+}
+
+fn refused_message(r: &crate::registry::RefusedPlugin) -> pb::RefusedPlugin {
+    pb::RefusedPlugin {
+        path: r.path.display().to_string(),
+        reason: r.reason.clone(),
     }
 }
 
@@ -55,6 +91,20 @@ impl PluginService for PluginApi {
         &self,
         _request: Request<pb::ListPluginsRequest>,
     ) -> Result<Response<pb::ListPluginsResponse>, Status> {
-        Ok(Response::new(self.list()))
+        let orchestrator = self.orchestrator.clone();
+        super::quick_read(move || list(&orchestrator))
+            .await
+            .map(Response::new)
+    }
+
+    async fn rescan_plugins(
+        &self,
+        _request: Request<pb::RescanPluginsRequest>,
+    ) -> Result<Response<pb::RescanPluginsResponse>, Status> {
+        // Reads, hashes, copies and loads libraries: blocking work.
+        let orchestrator = self.orchestrator.clone();
+        super::quick_read(move || rescan(&orchestrator))
+            .await
+            .map(Response::new)
     }
 }

@@ -77,6 +77,13 @@ pub(super) fn open_host(
         } else {
             DataRoots::new(&opts.data_roots).context("--data-root")?
         }),
+        watch_plugins: match opts.watch_plugins {
+            None => None,
+            Some(s) if s.is_finite() && (0.05..=3600.0).contains(&s) => {
+                Some(std::time::Duration::from_secs_f64(s))
+            }
+            Some(s) => bail!("--watch-plugins {s}: give seconds between 0.05 and 3600"),
+        },
     })?;
     // A fatal signal on a runner thread names its task for the next start.
     crate::orchestrator::crash_blame::install(&opts.state_dir)

@@ -47,6 +47,9 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Plugins {
             command: PluginsCommand::List { local: false },
         } => remote::plugins(&cli),
+        Command::Plugins {
+            command: PluginsCommand::Rescan,
+        } => remote::rescan_plugins(&cli),
         Command::Doctor => plugins::doctor(&plugin_dir, cli.output),
         Command::Train {
             command: TrainCommand::Local(args),

@@ -23,6 +23,17 @@ pub(super) struct PluginJson {
     pub config_schema: serde_json::Value,
     /// Plugin API 1.1 capabilities (`pooled`, …).
     pub capabilities: Vec<String>,
+    /// Where the library was loaded from (`path`, or a host's private copy
+    /// of a file found by a rescan).
+    pub loaded_from: String,
+    /// SHA-256 of the library.
+    pub checksum: String,
+    /// When it was loaded (Unix ms).
+    pub loaded_unix_ms: i64,
+    /// Tasks on this version not yet ended, and all tasks recorded on it
+    /// (from a host; `null` for a local scan).
+    pub active_tasks: Option<u64>,
+    pub tasks: Option<u64>,
 }
 
 /// A file that was not loaded, and why.
@@ -55,11 +66,16 @@ impl From<&PluginRegistry> for PluginListingJson {
                     api_version: p.manifest.api_version.clone(),
                     family: p.manifest.family.clone(),
                     description: p.manifest.description.clone(),
-                    path: p.path.display().to_string(),
+                    path: p.source.display().to_string(),
                     load_ms: Some(p.load_time.as_secs_f64() * 1e3),
                     default_config: p.manifest.default_config.clone(),
                     config_schema: p.manifest.config_schema.clone(),
                     capabilities: p.manifest.capabilities.clone(),
+                    loaded_from: p.path.display().to_string(),
+                    checksum: p.checksum.clone(),
+                    loaded_unix_ms: p.loaded_at_ms,
+                    active_tasks: None,
+                    tasks: None,
                 })
                 .collect(),
             refused: registry
@@ -74,31 +90,38 @@ impl From<&PluginRegistry> for PluginListingJson {
     }
 }
 
-impl From<&pb::ListPluginsResponse> for PluginListingJson {
-    fn from(r: &pb::ListPluginsResponse) -> Self {
+impl From<&pb::Plugin> for PluginJson {
+    fn from(p: &pb::Plugin) -> Self {
         // The host sends configs and schemas as JSON text it produced itself.
         let parse = |text: &str| {
             serde_json::from_str::<serde_json::Value>(text).unwrap_or(serde_json::Value::Null)
         };
         Self {
+            name: p.name.clone(),
+            version: p.version.clone(),
+            api_version: p.api_version.clone(),
+            family: p.family.clone(),
+            description: p.description.clone(),
+            path: p.path.clone(),
+            load_ms: None,
+            default_config: parse(&p.default_config_json),
+            config_schema: parse(&p.config_schema_json),
+            capabilities: p.capabilities.clone(),
+            loaded_from: p.loaded_from.clone(),
+            checksum: p.checksum.clone(),
+            loaded_unix_ms: p.loaded_unix_ms,
+            active_tasks: Some(p.active_tasks),
+            tasks: Some(p.tasks),
+        }
+    }
+}
+
+impl From<&pb::ListPluginsResponse> for PluginListingJson {
+    fn from(r: &pb::ListPluginsResponse) -> Self {
+        Self {
             plugin_dir: r.plugin_dir.clone(),
             host_plugin_api: r.host_plugin_api.clone(),
-            plugins: r
-                .plugins
-                .iter()
-                .map(|p| PluginJson {
-                    name: p.name.clone(),
-                    version: p.version.clone(),
-                    api_version: p.api_version.clone(),
-                    family: p.family.clone(),
-                    description: p.description.clone(),
-                    path: p.path.clone(),
-                    load_ms: None,
-                    default_config: parse(&p.default_config_json),
-                    config_schema: parse(&p.config_schema_json),
-                    capabilities: p.capabilities.clone(),
-                })
-                .collect(),
+            plugins: r.plugins.iter().map(PluginJson::from).collect(),
             refused: r
                 .refused
                 .iter()
@@ -114,16 +137,16 @@ impl From<&pb::ListPluginsResponse> for PluginListingJson {
 /// The table of loaded plugins, then one line per refused file.
 pub(super) fn print_plugin_listing(listing: &PluginListingJson, dir_label: &str) {
     crate::outln!("{dir_label}: {}", listing.plugin_dir);
-    let mut table = new_table(vec![
-        "NAME",
-        "VERSION",
-        "API",
-        "FAMILY",
-        "CAPABILITIES",
-        "DESCRIPTION",
-    ]);
+    // A host's listing also says when each version was loaded and how many tasks use it.
+    let from_host = listing.plugins.iter().any(|p| p.tasks.is_some());
+    let mut header = vec!["NAME", "VERSION", "API", "FAMILY", "CAPABILITIES"];
+    if from_host {
+        header.extend(["LOADED", "TASKS (ACTIVE/ALL)"]);
+    }
+    header.push("DESCRIPTION");
+    let mut table = new_table(header);
     for p in &listing.plugins {
-        table.add_row(vec![
+        let mut row = vec![
             p.name.clone(),
             p.version.clone(),
             p.api_version.clone(),
@@ -133,8 +156,17 @@ pub(super) fn print_plugin_listing(listing: &PluginListingJson, dir_label: &str)
             } else {
                 p.capabilities.join(",")
             },
-            p.description.clone(),
-        ]);
+        ];
+        if from_host {
+            row.push(super::render::format_time(p.loaded_unix_ms));
+            row.push(format!(
+                "{}/{}",
+                p.active_tasks.unwrap_or(0),
+                p.tasks.unwrap_or(0)
+            ));
+        }
+        row.push(p.description.clone());
+        table.add_row(row);
     }
     crate::outln!("{table}");
     print_refused(listing);
@@ -145,4 +177,50 @@ pub(super) fn print_refused(listing: &PluginListingJson) {
     for r in &listing.refused {
         crate::outln!("refused {}: {}", r.path, r.reason);
     }
+}
+
+/// What `tli plugins rescan` reports.
+#[derive(Debug, Clone, Serialize)]
+pub(super) struct RescanJson {
+    pub loaded: Vec<PluginJson>,
+    pub refused: Vec<RefusedJson>,
+    pub unchanged: u32,
+    pub warnings: Vec<String>,
+}
+
+impl From<&pb::RescanPluginsResponse> for RescanJson {
+    fn from(r: &pb::RescanPluginsResponse) -> Self {
+        Self {
+            loaded: r.loaded.iter().map(PluginJson::from).collect(),
+            refused: r
+                .refused
+                .iter()
+                .map(|f| RefusedJson {
+                    path: f.path.clone(),
+                    reason: f.reason.clone(),
+                })
+                .collect(),
+            unchanged: r.unchanged,
+            warnings: r.warnings.clone(),
+        }
+    }
+}
+
+/// One line per library loaded, file refused and warning, then a count.
+pub(super) fn print_rescan(report: &RescanJson) {
+    for p in &report.loaded {
+        crate::outln!("loaded {}@{} from {}", p.name, p.version, p.path);
+    }
+    for r in &report.refused {
+        crate::outln!("refused {}: {}", r.path, r.reason);
+    }
+    for w in &report.warnings {
+        crate::outln!("warning: {w}");
+    }
+    crate::outln!(
+        "{} loaded, {} refused, {} unchanged",
+        report.loaded.len(),
+        report.refused.len(),
+        report.unchanged
+    );
 }

@@ -242,7 +242,11 @@ pub(super) fn tasks_table(job: &JobJson) -> Table {
     for t in &job.progress.tasks {
         let mut row = vec![
             Cell::new(t.task_id),
-            Cell::new(&t.plugin),
+            // The version too, when the host recorded it (several may be loaded).
+            Cell::new(match &t.plugin_version {
+                Some(version) => format!("{}@{version}", t.plugin),
+                None => t.plugin.clone(),
+            }),
             Cell::new(&t.asset),
             cell(t.state.name(), tone(t.state), on),
         ];

@@ -85,6 +85,10 @@ pub(super) struct TaskJson {
     /// The latest Slurm job (Slurm tasks only; absent otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub slurm: Option<SlurmJson>,
+    /// The plugin version that runs it and its library's SHA-256 (`null`
+    /// for tasks recorded by older hosts).
+    pub plugin_version: Option<String>,
+    pub plugin_checksum: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -229,6 +233,8 @@ impl From<&pb::TaskProgress> for TaskJson {
                 job_id: s.job_id.clone(),
                 node: (!s.node.is_empty()).then(|| s.node.clone()),
             }),
+            plugin_version: (!t.plugin_version.is_empty()).then(|| t.plugin_version.clone()),
+            plugin_checksum: (!t.plugin_checksum.is_empty()).then(|| t.plugin_checksum.clone()),
         }
     }
 }
@@ -343,6 +349,8 @@ pub(super) mod tests {
             measured_bytes: None,
             measured_memory: None,
             slurm: None,
+            plugin_version: "0.1.0".into(),
+            plugin_checksum: String::new(),
         }
     }
 
@@ -369,7 +377,7 @@ pub(super) mod tests {
                     "steps_per_second": 2.5, "eta_seconds": 2.0,
                     "metrics": {"train_loss": 0.5}, "error": null,
                     "estimate_bytes": 1024, "measured_bytes": null,
-                    "measured_memory": null
+                    "measured_memory": null, "plugin_version": "0.1.0", "plugin_checksum": null
                 }]}
             })
         );

@@ -36,6 +36,10 @@ pub struct TaskProgress {
     pub finished_ms: Option<i64>,
     /// Its latest Slurm job, for a task of the Slurm executor.
     pub slurm: Option<SlurmPlacement>,
+    /// The plugin version that runs it and its library's SHA-256 (`None`
+    /// for tasks of older hosts).
+    pub plugin_version: Option<String>,
+    pub plugin_checksum: Option<String>,
 }
 
 /// Where a task's latest attempt went on Slurm.
@@ -159,6 +163,8 @@ pub(crate) fn task_progress(
         estimate_bytes: t.estimate_bytes,
         measured_bytes: t.measured_bytes,
         measured_memory: t.measured_memory,
+        plugin_version: t.plugin_version.clone(),
+        plugin_checksum: t.plugin_checksum.clone(),
         slurm: store.dispatches_of(t.id)?.into_iter().rev().find_map(|d| {
             d.external_id.map(|job_id| SlurmPlacement {
                 job_id,

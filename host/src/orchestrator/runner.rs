@@ -20,7 +20,7 @@ use super::state::TaskState;
 use super::store::TaskRow;
 use super::task_record::{RecordError, TaskRecord};
 use super::TaskId;
-use crate::registry::{PluginRegistry, TrainerHandle};
+use crate::registry::{LoadedPlugin, PluginRegistry, TrainerHandle};
 use crate::services::TaskServices;
 use abi_stable::std_types::RArc;
 use std::path::{Path, PathBuf};
@@ -155,7 +155,11 @@ impl Drop for Occupant<'_> {
 /// Everything a runner thread needs.
 pub struct RunnerContext {
     pub task: TaskRow,
-    pub registry: Arc<PluginRegistry>,
+    /// The plugin library that runs the task (see [`resolve_plugin`]).
+    pub plugin: Arc<LoadedPlugin>,
+    /// Set when that is not the version the task was submitted with: that
+    /// version, which is no longer loaded.
+    pub replaces_version: Option<String>,
     pub dataset: RArc<Dataset>,
     /// Every dataset of the task and the plugin API 1.1 side table.
     pub inputs: TaskInputs,
@@ -298,12 +302,7 @@ impl Runner {
     /// Creates the trainer and restores the newest good checkpoint.
     fn start(ctx: &RunnerContext) -> Result<Runner, PluginError> {
         let task = &ctx.task;
-        let plugin = ctx.registry.get(&task.plugin).ok_or_else(|| {
-            PluginError::other(format!(
-                "plugin {:?} is not loaded in this host",
-                task.plugin
-            ))
-        })?;
+        let plugin = &ctx.plugin;
         let label = format!("{}-{}", task.job_id, task.id);
         let services =
             TaskServices::with_cancel_flag(&task.plugin, &label, ctx.plugin_cancel.clone())
@@ -316,8 +315,17 @@ impl Runner {
             max_steps: task.total_steps,
             dataset: ctx.dataset.clone(),
         };
-        let mut trainer = plugin.create_trainer_with_inputs(spec, ctx.inputs.clone(), services)?;
-        let (steps, note) = restore(ctx, &mut trainer)?;
+        let mut trainer = plugin
+            .create_trainer_with_inputs(spec, ctx.inputs.clone(), services)
+            .map_err(|e| on_other_version(ctx, "cannot create a trainer for it", e))?;
+        let (steps, mut note) = restore(ctx, &mut trainer)?;
+        if let Some(old) = &ctx.replaces_version {
+            note.push_str(&format!(
+                " on {} (submitted with {}@{old}, which is no longer installed)",
+                plugin.label(),
+                plugin.manifest.name
+            ));
+        }
         let reason = match steps {
             0 => format!("started{note}"),
             n => format!("resumed from checkpoint step {n}{note}"),
@@ -535,7 +543,9 @@ fn restore(ctx: &RunnerContext, trainer: &mut TrainerHandle) -> Result<(u64, Str
         let dir = Path::new(&row.path);
         match checkpoint::verify(dir) {
             Ok(_) => {
-                trainer.load_checkpoint(dir)?;
+                trainer.load_checkpoint(dir).map_err(|e| {
+                    on_other_version(ctx, "refuses the checkpoint written by that version", e)
+                })?;
                 return Ok((trainer.total_steps()?, note));
             }
             Err(why) => {
@@ -546,6 +556,58 @@ fn restore(ctx: &RunnerContext, trainer: &mut TrainerHandle) -> Result<(u64, Str
         }
     }
     Ok((0, note))
+}
+
+/// The plugin a task runs on: the version recorded for it when that is
+/// loaded; else (a host restarted after an upgrade) the newest loaded
+/// version, which must then accept the task's config and checkpoint (the
+/// second value names the version it replaces). `None` when no version of
+/// the plugin is loaded.
+pub fn resolve_plugin(
+    registry: &PluginRegistry,
+    task: &TaskRow,
+) -> Result<(Arc<LoadedPlugin>, Option<String>), String> {
+    if let Some(version) = &task.plugin_version {
+        if let Some(plugin) = registry.get_version(&task.plugin, version) {
+            return Ok((plugin.clone(), None));
+        }
+    }
+    let Some(newest) = registry.get(&task.plugin) else {
+        return Err(format!(
+            "plugin {:?} is not loaded in this host (loaded: {}); install it and resume the job",
+            task.plugin,
+            registry.names().join(", ")
+        ));
+    };
+    let replaces = task
+        .plugin_version
+        .clone()
+        .filter(|v| *v != newest.manifest.version);
+    if let Some(old) = &replaces {
+        newest.validate_config(&task.config_json).map_err(|e| {
+            format!(
+                "{}@{old}, which this task was submitted with, is no longer installed, and the \
+                 installed {} refuses its config: {e}",
+                task.plugin,
+                newest.label()
+            )
+        })?;
+    }
+    Ok((newest.clone(), replaces))
+}
+
+/// An error of a plugin running a task in place of the version the task was
+/// submitted with names both versions.
+fn on_other_version(ctx: &RunnerContext, what: &str, error: PluginError) -> PluginError {
+    match &ctx.replaces_version {
+        None => error,
+        Some(old) => PluginError::other(format!(
+            "{}@{old}, which this task was submitted with, is no longer installed, and the \
+             installed {} {what}: {error}",
+            ctx.plugin.manifest.name,
+            ctx.plugin.label()
+        )),
+    }
 }
 
 /// A warning in the host's log and in the task's own (what `tli train watch` shows).

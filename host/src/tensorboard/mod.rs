@@ -303,6 +303,8 @@ mod tests {
                     device: Device::Cpu,
                     estimate_bytes: 1000,
                     cost_weight: 1.0,
+                    plugin_version: None,
+                    plugin_checksum: None,
                 }],
             )
             .expect("job");

@@ -67,6 +67,25 @@ pub const TFT: &str = "tli_plugin_tft";
 pub const BEHAVIOUR: &str = "tli_fixture_behaviour";
 pub const FUTURE_API: &str = "tli_fixture_future_api";
 pub const NOT_A_PLUGIN: &str = "tli_fixture_not_a_plugin";
+/// The template plugin's source built as version 0.2.0.
+pub const TEMPLATE_NEXT: &str = "tli_fixture_template_next";
+
+/// The bytes of the `behaviour` fixture library with `version` stamped in.
+pub fn behaviour_with_version(version: &str) -> Vec<u8> {
+    const PREFIX: &[u8] = b"tli-fixture-version=";
+    const ROOM: usize = 48 - PREFIX.len();
+    assert!(version.len() < ROOM, "version {version:?} too long");
+    let mut bytes = std::fs::read(library(BEHAVIOUR)).expect("read the behaviour fixture");
+    let at = bytes
+        .windows(PREFIX.len())
+        .position(|w| w == PREFIX)
+        .expect("the behaviour fixture has a version stamp")
+        + PREFIX.len();
+    let field = &mut bytes[at..at + ROOM];
+    field.fill(0);
+    field[..version.len()].copy_from_slice(version.as_bytes());
+    bytes
+}
 
 /// A temporary plugin directory filled with copies of built libraries.
 pub struct PluginDir {
@@ -108,6 +127,18 @@ impl PluginDir {
         target
     }
 
+    /// Adds the `behaviour` fixture as `libtli_plugin_<as_name>.so`,
+    /// reporting `version` (stamped into the copy in place of the 0.1.0 it
+    /// was built with: the fixture reads its version from that static).
+    pub fn add_behaviour_version(&self, as_name: &str, version: &str) -> PathBuf {
+        let target = self.file(as_name);
+        let staged = self.path().join(format!(".{as_name}.partial"));
+        std::fs::write(&staged, behaviour_with_version(version)).expect("write stamped copy");
+        // Renamed in, as an installer would: the file never appears half-written.
+        std::fs::rename(&staged, &target).expect("rename stamped copy");
+        target
+    }
+
     fn file(&self, as_name: &str) -> PathBuf {
         self.path().join(format!("libtli_plugin_{as_name}.so"))
     }
@@ -142,6 +173,7 @@ pub fn orchestrator_config(
         slurm: None,
         tensorboard_dir: None,
         data_roots: None,
+        watch_plugins: None,
     }
 }
 

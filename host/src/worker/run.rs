@@ -95,10 +95,13 @@ pub fn run_worker(options: &WorkerOptions) -> Result<Outcome, WorkerError> {
         task.checkpoint_dir
     );
 
-    let registry = Arc::new(PluginRegistry::scan(&options.plugin_dir)?);
-    let found = registry
-        .get(&task.plugin)
-        .map(|p| p.manifest.version.as_str());
+    let registry = PluginRegistry::scan(&options.plugin_dir)?;
+    // The version the host chose, when this node has it; else the newest (refused below).
+    let plugin = registry
+        .get_version(&task.plugin, &task.plugin_version)
+        .or_else(|| registry.get(&task.plugin))
+        .cloned();
+    let found = plugin.as_ref().map(|p| p.manifest.version.as_str());
     if let Some(why) = plugin_refusal(&task, found, &options.plugin_dir, &registry.names()) {
         tracing::error!("{why}");
         // The host reaps the task when it records this end.
@@ -107,6 +110,12 @@ pub fn run_worker(options: &WorkerOptions) -> Result<Outcome, WorkerError> {
         }
         return Ok(Outcome::Failed(why));
     }
+    let Some(plugin) = plugin else {
+        return Ok(Outcome::Failed(format!(
+            "plugin {} is not loaded",
+            task.plugin
+        )));
+    };
 
     let device = task
         .device
@@ -134,13 +143,16 @@ pub fn run_worker(options: &WorkerOptions) -> Result<Outcome, WorkerError> {
         updated_ms: 0,
         oom_requeues: task.oom_requeues,
         measured_memory: None,
+        plugin_version: Some(task.plugin_version.clone()),
+        plugin_checksum: None,
     };
     let stop = Arc::new(AtomicU8::new(StopRequest::None as u8));
     let plugin_cancel = Arc::new(AtomicBool::new(false));
     let threads = options.threads.unwrap_or(task.threads).max(1);
     let ctx = RunnerContext {
         task: row,
-        registry,
+        plugin,
+        replaces_version: None,
         dataset: inputs.datasets[0].clone(),
         inputs,
         record: record.clone(),

@@ -19,6 +19,8 @@ fn new_task(i: u32) -> NewTask {
         device: tli_plugin_api::Device::Cuda(i),
         estimate_bytes: (1 << 33) + u64::from(i),
         cost_weight: 1.5 + f64::from(i),
+        plugin_version: Some(format!("{i}.1.0")),
+        plugin_checksum: Some(format!("{i:064x}")),
     }
 }
 

@@ -76,7 +76,7 @@ mod request;
 
 mod watch;
 
-use super::plugin_table::{print_plugin_listing, PluginListingJson};
+use super::plugin_table::{print_plugin_listing, print_rescan, PluginListingJson, RescanJson};
 use super::print_json;
 use super::render;
 use super::view::{self, EventJson, JobJson, ListJson, ResourcesJson};
@@ -196,6 +196,27 @@ pub(super) fn plugins(cli: &Cli) -> Result<()> {
             return print_json(&listing);
         }
         print_plugin_listing(&listing, "plugin directory of the host");
+        Ok(())
+    })
+}
+
+/// `tli plugins rescan`: the host loads what is new in its plugin directory.
+pub(super) fn rescan_plugins(cli: &Cli) -> Result<()> {
+    let output = cli.output;
+    run(cli, |remote| async move {
+        let response = tli_proto::v1::plugin_service_client::PluginServiceClient::with_interceptor(
+            remote.channel.clone(),
+            remote.auth.clone(),
+        )
+        .rescan_plugins(tli_proto::v1::RescanPluginsRequest {})
+        .await
+        .map_err(|s| api_error(&remote, s))?
+        .into_inner();
+        let report = RescanJson::from(&response);
+        if output == OutputFormat::Json {
+            return print_json(&report);
+        }
+        print_rescan(&report);
         Ok(())
     })
 }

@@ -31,7 +31,7 @@ use super::state::TaskState;
 use super::store::{HistoryQuery, JobHistory, NewTask, Store, StoreError, TaskRow};
 use super::task_record::StoreRecord;
 use super::{JobId, TaskId};
-use crate::registry::PluginRegistry;
+use crate::registry::{watch, LiveRegistry, PluginRegistry, RegistryError, RescanReport};
 use crate::tensorboard::TensorBoardLog;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -70,6 +70,9 @@ pub struct OrchestratorConfig {
     /// Where bar files named by submitted jobs must be; `None` = anywhere
     /// (the command line always sets it: `--data-root`, or its defaults).
     pub data_roots: Option<crate::orchestrator::data_root::DataRoots>,
+    /// Poll the plugin directory this often and load what is added
+    /// (`--watch-plugins`); `None` = only on request (`RescanPlugins`).
+    pub watch_plugins: Option<std::time::Duration>,
 }
 
 /// Why a job was not accepted. Nothing is stored when submission fails.
@@ -171,7 +174,7 @@ struct RunningTask {
 pub struct Orchestrator {
     config: OrchestratorConfig,
     store: Arc<Store>,
-    registry: Arc<PluginRegistry>,
+    registry: Arc<LiveRegistry>,
     contracts: ContractBook,
     arbiter: Mutex<Arbiter>,
     datasets: DatasetCache,
@@ -201,7 +204,15 @@ impl Orchestrator {
     /// `interrupted`, and re-queues them if configured to.
     pub fn open(config: OrchestratorConfig) -> Result<Self, OrchestratorError> {
         let store = Arc::new(Store::open(&config.state_dir)?);
-        let registry = Arc::new(PluginRegistry::scan(&config.plugin_dir)?);
+        let registry = Arc::new(LiveRegistry::new(
+            PluginRegistry::scan(&config.plugin_dir)?,
+            config.state_dir.join("plugin-libs"),
+        ));
+        if let Some(poll) = config.watch_plugins {
+            watch::spawn(Arc::downgrade(&registry), poll).map_err(|e| {
+                OrchestratorError::Other(format!("cannot start the plugin watch: {e}"))
+            })?;
+        }
         let contracts = ContractBook::load(config.contracts.as_deref())
             .map_err(|e| OrchestratorError::Other(e.to_string()))?;
         let budget = Budget {
@@ -313,8 +324,19 @@ impl Orchestrator {
         &self.config.state_dir
     }
 
-    pub fn registry(&self) -> &PluginRegistry {
-        &self.registry
+    /// The plugins loaded as of now.
+    pub fn registry(&self) -> Arc<PluginRegistry> {
+        self.registry.snapshot()
+    }
+
+    /// Loads plugin files added to (or changed in) the plugin directory.
+    pub fn rescan_plugins(&self) -> Result<RescanReport, RegistryError> {
+        self.registry.rescan()
+    }
+
+    /// How many tasks each plugin version has (for `ListPlugins`).
+    pub fn plugin_version_use(&self) -> Result<Vec<super::store::PluginVersionUse>, StoreError> {
+        self.store.plugin_version_use()
     }
 
     pub fn budget(&self) -> Budget {
@@ -358,6 +380,7 @@ impl Orchestrator {
                 label: spec.assets[i].label(),
                 message,
             })?;
+        let registry = self.registry.snapshot();
         let arbiter = lock(&self.arbiter);
         let mut tasks = Vec::new();
         let mut validated: HashMap<usize, String> = HashMap::new();
@@ -368,12 +391,7 @@ impl Orchestrator {
                 plugin: model.plugin.clone(),
                 message,
             };
-            let plugin = self.registry.get(&model.plugin).ok_or_else(|| {
-                model_err(format!(
-                    "no such plugin; loaded: {}",
-                    self.registry.names().join(", ")
-                ))
-            })?;
+            let plugin = registry.resolve(&model.plugin).map_err(model_err)?;
             if model.pooled && !plugin.manifest.has_capability(capability::POOLED) {
                 return Err(model_err(format!(
                     "plugin {} (plugin API {}) cannot train pooled tasks; drop \"pooled\" to \
@@ -416,7 +434,7 @@ impl Orchestrator {
             }
             let ordinal = tasks.len() as u64;
             tasks.push(NewTask {
-                plugin: model.plugin.clone(),
+                plugin: plugin.manifest.name.clone(),
                 asset: label,
                 config_json: config,
                 seed: spec.seed.wrapping_add(ordinal),
@@ -427,6 +445,8 @@ impl Orchestrator {
                 // Cost proxy for weighted progress: steps × bytes the task touches.
                 cost_weight: model.steps as f64
                     * (estimate.parameters + estimate.activations).max(1) as f64,
+                plugin_version: Some(plugin.manifest.version.clone()),
+                plugin_checksum: Some(plugin.checksum.clone()),
             });
         }
         drop(arbiter);
@@ -527,6 +547,12 @@ impl Orchestrator {
         cap: super::memory_watch::MemoryCap,
     ) -> Result<(), String> {
         let (spec, dataset, inputs) = self.task_inputs(task)?;
+        let (plugin, replaces_version) = runner::resolve_plugin(&self.registry.snapshot(), task)?;
+        if replaces_version.is_some() {
+            self.store
+                .set_task_plugin(task.id, &plugin.manifest.version, &plugin.checksum)
+                .map_err(|e| e.to_string())?;
+        }
         let reservation = self
             .store
             .reserve(task.id, self.config.device, bytes)
@@ -535,7 +561,8 @@ impl Orchestrator {
         let plugin_cancel = Arc::new(AtomicBool::new(false));
         let ctx = RunnerContext {
             task: task.clone(),
-            registry: self.registry.clone(),
+            plugin,
+            replaces_version,
             dataset,
             inputs,
             record: Arc::new(self.store_record(task.id, task.job_id)),

@@ -499,13 +499,18 @@ impl Orchestrator {
             return Err(LeaseError::Stale { task, dispatch });
         }
         let (spec, _dataset, inputs) = self.task_inputs(&row).map_err(LeaseError::Other)?;
-        let plugin_version = self
-            .registry
-            .get(&row.plugin)
-            .map(|p| p.manifest.version.to_string())
-            .ok_or_else(|| {
-                LeaseError::Other(format!("plugin {} is not loaded in the host", row.plugin))
-            })?;
+        // The version recorded at submission; for rows of older hosts, the newest loaded.
+        let plugin_version = match &row.plugin_version {
+            Some(version) => version.clone(),
+            None => self
+                .registry
+                .snapshot()
+                .get(&row.plugin)
+                .map(|p| p.manifest.version.to_string())
+                .ok_or_else(|| {
+                    LeaseError::Other(format!("plugin {} is not loaded in the host", row.plugin))
+                })?,
+        };
         if !node.is_empty() {
             self.store.set_dispatch_node(dispatch, node)?;
         }

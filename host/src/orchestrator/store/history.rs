@@ -393,6 +393,8 @@ mod tests {
             device: Device::Cpu,
             estimate_bytes: 1 << 20,
             cost_weight: 1.0,
+            plugin_version: None,
+            plugin_checksum: None,
         }
     }
 

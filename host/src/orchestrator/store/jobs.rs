@@ -6,7 +6,7 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 use super::rows::{state_at, task_from_row, transition_row};
 use super::schema::TASK_COLUMNS;
-use super::{int, JobRow, NewTask, Store, StoreError, TaskRow, TransitionRow};
+use super::{int, JobRow, NewTask, PluginVersionUse, Store, StoreError, TaskRow, TransitionRow};
 use crate::orchestrator::state::TaskState;
 use crate::orchestrator::{now_ms, JobId, TaskId};
 
@@ -34,8 +34,8 @@ impl Store {
             let mut insert_task = tx.prepare(
                 "INSERT INTO tasks (job_id, ordinal, plugin, asset, config_json, seed,
                      total_steps, priority, device, estimate_bytes, cost_weight, state,
-                     steps_done, created_ms, updated_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, 0, ?13, ?13)",
+                     steps_done, created_ms, updated_ms, plugin_version, plugin_checksum)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, 0, ?13, ?13, ?14, ?15)",
             )?;
             let mut insert_transition = tx.prepare(
                 "INSERT INTO transitions (task_id, from_state, to_state, reason, at_ms)
@@ -56,6 +56,8 @@ impl Store {
                     t.cost_weight,
                     TaskState::Queued.as_str(),
                     now,
+                    t.plugin_version,
+                    t.plugin_checksum,
                 ])?;
                 let task = tx.last_insert_rowid();
                 insert_transition.execute(params![task, TaskState::Queued.as_str(), now])?;
@@ -133,6 +135,46 @@ impl Store {
         ))?;
         let names: Vec<&str> = states.iter().map(|s| s.as_str()).collect();
         let rows = st.query_map(rusqlite::params_from_iter(names), task_from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Records the plugin version (and library checksum) a task runs on,
+    /// when it is not the one it was submitted with.
+    pub fn set_task_plugin(
+        &self,
+        task: TaskId,
+        version: &str,
+        checksum: &str,
+    ) -> Result<(), StoreError> {
+        let changed = self.conn().execute(
+            "UPDATE tasks SET plugin_version = ?2, plugin_checksum = ?3, updated_ms = ?4
+             WHERE id = ?1",
+            params![task, version, checksum, now_ms()],
+        )?;
+        if changed == 0 {
+            return Err(StoreError::NoSuchTask(task));
+        }
+        Ok(())
+    }
+
+    /// How many tasks each plugin version has: (plugin, version, tasks not
+    /// yet ended, all tasks). Rows of older hosts (no version) are left out.
+    pub fn plugin_version_use(&self) -> Result<Vec<PluginVersionUse>, StoreError> {
+        let c = self.reader();
+        let mut st = c.prepare(
+            "SELECT plugin, plugin_version,
+                    SUM(state IN ('queued', 'running', 'checkpointing', 'interrupted')), COUNT(*)
+             FROM tasks WHERE plugin_version IS NOT NULL
+             GROUP BY plugin, plugin_version",
+        )?;
+        let rows = st.query_map([], |row| {
+            Ok(PluginVersionUse {
+                plugin: row.get(0)?,
+                version: row.get(1)?,
+                active_tasks: row.get(2)?,
+                tasks: row.get(3)?,
+            })
+        })?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 

@@ -1,6 +1,6 @@
 //! The durable job store: one SQLite file, `<state dir>/tli.sqlite3`.
 //!
-//! # Schema (version 6, kept in `PRAGMA user_version`)
+//! # Schema (version 7, kept in `PRAGMA user_version`)
 //!
 //! ```text
 //! jobs         id, name, spec_json, created_ms
@@ -10,7 +10,8 @@
 //!              steps_done, error NULL, created_ms, updated_ms,
 //!              oom_requeues (times re-queued after running out of memory; version 3),
 //!              measured_parameters, _gradients, _optimizer_state, _activations,
-//!              measured_source NULL (the measurement by component; version 4)
+//!              measured_source NULL (the measurement by component; version 4),
+//!              plugin_version NULL, plugin_checksum NULL (the library that runs it; version 7)
 //! transitions  id, task_id → tasks, from_state NULL, to_state, reason, at_ms
 //! metrics      task_id → tasks, step, name, value NULL (NaN), at_ms
 //!              index (task_id, name, step)
@@ -105,13 +106,13 @@ pub use history::{
     ReservationSpan, TaskHistory, DEFAULT_MAX_POINTS,
 };
 pub use rows::{
-    CheckpointRow, JobRow, MeasuredMemory, MemorySource, NewTask, ReservationRow, TaskRow,
-    TransitionRow,
+    CheckpointRow, JobRow, MeasuredMemory, MemorySource, NewTask, PluginVersionUse, ReservationRow,
+    TaskRow, TransitionRow,
 };
 pub use summary::JOB_STATES;
 
 /// The schema version this host creates and understands.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 /// File name of the database inside the state directory.
 pub const DB_FILE: &str = "tli.sqlite3";
 /// File name of the host lock inside the state directory.

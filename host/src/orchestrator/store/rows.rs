@@ -20,6 +20,19 @@ pub struct NewTask {
     pub device: Device,
     pub estimate_bytes: u64,
     pub cost_weight: f64,
+    /// The version of the plugin library chosen at submission, and its SHA-256.
+    pub plugin_version: Option<String>,
+    pub plugin_checksum: Option<String>,
+}
+
+/// How many tasks one plugin version has ([`super::Store::plugin_version_use`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PluginVersionUse {
+    pub plugin: String,
+    pub version: String,
+    /// Queued, running, checkpointing or interrupted.
+    pub active_tasks: u64,
+    pub tasks: u64,
 }
 
 /// A row of `jobs`.
@@ -58,6 +71,10 @@ pub struct TaskRow {
     pub oom_requeues: u32,
     /// `measured_bytes` by component (version 4; `None` for older rows).
     pub measured_memory: Option<MeasuredMemory>,
+    /// The plugin version that runs (or last ran) the task and the SHA-256
+    /// of its library (version 7; `None` for older rows).
+    pub plugin_version: Option<String>,
+    pub plugin_checksum: Option<String>,
 }
 
 /// What a task measured after its first slice, by component. The parts sum
@@ -224,6 +241,8 @@ pub(super) fn task_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow
         updated_ms: row.get(17)?,
         oom_requeues: row.get(18)?,
         measured_memory: measured_memory_at(row, 19)?,
+        plugin_version: row.get(24)?,
+        plugin_checksum: row.get(25)?,
     })
 }
 

@@ -145,6 +145,14 @@ CREATE TABLE device_budgets (
 CREATE INDEX device_budgets_by_device ON device_budgets(device, at_ms);
 ";
 
+/// Version 7: the plugin version each task was submitted with (or resumed
+/// on, after the one it was submitted with was gone) and the SHA-256 of
+/// that library; NULL for rows of older hosts.
+const SCHEMA_V7: &str = "
+ALTER TABLE tasks ADD COLUMN plugin_version TEXT;
+ALTER TABLE tasks ADD COLUMN plugin_checksum TEXT;
+";
+
 /// Rebuilds one task's `latest_metrics` rows from its history.
 pub(super) const REBUILD_LATEST_METRICS: &str = "
 INSERT INTO latest_metrics (task_id, name, step, value)
@@ -157,7 +165,8 @@ pub(super) const TASK_COLUMNS: &str =
     "id, job_id, ordinal, plugin, asset, config_json, seed, total_steps, \
      priority, device, estimate_bytes, measured_bytes, cost_weight, state, steps_done, error, \
      created_ms, updated_ms, oom_requeues, measured_parameters, measured_gradients, \
-     measured_optimizer_state, measured_activations, measured_source";
+     measured_optimizer_state, measured_activations, measured_source, plugin_version, \
+     plugin_checksum";
 
 pub(super) const RESERVATION_COLUMNS: &str = "id, task_id, device, bytes, reserved_ms, released_ms";
 
@@ -207,7 +216,10 @@ pub(super) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreErr
     if version < 6 {
         tx.execute_batch(SCHEMA_V6).map_err(open_err)?;
     }
-    // Later versions: `if version < 7 { ... }` here.
+    if version < 7 {
+        tx.execute_batch(SCHEMA_V7).map_err(open_err)?;
+    }
+    // Later versions: `if version < 8 { ... }` here.
     tx.pragma_update(None, "user_version", SCHEMA_VERSION)
         .map_err(open_err)?;
     tx.commit().map_err(open_err)

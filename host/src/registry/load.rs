@@ -1,6 +1,6 @@
-//! The plugin registry: finds `libtli_plugin_*.so` files in a directory,
-//! loads each one that passes every check, and records a one-line reason for
-//! each one that does not. One bad file never stops the others or the host.
+//! Loading one plugin library: the checks a file must pass, the manifest
+//! read through the ABI, and the typed calls into a loaded plugin
+//! ([`LoadedPlugin`], [`TrainerHandle`]).
 //!
 //! Checks, in order (each failure is a refusal naming the file):
 //! 1. the file is a complete ELF shared object for this machine (checked
@@ -13,7 +13,7 @@
 //!    a library with fewer fields than expected, so a 1.0 plugin is checked
 //!    against the frozen 1.0 module and then read through the current one,
 //!    whose 1.1 entry points read as absent for it);
-//! 5. the manifest can be read and its name is not already taken.
+//! 5. the manifest can be read, its name is `[a-z0-9_-]+` and its version semver.
 //!
 //! Libraries are never unloaded (abi_stable leaks them by design): stopping a
 //! task drops its trainer, never the library.
@@ -29,18 +29,6 @@ use tli_plugin_api::{
     PluginError, PluginModuleRef, StepReport, TaskInputs, TaskSpec, TrainerBox, PLUGIN_API_VERSION,
     VERSION_SYMBOL,
 };
-
-/// File-name pattern of plugin libraries.
-pub const PLUGIN_PREFIX: &str = "libtli_plugin_";
-pub const PLUGIN_SUFFIX: &str = ".so";
-
-#[derive(Debug, thiserror::Error)]
-pub enum RegistryError {
-    #[error(
-        "plugin directory {dir} cannot be read: {cause}; pass --plugin-dir or set TLI_PLUGIN_DIR"
-    )]
-    DirUnreadable { dir: PathBuf, cause: std::io::Error },
-}
 
 /// A plugin's manifest as the host keeps it: read once from the ABI form
 /// ([`tli_plugin_api::PluginManifest`]), configs and schema parsed as JSON.
@@ -65,8 +53,18 @@ impl ParsedManifest {
 
 /// A plugin that loaded.
 pub struct LoadedPlugin {
+    /// The file as found in the plugin directory.
+    pub source: PathBuf,
+    /// Where the library was loaded from: `source` itself, or the host's
+    /// private copy of it (a file found by a rescan, see `registry::live`).
     pub path: PathBuf,
     pub manifest: ParsedManifest,
+    /// `manifest.version`, parsed (checked at load).
+    pub version: semver::Version,
+    /// SHA-256 of the library file, hex.
+    pub checksum: String,
+    /// When it was loaded (Unix ms).
+    pub loaded_at_ms: i64,
     pub load_time: Duration,
     module: PluginModuleRef,
 }
@@ -78,82 +76,53 @@ pub struct RefusedPlugin {
     pub reason: String,
 }
 
-pub struct PluginRegistry {
-    pub dir: PathBuf,
-    pub loaded: Vec<LoadedPlugin>,
-    pub refused: Vec<RefusedPlugin>,
-}
-
-impl PluginRegistry {
-    /// Loads every `libtli_plugin_*.so` in `dir`, in file-name order.
-    pub fn scan(dir: &Path) -> Result<Self, RegistryError> {
-        let unreadable = |cause| RegistryError::DirUnreadable {
-            dir: dir.to_path_buf(),
-            cause,
-        };
-        let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
-            .map_err(unreadable)?
-            .filter_map(|entry| entry.ok().map(|e| e.path()))
-            .filter(|p| is_plugin_file_name(p))
-            .collect();
-        paths.sort();
-        let mut registry = Self {
-            dir: dir.to_path_buf(),
-            loaded: Vec::new(),
-            refused: Vec::new(),
-        };
-        for path in paths {
-            match load_plugin(&path) {
-                Ok(plugin) => {
-                    if let Some(first) = registry.get(&plugin.manifest.name) {
-                        let reason = format!(
-                            "plugin name {:?} is already provided by {}",
-                            plugin.manifest.name,
-                            first.path.display()
-                        );
-                        registry.refuse(path, reason);
-                    } else {
-                        tracing::debug!(plugin = %plugin.manifest.name, path = %path.display(), "plugin loaded");
-                        registry.loaded.push(plugin);
-                    }
-                }
-                Err(reason) => registry.refuse(path, reason),
-            }
-        }
-        Ok(registry)
-    }
-
-    fn refuse(&mut self, path: PathBuf, reason: String) {
-        tracing::warn!("refused plugin {}: {reason}", path.display());
-        self.refused.push(RefusedPlugin { path, reason });
-    }
-
-    pub fn get(&self, name: &str) -> Option<&LoadedPlugin> {
-        self.loaded.iter().find(|p| p.manifest.name == name)
-    }
-
-    pub fn names(&self) -> Vec<&str> {
-        self.loaded
-            .iter()
-            .map(|p| p.manifest.name.as_str())
-            .collect()
-    }
-}
-
-fn is_plugin_file_name(path: &Path) -> bool {
-    path.file_name()
-        .and_then(|n| n.to_str())
-        .is_some_and(|n| n.starts_with(PLUGIN_PREFIX) && n.ends_with(PLUGIN_SUFFIX))
-}
-
-/// Loads one library, returning the refusal reason on failure.
-fn load_plugin(path: &Path) -> Result<LoadedPlugin, String> {
+/// Loads one library in place, returning the refusal reason on failure.
+pub(super) fn load_plugin(path: &Path) -> Result<LoadedPlugin, String> {
     load_plugin_as(path, PLUGIN_API_VERSION)
+}
+
+/// Loads the library at `path`, a copy of `source` whose checksum is
+/// `checksum` (see `registry::live`).
+pub(super) fn load_plugin_copy(
+    source: &Path,
+    path: &Path,
+    checksum: String,
+) -> Result<LoadedPlugin, String> {
+    let mut plugin = load_checked(path, PLUGIN_API_VERSION, checksum)?;
+    plugin.source = source.to_path_buf();
+    Ok(plugin)
 }
 
 /// Loads one library as a host speaking plugin API `host_api` would (a
 /// parameter so that tests can apply an older host's rule to a real file).
 pub fn load_plugin_as(path: &Path, host_api: &str) -> Result<LoadedPlugin, String> {
+    let checksum = file_sha256(path).map_err(|e| format!("cannot be read: {e}"))?;
+    load_checked(path, host_api, checksum)
+}
+
+/// SHA-256 of a file, hex.
+pub(super) fn file_sha256(path: &Path) -> std::io::Result<String> {
+    use sha2::{Digest, Sha256};
+    use std::io::Read;
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => hasher.update(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
+}
+
+fn load_checked(path: &Path, host_api: &str, checksum: String) -> Result<LoadedPlugin, String> {
     let started = Instant::now();
     crate::elf_check::check_shared_object(path)?;
     let declared = read_declared_api_version(path)?;
@@ -217,11 +186,15 @@ pub fn load_plugin_as(path: &Path, host_api: &str) -> Result<LoadedPlugin, Strin
             manifest.name
         ));
     }
-    semver::Version::parse(&manifest.version)
+    let version = semver::Version::parse(&manifest.version)
         .map_err(|e| format!("its version {:?} is not semver: {e}", manifest.version))?;
     Ok(LoadedPlugin {
+        source: path.to_path_buf(),
         path: path.to_path_buf(),
         manifest,
+        version,
+        checksum,
+        loaded_at_ms: crate::orchestrator::now_ms(),
         load_time: started.elapsed(),
         module,
     })
@@ -280,6 +253,11 @@ fn into_result<T>(r: RResult<T, PluginError>) -> Result<T, PluginError> {
 impl LoadedPlugin {
     pub fn name(&self) -> &str {
         &self.manifest.name
+    }
+
+    /// `name@version`, as jobs pin it and messages name it.
+    pub fn label(&self) -> String {
+        format!("{}@{}", self.manifest.name, self.manifest.version)
     }
 
     /// Validates a config and returns it normalized.
