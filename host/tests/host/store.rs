@@ -693,8 +693,14 @@ fn a_version_2_store_counts_oom_requeues_from_its_history() {
     assert_eq!(store.task(ids[1]).unwrap().unwrap().oom_requeues, 0);
 }
 
-/// What versions 4 to 6 added: dropping it gives a version-3 store.
-const DROP_V4: &str = "DROP TABLE dispatches; DROP TABLE device_budgets;
+/// What version 7 added: dropping it gives a version-6 store.
+const DROP_V7: &str = "ALTER TABLE tasks DROP COLUMN plugin_version;
+    ALTER TABLE tasks DROP COLUMN plugin_checksum;";
+
+/// What versions 4 to 7 added: dropping it gives a version-3 store.
+const DROP_V4: &str = "ALTER TABLE tasks DROP COLUMN plugin_version;
+    ALTER TABLE tasks DROP COLUMN plugin_checksum;
+    DROP TABLE dispatches; DROP TABLE device_budgets;
     ALTER TABLE tasks DROP COLUMN measured_parameters;
     ALTER TABLE tasks DROP COLUMN measured_gradients;
     ALTER TABLE tasks DROP COLUMN measured_optimizer_state;
@@ -873,9 +879,9 @@ fn a_version_4_store_gains_dispatches() {
     drop(store);
     {
         let conn = rusqlite::Connection::open(dir.path().join(DB_FILE)).unwrap();
-        conn.execute_batch(
-            "DROP TABLE dispatches; DROP TABLE device_budgets; PRAGMA user_version = 4;",
-        )
+        conn.execute_batch(&format!(
+            "{DROP_V7} DROP TABLE dispatches; DROP TABLE device_budgets; PRAGMA user_version = 4;"
+        ))
         .unwrap();
     }
     let store = Store::open(dir.path()).unwrap();
@@ -899,8 +905,10 @@ fn a_version_5_store_gains_device_budgets_and_keeps_its_history() {
     {
         // What a version-5 host left behind: no budgets.
         let conn = rusqlite::Connection::open(dir.path().join(DB_FILE)).unwrap();
-        conn.execute_batch("DROP TABLE device_budgets; PRAGMA user_version = 5;")
-            .unwrap();
+        conn.execute_batch(&format!(
+            "{DROP_V7} DROP TABLE device_budgets; PRAGMA user_version = 5;"
+        ))
+        .unwrap();
     }
     let store = Store::open(dir.path()).unwrap();
     assert_eq!(store.pragmas().unwrap().user_version, SCHEMA_VERSION);
@@ -919,6 +927,50 @@ fn a_version_5_store_gains_device_budgets_and_keeps_its_history() {
     let budget = store.budget_history("cpu", 0, i64::MAX).unwrap();
     assert_eq!(budget.len(), 1);
     assert_eq!(budget[0].bytes, 1 << 30);
+}
+
+#[test]
+fn tasks_record_their_plugin_version_and_a_version_6_store_gains_the_columns() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _job, ids) = store_with_job(dir.path(), 2);
+    let row = store.task(ids[1]).unwrap().unwrap();
+    assert_eq!(row.plugin_version.as_deref(), Some("1.1.0"));
+    assert_eq!(row.plugin_checksum, Some(format!("{:064x}", 1)));
+    store.set_task_plugin(ids[1], "1.2.0", "ab").unwrap();
+    store.transition(ids[0], TaskState::Running, "go").unwrap();
+    store.transition(ids[1], TaskState::Running, "go").unwrap();
+    store
+        .transition(ids[1], TaskState::Completed, "done")
+        .unwrap();
+    let mut usage = store.plugin_version_use().unwrap();
+    usage.sort_by(|a, b| a.plugin.cmp(&b.plugin));
+    let counts: Vec<(&str, &str, u64, u64)> = usage
+        .iter()
+        .map(|u| {
+            (
+                u.plugin.as_str(),
+                u.version.as_str(),
+                u.active_tasks,
+                u.tasks,
+            )
+        })
+        .collect();
+    assert_eq!(
+        counts,
+        [("plugin-0", "0.1.0", 1, 1), ("plugin-1", "1.2.0", 0, 1)]
+    );
+    drop(store);
+    {
+        // What a version-6 host left behind: no plugin versions.
+        let conn = rusqlite::Connection::open(dir.path().join(DB_FILE)).unwrap();
+        conn.execute_batch(&format!("{DROP_V7} PRAGMA user_version = 6;"))
+            .unwrap();
+    }
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(store.pragmas().unwrap().user_version, SCHEMA_VERSION);
+    let row = store.task(ids[0]).unwrap().unwrap();
+    assert_eq!((row.plugin_version, row.plugin_checksum), (None, None));
+    assert!(store.plugin_version_use().unwrap().is_empty());
 }
 
 #[test]

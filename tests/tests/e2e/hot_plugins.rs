@@ -307,7 +307,12 @@ fn a_truncated_or_foreign_file_dropped_into_a_watched_directory_is_refused_with_
     );
     // Several polls later, still one line each in the host's log.
     std::thread::sleep(Duration::from_secs(1));
-    assert_eq!(log_lines_with(&server, "libtli_plugin_half.so"), 1, "{}", server.log.lock().unwrap());
+    assert_eq!(
+        log_lines_with(&server, "libtli_plugin_half.so"),
+        1,
+        "{}",
+        server.log.lock().unwrap()
+    );
     assert_eq!(log_lines_with(&server, "libtli_plugin_foreign.so"), 1);
 
     // The host and its job are unaffected; nothing else was loaded.
