@@ -103,12 +103,10 @@ pub fn run(
                 memory_estimate: None,
                 memory_measured: None,
             };
-            let outcome = match registry.get(name) {
-                Some(plugin) => train_one(plugin, &task_id, (dataset, annex), request, &mut report),
-                None => Err(format!(
-                    "no plugin named {name:?} is loaded (loaded: {})",
-                    registry.names().join(", ")
-                )),
+            // `name` or `name@version` (several versions may be loaded).
+            let outcome = match registry.resolve(name) {
+                Ok(plugin) => train_one(plugin, &task_id, (dataset, annex), request, &mut report),
+                Err(why) => Err(format!("plugin {name:?}: {why}")),
             };
             match outcome {
                 Ok(()) => report.status = "completed",

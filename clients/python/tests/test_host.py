@@ -50,6 +50,11 @@ def test_plugins_and_resources(client: Client) -> None:
     assert isinstance(template.config_schema, dict)
     with pytest.raises(KeyError, match="no plugin 'dqn'"):
         plugins["dqn"]
+    assert plugins[f"template@{template.version}"] == template
+    assert len(template.checksum) == 64 and template.loaded_unix_ms > 0
+    # Nothing was added to the plugin directory: a rescan loads nothing and refuses nothing.
+    rescan = client.rescan_plugins()
+    assert (rescan.loaded, rescan.refused, rescan.unchanged) == ((), (), 2)
     devices = client.resources()
     cpu = next(d for d in devices if d.name == "cpu")
     assert cpu.budget_bytes > 0 and cpu.strategy
@@ -69,6 +74,9 @@ def test_a_two_by_two_job_watched_to_finished(client: Client) -> None:
     assert [(t.plugin, t.total_steps) for t in job.tasks] == [
         ("template", 80), ("template", 80), ("behaviour", 50), ("behaviour", 50)
     ]
+    # Each task records the plugin version it runs on, and that library's SHA-256.
+    assert {t.plugin_version for t in job.tasks if t.plugin == "behaviour"} == {"0.1.0"}
+    assert all(len(t.plugin_checksum) == 64 for t in job.tasks)
     shown = io.StringIO()
     events = list(client.watch(job, interval_ms=50, progress=TqdmDisplay(file=shown)))
     assert isinstance(events[-1], Finished), events[-3:]

@@ -284,6 +284,23 @@ pub(super) fn job_summary(job: &JobJson) -> Vec<String> {
         format_percent(job.progress.weighted_fraction),
         state_counts(&job.progress.tasks)
     )];
+    // Which library ran the tasks (several versions of a plugin may be loaded).
+    let mut libraries: Vec<String> = Vec::new();
+    for t in &job.progress.tasks {
+        if let (Some(version), Some(sum)) = (&t.plugin_version, &t.plugin_checksum) {
+            let line = format!(
+                "{}@{version} (sha256 {})",
+                t.plugin,
+                &sum[..sum.len().min(12)]
+            );
+            if !libraries.contains(&line) {
+                libraries.push(line);
+            }
+        }
+    }
+    if !libraries.is_empty() {
+        lines.push(format!("plugin libraries: {}", libraries.join(", ")));
+    }
     for t in job.progress.tasks.iter().filter(|t| t.error.is_some()) {
         lines.push(format!(
             "task {} {}: {}",

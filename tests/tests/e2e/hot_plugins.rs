@@ -236,6 +236,13 @@ fn a_new_template_version_serves_new_tasks_while_the_old_versions_tasks_finish_o
     // The status table names the version of each task.
     let table = stdout(&server.client(&["train", "status", &new.to_string()]));
     assert!(table.contains("template@0.2.0"), "{table}");
+    assert!(
+        table.contains(&format!(
+            "plugin libraries: template@0.2.0 (sha256 {})",
+            &next_sum[..12]
+        )),
+        "{table}"
+    );
 
     // And so does the store itself.
     let store = Store::open_read_only(state.path()).expect("store");

@@ -92,21 +92,94 @@ fn an_unreadable_plugin_directory_is_one_clear_error() {
 }
 
 #[test]
-fn two_files_with_the_same_plugin_name_load_once() {
+fn two_files_with_the_same_plugin_name_and_version_load_once() {
     let dir = PluginDir::new();
-    dir.add(TEMPLATE, "a_template");
+    let first = dir.add(TEMPLATE, "a_template");
     let second = dir.add(TEMPLATE, "b_template");
+    // The same name and version from a different build.
+    let third = dir.add_behaviour_version("c_behaviour", "0.1.0");
+    let fourth = dir.path().join("libtli_plugin_d_behaviour.so");
+    let mut other_build = tli_host::testing::behaviour_with_version("0.1.0");
+    let last = other_build.len() - 1;
+    other_build[last] ^= 0xff;
+    std::fs::write(&fourth, other_build).unwrap();
     let listing = json(&run_tli(
         dir.path(),
         &["plugins", "list", "--local", "-o", "json"],
     ));
-    assert_eq!(listing["plugins"].as_array().unwrap().len(), 1);
-    let refused = &listing["refused"][0];
-    assert_eq!(refused["path"].as_str(), second.to_str());
-    assert!(refused["reason"]
-        .as_str()
+    let loaded: Vec<&str> = listing["plugins"]
+        .as_array()
         .unwrap()
-        .contains("already provided by"));
+        .iter()
+        .map(|p| p["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(loaded, [first.to_str().unwrap(), third.to_str().unwrap()]);
+    let refused = &listing["refused"];
+    assert_eq!(refused[0]["path"].as_str(), second.to_str());
+    let reason = refused[0]["reason"].as_str().unwrap();
+    assert_eq!(
+        reason,
+        format!("the same library as {}, already loaded", first.display())
+    );
+    assert_eq!(refused[1]["path"].as_str(), fourth.to_str());
+    let reason = refused[1]["reason"].as_str().unwrap();
+    assert_eq!(
+        reason,
+        format!(
+            "behaviour@0.1.0 is already loaded from {}; a different build must carry a higher \
+             version",
+            third.display()
+        )
+    );
+}
+
+#[test]
+fn versions_of_one_plugin_load_side_by_side_and_a_pin_picks_one() {
+    let dir = PluginDir::new();
+    dir.add(TEMPLATE_NEXT, "template_next");
+    dir.add(TEMPLATE, "template");
+    let listing = json(&run_tli(
+        dir.path(),
+        &["plugins", "list", "--local", "-o", "json"],
+    ));
+    let versions: Vec<(&str, &str)> = listing["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["name"].as_str().unwrap(), p["version"].as_str().unwrap()))
+        .collect();
+    assert_eq!(versions, [("template", "0.1.0"), ("template", "0.2.0")]);
+    assert!(listing["refused"].as_array().unwrap().is_empty());
+    // `train local` takes a pin, and names the versions it has when the pin is not one.
+    let out = run_tli(
+        dir.path(),
+        &[
+            "train",
+            "local",
+            "--plugin",
+            "template@0.1.0",
+            "--steps",
+            "20",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = run_tli(
+        dir.path(),
+        &[
+            "train",
+            "local",
+            "--plugin",
+            "template@9.9.9",
+            "--steps",
+            "20",
+        ],
+    );
+    let text = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("version 9.9.9 of plugin template is not loaded; loaded: 0.1.0, 0.2.0"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -51,7 +51,7 @@ from .errors import (
     Unimplemented,
 )
 from .history import History, MetricSeries, TaskHistory
-from .info import Device, PluginInfo, Plugins, RefusedPlugin, Reservation
+from .info import Device, PluginInfo, Plugins, RefusedPlugin, RescanReport, Reservation
 from .jobs import (
     Event,
     Finished,
@@ -117,6 +117,7 @@ __all__ = [
     "PluginInfo",
     "RefusedPlugin",
     "Device",
+    "RescanReport",
     "Reservation",
     "ProgressDisplay",
     "TqdmDisplay",

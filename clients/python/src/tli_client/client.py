@@ -43,7 +43,7 @@ from .config import (
 )
 from .errors import TliError, error_from_rpc
 from .history import History
-from .info import Device, Plugins, devices_from_proto
+from .info import Device, Plugins, RescanReport, devices_from_proto
 from .jobs import Event, Finished, Job, JobRef, TaskState, event_from_proto, job_id_of
 from .progress import ProgressDisplay, TqdmDisplay
 
@@ -470,6 +470,13 @@ class Client:
         """The plugins the host loaded (defaults, schemas, capabilities) and those it refused."""
         reply = self._call("ListPlugins", self._plugins.ListPlugins, ppb.ListPluginsRequest())
         return Plugins.from_proto(reply)
+
+    def rescan_plugins(self) -> RescanReport:
+        """Make the host load plugin files added to its plugin directory since it started."""
+        reply = self._call(
+            "RescanPlugins", self._plugins.RescanPlugins, ppb.RescanPluginsRequest()
+        )
+        return RescanReport.from_proto(reply)
 
     def resources(self) -> Tuple[Device, ...]:
         """Each device: memory budget, reservations, measured usage per task."""

@@ -9,7 +9,7 @@ from typing import Any, Iterator, Optional, Tuple
 from ._proto.tli.v1 import plugins_pb2 as ppb
 from .jobs import MeasuredMemory
 
-__all__ = ["PluginInfo", "RefusedPlugin", "Plugins", "Reservation", "Device"]
+__all__ = ["PluginInfo", "RefusedPlugin", "Plugins", "RescanReport", "Reservation", "Device"]
 
 def _json(text: str) -> Any:
     try:
@@ -30,6 +30,14 @@ class PluginInfo:
     config_schema: Any
     path: str
     capabilities: Tuple[str, ...]
+    #: Where the library was loaded from (``path``, or the host's copy of a rescanned file).
+    loaded_from: str = ""
+    #: SHA-256 of the library.
+    checksum: str = ""
+    loaded_unix_ms: int = 0
+    #: Tasks on this version not yet ended, and all tasks recorded on it.
+    active_tasks: int = 0
+    tasks: int = 0
 
     @classmethod
     def from_proto(cls, p: ppb.Plugin) -> "PluginInfo":
@@ -43,6 +51,11 @@ class PluginInfo:
             _json(p.config_schema_json),
             p.path,
             tuple(p.capabilities),
+            p.loaded_from,
+            p.checksum,
+            p.loaded_unix_ms,
+            p.active_tasks,
+            p.tasks,
         )
 
 @dataclass(frozen=True)
@@ -72,7 +85,8 @@ class Plugins:
 
     @property
     def names(self) -> Tuple[str, ...]:
-        return tuple(p.name for p in self.loaded)
+        """Each loaded plugin name once (several versions of one may be loaded)."""
+        return tuple(dict.fromkeys(p.name for p in self.loaded))
 
     def __iter__(self) -> Iterator[PluginInfo]:
         return iter(self.loaded)
@@ -84,10 +98,37 @@ class Plugins:
         return name in self.names
 
     def __getitem__(self, name: str) -> PluginInfo:
-        for p in self.loaded:
-            if p.name == name:
-                return p
+        """The plugin ``name`` (its newest loaded version) or ``name@version``."""
+        wanted, _, version = name.partition("@")
+        found = [p for p in self.loaded if p.name == wanted and version in ("", p.version)]
+        if found:
+            return max(found, key=lambda p: _version_key(p.version))
         raise KeyError(f"no plugin {name!r} loaded (loaded: {', '.join(self.names) or 'none'})")
+
+def _version_key(version: str) -> Tuple[int, ...]:
+    """Orders semver cores (pre-release tags are ignored)."""
+    core = version.split("-", 1)[0].split("+", 1)[0]
+    return tuple(int(x) if x.isdigit() else 0 for x in core.split("."))
+
+
+@dataclass(frozen=True)
+class RescanReport:
+    """RescanPlugins: what a rescan of the host's plugin directory loaded and refused."""
+
+    loaded: Tuple[PluginInfo, ...]
+    refused: Tuple[RefusedPlugin, ...]
+    unchanged: int
+    warnings: Tuple[str, ...]
+
+    @classmethod
+    def from_proto(cls, r: ppb.RescanPluginsResponse) -> "RescanReport":
+        return cls(
+            tuple(PluginInfo.from_proto(p) for p in r.loaded),
+            tuple(RefusedPlugin(x.path, x.reason) for x in r.refused),
+            r.unchanged,
+            tuple(r.warnings),
+        )
+
 
 @dataclass(frozen=True)
 class Reservation:

@@ -138,6 +138,9 @@ class Task:
     estimate_bytes: int
     measured_bytes: Optional[int]
     measured_memory: Optional[MeasuredMemory]
+    #: The plugin version that runs the task and its library's SHA-256 ("" from older hosts).
+    plugin_version: str = ""
+    plugin_checksum: str = ""
 
     @property
     def fraction(self) -> float:
@@ -162,6 +165,8 @@ class Task:
             measured_memory=MeasuredMemory.from_proto(t.measured_memory)
             if t.HasField("measured_memory")
             else None,
+            plugin_version=t.plugin_version,
+            plugin_checksum=t.plugin_checksum,
         )
 
 
