@@ -5,9 +5,12 @@
 # core of this machine; first each agent alone (one task, same budget) for the
 # baseline. From the store it prints, per strategy: the makespan (first start
 # to last completion), the job's total env steps/s (all tasks' steps over the
-# makespan), that total against one task alone (the mean of the two agents'
-# alone rates), and each agent's mean per-task slowdown (its steps/s alone
-# over its steps/s in the job, each task timed from start to completion).
+# makespan), that total against one task alone doing the same work (the
+# job's steps over the time its tasks take one after another at their agents'
+# alone rates; also against the plain mean of the two rates, which overstates
+# a mixed job's one-task throughput since DQN's slower tasks take most of the
+# time), and each agent's mean per-task slowdown (its steps/s alone over its
+# steps/s in the job, each task timed from start to completion).
 #
 # Environment: STRATEGIES ("sequential parallel:2 auto"), PPO_STEPS (30000),
 # DQN_STEPS (20000), SEEDS ("1 2 3 4"), EXTRA_ENV (e.g. "OMP_WAIT_POLICY=passive",
@@ -77,19 +80,22 @@ alone = {}
 for agent in ("ppo", "dqn"):
     (plugin, steps, start, end), = tasks(f"alone-{agent}")
     alone[agent] = steps / ((end - start) / 1e3)
-one_task = statistics.mean(alone.values())
+mean_rate = statistics.mean(alone.values())
 print(f"Command: `{'EXTRA_ENV=' + repr(extra) + ' ' if extra else ''}scripts/bench-rl-many.sh`; "
-      f"alone: PPO {alone['ppo']:,.0f} env steps/s, DQN {alone['dqn']:,.0f} (mean {one_task:,.0f})")
+      f"alone: PPO {alone['ppo']:,.0f} env steps/s, DQN {alone['dqn']:,.0f} (mean {mean_rate:,.0f})")
 print()
-print("| strategy | tasks | makespan s | total env steps/s | × one task alone | PPO slowdown | DQN slowdown |")
-print("|---|---:|---:|---:|---:|---:|---:|")
+print("| strategy | tasks | makespan s | total env steps/s | × one task (same work) | × mean rate | PPO slowdown | DQN slowdown |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|")
 for entry in runs:
     name, strategy = entry.split(":", 1)
     rows = tasks(name)
     span = (max(r[3] for r in rows) - min(r[2] for r in rows)) / 1e3
-    total = sum(r[1] for r in rows) / span
+    steps = sum(r[1] for r in rows)
+    total = steps / span
+    # One task at a time doing the same work: each task's steps at its agent's rate alone.
+    one_task = steps / sum(s / alone[p] for p, s, _, _ in rows)
     slow = {a: statistics.mean(alone[a] / (s / ((e - b) / 1e3)) for p, s, b, e in rows if p == a)
             for a in ("ppo", "dqn")}
     print(f"| {strategy} | {len(rows)} | {span:.1f} | {total:,.0f} | {total / one_task:.2f} | "
-          f"{slow['ppo']:.2f} | {slow['dqn']:.2f} |")
+          f"{total / mean_rate:.2f} | {slow['ppo']:.2f} | {slow['dqn']:.2f} |")
 EOF

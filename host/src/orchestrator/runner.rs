@@ -200,6 +200,24 @@ pub fn spawn(
         })
 }
 
+/// A model whose parameters take less than this gets one libtorch intra-op
+/// thread, however many cores its runner was offered: parallel regions on
+/// matrices this small cost more than they save. Measured on CartPole agents
+/// (a few 10k parameters): one thread gave 9.0–10.1k (PPO) and 3.0–3.3k (DQN)
+/// env steps/s where two gave 7.3k and 2.8k (docs/benchmarks.md, "Many agents
+/// per box"); and one thread per task keeps concurrent tasks from spinning
+/// OpenMP teams against each other.
+pub const SMALL_MODEL_PARAMETER_BYTES: u64 = 1 << 20;
+
+/// The intra-op threads of a task offered `offered` (its share of the cores),
+/// given what its trainer holds.
+pub fn intra_op_threads(offered: i32, memory: Option<tli_plugin_api::MemoryBreakdown>) -> i32 {
+    match memory {
+        Some(m) if m.parameters < SMALL_MODEL_PARAMETER_BYTES => 1,
+        _ => offered.max(1),
+    }
+}
+
 /// Out-of-memory failures a task may have before it fails for good.
 const OOM_REQUEUES: u32 = 1;
 
@@ -214,6 +232,10 @@ pub fn run(ctx: &RunnerContext) -> Outcome {
         Ok(r) => r,
         Err(e) => return finish(ctx, Err(e), None),
     };
+    let threads = intra_op_threads(ctx.threads, runner.trainer.memory().ok());
+    if threads != ctx.threads.max(1) {
+        tch::set_num_threads(threads);
+    }
     let result = runner.train(ctx);
     let outcome = finish(ctx, result, Some(&mut runner));
     ctx.record.forget_live();
@@ -632,6 +654,24 @@ fn metric_pairs(metrics: &[tli_plugin_api::Metric]) -> Vec<(String, f64)> {
 #[cfg(test)]
 mod tests {
     use super::DeviceOccupancy;
+
+    #[test]
+    fn small_models_get_one_intra_op_thread_and_others_their_share() {
+        use super::{intra_op_threads, SMALL_MODEL_PARAMETER_BYTES};
+        use tli_plugin_api::MemoryBreakdown;
+        let holding = |parameters| {
+            Some(MemoryBreakdown {
+                parameters,
+                ..MemoryBreakdown::default()
+            })
+        };
+        assert_eq!(intra_op_threads(2, holding(70_000)), 1);
+        assert_eq!(intra_op_threads(2, holding(SMALL_MODEL_PARAMETER_BYTES)), 2);
+        assert_eq!(intra_op_threads(4, holding(1 << 30)), 4);
+        // Unknown (memory() failed): the share; never below one.
+        assert_eq!(intra_op_threads(2, None), 2);
+        assert_eq!(intra_op_threads(0, holding(1 << 30)), 1);
+    }
 
     #[test]
     fn a_runner_is_alone_only_while_nobody_else_comes_or_goes() {
