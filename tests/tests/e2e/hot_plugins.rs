@@ -421,3 +421,29 @@ fn sha256_digest(bytes: &[u8]) -> String {
     std::fs::write(file.path(), bytes).unwrap();
     sha256_hex(file.path())
 }
+
+#[test]
+fn a_loaded_library_rewritten_in_place_is_loaded_anew_with_a_warning() {
+    let plugins = PluginDir::new();
+    let file = plugins.add_behaviour_version("behaviour", "0.1.0");
+    let state = tempfile::tempdir().unwrap();
+    let server = Server::start(plugins.path(), state.path(), &[]);
+    // `cp` over the file the host mapped at start-up: same inode, new contents.
+    std::fs::write(&file, tli_host::testing::behaviour_with_version("0.2.0")).unwrap();
+    let out = server.client(&["plugins", "rescan", "-o", "json"]);
+    let report = ok_json(&out);
+    assert_eq!(report["loaded"][0]["version"], "0.2.0", "{report:#}");
+    let warning = report["warnings"][0].as_str().unwrap_or_default();
+    assert!(
+        warning.contains("libtli_plugin_behaviour.so was rewritten in place")
+            && warning.contains("never cp"),
+        "{report:#}"
+    );
+    assert_eq!(
+        versions(&listing(&server)),
+        vec![
+            ("behaviour".into(), "0.1.0".into()),
+            ("behaviour".into(), "0.2.0".into())
+        ]
+    );
+}
