@@ -116,20 +116,22 @@ impl From<&pb::Plugin> for PluginJson {
     }
 }
 
+impl From<&pb::RefusedPlugin> for RefusedJson {
+    fn from(f: &pb::RefusedPlugin) -> Self {
+        Self {
+            path: f.path.clone(),
+            reason: f.reason.clone(),
+        }
+    }
+}
+
 impl From<&pb::ListPluginsResponse> for PluginListingJson {
     fn from(r: &pb::ListPluginsResponse) -> Self {
         Self {
             plugin_dir: r.plugin_dir.clone(),
             host_plugin_api: r.host_plugin_api.clone(),
             plugins: r.plugins.iter().map(PluginJson::from).collect(),
-            refused: r
-                .refused
-                .iter()
-                .map(|f| RefusedJson {
-                    path: f.path.clone(),
-                    reason: f.reason.clone(),
-                })
-                .collect(),
+            refused: r.refused.iter().map(RefusedJson::from).collect(),
         }
     }
 }
@@ -192,14 +194,7 @@ impl From<&pb::RescanPluginsResponse> for RescanJson {
     fn from(r: &pb::RescanPluginsResponse) -> Self {
         Self {
             loaded: r.loaded.iter().map(PluginJson::from).collect(),
-            refused: r
-                .refused
-                .iter()
-                .map(|f| RefusedJson {
-                    path: f.path.clone(),
-                    reason: f.reason.clone(),
-                })
-                .collect(),
+            refused: r.refused.iter().map(RefusedJson::from).collect(),
             unchanged: r.unchanged,
             warnings: r.warnings.clone(),
         }
