@@ -439,6 +439,7 @@ async fn progress_loop(
         let request = worker.record(Record::Progress(pb::ProgressBatch {
             steps_done: steps,
             slices: vec![pb::SliceMetrics {
+                at_unix_ms: tli_host::orchestrator::now_ms(),
                 step: steps,
                 metrics: metrics(steps, worker.lease.task_id),
             }],
@@ -517,6 +518,7 @@ async fn idle_costs(
         let request = worker.record(Record::Progress(pb::ProgressBatch {
             steps_done: steps,
             slices: vec![pb::SliceMetrics {
+                at_unix_ms: tli_host::orchestrator::now_ms(),
                 step: steps,
                 metrics: metrics(steps, worker.lease.task_id),
             }],

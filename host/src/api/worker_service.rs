@@ -16,7 +16,7 @@ use super::{blocking, convert};
 use crate::orchestrator::engine::{LeaseError, Orchestrator, WorkerLease};
 use crate::orchestrator::runner::{Outcome, StopRequest};
 use crate::orchestrator::state::TaskState;
-use crate::orchestrator::store::{MeasuredMemory, MemorySource};
+use crate::orchestrator::store::{MeasuredMemory, MemorySource, SliceMetrics};
 use crate::orchestrator::task_record::{RecordError, TaskRecord};
 use crate::worker::wire;
 use std::sync::Arc;
@@ -106,10 +106,16 @@ fn apply(
         }
         Record::StepsDone(steps) => r.set_steps_done(steps).map_err(record_status)?,
         Record::Progress(p) => {
-            let batch: Vec<(u64, Vec<(String, f64)>)> = p
+            let now = crate::orchestrator::now_ms();
+            let batch: Vec<SliceMetrics> = p
                 .slices
                 .into_iter()
-                .map(|s| (s.step, metric_pairs(s.metrics)))
+                .map(|s| SliceMetrics {
+                    step: s.step,
+                    // A worker of an older build sends no time: when it arrives.
+                    at_ms: if s.at_unix_ms > 0 { s.at_unix_ms } else { now },
+                    metrics: metric_pairs(s.metrics),
+                })
                 .collect();
             r.record_progress(p.steps_done, &batch)
                 .map_err(record_status)?;

@@ -17,7 +17,7 @@ use super::core_sharing::{lower_own_priority, CoreOffer};
 use super::job::CheckpointPolicy;
 use super::memory_watch::{device_peak, restart_peak, MemoryCap, MemoryWatch};
 use super::state::TaskState;
-use super::store::TaskRow;
+use super::store::{SliceMetrics, TaskRow};
 use super::task_record::{RecordError, TaskRecord};
 use super::TaskId;
 use crate::registry::{LoadedPlugin, PluginRegistry, TrainerHandle};
@@ -314,7 +314,7 @@ struct Runner {
     /// Checkpoint writes that failed in a row ([`checkpoint::failures`]).
     failed_writes: FailedWrites,
     /// Metrics per slice (step, metrics) not yet in the store.
-    unflushed: Vec<(u64, Vec<(String, f64)>)>,
+    unflushed: Vec<SliceMetrics>,
     /// Whether `steps` is ahead of the store.
     steps_unflushed: bool,
     last_flush: Instant,
@@ -401,7 +401,7 @@ impl Runner {
             self.steps += report.steps_done;
             let metrics = metric_pairs(&report.metrics);
             ctx.record.live(self.steps, &metrics);
-            self.unflushed.push((self.steps, metrics));
+            self.unflushed.push(SliceMetrics::now(self.steps, metrics));
             self.steps_unflushed = true;
             if self.last_flush.elapsed() >= PROGRESS_FLUSH_INTERVAL {
                 self.flush_progress(ctx)?;
@@ -431,7 +431,7 @@ impl Runner {
         let eval = self.trainer.evaluate()?;
         let metrics = metric_pairs(&eval.metrics);
         ctx.record.live(self.steps, &metrics);
-        self.unflushed.push((self.steps, metrics));
+        self.unflushed.push(SliceMetrics::now(self.steps, metrics));
         self.steps_unflushed = true;
         self.checkpoint(ctx, CheckpointReason::Final)?;
         Ok(Outcome::Completed)

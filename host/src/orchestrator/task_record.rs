@@ -16,7 +16,7 @@
 use super::live::{LiveProgress, TaskLogTap};
 use super::runner::RunnerEvent;
 use super::state::TaskState;
-use super::store::{CheckpointRow, MeasuredMemory, Store, StoreError};
+use super::store::{CheckpointRow, MeasuredMemory, SliceMetrics, Store, StoreError};
 use super::{JobId, TaskId};
 use crate::services::TaskLogSink;
 use crate::tensorboard::TensorBoardLog;
@@ -44,11 +44,7 @@ pub trait TaskRecord: Send + Sync {
     /// (not durable; [`record_progress`](Self::record_progress) is).
     fn live(&self, steps: u64, metrics: &[(String, f64)]);
     /// Progress and per-slice metrics, durably, in one write.
-    fn record_progress(
-        &self,
-        steps: u64,
-        batch: &[(u64, Vec<(String, f64)>)],
-    ) -> Result<(), RecordError>;
+    fn record_progress(&self, steps: u64, batch: &[SliceMetrics]) -> Result<(), RecordError>;
     /// What the task measured after its first slice.
     fn measured(&self, memory: &MeasuredMemory) -> Result<(), RecordError>;
     /// The task's recorded checkpoints, newest first.
@@ -115,11 +111,7 @@ impl TaskRecord for StoreRecord {
         self.live.update(self.task, steps, metrics);
     }
 
-    fn record_progress(
-        &self,
-        steps: u64,
-        batch: &[(u64, Vec<(String, f64)>)],
-    ) -> Result<(), RecordError> {
+    fn record_progress(&self, steps: u64, batch: &[SliceMetrics]) -> Result<(), RecordError> {
         self.store.record_progress_batch(self.task, steps, batch)?;
         if let Some(tb) = &self.tensorboard {
             tb.progress(self.job, self.task, steps, batch);

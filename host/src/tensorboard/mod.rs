@@ -25,7 +25,7 @@
 
 pub mod event_file;
 
-use crate::orchestrator::store::{MeasuredMemory, Store, TaskRow};
+use crate::orchestrator::store::{MeasuredMemory, SliceMetrics, Store, TaskRow};
 use crate::orchestrator::{JobId, TaskId};
 use event_file::{wall_time_now, Event, EventFileError, EventWriter};
 use std::collections::HashMap;
@@ -104,27 +104,22 @@ impl TensorBoardLog {
         });
     }
 
-    /// Progress at `steps` with the metrics of each slice (`(step, metrics)`).
-    pub fn progress(
-        &self,
-        job: JobId,
-        task: TaskId,
-        steps: u64,
-        batch: &[(u64, Vec<(String, f64)>)],
-    ) {
+    /// Progress at `steps` with the metrics of each slice (at its own time).
+    pub fn progress(&self, job: JobId, task: TaskId, steps: u64, batch: &[SliceMetrics]) {
         self.with_writer(job, task, None, |log, writer| {
-            let wall_time = wall_time_now();
-            for (step, metrics) in batch {
-                let scalars: Vec<(String, f32)> = metrics
+            for slice in batch {
+                let scalars: Vec<(String, f32)> = slice
+                    .metrics
                     .iter()
                     .map(|(name, value)| (name.clone(), *value as f32))
                     .collect();
                 if !scalars.is_empty() {
-                    writer.write(&Event::scalars(wall_time, step_of(*step), &scalars))?;
+                    let wall_time = slice.at_ms as f64 / 1e3;
+                    writer.write(&Event::scalars(wall_time, step_of(slice.step), &scalars))?;
                 }
             }
             if let Some(memory) = log.pending_memory.take() {
-                let first = batch.first().map_or(steps, |(step, _)| *step);
+                let first = batch.first().map_or(steps, |slice| slice.step);
                 writer.write(&memory_event(first, &memory))?;
             }
             let now = Instant::now();
@@ -133,7 +128,7 @@ impl TensorBoardLog {
                 if steps > before && seconds > 0.0 {
                     let rate = (steps - before) as f64 / seconds;
                     let scalar = [(STEPS_PER_SECOND.to_string(), rate as f32)];
-                    writer.write(&Event::scalars(wall_time, step_of(steps), &scalar))?;
+                    writer.write(&Event::scalars(wall_time_now(), step_of(steps), &scalar))?;
                 }
             }
             log.last_rate = Some((steps, now));
@@ -357,8 +352,8 @@ mod tests {
             task,
             10,
             &[
-                (5, vec![metric("train_loss", 0.5)]),
-                (10, vec![metric("train_loss", 0.25), metric("lr", 0.1)]),
+                SliceMetrics::now(5, vec![metric("train_loss", 0.5)]),
+                SliceMetrics::now(10, vec![metric("train_loss", 0.25), metric("lr", 0.1)]),
             ],
         );
         tb.measured(
@@ -373,7 +368,12 @@ mod tests {
             },
         );
         std::thread::sleep(std::time::Duration::from_millis(2));
-        tb.progress(job, task, 20, &[(20, vec![metric("train_loss", f64::NAN)])]);
+        tb.progress(
+            job,
+            task,
+            20,
+            &[SliceMetrics::now(20, vec![metric("train_loss", f64::NAN)])],
+        );
         tb.close(task);
 
         let files = events_in(&task_dir(tb.root(), job, task));
@@ -434,7 +434,12 @@ mod tests {
         let (store, job, task) = store_with_task(&dir.path().join("state"));
         let tb = TensorBoardLog::new(dir.path().join("tb"), store);
         tb.started(job, task, 0);
-        tb.progress(job, task, 10, &[(10, vec![("loss".into(), 1.0)])]);
+        tb.progress(
+            job,
+            task,
+            10,
+            &[SliceMetrics::now(10, vec![("loss".into(), 1.0)])],
+        );
         tb.close(task);
         tb.started(job, task, 5);
         // Measured after the first slice, before its progress is recorded.
@@ -451,8 +456,8 @@ mod tests {
             task,
             10,
             &[
-                (8, vec![("loss".into(), 3.0)]),
-                (10, vec![("loss".into(), 2.0)]),
+                SliceMetrics::now(8, vec![("loss".into(), 3.0)]),
+                SliceMetrics::now(10, vec![("loss".into(), 2.0)]),
             ],
         );
         tb.close(task);
@@ -486,7 +491,12 @@ mod tests {
         std::fs::write(&root, b"not a directory").expect("file");
         let tb = TensorBoardLog::new(root.clone(), store);
         tb.started(job, task, 0);
-        tb.progress(job, task, 10, &[(10, vec![("loss".into(), 1.0)])]);
+        tb.progress(
+            job,
+            task,
+            10,
+            &[SliceMetrics::now(10, vec![("loss".into(), 1.0)])],
+        );
         assert!(lock(&tb.tasks)
             .get(&task)
             .is_some_and(|log| lock(log).failed));

@@ -6,7 +6,7 @@
 use super::client::HostConnection;
 use super::WorkerError;
 use crate::orchestrator::state::TaskState;
-use crate::orchestrator::store::{CheckpointRow, MeasuredMemory, MemorySource};
+use crate::orchestrator::store::{CheckpointRow, MeasuredMemory, MemorySource, SliceMetrics};
 use crate::orchestrator::task_record::{RecordError, TaskRecord};
 use crate::orchestrator::TaskId;
 use crate::services::TaskLogSink;
@@ -146,16 +146,13 @@ impl TaskRecord for RemoteRecord {
         }
     }
 
-    fn record_progress(
-        &self,
-        steps: u64,
-        batch: &[(u64, Vec<(String, f64)>)],
-    ) -> Result<(), RecordError> {
+    fn record_progress(&self, steps: u64, batch: &[SliceMetrics]) -> Result<(), RecordError> {
         let slices = batch
             .iter()
-            .map(|(step, metrics)| pb::SliceMetrics {
-                step: *step,
-                metrics: metrics_to_wire(metrics),
+            .map(|slice| pb::SliceMetrics {
+                step: slice.step,
+                metrics: metrics_to_wire(&slice.metrics),
+                at_unix_ms: slice.at_ms,
             })
             .collect();
         self.record(

@@ -354,7 +354,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::orchestrator::store::NewTask;
+    use crate::orchestrator::store::{NewTask, SliceMetrics};
 
     fn thin(count: u64, max: usize) -> Vec<u64> {
         thin_indices(count, max).collect()
@@ -409,13 +409,13 @@ mod tests {
         let (_, ids) = store
             .create_job("j", "{}", &[task("template", "A")])
             .unwrap();
-        let batch: Vec<(u64, Vec<(String, f64)>)> = (1..=1000u64)
+        let batch: Vec<SliceMetrics> = (1..=1000u64)
             .map(|s| {
                 let mut m = metrics(&[("loss", 1.0 / s as f64)]);
                 if s % 100 == 0 {
                     m.push(("val".into(), if s == 500 { f64::NAN } else { s as f64 }));
                 }
-                (s, m)
+                SliceMetrics::now(s, m)
             })
             .collect();
         store.record_progress_batch(ids[0], 1000, &batch).unwrap();

@@ -107,7 +107,7 @@ pub use history::{
 };
 pub use rows::{
     CheckpointRow, JobRow, MeasuredMemory, MemorySource, NewTask, PluginVersionUse, ReservationRow,
-    TaskRow, TransitionRow,
+    SliceMetrics, TaskRow, TransitionRow,
 };
 pub use summary::JOB_STATES;
 

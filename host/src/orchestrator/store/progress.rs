@@ -5,7 +5,7 @@
 use rusqlite::{params, TransactionBehavior};
 
 use super::schema::REBUILD_LATEST_METRICS;
-use super::{int, MeasuredMemory, Store, StoreError};
+use super::{int, MeasuredMemory, SliceMetrics, Store, StoreError};
 use crate::orchestrator::{now_ms, TaskId};
 
 impl Store {
@@ -17,17 +17,21 @@ impl Store {
         steps_done: u64,
         metrics: &[(String, f64)],
     ) -> Result<(), StoreError> {
-        self.record_progress_batch(task, steps_done, &[(steps_done, metrics.to_vec())])
+        self.record_progress_batch(
+            task,
+            steps_done,
+            &[SliceMetrics::now(steps_done, metrics.to_vec())],
+        )
     }
 
     /// Records that a task has done `steps_done` steps and the metrics
-    /// measured at several earlier steps (`(step, metrics)`), in one
-    /// transaction.
+    /// measured at several earlier slices (each row keeps its slice's time),
+    /// in one transaction.
     pub fn record_progress_batch(
         &self,
         task: TaskId,
         steps_done: u64,
-        metrics_by_step: &[(u64, Vec<(String, f64)>)],
+        slices: &[SliceMetrics],
     ) -> Result<(), StoreError> {
         let step = int("steps_done", steps_done)?;
         let mut c = self.conn();
@@ -50,11 +54,11 @@ impl Store {
                  ON CONFLICT (task_id, name) DO UPDATE SET step = excluded.step, value = excluded.value
                  WHERE excluded.step >= latest_metrics.step",
             )?;
-            for (at_step, metrics) in metrics_by_step {
-                let at_step = int("metric step", *at_step)?;
-                for (name, value) in metrics {
+            for slice in slices {
+                let at_step = int("metric step", slice.step)?;
+                for (name, value) in &slice.metrics {
                     let value = (!value.is_nan()).then_some(*value);
-                    insert.execute(params![task, at_step, name, value, now])?;
+                    insert.execute(params![task, at_step, name, value, slice.at_ms])?;
                     latest.execute(params![task, name, at_step, value])?;
                 }
             }

@@ -25,6 +25,27 @@ pub struct NewTask {
     pub plugin_checksum: Option<String>,
 }
 
+/// One slice's metrics: the step they were measured at, and when (Unix ms;
+/// a runner batches several slices into one store write, and each metric
+/// row keeps its own slice's time).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SliceMetrics {
+    pub step: u64,
+    pub at_ms: i64,
+    pub metrics: Vec<(String, f64)>,
+}
+
+impl SliceMetrics {
+    /// Metrics measured now.
+    pub fn now(step: u64, metrics: Vec<(String, f64)>) -> Self {
+        Self {
+            step,
+            at_ms: crate::orchestrator::now_ms(),
+            metrics,
+        }
+    }
+}
+
 /// How many tasks one plugin version has ([`super::Store::plugin_version_use`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PluginVersionUse {
