@@ -104,8 +104,15 @@ pub fn run(
                 memory_measured: None,
             };
             // `name` or `name@version` (several versions may be loaded).
+            let unknown = registry
+                .versions(crate::registry::split_plugin_ref(name).0)
+                .is_empty();
             let outcome = match registry.resolve(name) {
                 Ok(plugin) => train_one(plugin, &task_id, (dataset, annex), request, &mut report),
+                Err(_) if unknown => Err(format!(
+                    "no plugin named {name:?} is loaded (loaded: {})",
+                    registry.names().join(", ")
+                )),
                 Err(why) => Err(format!("plugin {name:?}: {why}")),
             };
             match outcome {
