@@ -29,6 +29,7 @@ pub mod api;
 pub mod byte_size;
 pub mod cli;
 pub mod commands;
+pub mod digest;
 pub mod elf_check;
 pub mod error_chain;
 pub mod fault_signals;

@@ -16,8 +16,8 @@
 
 use super::load::{file_sha256, load_plugin_copy};
 use super::{plugin_files, LoadedPlugin, PluginRegistry, RefusedPlugin, RegistryError};
+use crate::digest::sha256_stream;
 use std::collections::HashMap;
-use std::io::{Read, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
@@ -54,12 +54,6 @@ pub struct RescanReport {
     pub unchanged: usize,
     /// Things the operator should know (e.g. a loaded file rewritten in place).
     pub warnings: Vec<String>,
-}
-
-impl std::fmt::Debug for LoadedPlugin {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} ({})", self.label(), self.source.display())
-    }
 }
 
 pub struct LiveRegistry {
@@ -200,7 +194,6 @@ impl LiveRegistry {
     /// it copies (the file may change again while it is read: the copy's own
     /// checksum is what gets loaded and recorded).
     fn private_copy(&self, source: &Path, expected: &str) -> std::io::Result<PrivateCopy> {
-        use sha2::{Digest, Sha256};
         std::fs::create_dir_all(&self.copies_dir)?;
         let file_name = source
             .file_name()
@@ -209,26 +202,9 @@ impl LiveRegistry {
         let partial = self
             .copies_dir
             .join(format!(".{expected}-{file_name}.partial"));
-        let mut from = std::fs::File::open(source)?;
         let mut to = std::fs::File::create(&partial)?;
-        let mut hasher = Sha256::new();
-        let mut buf = vec![0u8; 1 << 20];
-        loop {
-            let n = match from.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            };
-            hasher.update(&buf[..n]);
-            to.write_all(&buf[..n])?;
-        }
+        let (checksum, _) = sha256_stream(std::fs::File::open(source)?, Some(&mut to))?;
         to.sync_all()?;
-        let checksum: String = hasher
-            .finalize()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
         let path = self
             .copies_dir
             .join(format!("{}-{file_name}", &checksum[..16]));

@@ -102,24 +102,7 @@ pub fn load_plugin_as(path: &Path, host_api: &str) -> Result<LoadedPlugin, Strin
 
 /// SHA-256 of a file, hex.
 pub(super) fn file_sha256(path: &Path) -> std::io::Result<String> {
-    use sha2::{Digest, Sha256};
-    use std::io::Read;
-    let mut file = std::fs::File::open(path)?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        match file.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => hasher.update(&buf[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
+    crate::digest::sha256_stream(std::fs::File::open(path)?, None).map(|(digest, _)| digest)
 }
 
 fn load_checked(path: &Path, host_api: &str, checksum: String) -> Result<LoadedPlugin, String> {
@@ -248,6 +231,12 @@ fn first_lines(text: &str, n: usize) -> String {
 /// Calls a plugin function's result into a Rust `Result`.
 fn into_result<T>(r: RResult<T, PluginError>) -> Result<T, PluginError> {
     r.into_result()
+}
+
+impl std::fmt::Debug for LoadedPlugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.label(), self.source.display())
+    }
 }
 
 impl LoadedPlugin {

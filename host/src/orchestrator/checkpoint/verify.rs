@@ -4,7 +4,9 @@
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
-use std::io::{self, Read};
+use std::io;
+
+use crate::digest::{hex, sha256_stream};
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -16,33 +18,12 @@ use super::{
 /// Streams a file through SHA-256; returns (hex digest, bytes read). With
 /// `fsync`, also flushes the file to disk through the same handle.
 pub(super) fn hash_file(path: &Path, fsync: bool) -> Result<(String, u64), CheckpointError> {
-    let mut file = File::open(path).map_err(io_err(path, "open"))?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut total = 0u64;
-    loop {
-        let n = match file.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(io_err(path, "read")(e)),
-        };
-        hasher.update(&buf[..n]);
-        total += n as u64;
-    }
+    let file = File::open(path).map_err(io_err(path, "open"))?;
+    let hashed = sha256_stream(&file, None).map_err(io_err(path, "read"))?;
     if fsync {
         file.sync_all().map_err(io_err(path, "fsync"))?;
     }
-    Ok((hex(&hasher.finalize()), total))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(s, "{b:02x}");
-    }
-    s
+    Ok(hashed)
 }
 
 /// The manifest checksum of a file list (any order).
