@@ -147,7 +147,8 @@ async fn run(host: tokio::runtime::Handle, watching: tokio::runtime::Handle) {
             // TensorBoard files as `tli host serve` writes them by default; TENSORBOARD=0: none.
             tensorboard_dir: (std::env::var("TENSORBOARD").as_deref() != Ok("0"))
                 .then(|| state.path().join("tb")),
-            ..orchestrator_config(state.path(), plugins.path(), Strategy::Auto, 1 << 32)
+            // All 8 at once (`auto` would run one task per core on the CPU).
+            ..orchestrator_config(state.path(), plugins.path(), Strategy::Parallel(8), 1 << 32)
         })
         .expect("open host"),
     );

@@ -168,7 +168,8 @@ pub struct HostOptions {
     /// Where the job store, checkpoints and the host lock live.
     #[arg(long, env = "TLI_STATE_DIR", default_value = ".tli")]
     pub state_dir: PathBuf,
-    /// Admission strategy: sequential, parallel:N or auto.
+    /// Admission strategy: sequential, parallel:N or auto (as many as fit in
+    /// memory; on the cpu device at most one per core).
     #[arg(long, default_value = "auto")]
     pub strategy: String,
     /// Device memory budget, e.g. 512MiB or 8GiB. Default: half of RAM on cpu,
@@ -184,7 +185,8 @@ pub struct HostOptions {
     /// Leave interrupted tasks alone instead of resuming them.
     #[arg(long)]
     pub no_resume: bool,
-    /// CPU cores to share among running tasks (default: all).
+    /// CPU cores to share among running tasks (default: all); with `auto` on
+    /// the cpu device, also the most tasks running at once.
     #[arg(long)]
     pub cores: Option<usize>,
     /// Where every task's TensorBoard event files go (DIR/job-N/task-M/).

@@ -68,6 +68,7 @@ pub(super) fn open_host(
         margin: opts.margin,
         device: opts.device,
         cores,
+        cpu_auto_limit: None,
         resume_interrupted: !opts.no_resume,
         default_executor: opts.executor.executor,
         slurm: super::executor::slurm_config(opts, plugin_dir, worker_service)?,

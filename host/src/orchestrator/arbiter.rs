@@ -34,7 +34,7 @@
 //!   walk stops at the first one that does not fit: no backfill, so a big task
 //!   waits only for running tasks to drain, never for later ones.
 //!   `Parallel(0)` is treated as `Parallel(1)` (parsing refuses it).
-//! * **[`Strategy::Auto`]**: no count limit; pack as many as fit, in order,
+//! * **[`Strategy::Auto`]**: pack as many as fit, in order,
 //!   *backfilling*: a candidate that does not fit is passed over and a later,
 //!   smaller one that fits is started. To keep big tasks from starving, each
 //!   candidate carries a **skip count**: every `select` call in which it is
@@ -47,6 +47,11 @@
 //!   Tasks ranked *ahead* of it (a higher priority submitted later) still go
 //!   first: priority is respected, not overridden. `max_skips = 0` turns
 //!   backfill off (strict order, like `Parallel(∞)`).
+//!   No count limit, except an **auto limit** the caller may set
+//!   ([`Arbiter::with_auto_limit`]): the engine sets the host's cores for the
+//!   CPU device, where a task beyond one per core only time-slices with the
+//!   others (measured: 8 CartPole agents all at once on 2 cores took 20.5 s,
+//!   two at a time 17–19 s; `docs/benchmarks.md`, issue 17).
 //! * **Abandoned tasks** ([`Arbiter::abandon`]: a forced stop gave up on a
 //!   plugin that never returned) keep their bytes until released, but not
 //!   their place in `Sequential`'s or `Parallel(n)`'s count.
@@ -278,6 +283,8 @@ pub struct Arbiter {
     /// bytes stay reserved, but they no longer count against a strategy's
     /// number of tasks at once.
     abandoned: Vec<TaskId>,
+    /// The most tasks `Auto` runs at once (`None`: as many as fit).
+    auto_limit: Option<usize>,
 }
 
 impl Arbiter {
@@ -300,6 +307,22 @@ impl Arbiter {
             reserved: 0,
             skips: HashMap::new(),
             abandoned: Vec::new(),
+            auto_limit: None,
+        }
+    }
+
+    /// The same arbiter with `Auto` running at most `limit` tasks at once
+    /// (at least 1); other strategies keep their own count.
+    pub fn with_auto_limit(mut self, limit: usize) -> Self {
+        self.auto_limit = Some(limit.max(1));
+        self
+    }
+
+    /// The most tasks this arbiter runs at once (`None`: as many as fit).
+    pub fn max_running(&self) -> Option<usize> {
+        match self.strategy {
+            Strategy::Auto => self.auto_limit,
+            other => other.max_running(),
         }
     }
 
@@ -417,10 +440,7 @@ impl Arbiter {
         if self.reserved > total || queue.is_empty() {
             return Vec::new();
         }
-        let limit = self
-            .strategy
-            .max_running()
-            .map(|n| n + self.abandoned.len());
+        let limit = self.max_running().map(|n| n + self.abandoned.len());
         if limit.is_some_and(|n| self.running.len() >= n) {
             return Vec::new();
         }
@@ -594,5 +614,30 @@ mod tests {
             arbiter.select(&[c(4, 30)]).is_empty(),
             "abandonment ended with release"
         );
+    }
+
+    #[test]
+    fn an_auto_limit_caps_auto_only() {
+        let budget = Budget {
+            device: Device::Cpu,
+            total_bytes: 1_000,
+        };
+        let c = |task| Candidate {
+            task,
+            priority: 0,
+            order: task as u64,
+            bytes: 10,
+        };
+        let queue: Vec<Candidate> = (1..=6).map(c).collect();
+        let mut auto = Arbiter::new(Strategy::Auto, budget.clone(), 0.0).with_auto_limit(2);
+        assert_eq!(auto.max_running(), Some(2));
+        assert_eq!(auto.select(&queue), vec![1, 2]);
+        assert!(auto.select(&queue).is_empty(), "two at once");
+        auto.release(1);
+        assert_eq!(auto.select(&queue[2..]), vec![3]);
+        let mut unlimited = Arbiter::new(Strategy::Auto, budget.clone(), 0.0);
+        assert_eq!(unlimited.select(&queue).len(), 6, "as many as fit");
+        let mut parallel = Arbiter::new(Strategy::Parallel(4), budget, 0.0).with_auto_limit(2);
+        assert_eq!(parallel.select(&queue).len(), 4, "an explicit count wins");
     }
 }

@@ -43,6 +43,7 @@ pub mod job;
 pub mod listing;
 pub mod live;
 pub mod memory_watch;
+pub mod pace;
 pub mod progress;
 pub mod runner;
 pub mod state;

@@ -168,6 +168,7 @@ pub fn orchestrator_config(
         margin: 0.1,
         device: Device::Cpu,
         cores: 2,
+        cpu_auto_limit: None,
         resume_interrupted: true,
         default_executor: Default::default(),
         slurm: None,

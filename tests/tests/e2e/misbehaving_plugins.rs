@@ -509,7 +509,9 @@ fn a_plugin_abort_kills_the_host_and_the_restart_resumes_everything_else() {
     no_core_dumps();
     let (plugins, dir) = (template_and_behaviour(), tempfile::tempdir().unwrap());
     let state = dir.path().join("state");
-    let mut server = Server::start(plugins.path(), &state, &[]);
+    // All three at once, whatever the cores (`auto` runs one per core on the CPU).
+    let all_at_once = ["--strategy", "parallel:3"];
+    let mut server = Server::start(plugins.path(), &state, &all_at_once);
     let steady = r#"{"sleep_ms_per_step":10}"#;
     let models = [
         model(400, steady),
@@ -553,7 +555,7 @@ fn a_plugin_abort_kills_the_host_and_the_restart_resumes_everything_else() {
     assert!(checkpointed.iter().all(|&s| s > 0), "{checkpointed:?}");
 
     let restarted = Instant::now();
-    let server = Server::start(plugins.path(), &state, &[]);
+    let server = Server::start(plugins.path(), &state, &all_at_once);
     wait_for(120, "the job after the restart", || {
         finished(&tasks(&state, &job))
     });

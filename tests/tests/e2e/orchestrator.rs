@@ -23,9 +23,12 @@ fn store_of(h: &Orchestrator) -> Store {
 /// An orchestrator in this process with one core to share: libtorch's
 /// intra-op thread count is process-wide, and the plugin tests running
 /// beside these in the one e2e binary compare runs bit for bit on one thread.
+/// `auto` is limited by memory alone here (not one task per core): these
+/// tests are about the budget.
 fn host(state: &Path, plugins: &Path, strategy: Strategy, budget: u64) -> Orchestrator {
     Orchestrator::open(OrchestratorConfig {
         cores: 1,
+        cpu_auto_limit: Some(64),
         ..orchestrator_config(state, plugins, strategy, budget)
     })
     .unwrap()
@@ -106,6 +109,75 @@ fn eight_tasks_under_a_budget_for_two_never_exceed_it() {
         concurrent, 2,
         "two tasks fit at once, and two should have run together"
     );
+}
+
+#[test]
+fn auto_on_the_cpu_runs_one_task_per_core() {
+    let (state, plugins) = (tempfile::tempdir().unwrap(), template_and_behaviour());
+    // As `tli host serve --cores 2` opens it: auto, a budget for all five.
+    let h = Orchestrator::open(OrchestratorConfig {
+        cores: 2,
+        ..orchestrator_config(state.path(), plugins.path(), Strategy::Auto, 1 << 32)
+    })
+    .unwrap();
+    let s = spec(
+        r#"[{"plugin":"behaviour","steps":40,"config":{"sleep_ms_per_step":2}}]"#,
+        r#"[{"synthetic":{"rows":600,"seed":1}},{"synthetic":{"rows":600,"seed":2}},{"synthetic":{"rows":600,"seed":3}},{"synthetic":{"rows":600,"seed":4}},{"synthetic":{"rows":600,"seed":5}}]"#,
+        r#"{"every_steps":0}"#,
+    );
+    let job = h.submit(&s).unwrap();
+    run(&h);
+    let tasks = store_of(&h).tasks_of(job).unwrap();
+    assert!(
+        tasks.iter().all(|t| t.state == TaskState::Completed),
+        "{tasks:?}"
+    );
+    let (_, concurrent) = peak_reserved(&store_of(&h).reservation_timeline().unwrap());
+    assert_eq!(concurrent, 2, "one per core, and both cores used");
+}
+
+#[test]
+fn side_by_side_a_jobs_slow_tasks_start_before_its_quick_ones() {
+    let (state, plugins) = (tempfile::tempdir().unwrap(), template_and_behaviour());
+    let h = host(state.path(), plugins.path(), Strategy::Parallel(2), 1 << 30);
+    // Quick: 200 steps of 1 ms; slow: 60 of 10 ms. Three assets each.
+    let s = spec(
+        r#"[{"plugin":"behaviour","steps":200,"config":{"sleep_ms_per_step":1}},
+            {"plugin":"behaviour","steps":60,"config":{"sleep_ms_per_step":10}}]"#,
+        r#"[{"synthetic":{"rows":600,"seed":1}},{"synthetic":{"rows":600,"seed":2}},{"synthetic":{"rows":600,"seed":3}}]"#,
+        r#"{"every_steps":0}"#,
+    );
+    let job = h.submit(&s).unwrap();
+    run(&h);
+    let tasks = store_of(&h).tasks_of(job).unwrap();
+    assert!(
+        tasks.iter().all(|t| t.state == TaskState::Completed),
+        "{tasks:?}"
+    );
+    let slow = |id: i64| {
+        tasks
+            .iter()
+            .find(|t| t.id == id)
+            .is_some_and(|t| t.config_json.contains("\"sleep_ms_per_step\":10"))
+    };
+    let started: Vec<i64> = store_of(&h)
+        .reservation_timeline()
+        .unwrap()
+        .iter()
+        .map(|r| r.task_id)
+        .collect();
+    assert_eq!(started.len(), 6);
+    // The first two start in submission order (no pace known yet); after
+    // that every slow task starts before any quick one.
+    let by_id: Vec<i64> = tasks.iter().map(|t| t.id).collect();
+    assert_eq!(started[..2], by_id[..2], "{started:?}");
+    let rest: Vec<bool> = started[2..].iter().map(|&id| slow(id)).collect();
+    let first_quick = rest.iter().position(|s| !s).unwrap_or(rest.len());
+    assert!(
+        rest[first_quick..].iter().all(|s| !s),
+        "a quick task started before a slow one: {started:?} (slow: {rest:?})"
+    );
+    assert_ne!(started, by_id, "not plain submission order");
 }
 
 #[test]

@@ -15,6 +15,7 @@ mod containment;
 mod control;
 mod remote;
 mod rounds;
+mod start_order;
 mod task_data;
 
 pub use control::StateCounts;
@@ -26,6 +27,7 @@ use super::arbiter::{Arbiter, Budget, Candidate, Strategy};
 use super::executor::ExecutorKind;
 use super::job::JobSpec;
 use super::live::LiveProgress;
+use super::pace::{PaceBook, PaceKey};
 use super::runner::{self, DeviceOccupancy, RunnerContext, RunnerEvent, StopRequest};
 use super::state::TaskState;
 use super::store::{HistoryQuery, JobHistory, NewTask, Store, StoreError, TaskRow};
@@ -58,6 +60,9 @@ pub struct OrchestratorConfig {
     pub device: Device,
     /// CPU cores shared among running tasks' intra-op threads.
     pub cores: usize,
+    /// On the CPU device, the most tasks `auto` runs at once; `None` = one
+    /// per core (`cores`).
+    pub cpu_auto_limit: Option<usize>,
     /// Resume interrupted tasks at start-up.
     pub resume_interrupted: bool,
     /// Where a job's tasks run when its spec does not say.
@@ -165,6 +170,8 @@ struct RunningTask {
     /// The device reservation of a runner thread on this host.
     reservation: Option<i64>,
     started: Instant,
+    /// Its model's pace key and its steps when it started (local runs only).
+    pace: Option<(PaceKey, u64)>,
     /// Set for a task handed to Slurm.
     remote: Option<remote::RemoteTask>,
     /// A forced stop gave up on its runner thread (see `containment`).
@@ -192,6 +199,8 @@ pub struct Orchestrator {
     job_executors: Mutex<HashMap<JobId, ExecutorKind>>,
     /// Every task's TensorBoard event files, when the host writes them.
     tensorboard: Option<Arc<TensorBoardLog>>,
+    /// Measured seconds per step by model, for the start order.
+    pace: Mutex<PaceBook>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -224,7 +233,11 @@ impl Orchestrator {
         };
         // The budget over time, for memory timelines (a row only when it changed).
         store.record_budget(budget.device, budget.total_bytes)?;
-        let arbiter = Arbiter::new(config.strategy, budget, config.margin);
+        let mut arbiter = Arbiter::new(config.strategy, budget, config.margin);
+        if config.device == Device::Cpu {
+            // A CPU task needs a core: more at once only time-slice.
+            arbiter = arbiter.with_auto_limit(config.cpu_auto_limit.unwrap_or(config.cores));
+        }
         let (events_tx, events_rx) = channel();
         let slurm = config.slurm.clone().map(remote::SlurmExecutor::new);
         let tensorboard = config
@@ -247,6 +260,7 @@ impl Orchestrator {
             slurm,
             job_executors: Mutex::new(HashMap::new()),
             tensorboard,
+            pace: Mutex::new(PaceBook::new()),
         };
         orchestrator.recover()?;
         Ok(orchestrator)
@@ -483,12 +497,13 @@ impl Orchestrator {
         let local_running = active_ids.len() - self.remote_count().min(active_ids.len());
         let mut arbiter = lock(&self.arbiter);
         let queued = self.fail_never_fitting(queued, &arbiter);
+        let ranks = self.start_ranks(&queued, arbiter.max_running());
         let candidates: Vec<Candidate> = queued
             .iter()
             .map(|t| Candidate {
                 task: t.id,
                 priority: t.priority,
-                order: t.id as u64,
+                order: ranks.get(&t.id).copied().unwrap_or(t.id as u64),
                 // A task that ran before is admitted on what it measured.
                 bytes: arbiter.with_margin(containment::admission_bytes(t)),
             })
@@ -594,6 +609,7 @@ impl Orchestrator {
                 handle: Some(handle),
                 reservation: Some(reservation),
                 started: Instant::now(),
+                pace: Some((PaceKey::of(task), task.steps_done)),
                 remote: None,
                 abandoned: false,
             },

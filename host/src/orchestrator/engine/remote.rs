@@ -595,6 +595,7 @@ impl RunningTask {
             handle: None,
             reservation: None,
             started: Instant::now(),
+            pace: None,
             remote: Some(remote),
             abandoned: false,
         }

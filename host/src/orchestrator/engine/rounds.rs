@@ -43,6 +43,7 @@ impl Orchestrator {
         let Some(mut active) = lock(&self.running).remove(&task) else {
             return;
         };
+        lock(&self.pace).finish(task);
         if let Some(remote) = &active.remote {
             self.reap_remote(task, remote, outcome);
             return;
