@@ -48,6 +48,21 @@ fn run(h: &Orchestrator) {
     h.run_until_idle(Duration::from_millis(2), |_| {}).unwrap();
 }
 
+/// Submits `spec`, runs it until idle and returns its tasks, all completed.
+fn run_to_completion(
+    h: &Orchestrator,
+    spec: &JobSpec,
+) -> Vec<tli_host::orchestrator::store::TaskRow> {
+    let job = h.submit(spec).unwrap();
+    run(h);
+    let tasks = store_of(h).tasks_of(job).unwrap();
+    assert!(
+        tasks.iter().all(|t| t.state == TaskState::Completed),
+        "{tasks:?}"
+    );
+    tasks
+}
+
 /// Largest total of bytes reserved at the same time, from the timeline.
 fn peak_reserved(rows: &[ReservationRow]) -> (u64, usize) {
     let mut events: Vec<(i64, i64, u64)> = Vec::new(); // (time, +1/-1 ordering, bytes)
@@ -125,13 +140,7 @@ fn auto_on_the_cpu_runs_one_task_per_core() {
         r#"[{"synthetic":{"rows":600,"seed":1}},{"synthetic":{"rows":600,"seed":2}},{"synthetic":{"rows":600,"seed":3}},{"synthetic":{"rows":600,"seed":4}},{"synthetic":{"rows":600,"seed":5}}]"#,
         r#"{"every_steps":0}"#,
     );
-    let job = h.submit(&s).unwrap();
-    run(&h);
-    let tasks = store_of(&h).tasks_of(job).unwrap();
-    assert!(
-        tasks.iter().all(|t| t.state == TaskState::Completed),
-        "{tasks:?}"
-    );
+    run_to_completion(&h, &s);
     let (_, concurrent) = peak_reserved(&store_of(&h).reservation_timeline().unwrap());
     assert_eq!(concurrent, 2, "one per core, and both cores used");
 }
@@ -147,13 +156,7 @@ fn side_by_side_a_jobs_slow_tasks_start_before_its_quick_ones() {
         r#"[{"synthetic":{"rows":600,"seed":1}},{"synthetic":{"rows":600,"seed":2}},{"synthetic":{"rows":600,"seed":3}}]"#,
         r#"{"every_steps":0}"#,
     );
-    let job = h.submit(&s).unwrap();
-    run(&h);
-    let tasks = store_of(&h).tasks_of(job).unwrap();
-    assert!(
-        tasks.iter().all(|t| t.state == TaskState::Completed),
-        "{tasks:?}"
-    );
+    let tasks = run_to_completion(&h, &s);
     let slow = |id: i64| {
         tasks
             .iter()
