@@ -3,6 +3,8 @@
 //!
 //! * the cost of one host→plugin `step(1)` call on a trainer that does
 //!   nothing (the `behaviour` fixture with its default config);
+//! * the host's core-offer check that every plugin `is_cancelled()` poll
+//!   makes on a runner thread (`core_sharing::offer_if_due`);
 //! * the time to scan a plugin directory and load every plugin in it
 //!   (template + behaviour), each round from fresh file paths so the dynamic
 //!   loader really maps them again.
@@ -93,6 +95,19 @@ fn main() {
         mlp_us.push(started.elapsed().as_secs_f64() * 1e6 / n as f64);
     }
 
+    // The core-offer check of each `is_cancelled()` poll, on a runner thread.
+    tli_host::orchestrator::core_sharing::share_this_thread();
+    let polls = 20_000_000u64;
+    let mut offer_ns = Vec::new();
+    for _ in 0..7 {
+        let started = Instant::now();
+        for _ in 0..polls {
+            std::hint::black_box(tli_host::orchestrator::core_sharing::offer_if_due());
+        }
+        offer_ns.push(started.elapsed().as_secs_f64() * 1e9 / polls as f64);
+    }
+    tli_host::orchestrator::core_sharing::stop_sharing_this_thread();
+
     println!("| measurement | median | min | max | runs |");
     println!("|---|---|---|---|---|");
     let row = |name: &str, unit: &str, xs: &[f64]| {
@@ -108,6 +123,11 @@ fn main() {
         "host→plugin `step(1)`, do-nothing trainer",
         "ns",
         &ns_per_call,
+    );
+    row(
+        "core-offer check per `is_cancelled()` poll (runner thread)",
+        "ns",
+        &offer_ns,
     );
     row(
         "load all plugins (2 libraries, fresh paths)",

@@ -1,6 +1,7 @@
 //! The host side of `HostServicesApi`: plugin log lines go into the host's
 //! `tracing` log (target `plugin`, with the plugin and task attached), and a
-//! shared flag tells the plugin when to stop.
+//! shared flag tells the plugin when to stop (each poll of it is also a
+//! point where a runner thread offers its core: `orchestrator::core_sharing`).
 //!
 //! When the task runs under the orchestrator, lines at `info` and above also
 //! go to a [`TaskLogSink`] (the orchestrator's: the job's watchers).
@@ -95,6 +96,9 @@ impl HostServicesApi for TaskServices {
     }
 
     fn is_cancelled(&self) -> bool {
+        // Plugins poll this about once a step: on a runner thread it is also
+        // where the core is offered to the API's threads in a long slice.
+        crate::orchestrator::core_sharing::offer_if_due();
         self.cancelled.load(Ordering::Relaxed)
     }
 }

@@ -1,8 +1,12 @@
 //! How runner threads share the cores with the host's other threads: they
-//! run at a lower priority, and they offer their core between slices once
-//! they have used a few milliseconds of CPU (docs/reliability.md, "Load").
+//! run at a lower priority, and they offer their core once they have used a
+//! few milliseconds of CPU (docs/reliability.md, "Load"): between slices,
+//! and inside a slice whenever the plugin asks the host whether it is
+//! cancelled (most plugins do, once per step), so a slice longer than that
+//! does not hold a core through an API thread's wake-up.
 
-use std::time::Duration;
+use std::cell::Cell;
+use std::time::{Duration, Instant};
 
 /// How much lower than the host's other threads runners are scheduled
 /// (Linux nice increment). Training saturates the cores; at equal priority a
@@ -59,61 +63,103 @@ fn thread_cpu_time() -> Duration {
     )
 }
 
-/// Offers the calling thread's core once it has used [`OFFER_EVERY_CPU`]
-/// since the last offer. Create and use it on the runner's own thread.
-pub struct CoreOffer {
+/// Wall time between two readings of the thread's CPU clock in
+/// [`offer_if_due`] (a system call; the monotonic clock is not), so that a
+/// plugin polling cancellation in a tight loop pays next to nothing.
+const CHECK_EVERY_WALL: Duration = Duration::from_micros(250);
+
+/// One runner thread's offer state.
+#[derive(Clone, Copy)]
+struct Offer {
     used_at_last_offer: Duration,
+    checked_at: Instant,
 }
 
-impl CoreOffer {
-    pub fn new() -> Self {
-        Self {
-            used_at_last_offer: thread_cpu_time(),
-        }
-    }
-
-    /// Between slices: yields the core if this thread has used
-    /// [`OFFER_EVERY_CPU`] since the last time (`sched_yield` returns at
-    /// once when nothing else waits for the core). Returns whether it did.
-    pub fn between_slices(&mut self) -> bool {
-        let used = thread_cpu_time();
-        if used.saturating_sub(self.used_at_last_offer) < OFFER_EVERY_CPU {
-            return false;
-        }
-        std::thread::yield_now();
-        self.used_at_last_offer = thread_cpu_time();
-        true
-    }
+thread_local! {
+    /// Set while this thread is a runner's ([`share_this_thread`]).
+    static OFFER: Cell<Option<Offer>> = const { Cell::new(None) };
 }
 
-impl Default for CoreOffer {
-    fn default() -> Self {
-        Self::new()
-    }
+/// Makes the calling thread a runner's: from now on [`offer_if_due`] offers
+/// its core. Until [`stop_sharing_this_thread`] (or the thread's end).
+pub fn share_this_thread() {
+    let offer = Offer {
+        used_at_last_offer: thread_cpu_time(),
+        checked_at: Instant::now(),
+    };
+    let _ = OFFER.try_with(|o| o.set(Some(offer)));
+}
+
+/// The calling thread stops offering its core.
+pub fn stop_sharing_this_thread() {
+    let _ = OFFER.try_with(|o| o.set(None));
+}
+
+/// On a runner thread ([`share_this_thread`]), yields the core if the thread
+/// has used [`OFFER_EVERY_CPU`] since its last offer (`sched_yield` returns
+/// at once when nothing else waits for the core); on any other thread,
+/// nothing. Returns whether it yielded. Cheap enough to call once per
+/// plugin step; never panics (it runs inside plugin callbacks).
+pub fn offer_if_due() -> bool {
+    OFFER
+        .try_with(|cell| {
+            let Some(mut offer) = cell.get() else {
+                return false;
+            };
+            let now = Instant::now();
+            if now.saturating_duration_since(offer.checked_at) < CHECK_EVERY_WALL {
+                return false;
+            }
+            offer.checked_at = now;
+            let used = thread_cpu_time();
+            let due = used.saturating_sub(offer.used_at_last_offer) >= OFFER_EVERY_CPU;
+            if due {
+                std::thread::yield_now();
+                offer.used_at_last_offer = thread_cpu_time();
+                offer.checked_at = Instant::now();
+            }
+            cell.set(Some(offer));
+            due
+        })
+        .unwrap_or(false)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn burn_cpu(at_least: Duration) {
+        let start = thread_cpu_time();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut x = 0u64;
+        while thread_cpu_time().saturating_sub(start) < at_least {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+            assert!(Instant::now() < deadline, "{x}");
+        }
+    }
+
     #[test]
     fn the_core_is_offered_only_after_enough_cpu() {
-        let mut offer = CoreOffer::new();
-        assert!(!offer.between_slices(), "no CPU used yet");
-        let start = std::time::Instant::now();
-        let mut x = 0u64;
-        while thread_cpu_time().saturating_sub(offer.used_at_last_offer) < OFFER_EVERY_CPU {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
-            assert!(start.elapsed() < Duration::from_secs(10), "{x}");
-        }
-        assert!(offer.between_slices());
-        assert!(!offer.between_slices(), "the count starts again");
+        share_this_thread();
+        assert!(!offer_if_due(), "no CPU used yet");
+        burn_cpu(OFFER_EVERY_CPU + CHECK_EVERY_WALL);
+        assert!(offer_if_due());
+        assert!(!offer_if_due(), "the count starts again");
+        stop_sharing_this_thread();
     }
 
     #[test]
     fn sleeping_is_not_cpu() {
-        let mut offer = CoreOffer::new();
+        share_this_thread();
         std::thread::sleep(OFFER_EVERY_CPU * 3);
-        assert!(!offer.between_slices());
+        assert!(!offer_if_due());
+        stop_sharing_this_thread();
+    }
+
+    #[test]
+    fn threads_that_are_not_runners_never_yield() {
+        stop_sharing_this_thread();
+        burn_cpu(OFFER_EVERY_CPU * 2);
+        assert!(!offer_if_due());
     }
 }

@@ -13,7 +13,7 @@
 
 use super::checkpoint;
 use super::checkpoint::failures::{AfterFailure, FailedWrites};
-use super::core_sharing::{lower_own_priority, CoreOffer};
+use super::core_sharing::{self, lower_own_priority};
 use super::job::CheckpointPolicy;
 use super::memory_watch::{device_peak, restart_peak, MemoryCap, MemoryWatch};
 use super::state::TaskState;
@@ -218,6 +218,15 @@ pub fn intra_op_threads(offered: i32, memory: Option<tli_plugin_api::MemoryBreak
     }
 }
 
+/// Ends the runner thread's core sharing however `train` returns.
+struct StopSharingOnDrop;
+
+impl Drop for StopSharingOnDrop {
+    fn drop(&mut self) {
+        core_sharing::stop_sharing_this_thread();
+    }
+}
+
 /// Out-of-memory failures a task may have before it fails for good.
 const OOM_REQUEUES: u32 = 1;
 
@@ -370,7 +379,8 @@ impl Runner {
     fn train(&mut self, ctx: &RunnerContext) -> Result<Outcome, PluginError> {
         let total = ctx.task.total_steps;
         let mut memory = MemoryWatch::default();
-        let mut core_offer = CoreOffer::new();
+        core_sharing::share_this_thread();
+        let _stop_sharing = StopSharingOnDrop;
         while self.steps < total {
             match StopRequest::load(&ctx.stop) {
                 StopRequest::None => {}
@@ -396,8 +406,9 @@ impl Runner {
                 .flatten()
                 .filter(|_| restart_peak(ctx.task.device));
             let report = self.trainer.step(n)?;
-            // A scheduling point for the API's threads (see `core_sharing`).
-            core_offer.between_slices();
+            // A scheduling point for the API's threads (see `core_sharing`;
+            // the plugin's cancellation polls are others, inside the slice).
+            core_sharing::offer_if_due();
             self.steps += report.steps_done;
             let metrics = metric_pairs(&report.metrics);
             ctx.record.live(self.steps, &metrics);
