@@ -94,12 +94,18 @@ impl Orchestrator {
     /// returned: it is abandoned (reserved until it ends, placeless, not
     /// waited for at shutdown).
     pub(super) fn abandon_thread(&self, task: TaskId) {
-        let mut running = lock(&self.running);
-        if let Some(active) = running.get_mut(&task) {
-            if active.remote.is_none() {
+        // Never the arbiter's lock inside the runners' map's: a scheduling
+        // round takes them the other way round (the arbiter ignores a task
+        // that has ended in between).
+        let abandoned = match lock(&self.running).get_mut(&task) {
+            Some(active) if active.remote.is_none() => {
                 active.abandoned = true;
-                lock(&self.arbiter).abandon(task);
+                true
             }
+            _ => false,
+        };
+        if abandoned {
+            lock(&self.arbiter).abandon(task);
         }
     }
 
