@@ -96,7 +96,7 @@ fn main() {
     }
 
     // The core-offer check of each `is_cancelled()` poll, on a runner thread.
-    tli_host::orchestrator::core_sharing::share_this_thread();
+    let sharing = tli_host::orchestrator::core_sharing::share_this_thread();
     let polls = 20_000_000u64;
     let mut offer_ns = Vec::new();
     for _ in 0..7 {
@@ -106,7 +106,7 @@ fn main() {
         }
         offer_ns.push(started.elapsed().as_secs_f64() * 1e9 / polls as f64);
     }
-    tli_host::orchestrator::core_sharing::stop_sharing_this_thread();
+    drop(sharing);
 
     println!("| measurement | median | min | max | runs |");
     println!("|---|---|---|---|---|");

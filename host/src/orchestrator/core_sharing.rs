@@ -80,19 +80,30 @@ thread_local! {
     static OFFER: Cell<Option<Offer>> = const { Cell::new(None) };
 }
 
-/// Makes the calling thread a runner's: from now on [`offer_if_due`] offers
-/// its core. Until [`stop_sharing_this_thread`] (or the thread's end).
-pub fn share_this_thread() {
+/// Makes the calling thread a runner's: [`offer_if_due`] offers its core
+/// until the returned guard is dropped (on the same thread).
+#[must_use = "the thread stops sharing its core when the guard is dropped"]
+pub fn share_this_thread() -> SharingThisThread {
     let offer = Offer {
         used_at_last_offer: thread_cpu_time(),
         checked_at: Instant::now(),
     };
     let _ = OFFER.try_with(|o| o.set(Some(offer)));
+    SharingThisThread {
+        _not_send: std::marker::PhantomData,
+    }
 }
 
-/// The calling thread stops offering its core.
-pub fn stop_sharing_this_thread() {
-    let _ = OFFER.try_with(|o| o.set(None));
+/// While alive, its thread offers its core ([`share_this_thread`]).
+pub struct SharingThisThread {
+    /// The state is the creating thread's: the guard stays on it.
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl Drop for SharingThisThread {
+    fn drop(&mut self) {
+        let _ = OFFER.try_with(|o| o.set(None));
+    }
 }
 
 /// On a runner thread ([`share_this_thread`]), yields the core if the thread
@@ -140,25 +151,23 @@ mod tests {
 
     #[test]
     fn the_core_is_offered_only_after_enough_cpu() {
-        share_this_thread();
+        let _sharing = share_this_thread();
         assert!(!offer_if_due(), "no CPU used yet");
         burn_cpu(OFFER_EVERY_CPU + CHECK_EVERY_WALL);
         assert!(offer_if_due());
         assert!(!offer_if_due(), "the count starts again");
-        stop_sharing_this_thread();
     }
 
     #[test]
     fn sleeping_is_not_cpu() {
-        share_this_thread();
+        let _sharing = share_this_thread();
         std::thread::sleep(OFFER_EVERY_CPU * 3);
         assert!(!offer_if_due());
-        stop_sharing_this_thread();
     }
 
     #[test]
     fn threads_that_are_not_runners_never_yield() {
-        stop_sharing_this_thread();
+        drop(share_this_thread());
         burn_cpu(OFFER_EVERY_CPU * 2);
         assert!(!offer_if_due());
     }

@@ -130,15 +130,21 @@ impl PaceBook {
 /// known pace first (in submission order), then the longest expected
 /// remaining time first (ties in submission order).
 pub fn start_ranks(queued: &[&TaskRow], pace: &PaceBook) -> HashMap<TaskId, u64> {
+    // One look-up per model, not per task: a queue holds many tasks of few models.
+    let mut paces: HashMap<(&str, Option<&str>, &str), Option<f64>> = HashMap::new();
     let mut keyed: Vec<(&TaskRow, Option<f64>)> = queued
         .iter()
         .map(|t| {
+            let model = (
+                t.plugin.as_str(),
+                t.plugin_version.as_deref(),
+                t.config_json.as_str(),
+            );
+            let seconds_per_step = *paces
+                .entry(model)
+                .or_insert_with(|| pace.seconds_per_step(&PaceKey::of(t)));
             let remaining = t.total_steps.saturating_sub(t.steps_done) as f64;
-            (
-                *t,
-                pace.seconds_per_step(&PaceKey::of(t))
-                    .map(|s| s * remaining),
-            )
+            (*t, seconds_per_step.map(|s| s * remaining))
         })
         .collect();
     keyed.sort_by(|(a, a_secs), (b, b_secs)| {

@@ -218,15 +218,6 @@ pub fn intra_op_threads(offered: i32, memory: Option<tli_plugin_api::MemoryBreak
     }
 }
 
-/// Ends the runner thread's core sharing however `train` returns.
-struct StopSharingOnDrop;
-
-impl Drop for StopSharingOnDrop {
-    fn drop(&mut self) {
-        core_sharing::stop_sharing_this_thread();
-    }
-}
-
 /// Out-of-memory failures a task may have before it fails for good.
 const OOM_REQUEUES: u32 = 1;
 
@@ -379,8 +370,7 @@ impl Runner {
     fn train(&mut self, ctx: &RunnerContext) -> Result<Outcome, PluginError> {
         let total = ctx.task.total_steps;
         let mut memory = MemoryWatch::default();
-        core_sharing::share_this_thread();
-        let _stop_sharing = StopSharingOnDrop;
+        let _sharing = core_sharing::share_this_thread();
         while self.steps < total {
             match StopRequest::load(&ctx.stop) {
                 StopRequest::None => {}
