@@ -16,17 +16,21 @@ mod checkpointing;
 mod config;
 mod eval;
 mod metrics;
+mod minibatch;
 mod qnet;
 mod replay;
+mod td_update;
 
 pub use config::{DqnConfig, EnvKind};
 
 use metrics::{push_recent, CallStats};
+use minibatch::MinibatchTensors;
 use qnet::{QNet, QNetMirror};
-use replay::{NStep, Replay, Staging};
+use replay::{NStep, Replay};
 use std::collections::VecDeque;
 use std::path::Path;
-use tch::{Device, Kind, Tensor};
+use tch::{Device, Tensor};
+use td_update::{autograd_update, ManualTd};
 use tli_plugin_api::{
     abi_stable::std_types::RArc, export_plugin, Dataset, DatasetShape, EvalReport, Host, Manifest,
     MemoryBreakdown, Plugin, PluginError, StepReport, TaskSpec, Trainer,
@@ -38,7 +42,7 @@ use tli_plugin_kit::{
     device::{parse_device, parse_device_name},
     flat_adamw::FlatAdamW,
     rng::Rng,
-    tensor_bytes, TchResultExt,
+    tensor_bytes,
 };
 
 pub struct DqnPlugin;
@@ -135,7 +139,10 @@ pub struct DqnTrainer {
     finished: Vec<Finished>,
     replay: Replay,
     nstep: NStep,
-    staging: Staging,
+    /// The gradient steps' minibatch, refilled in place.
+    minibatch: MinibatchTensors,
+    /// The hand-written TD update (`None`: dueling head, autograd instead).
+    manual_td: Option<ManualTd>,
     explore_rng: Rng,
     replay_rng: Rng,
     eval_seed: u64,
@@ -185,6 +192,15 @@ impl DqnTrainer {
                 ..AdamConfig::default()
             },
             &online.parameters(),
+        )?;
+        let minibatch = MinibatchTensors::new(config.batch_size, obs_dim, device)?;
+        let manual_td = ManualTd::new(
+            &online,
+            &target,
+            &optimizer,
+            &minibatch,
+            config.double_q,
+            config.huber_delta,
         )?;
         let valid_rows = data::split_rows(&dataset, Split::Validation).len();
         let valid_interval = match config.env {
@@ -238,7 +254,8 @@ impl DqnTrainer {
             finished: Vec::new(),
             replay: Replay::new(config.buffer_size, obs_dim),
             nstep: NStep::new(config.n_step, config.gamma, n),
-            staging: Staging::default(),
+            minibatch,
+            manual_td,
             explore_rng: root.fork(3),
             replay_rng: root.fork(4),
             eval_seed: root.fork(5).next_u64(),
@@ -380,51 +397,30 @@ impl DqnTrainer {
 
     /// One Double-DQN update on a uniform minibatch.
     fn gradient_step(&mut self, stats: &mut CallStats) -> Result<(), PluginError> {
-        let c = &self.config;
-        let batch = self.replay.sample(
-            &mut self.replay_rng,
-            c.batch_size,
-            &mut self.staging,
-            self.device,
-        )?;
-        let ctx = "computing the TD target";
-        let target = tch::no_grad(|| -> Result<Tensor, PluginError> {
-            let q_target = self.target.forward(&batch.next_obs)?;
-            let next_value = if c.double_q {
-                let best = self
-                    .online
-                    .forward(&batch.next_obs)?
-                    .f_argmax(1, true)
-                    .plugin_err(ctx)?;
-                q_target.f_gather(1, &best, false).plugin_err(ctx)?
-            } else {
-                q_target.f_max_dim(1, true).plugin_err(ctx)?.0
-            };
-            // returns + discounts · next_value, all [batch, 1].
-            batch
-                .returns
-                .f_addcmul(&next_value, &batch.discounts)
-                .plugin_err(ctx)
-        })?;
-        let ctx = "computing the loss";
-        let q = self
-            .online
-            .forward(&batch.obs)?
-            .f_gather(1, &batch.actions, false)
-            .plugin_err(ctx)?;
-        let loss = q
-            .f_huber_loss(&target, tch::Reduction::Mean, c.huber_delta)
-            .plugin_err(ctx)?;
+        self.minibatch.fill(&self.replay, &mut self.replay_rng)?;
         let lr = self.learning_rate();
-        // Backward, global-norm clipping (kit) and one fused update.
-        let norm = self.optimizer.backward_step(&loss, lr, c.max_grad_norm)?;
+        let c = &self.config;
+        let step = match &mut self.manual_td {
+            Some(manual) => {
+                manual.update(&self.minibatch, &mut self.optimizer, lr, c.max_grad_norm)?
+            }
+            None => autograd_update(
+                &self.online,
+                &self.target,
+                &mut self.optimizer,
+                &self.minibatch,
+                c.double_q,
+                c.huber_delta,
+                lr,
+                c.max_grad_norm,
+            )?,
+        };
         self.acting = None;
         self.updates += 1;
         stats.updates += 1;
-        stats.loss.push(loss.detach())?;
-        let q_mean = tch::no_grad(|| q.f_mean(Kind::Float)).plugin_err(ctx)?;
-        stats.q.push(q_mean)?;
-        stats.grad_norm.push(norm)?;
+        stats.loss.push(step.loss)?;
+        stats.q.push(step.q_mean)?;
+        stats.grad_norm.push(step.grad_norm)?;
         Ok(())
     }
 }

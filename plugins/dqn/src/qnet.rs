@@ -70,6 +70,10 @@ impl QNet {
         }
     }
 
+    pub fn is_dueling(&self) -> bool {
+        self.heads.is_some()
+    }
+
     /// A plain-Rust copy for acting (see [`QNetMirror`]).
     pub fn mirror(&self) -> Result<QNetMirror, PluginError> {
         let heads = match &self.heads {

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
-use tch::{Device, Tensor};
+use tch::Tensor;
 use tli_plugin_api::PluginError;
 use tli_plugin_kit::{mlp::find, rng::Rng, TchResultExt};
 
@@ -26,28 +26,6 @@ pub struct Replay {
     /// Next slot to write.
     pos: usize,
     len: usize,
-}
-
-/// A sampled minibatch, as tensors on the training device.
-pub struct Batch {
-    pub obs: Tensor,
-    pub next_obs: Tensor,
-    /// `[batch, 1]` (for `gather`).
-    pub actions: Tensor,
-    /// `[batch, 1]`.
-    pub returns: Tensor,
-    /// `[batch, 1]`.
-    pub discounts: Tensor,
-}
-
-/// Reused host-side staging buffers for one minibatch: every `f32` field in
-/// one array (obs rows, next-obs rows, returns, discounts), so a minibatch
-/// reaches libtorch as two tensors (the floats and the actions) instead of
-/// five — each tensor made is several dispatched operations.
-#[derive(Default)]
-pub struct Staging {
-    floats: Vec<f32>,
-    actions: Vec<i64>,
 }
 
 impl Replay {
@@ -95,57 +73,37 @@ impl Replay {
         self.len = (self.len + 1).min(self.capacity);
     }
 
-    /// `batch` transitions drawn uniformly (with replacement) from the filled part.
-    pub fn sample(
+    /// Draws `actions.len()` transitions uniformly (with replacement) from the
+    /// filled part and writes them in the minibatch layout
+    /// ([`crate::minibatch`]): `floats` holds every obs row, then every
+    /// next-obs row, then the returns, then the discounts (`batch · (2·obs + 2)`
+    /// values); `actions` one action per row.
+    pub fn sample_into(
         &self,
         rng: &mut Rng,
-        batch: usize,
-        staging: &mut Staging,
-        device: Device,
-    ) -> Result<Batch, PluginError> {
-        let d = self.obs_dim;
-        let s = staging;
-        s.floats.clear();
-        s.floats.resize(batch * (2 * d + 2), 0.0);
-        s.actions.clear();
-        let (obs, rest) = s.floats.split_at_mut(batch * d);
+        floats: &mut [f32],
+        actions: &mut [i64],
+    ) -> Result<(), PluginError> {
+        let (d, batch) = (self.obs_dim, actions.len());
+        if self.len == 0 || floats.len() != batch * (2 * d + 2) {
+            return Err(PluginError::other(format!(
+                "replay sampling: {} stored transitions, {} floats for {batch} rows of width {d}",
+                self.len,
+                floats.len()
+            )));
+        }
+        let (obs, rest) = floats.split_at_mut(batch * d);
         let (next_obs, rest) = rest.split_at_mut(batch * d);
         let (returns, discounts) = rest.split_at_mut(batch);
-        for row in 0..batch {
+        for (row, action) in actions.iter_mut().enumerate() {
             let i = rng.below(self.len as u64) as usize;
             obs[row * d..(row + 1) * d].copy_from_slice(&self.obs[i * d..(i + 1) * d]);
             next_obs[row * d..(row + 1) * d].copy_from_slice(&self.next_obs[i * d..(i + 1) * d]);
-            s.actions.push(self.actions[i]);
+            *action = self.actions[i];
             returns[row] = self.returns[i];
             discounts[row] = self.discounts[i];
         }
-        let (b, d) = (batch as i64, d as i64);
-        let ctx = "building a replay minibatch";
-        let on_device = |t: Tensor| {
-            if device == Device::Cpu {
-                Ok(t)
-            } else {
-                t.f_to_device(device)
-            }
-        };
-        let floats = Tensor::f_from_slice(&s.floats)
-            .and_then(on_device)
-            .plugin_err(ctx)?;
-        let parts = floats
-            .f_split_with_sizes([b * d, b * d, b, b], 0)
-            .plugin_err(ctx)?;
-        let [obs, next_obs, returns, discounts] = <[Tensor; 4]>::try_from(parts)
-            .map_err(|parts| PluginError::other(format!("{ctx}: {} parts", parts.len())))?;
-        Ok(Batch {
-            obs: obs.f_view([b, d]).plugin_err(ctx)?,
-            next_obs: next_obs.f_view([b, d]).plugin_err(ctx)?,
-            actions: Tensor::f_from_slice(&s.actions)
-                .and_then(|t| t.f_view([b, 1]))
-                .and_then(on_device)
-                .plugin_err(ctx)?,
-            returns: returns.f_view([b, 1]).plugin_err(ctx)?,
-            discounts: discounts.f_view([b, 1]).plugin_err(ctx)?,
-        })
+        Ok(())
     }
 
     /// The filled part as named CPU tensors (`replay.obs`, …), in storage order.
