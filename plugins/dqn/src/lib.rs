@@ -23,6 +23,15 @@ mod td_update;
 
 pub use config::{DqnConfig, EnvKind};
 
+/// Internals for the crate's benchmarks (`benches/td_update.rs`); not an API.
+#[doc(hidden)]
+pub mod bench_api {
+    pub use crate::minibatch::MinibatchTensors;
+    pub use crate::qnet::{layout, QNet};
+    pub use crate::replay::Replay;
+    pub use crate::td_update::{autograd_update, ManualTd};
+}
+
 use metrics::{push_recent, CallStats};
 use minibatch::MinibatchTensors;
 use qnet::{QNet, QNetMirror};

@@ -17,21 +17,39 @@ pub(crate) struct CallStats {
     pub grad_norm: ScalarSum,
 }
 
-/// A sum of scalar tensors that stay on the device until the call ends. They
-/// are kept and added up a batch at a time ([`FOLD_EVERY`]): one addition per
+/// A sum of scalars: host values (the CPU path computes them in Rust) and
+/// device tensors, which stay on the device until the call ends. Tensors are
+/// kept and added up a batch at a time ([`FOLD_EVERY`]): one addition per
 /// gradient step would be one more libtorch operation in a step that is
 /// mostly dispatch.
 #[derive(Default)]
 pub(crate) struct ScalarSum {
+    host: f64,
+    pushed: bool,
     total: Option<Tensor>,
     pending: Vec<Tensor>,
+}
+
+/// One step's value of a statistic: known on the host, or a 0-dim tensor on
+/// the device.
+pub enum Stat {
+    Host(f64),
+    Device(Tensor),
 }
 
 /// Scalars kept before they are folded into the total.
 const FOLD_EVERY: usize = 256;
 
 impl ScalarSum {
-    pub fn push(&mut self, x: Tensor) -> Result<(), PluginError> {
+    pub fn push(&mut self, x: Stat) -> Result<(), PluginError> {
+        self.pushed = true;
+        let x = match x {
+            Stat::Host(v) => {
+                self.host += v;
+                return Ok(());
+            }
+            Stat::Device(t) => t,
+        };
         self.pending.push(x);
         if self.pending.len() >= FOLD_EVERY {
             self.fold()?;
@@ -58,12 +76,14 @@ impl ScalarSum {
     /// The mean over `n` pushes, `None` when nothing was pushed.
     fn mean(&mut self, n: u64) -> Result<Option<f64>, PluginError> {
         self.fold()?;
-        match &self.total {
-            None => Ok(None),
-            Some(t) => Ok(Some(
-                t.f_double_value(&[]).plugin_err("reading metrics")? / n.max(1) as f64,
-            )),
+        if !self.pushed {
+            return Ok(None);
         }
+        let device = match &self.total {
+            None => 0.0,
+            Some(t) => t.f_double_value(&[]).plugin_err("reading metrics")?,
+        };
+        Ok(Some((self.host + device) / n.max(1) as f64))
     }
 }
 

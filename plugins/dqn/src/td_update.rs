@@ -17,7 +17,8 @@
 //! backward  dL/dq = clamp(q − y, −δ, δ) / batch  (huber_loss_backward_out), scattered into dQ
 //!           per layer, last first: dW = dZᵀ·X, db = Σ_rows dZ (written into the flat
 //!           gradient's views), dX = dZ·W, then through the ReLU: dZ_prev = dX where X > 0
-//! update    global-norm clipping and one fused AdamW step on the flat gradient
+//! update    global-norm clipping and one fused AdamW step on the flat gradient (on the
+//!           CPU in plain Rust: `FlatAdamW::apply_on_cpu`)
 //! ```
 //!
 //! The parameters are views: the online network's into the optimizer's flat
@@ -26,18 +27,19 @@
 //! seen without copying. The unit tests check the gradient against
 //! autograd's on the same minibatch.
 
+use crate::metrics::Stat;
 use crate::minibatch::MinibatchTensors;
 use crate::qnet::QNet;
-use tch::{Kind, Reduction, Tensor};
+use tch::{Device, Kind, Reduction, Tensor};
 use tli_plugin_api::PluginError;
 use tli_plugin_kit::{flat_adamw::FlatAdamW, grad_clip::clip_grad_norm, TchResultExt};
 
 /// What one update reports (0-dim tensors on the device, read once per call).
 pub struct TdStats {
-    pub loss: Tensor,
-    pub q_mean: Tensor,
+    pub loss: Stat,
+    pub q_mean: Stat,
     /// Gradient norm before clipping.
-    pub grad_norm: Tensor,
+    pub grad_norm: Stat,
 }
 
 /// One linear layer's parameters: `weight [out, in]`, its transpose (a view)
@@ -85,6 +87,9 @@ pub struct ManualTd {
     one: Tensor,
     double_q: bool,
     huber_delta: f64,
+    /// Everything between the matrix products in plain Rust (the buffers
+    /// live on the CPU) rather than as libtorch operations.
+    on_cpu: bool,
 }
 
 impl ManualTd {
@@ -181,6 +186,7 @@ impl ManualTd {
             one: Tensor::f_ones([], (Kind::Float, device)).plugin_err(ctx)?,
             double_q,
             huber_delta,
+            on_cpu: device == Device::Cpu,
         }))
     }
 
@@ -195,8 +201,21 @@ impl ManualTd {
         max_grad_norm: f64,
     ) -> Result<TdStats, PluginError> {
         let (loss, q_mean) = self.gradient(batch)?;
-        let grad_norm = clip_grad_norm(&self.grad, max_grad_norm)?;
-        optimizer.apply(&self.grad, lr)?;
+        let grad_norm = if self.on_cpu {
+            // SAFETY: `grad` is this struct's own contiguous CPU f32 buffer;
+            // the gradient pass has finished writing it, and nothing writes
+            // it while the optimizer reads the slice.
+            let grad = unsafe { cpu_slice::<f32>(&self.grad)? };
+            Stat::Host(f64::from(optimizer.apply_on_cpu(
+                grad,
+                lr,
+                max_grad_norm,
+            )?))
+        } else {
+            let norm = clip_grad_norm(&self.grad, max_grad_norm)?;
+            optimizer.apply(&self.grad, lr)?;
+            Stat::Device(norm)
+        };
         Ok(TdStats {
             loss,
             q_mean,
@@ -204,10 +223,17 @@ impl ManualTd {
         })
     }
 
-    /// Fills [`Self::flat_gradient`] with d(mean Huber TD loss)/d(online
-    /// parameters) on `batch`; returns the loss and the mean Q of the taken actions.
-    pub fn gradient(&mut self, batch: &MinibatchTensors) -> Result<(Tensor, Tensor), PluginError> {
-        tch::no_grad(|| self.gradient_ops(batch)).plugin_err("the hand-written TD update")
+    /// Fills the flat gradient with d(mean Huber TD loss)/d(online
+    /// parameters) on `batch`; returns the loss and the mean Q of the taken
+    /// actions.
+    pub fn gradient(&mut self, batch: &MinibatchTensors) -> Result<(Stat, Stat), PluginError> {
+        let ctx = "the hand-written TD update";
+        if self.on_cpu {
+            return self.gradient_on_cpu(batch);
+        }
+        forward(&self.online, &batch.both_obs, &mut self.online_out, false)?;
+        forward(&self.target, &batch.next_obs, &mut self.target_out, false)?;
+        tch::no_grad(|| self.gradient_ops(batch)).plugin_err(ctx)
     }
 
     #[cfg(test)]
@@ -216,12 +242,16 @@ impl ManualTd {
         &self.grad
     }
 
-    fn gradient_ops(
-        &mut self,
-        batch: &MinibatchTensors,
-    ) -> Result<(Tensor, Tensor), tch::TchError> {
-        forward(&self.online, &batch.both_obs, &mut self.online_out)?;
-        forward(&self.target, &batch.next_obs, &mut self.target_out)?;
+    #[cfg(test)]
+    /// Runs everything as libtorch operations, as on a GPU.
+    pub fn with_libtorch_ops(mut self) -> Self {
+        self.on_cpu = false;
+        self
+    }
+
+    /// The gradient pass after the forward passes, as libtorch operations
+    /// (any device).
+    fn gradient_ops(&mut self, batch: &MinibatchTensors) -> Result<(Stat, Stat), tch::TchError> {
         let target_q = self.target_out.last().expect("layers checked in new");
         if self.double_q {
             self.online_next_q
@@ -282,22 +312,247 @@ impl ManualTd {
                     .map(drop)?;
             }
         }
-        Ok((loss, q_mean))
+        Ok((Stat::Device(loss), Stat::Device(q_mean)))
+    }
+
+    /// The gradient pass on the CPU: libtorch for the matrix products (11
+    /// operations), plain Rust on the buffers' memory for the rest — ReLUs,
+    /// the TD target, the loss and its gradient, bias gradients, ReLU
+    /// backward — each a few hundred values, where a libtorch operation's
+    /// dispatch would cost more than its arithmetic.
+    fn gradient_on_cpu(&mut self, batch: &MinibatchTensors) -> Result<(Stat, Stat), PluginError> {
+        let ctx = "the hand-written TD update";
+        forward(&self.online, &batch.both_obs, &mut self.online_out, true)?;
+        forward(&self.target, &batch.next_obs, &mut self.target_out, true)?;
+        let last = self.online.len() - 1;
+        let rows = batch.batch();
+        let actions_n = self.online[last].bias.size()[0] as usize;
+        let (loss, q_sum) = {
+            // SAFETY (all slices below): each is one of this struct's or the
+            // minibatch's own contiguous CPU buffers (checked in `cpu_slice`),
+            // distinct from the others, and no libtorch operation runs while
+            // they are alive.
+            let online_q = unsafe { cpu_slice::<f32>(&self.online_out[last])? };
+            let target_q = unsafe { cpu_slice::<f32>(&self.target_out[last])? };
+            let returns = unsafe { cpu_slice::<f32>(&batch.returns)? };
+            let discounts = unsafe { cpu_slice::<f32>(&batch.discounts)? };
+            let actions = unsafe { cpu_slice::<i64>(&batch.actions)? };
+            let d_q = unsafe { cpu_slice_mut::<f32>(&self.delta[last])? };
+            let (q_obs, q_next) = online_q.split_at(rows * actions_n);
+            td_loss_and_gradient(
+                TdRows {
+                    q_obs,
+                    q_next,
+                    target_q,
+                    returns,
+                    discounts,
+                    actions,
+                    actions_n,
+                },
+                self.double_q,
+                self.huber_delta as f32,
+                d_q,
+            )?
+        };
+        for l in (0..=last).rev() {
+            let input = if l == 0 {
+                &batch.obs
+            } else {
+                &self.online_obs_out[l - 1]
+            };
+            let (d_weight, d_bias) = &self.grad_views[l];
+            tch::no_grad(|| self.delta_t[l].f_mm_out(d_weight, input).map(drop)).plugin_err(ctx)?;
+            {
+                let delta = unsafe { cpu_slice::<f32>(&self.delta[l])? };
+                let d_bias = unsafe { cpu_slice_mut::<f32>(d_bias)? };
+                column_sums(delta, d_bias);
+            }
+            if l > 0 {
+                let (below, here) = self.delta.split_at(l);
+                tch::no_grad(|| {
+                    here[0]
+                        .f_mm_out(&below[l - 1], &self.online[l].weight)
+                        .map(drop)
+                })
+                .plugin_err(ctx)?;
+                let d_input = unsafe { cpu_slice_mut::<f32>(&below[l - 1])? };
+                let output = unsafe { cpu_slice::<f32>(&self.online_obs_out[l - 1])? };
+                // ReLU backward: the gradient passes where the output is > 0.
+                // (A select written back unconditionally vectorizes; a
+                // conditional store is a branch per value, mispredicted half
+                // the time.)
+                for (g, h) in d_input.iter_mut().zip(output) {
+                    *g = if *h <= 0.0 { 0.0 } else { *g };
+                }
+            }
+        }
+        Ok((Stat::Host(loss), Stat::Host(q_sum / rows as f64)))
     }
 }
 
-/// `outputs[l] = relu(outputs[l-1] · Wₗᵀ + bₗ)` (no ReLU after the last layer).
-fn forward(layers: &[Layer], input: &Tensor, outputs: &mut [Tensor]) -> Result<(), tch::TchError> {
+/// One minibatch's rows for the TD target and loss (row-major `[rows, actions]`
+/// Q-values; `q_next` are the online network's, for Double DQN's argmax).
+struct TdRows<'a> {
+    q_obs: &'a [f32],
+    q_next: &'a [f32],
+    target_q: &'a [f32],
+    returns: &'a [f32],
+    discounts: &'a [f32],
+    actions: &'a [i64],
+    actions_n: usize,
+}
+
+/// The TD target `y = r + γᵏ·Q_target(s', a*)`, the mean Huber loss of
+/// `q(s, a) − y` and its gradient with respect to the Q-values (written to
+/// `d_q`, zero except at the taken actions); returns the loss and the sum of
+/// the taken actions' Q. The same arithmetic as libtorch's `argmax` (first
+/// maximum), `gather`, `addcmul`, `huber_loss` and `huber_loss_backward`.
+fn td_loss_and_gradient(
+    r: TdRows<'_>,
+    double_q: bool,
+    delta: f32,
+    d_q: &mut [f32],
+) -> Result<(f64, f64), PluginError> {
+    let n = r.actions_n;
+    let rows = r.returns.len();
+    let norm = (1.0 / rows as f64) as f32;
+    let (mut loss, mut q_sum) = (0f64, 0f64);
+    d_q.fill(0.0);
+    for i in 0..rows {
+        let row = i * n..(i + 1) * n;
+        let target_row = &r.target_q[row.clone()];
+        let next_value = if double_q {
+            target_row[first_argmax(&r.q_next[row])]
+        } else {
+            target_row[first_argmax(target_row)]
+        };
+        let y = r.returns[i] + next_value * r.discounts[i];
+        let a = usize::try_from(r.actions[i])
+            .ok()
+            .filter(|a| *a < n)
+            .ok_or_else(|| {
+                PluginError::other(format!(
+                    "replay holds action {} for a network of {n} actions",
+                    r.actions[i]
+                ))
+            })?;
+        let q = r.q_obs[i * n + a];
+        let x = q - y;
+        let ax = x.abs();
+        loss += f64::from(if ax < delta {
+            0.5 * x * x
+        } else {
+            delta * (ax - 0.5 * delta)
+        });
+        q_sum += f64::from(q);
+        d_q[i * n + a] = norm * x.clamp(-delta, delta);
+    }
+    Ok((loss / rows as f64, q_sum))
+}
+
+/// The index of the first largest value (libtorch's `argmax`; a NaN counts
+/// as the largest).
+fn first_argmax(row: &[f32]) -> usize {
+    let mut best = 0;
+    for (j, v) in row.iter().enumerate().skip(1) {
+        let b = row[best];
+        if !b.is_nan() && (v.is_nan() || *v > b) {
+            best = j;
+        }
+    }
+    best
+}
+
+/// `out[j] = Σ_i m[i, j]` of a row-major matrix with `out.len()` columns.
+fn column_sums(m: &[f32], out: &mut [f32]) {
+    out.fill(0.0);
+    for row in m.chunks_exact(out.len()) {
+        for (o, v) in out.iter_mut().zip(row) {
+            *o += v;
+        }
+    }
+}
+
+/// The elements of a contiguous CPU tensor of element type `T`.
+///
+/// # Safety
+/// Nothing may write the tensor's elements while the slice lives.
+unsafe fn cpu_slice<'a, T: CpuElement>(t: &'a Tensor) -> Result<&'a [T], PluginError> {
+    check_cpu::<T>(t)?;
+    // SAFETY: a contiguous CPU tensor of `numel` elements of `T` (checked).
+    Ok(unsafe { std::slice::from_raw_parts(t.data_ptr() as *const T, t.numel()) })
+}
+
+/// The elements of a contiguous CPU tensor of element type `T`, writable.
+///
+/// # Safety
+/// Nothing else may read or write the tensor's elements while the slice lives.
+#[allow(clippy::mut_from_ref)]
+unsafe fn cpu_slice_mut<'a, T: CpuElement>(t: &'a Tensor) -> Result<&'a mut [T], PluginError> {
+    check_cpu::<T>(t)?;
+    // SAFETY: as above; exclusivity is the caller's promise.
+    Ok(unsafe { std::slice::from_raw_parts_mut(t.data_ptr() as *mut T, t.numel()) })
+}
+
+/// Element types read through [`cpu_slice`].
+trait CpuElement {
+    const KIND: Kind;
+}
+impl CpuElement for f32 {
+    const KIND: Kind = Kind::Float;
+}
+impl CpuElement for i64 {
+    const KIND: Kind = Kind::Int64;
+}
+
+fn check_cpu<T: CpuElement>(t: &Tensor) -> Result<(), PluginError> {
+    if t.device() == Device::Cpu && t.kind() == T::KIND && t.is_contiguous() {
+        return Ok(());
+    }
+    Err(PluginError::other(format!(
+        "the hand-written TD update: a {:?} buffer on {:?} (contiguous: {}) where a contiguous \
+         CPU {:?} one was expected",
+        t.kind(),
+        t.device(),
+        t.is_contiguous(),
+        T::KIND
+    )))
+}
+
+/// `outputs[l] = relu(outputs[l-1] · Wₗᵀ + bₗ)` (no ReLU after the last
+/// layer); with `rust_relu` the ReLU runs on the CPU buffer's memory.
+fn forward(
+    layers: &[Layer],
+    input: &Tensor,
+    outputs: &mut [Tensor],
+    rust_relu: bool,
+) -> Result<(), PluginError> {
+    let ctx = "the hand-written TD update";
     let last = layers.len() - 1;
     for (l, layer) in layers.iter().enumerate() {
         let (before, rest) = outputs.split_at_mut(l);
         let x = if l == 0 { input } else { &before[l - 1] };
-        layer
-            .bias
-            .f_addmm_out(&rest[0], x, &layer.weight_t)
-            .map(drop)?;
-        if l < last {
-            rest[0].f_relu_().map(drop)?;
+        tch::no_grad(|| {
+            layer
+                .bias
+                .f_addmm_out(&rest[0], x, &layer.weight_t)
+                .map(drop)
+        })
+        .plugin_err(ctx)?;
+        if l == last {
+            break;
+        }
+        if rust_relu {
+            // SAFETY: this struct's own contiguous CPU buffer, written above;
+            // nothing else touches it while the slice lives.
+            for v in unsafe { cpu_slice_mut::<f32>(&rest[0])? } {
+                // Not `max`, which would turn a NaN into 0 (libtorch's ReLU
+                // keeps it); a select, not a conditional store, so that it
+                // vectorizes.
+                *v = if *v < 0.0 { 0.0 } else { *v };
+            }
+        } else {
+            tch::no_grad(|| rest[0].f_relu_().map(drop)).plugin_err(ctx)?;
         }
     }
     Ok(())
@@ -320,9 +575,9 @@ pub fn autograd_update(
     let grad_norm = optimizer.backward_step(&loss, lr, max_grad_norm)?;
     let q_mean = tch::no_grad(|| q.f_mean(Kind::Float)).plugin_err("computing the loss")?;
     Ok(TdStats {
-        loss: loss.detach(),
-        q_mean,
-        grad_norm,
+        loss: Stat::Device(loss.detach()),
+        q_mean: Stat::Device(q_mean),
+        grad_norm: Stat::Device(grad_norm),
     })
 }
 
@@ -367,7 +622,6 @@ fn autograd_loss(
 mod tests {
     use super::*;
     use crate::{qnet, replay::Replay};
-    use tch::Device;
     use tli_plugin_kit::{adam::AdamConfig, rng::Rng};
 
     struct Case {
@@ -420,8 +674,16 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_hand_written_gradient_is_autograds() {
+    fn stat(s: &Stat) -> Vec<f32> {
+        match s {
+            Stat::Host(v) => vec![*v as f32],
+            Stat::Device(t) => values(t),
+        }
+    }
+
+    /// A hand-written update on `hidden`, on the CPU path (plain Rust between
+    /// the matrix products) or as libtorch operations throughout (as on a GPU).
+    fn check_against_autograd(libtorch_ops: bool) {
         for (hidden, double_q, delta, seed) in [
             (vec![8, 6], true, 1.0, 1),
             (vec![8, 6], false, 1.0, 2),
@@ -439,18 +701,18 @@ mod tests {
             )
             .unwrap()
             .expect("a plain network");
+            if libtorch_ops {
+                manual = manual.with_libtorch_ops();
+            }
             let (loss, q_mean) = manual.gradient(&c.batch).unwrap();
             let (want_loss, want_q) =
                 autograd_loss(&c.online, &c.target, &c.batch, double_q, delta).unwrap();
             let want_grad = c.optimizer.gradients(&want_loss).unwrap();
-            let what = format!("hidden {hidden:?}, double {double_q}, δ {delta}");
+            let what =
+                format!("hidden {hidden:?}, double {double_q}, δ {delta}, libtorch {libtorch_ops}");
             assert_close(&values(manual.flat_gradient()), &values(&want_grad), &what);
-            assert_close(&values(&loss), &values(&want_loss), "loss");
-            assert_close(
-                &values(&q_mean),
-                &values(&want_q.mean(Kind::Float)),
-                "mean Q",
-            );
+            assert_close(&stat(&loss), &values(&want_loss), "loss");
+            assert_close(&stat(&q_mean), &values(&want_q.mean(Kind::Float)), "mean Q");
             // The same update through both paths moves the parameters alike.
             let before = c.optimizer.params().values().copy();
             let stats = manual
@@ -469,7 +731,7 @@ mod tests {
                 0.5,
             )
             .unwrap();
-            assert_close(&values(&stats.grad_norm), &values(&want.grad_norm), "norm");
+            assert_close(&stat(&stats.grad_norm), &stat(&want.grad_norm), "norm");
             assert_close(
                 &values(&after_manual),
                 &values(reference.optimizer.params().values()),
@@ -477,6 +739,25 @@ mod tests {
             );
             assert!(values(&(&after_manual - &before)).iter().any(|d| *d != 0.0));
         }
+    }
+
+    #[test]
+    fn the_hand_written_gradient_is_autograds() {
+        check_against_autograd(false);
+    }
+
+    #[test]
+    fn as_libtorch_operations_it_is_autograds_too() {
+        check_against_autograd(true);
+    }
+
+    #[test]
+    fn argmax_takes_the_first_maximum_and_nan_as_largest() {
+        assert_eq!(first_argmax(&[1.0, 3.0, 3.0, 2.0]), 1);
+        assert_eq!(first_argmax(&[5.0]), 0);
+        assert_eq!(first_argmax(&[1.0, f32::NAN, 9.0]), 1);
+        let t = Tensor::from_slice(&[1.0f32, 3.0, 3.0, 2.0]);
+        assert_eq!(t.argmax(0, false).int64_value(&[]), 1);
     }
 
     #[test]

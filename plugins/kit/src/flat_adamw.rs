@@ -33,11 +33,17 @@
 //! lays the decayed parameters out first, and the decay term is applied to
 //! that prefix of the flat buffer only (no mask tensor, two more kernels).
 //!
+//! On the CPU, [`FlatAdamW::apply_on_cpu`] (`flat_adamw/cpu.rs`) does the
+//! clipping and the update in two plain-Rust passes instead of a dozen
+//! kernels (small models, where each kernel's dispatch is most of its cost).
+//!
 //! Checkpoint state: the tensors `adamw.m` and `adamw.v` (1-D, one element
 //! per scalar parameter, in the layout's order) from
 //! [`named_state`](FlatAdamW::named_state); the step counter travels in the
 //! caller's JSON state. A checkpoint of the per-tensor optimizer
 //! (`adam.m.<i>`, `adam.v.<i>`) is refused with an error that says so.
+
+mod cpu;
 
 use crate::adam::AdamConfig;
 use crate::errors::TchResultExt;
@@ -134,8 +140,7 @@ impl FlatAdamW {
         let scalars = self.next_step(lr);
         for (offset, grad) in pieces {
             if let Some(c) = &coefficient {
-                tch::no_grad(|| grad.shallow_clone().f_mul_(c).map(drop))
-                    .plugin_err("clipping gradients")?;
+                c.scale(&grad)?;
             }
             self.apply_range(offset, &grad, &scalars)?;
         }
@@ -156,8 +161,7 @@ impl FlatAdamW {
         }
         let scalars = self.next_step(lr);
         for offset in (0..total).step_by(PIECE as usize) {
-            let piece = grad
-                .f_narrow(0, offset, PIECE.min(total - offset))
+            let piece = whole_or_narrow(grad, offset, PIECE.min(total - offset))
                 .plugin_err("optimizer update")?;
             self.apply_range(offset, &piece, &scalars)?;
         }
@@ -208,7 +212,7 @@ impl FlatAdamW {
         let c = self.config;
         let len = grad.numel() as i64;
         tch::no_grad(|| -> Result<(), tch::TchError> {
-            let piece = |t: &Tensor| t.f_narrow(0, offset, len);
+            let piece = |t: &Tensor| whole_or_narrow(t, offset, len);
             let (mut m, mut v) = (piece(&self.first_moment)?, piece(&self.second_moment)?);
             // In-place ops return their target again; `drop` discards that alias.
             m.f_lerp_(grad, 1.0 - c.beta1).map(drop)?;
@@ -216,7 +220,13 @@ impl FlatAdamW {
             if s.lr == 0.0 {
                 return Ok(());
             }
-            let mut denom = v.f_sqrt()?;
+            // √v of a v clamped to the smallest normal f32: MKL's vector
+            // sqrt takes a slow path for zeros and subnormals, which v holds
+            // wherever a gradient stays zero (a dead ReLU's weights), up to
+            // 5× the time of the whole piece. The clamped value's root
+            // (1.1e-19) vanishes against ε in the sum below.
+            let mut denom = v.f_clamp_min(f32::MIN_POSITIVE as f64)?;
+            denom.f_sqrt_().map(drop)?;
             denom
                 .f_mul_scalar_(-s.bias1 / (s.lr * s.bias2.sqrt()))
                 .map(drop)?;
@@ -307,6 +317,15 @@ impl FlatAdamW {
 /// Elements per piece of an update: its temporaries are this size (4 MiB of
 /// f32), not the model's, and a piece stays in cache between kernels.
 pub const PIECE: i64 = 1 << 20;
+
+/// `t[offset..offset + len]` of a 1-D tensor, without a `narrow` (one more
+/// dispatched operation) when that is all of `t`.
+fn whole_or_narrow(t: &Tensor, offset: i64, len: i64) -> Result<Tensor, tch::TchError> {
+    match offset == 0 && t.size() == [len] {
+        true => Ok(t.shallow_clone()),
+        false => t.f_narrow(0, offset, len),
+    }
+}
 
 /// The scalars of one update.
 struct StepScalars {
