@@ -87,6 +87,7 @@ impl MinibatchTensors {
             // have finished when they return, so nothing else touches the
             // memory while the slices live.
             let floats = unsafe { cpu_slice::<f32>(&mut self.floats, Kind::Float)? };
+            // SAFETY: as above.
             let actions = unsafe { cpu_slice::<i64>(&mut self.actions, Kind::Int64)? };
             return replay.sample_into(rng, floats, actions);
         }

@@ -49,6 +49,10 @@ impl Replay {
         self.len
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     pub fn pos(&self) -> usize {
         self.pos
     }

@@ -328,15 +328,20 @@ impl ManualTd {
         let rows = batch.batch();
         let actions_n = self.online[last].bias.size()[0] as usize;
         let (loss, q_sum) = {
-            // SAFETY (all slices below): each is one of this struct's or the
-            // minibatch's own contiguous CPU buffers (checked in `cpu_slice`),
-            // distinct from the others, and no libtorch operation runs while
-            // they are alive.
+            // SAFETY: each slice in this function is one of this struct's or
+            // the minibatch's own contiguous CPU buffers (checked by
+            // `cpu_slice`), distinct from every other slice alive with it,
+            // and no libtorch operation runs while it lives.
             let online_q = unsafe { cpu_slice::<f32>(&self.online_out[last])? };
+            // SAFETY: as above.
             let target_q = unsafe { cpu_slice::<f32>(&self.target_out[last])? };
+            // SAFETY: as above.
             let returns = unsafe { cpu_slice::<f32>(&batch.returns)? };
+            // SAFETY: as above.
             let discounts = unsafe { cpu_slice::<f32>(&batch.discounts)? };
+            // SAFETY: as above.
             let actions = unsafe { cpu_slice::<i64>(&batch.actions)? };
+            // SAFETY: as above (the only slice of `delta[last]`).
             let d_q = unsafe { cpu_slice_mut::<f32>(&self.delta[last])? };
             let (q_obs, q_next) = online_q.split_at(rows * actions_n);
             td_loss_and_gradient(
@@ -363,7 +368,9 @@ impl ManualTd {
             let (d_weight, d_bias) = &self.grad_views[l];
             tch::no_grad(|| self.delta_t[l].f_mm_out(d_weight, input).map(drop)).plugin_err(ctx)?;
             {
+                // SAFETY: as above.
                 let delta = unsafe { cpu_slice::<f32>(&self.delta[l])? };
+                // SAFETY: as above (a view of the flat gradient no other slice covers).
                 let d_bias = unsafe { cpu_slice_mut::<f32>(d_bias)? };
                 column_sums(delta, d_bias);
             }
@@ -375,7 +382,9 @@ impl ManualTd {
                         .map(drop)
                 })
                 .plugin_err(ctx)?;
+                // SAFETY: as above.
                 let d_input = unsafe { cpu_slice_mut::<f32>(&below[l - 1])? };
+                // SAFETY: as above.
                 let output = unsafe { cpu_slice::<f32>(&self.online_obs_out[l - 1])? };
                 // ReLU backward: the gradient passes where the output is > 0.
                 // (A select written back unconditionally vectorizes; a
@@ -477,7 +486,7 @@ fn column_sums(m: &[f32], out: &mut [f32]) {
 ///
 /// # Safety
 /// Nothing may write the tensor's elements while the slice lives.
-unsafe fn cpu_slice<'a, T: CpuElement>(t: &'a Tensor) -> Result<&'a [T], PluginError> {
+unsafe fn cpu_slice<T: CpuElement>(t: &Tensor) -> Result<&[T], PluginError> {
     check_cpu::<T>(t)?;
     // SAFETY: a contiguous CPU tensor of `numel` elements of `T` (checked).
     Ok(unsafe { std::slice::from_raw_parts(t.data_ptr() as *const T, t.numel()) })
@@ -488,7 +497,7 @@ unsafe fn cpu_slice<'a, T: CpuElement>(t: &'a Tensor) -> Result<&'a [T], PluginE
 /// # Safety
 /// Nothing else may read or write the tensor's elements while the slice lives.
 #[allow(clippy::mut_from_ref)]
-unsafe fn cpu_slice_mut<'a, T: CpuElement>(t: &'a Tensor) -> Result<&'a mut [T], PluginError> {
+unsafe fn cpu_slice_mut<T: CpuElement>(t: &Tensor) -> Result<&mut [T], PluginError> {
     check_cpu::<T>(t)?;
     // SAFETY: as above; exclusivity is the caller's promise.
     Ok(unsafe { std::slice::from_raw_parts_mut(t.data_ptr() as *mut T, t.numel()) })
