@@ -16,12 +16,12 @@
 //! `TLI_BENCH_THREADS` sets libtorch's intra-op threads (default 1).
 
 use std::hint::black_box;
-use std::time::Instant;
 use tch::Device;
 use tli_plugin_dqn::bench_api::{
     autograd_update, layout, ManualTd, MinibatchTensors, QNet, Replay,
 };
 use tli_plugin_kit::adam::AdamConfig;
+use tli_plugin_kit::bench_timing::median_seconds_per_call;
 use tli_plugin_kit::flat_adamw::FlatAdamW;
 use tli_plugin_kit::rng::Rng;
 
@@ -30,28 +30,9 @@ const RUNS: usize = 9;
 const LR: f64 = 1e-6;
 const MAX_GRAD_NORM: f64 = 10.0;
 
-/// Median seconds per call of `RUNS` timed runs of `f`, each about
-/// `RUN_SECONDS` long (the call count is calibrated by an untimed warm-up).
-fn measure(mut f: impl FnMut()) -> f64 {
-    let mut timed = |calls: usize| {
-        let t0 = Instant::now();
-        for _ in 0..calls {
-            f();
-        }
-        t0.elapsed().as_secs_f64()
-    };
-    let mut calls = 10;
-    loop {
-        let secs = timed(calls);
-        if secs > 0.05 {
-            calls = ((calls as f64) * RUN_SECONDS / secs).ceil() as usize;
-            break;
-        }
-        calls *= 4;
-    }
-    let mut per_call: Vec<f64> = (0..RUNS).map(|_| timed(calls) / calls as f64).collect();
-    per_call.sort_by(f64::total_cmp);
-    per_call[RUNS / 2]
+/// Median seconds per call of `f` (kit `bench_timing`).
+fn measure(f: impl FnMut()) -> f64 {
+    median_seconds_per_call(RUN_SECONDS, RUNS, f)
 }
 
 struct Setup {

@@ -249,6 +249,14 @@ impl ManualTd {
         self
     }
 
+    /// What online layer `l` read in the obs half of the forward pass.
+    fn layer_input<'a>(&'a self, batch: &'a MinibatchTensors, l: usize) -> &'a Tensor {
+        match l {
+            0 => &batch.obs,
+            _ => &self.online_obs_out[l - 1],
+        }
+    }
+
     /// The gradient pass after the forward passes, as libtorch operations
     /// (any device).
     fn gradient_ops(&mut self, batch: &MinibatchTensors) -> Result<(Stat, Stat), tch::TchError> {
@@ -291,11 +299,7 @@ impl ManualTd {
             .f_scatter_(1, &batch.actions, &self.taken_q_grad)
             .map(drop)?;
         for l in (0..=last).rev() {
-            let input = if l == 0 {
-                &batch.obs
-            } else {
-                &self.online_obs_out[l - 1]
-            };
+            let input = self.layer_input(batch, l);
             let (d_weight, d_bias) = &self.grad_views[l];
             self.delta_t[l].f_mm_out(d_weight, input).map(drop)?;
             self.delta[l]
@@ -360,11 +364,7 @@ impl ManualTd {
             )?
         };
         for l in (0..=last).rev() {
-            let input = if l == 0 {
-                &batch.obs
-            } else {
-                &self.online_obs_out[l - 1]
-            };
+            let input = self.layer_input(batch, l);
             let (d_weight, d_bias) = &self.grad_views[l];
             tch::no_grad(|| self.delta_t[l].f_mm_out(d_weight, input).map(drop)).plugin_err(ctx)?;
             {

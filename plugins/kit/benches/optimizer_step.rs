@@ -16,9 +16,9 @@
 //! `TLI_BENCH_THREADS` sets libtorch's intra-op threads (default 1).
 
 use std::hint::black_box;
-use std::time::Instant;
 use tch::{Device, Kind, Tensor};
 use tli_plugin_kit::adam::{Adam, AdamConfig};
+use tli_plugin_kit::bench_timing::median_seconds_per_call;
 use tli_plugin_kit::flat_adamw::FlatAdamW;
 use tli_plugin_kit::grad_clip::clip_grad_norm;
 use tli_plugin_kit::mlp::Mlp;
@@ -29,28 +29,9 @@ const RUN_SECONDS: f64 = 0.2;
 const RUNS: usize = 9;
 const MAX_GRAD_NORM: f64 = 10.0;
 
-/// Median seconds per call of `RUNS` timed runs of `f`, each about
-/// `RUN_SECONDS` long (the call count is calibrated by an untimed warm-up).
-fn measure(mut f: impl FnMut()) -> f64 {
-    let mut timed = |calls: usize| {
-        let t0 = Instant::now();
-        for _ in 0..calls {
-            f();
-        }
-        t0.elapsed().as_secs_f64()
-    };
-    let mut calls = 10;
-    loop {
-        let secs = timed(calls);
-        if secs > 0.05 {
-            calls = ((calls as f64) * RUN_SECONDS / secs).ceil() as usize;
-            break;
-        }
-        calls *= 4;
-    }
-    let mut per_call: Vec<f64> = (0..RUNS).map(|_| timed(calls) / calls as f64).collect();
-    per_call.sort_by(f64::total_cmp);
-    per_call[RUNS / 2]
+/// Median seconds per call of `f` (kit `bench_timing`).
+fn measure(f: impl FnMut()) -> f64 {
+    median_seconds_per_call(RUN_SECONDS, RUNS, f)
 }
 
 /// DQN's clipping before the flat optimizer (plugins/dqn, per tensor).

@@ -47,6 +47,8 @@
 //!   (dropout masks, stochastic rounding); its state is `(seed, counter)`.
 
 pub mod adam;
+#[doc(hidden)]
+pub mod bench_timing;
 pub mod checkpoint;
 pub mod config;
 pub mod counter_rng;
