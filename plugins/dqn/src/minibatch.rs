@@ -15,7 +15,7 @@
 use crate::replay::Replay;
 use tch::{Device, Kind, Tensor};
 use tli_plugin_api::PluginError;
-use tli_plugin_kit::{rng::Rng, TchResultExt};
+use tli_plugin_kit::{host_slice::host_slice_mut, rng::Rng, TchResultExt};
 
 pub struct MinibatchTensors {
     floats: Tensor,
@@ -81,14 +81,14 @@ impl MinibatchTensors {
     /// replacement; the same draws from `rng` on every device).
     pub fn fill(&mut self, replay: &Replay, rng: &mut Rng) -> Result<(), PluginError> {
         if self.floats.device() == Device::Cpu {
-            // SAFETY: both tensors are this struct's own contiguous CPU
-            // buffers (checked in `cpu_slice`); the views above and the
+            // SAFETY: both tensors are this struct's own CPU buffers
+            // (`host_slice_mut` checks them); the views above and the
             // operations of earlier steps only read them, and CPU operations
             // have finished when they return, so nothing else touches the
             // memory while the slices live.
-            let floats = unsafe { cpu_slice::<f32>(&mut self.floats, Kind::Float)? };
+            let floats = unsafe { host_slice_mut::<f32>(&self.floats)? };
             // SAFETY: as above.
-            let actions = unsafe { cpu_slice::<i64>(&mut self.actions, Kind::Int64)? };
+            let actions = unsafe { host_slice_mut::<i64>(&self.actions)? };
             return replay.sample_into(rng, floats, actions);
         }
         replay.sample_into(rng, &mut self.host_floats, &mut self.host_actions)?;
@@ -100,24 +100,6 @@ impl MinibatchTensors {
         self.floats.f_copy_(&floats).plugin_err(ctx)?;
         self.actions.f_copy_(&actions).plugin_err(ctx)
     }
-}
-
-/// The elements of `t` as a mutable host slice.
-///
-/// # Safety
-/// Nothing else may read or write `t`'s elements while the slice lives.
-unsafe fn cpu_slice<T>(t: &mut Tensor, kind: Kind) -> Result<&mut [T], PluginError> {
-    if t.device() != Device::Cpu || !t.is_contiguous() || t.kind() != kind || t.numel() == 0 {
-        return Err(PluginError::other(format!(
-            "minibatch: expected a non-empty contiguous CPU {kind:?} tensor, got {:?} on {:?}",
-            t.kind(),
-            t.device()
-        )));
-    }
-    // SAFETY: `t` is a contiguous CPU tensor of `numel` elements of `kind`
-    // (checked above), which `T` matches at both call sites; exclusivity is
-    // the caller's promise.
-    Ok(unsafe { std::slice::from_raw_parts_mut(t.data_ptr() as *mut T, t.numel()) })
 }
 
 #[cfg(test)]

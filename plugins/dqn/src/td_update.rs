@@ -32,9 +32,9 @@ mod cpu;
 use crate::metrics::Stat;
 use crate::minibatch::MinibatchTensors;
 use crate::qnet::QNet;
-use cpu::{cpu_slice, cpu_slice_mut};
 use tch::{Device, Kind, Reduction, Tensor};
 use tli_plugin_api::PluginError;
+use tli_plugin_kit::host_slice::{host_slice, host_slice_mut};
 use tli_plugin_kit::{flat_adamw::FlatAdamW, grad_clip::clip_grad_norm, TchResultExt};
 
 /// What one update reports: host values on the CPU path, else 0-dim tensors on
@@ -52,6 +52,14 @@ struct Layer {
     weight: Tensor,
     weight_t: Tensor,
     bias: Tensor,
+}
+
+/// Consecutive `(weight, bias)` parameters as layers.
+fn layers(params: &[Tensor]) -> Result<Vec<Layer>, PluginError> {
+    params
+        .chunks_exact(2)
+        .map(|wb| Layer::new(wb[0].shallow_clone(), wb[1].shallow_clone()))
+        .collect()
 }
 
 impl Layer {
@@ -121,43 +129,27 @@ impl ManualTd {
             )));
         }
         let grad = flat.values().f_zeros_like().plugin_err(ctx)?;
-        let pairs = |ts: Vec<Tensor>| -> Vec<(Tensor, Tensor)> {
-            let mut it = ts.into_iter();
-            let mut out = Vec::new();
-            while let (Some(w), Some(b)) = (it.next(), it.next()) {
-                out.push((w, b));
-            }
-            out
-        };
         let views = |of: &Tensor| -> Result<Vec<Tensor>, PluginError> {
             (0..shapes.len()).map(|i| flat.view_of(of, i)).collect()
         };
-        let online_layers = pairs(views(flat.values())?)
-            .into_iter()
-            .map(|(w, b)| Layer::new(w, b))
-            .collect::<Result<Vec<_>, _>>()?;
-        let grad_views = pairs(views(&grad)?);
-        let target_layers = pairs(
-            target
-                .parameters()
-                .into_iter()
-                .map(|t| t.detach())
-                .collect(),
-        )
-        .into_iter()
-        .map(|(w, b)| Layer::new(w, b))
-        .collect::<Result<Vec<_>, _>>()?;
+        let online_layers = layers(&views(flat.values())?)?;
+        let grad_views = views(&grad)?
+            .chunks_exact(2)
+            .map(|wb| (wb[0].shallow_clone(), wb[1].shallow_clone()))
+            .collect();
+        let target_params: Vec<Tensor> = target.parameters().iter().map(|t| t.detach()).collect();
+        let target_layers = layers(&target_params)?;
 
         let (b, device) = (batch.batch() as i64, flat.device());
         let zeros =
             |shape: &[i64], kind: Kind| Tensor::f_zeros(shape, (kind, device)).plugin_err(ctx);
-        let widths: Vec<i64> = online_layers.iter().map(|l| l.bias.size()[0]).collect();
         let mut online_out = Vec::new();
         let mut online_obs_out = Vec::new();
         let mut target_out = Vec::new();
         let mut delta = Vec::new();
         let mut delta_t = Vec::new();
-        for &w in &widths {
+        for layer in &online_layers {
+            let w = layer.bias.size()[0];
             let both = zeros(&[2 * b, w], Kind::Float)?;
             online_obs_out.push(both.f_narrow(0, 0, b).plugin_err(ctx)?);
             online_out.push(both);
@@ -209,7 +201,7 @@ impl ManualTd {
             // SAFETY: `grad` is this struct's own contiguous CPU f32 buffer;
             // the gradient pass has finished writing it, and nothing writes
             // it while the optimizer reads the slice.
-            let grad = unsafe { cpu_slice::<f32>(&self.grad)? };
+            let grad = unsafe { host_slice::<f32>(&self.grad)? };
             Stat::Host(f64::from(optimizer.apply_on_cpu(
                 grad,
                 lr,
@@ -350,7 +342,7 @@ fn forward(
         if rust_relu {
             // SAFETY: this struct's own contiguous CPU buffer, written above;
             // nothing else touches it while the slice lives.
-            for v in unsafe { cpu_slice_mut::<f32>(&rest[0])? } {
+            for v in unsafe { host_slice_mut::<f32>(&rest[0])? } {
                 // Not `max`, which would turn a NaN into 0 (libtorch's ReLU
                 // keeps it); a select, not a conditional store, so that it
                 // vectorizes.

@@ -64,11 +64,7 @@ pub fn clip_coefficient(
     }
     if norm.device() == Device::Cpu {
         let value = norm.f_double_value(&[]).plugin_err("clipping gradients")? as f32;
-        // The device path's kernels, in f32: add, reciprocal, multiply, clamp.
-        let c = (1.0f32 / (value + 1e-6f32)) * max_norm as f32;
-        // Within the limit the factor is 1: nothing to scale. A NaN norm
-        // gives a NaN factor, as on the device.
-        return Ok((c < 1.0 || c.is_nan()).then_some(ClipCoefficient::Host(c)));
+        return Ok(host_clip_factor(value, max_norm).map(ClipCoefficient::Host));
     }
     tch::no_grad(|| {
         norm.f_add_scalar(1e-6)?
@@ -78,4 +74,17 @@ pub fn clip_coefficient(
     })
     .map(|c| Some(ClipCoefficient::Device(c)))
     .plugin_err("clipping gradients")
+}
+
+/// The clipping factor for a gradient of L2 norm `norm` computed on the
+/// host, with the device path's kernels in `f32` (add 1e-6, reciprocal,
+/// multiply, clamp to 1), so both give the same bits; `None` when there is
+/// nothing to scale (`max_norm` ≤ 0 or not finite, or the norm within it).
+/// A NaN norm gives a NaN factor, as on the device.
+pub fn host_clip_factor(norm: f32, max_norm: f64) -> Option<f32> {
+    if !(max_norm > 0.0 && max_norm.is_finite()) {
+        return None;
+    }
+    let c = (1.0f32 / (norm + 1e-6f32)) * max_norm as f32;
+    (c < 1.0 || c.is_nan()).then_some(c)
 }

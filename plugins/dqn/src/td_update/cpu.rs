@@ -5,8 +5,8 @@
 use super::{forward, ManualTd};
 use crate::metrics::Stat;
 use crate::minibatch::MinibatchTensors;
-use tch::{Device, Kind, Tensor};
 use tli_plugin_api::PluginError;
+use tli_plugin_kit::host_slice::{host_slice, host_slice_mut};
 use tli_plugin_kit::TchResultExt;
 
 impl ManualTd {
@@ -28,19 +28,19 @@ impl ManualTd {
         let (loss, q_sum) = {
             // SAFETY: each slice in this function is one of this struct's or
             // the minibatch's own contiguous CPU buffers (checked by
-            // `cpu_slice`), distinct from every other slice alive with it,
+            // `host_slice`), distinct from every other slice alive with it,
             // and no libtorch operation runs while it lives.
-            let online_q = unsafe { cpu_slice::<f32>(&self.online_out[last])? };
+            let online_q = unsafe { host_slice::<f32>(&self.online_out[last])? };
             // SAFETY: as above.
-            let target_q = unsafe { cpu_slice::<f32>(&self.target_out[last])? };
+            let target_q = unsafe { host_slice::<f32>(&self.target_out[last])? };
             // SAFETY: as above.
-            let returns = unsafe { cpu_slice::<f32>(&batch.returns)? };
+            let returns = unsafe { host_slice::<f32>(&batch.returns)? };
             // SAFETY: as above.
-            let discounts = unsafe { cpu_slice::<f32>(&batch.discounts)? };
+            let discounts = unsafe { host_slice::<f32>(&batch.discounts)? };
             // SAFETY: as above.
-            let actions = unsafe { cpu_slice::<i64>(&batch.actions)? };
+            let actions = unsafe { host_slice::<i64>(&batch.actions)? };
             // SAFETY: as above (the only slice of `delta[last]`).
-            let d_q = unsafe { cpu_slice_mut::<f32>(&self.delta[last])? };
+            let d_q = unsafe { host_slice_mut::<f32>(&self.delta[last])? };
             let (q_obs, q_next) = online_q.split_at(rows * actions_n);
             td_loss_and_gradient(
                 TdRows {
@@ -63,9 +63,9 @@ impl ManualTd {
             tch::no_grad(|| self.delta_t[l].f_mm_out(d_weight, input).map(drop)).plugin_err(ctx)?;
             {
                 // SAFETY: as above.
-                let delta = unsafe { cpu_slice::<f32>(&self.delta[l])? };
+                let delta = unsafe { host_slice::<f32>(&self.delta[l])? };
                 // SAFETY: as above (a view of the flat gradient no other slice covers).
-                let d_bias = unsafe { cpu_slice_mut::<f32>(d_bias)? };
+                let d_bias = unsafe { host_slice_mut::<f32>(d_bias)? };
                 column_sums(delta, d_bias);
             }
             if l > 0 {
@@ -77,9 +77,9 @@ impl ManualTd {
                 })
                 .plugin_err(ctx)?;
                 // SAFETY: as above.
-                let d_input = unsafe { cpu_slice_mut::<f32>(&below[l - 1])? };
+                let d_input = unsafe { host_slice_mut::<f32>(&below[l - 1])? };
                 // SAFETY: as above.
-                let output = unsafe { cpu_slice::<f32>(&self.online_obs_out[l - 1])? };
+                let output = unsafe { host_slice::<f32>(&self.online_obs_out[l - 1])? };
                 // ReLU backward: the gradient passes where the output is > 0.
                 // (A select written back unconditionally vectorizes; a
                 // conditional store is a branch per value, mispredicted half
@@ -174,50 +174,4 @@ fn column_sums(m: &[f32], out: &mut [f32]) {
             *o += v;
         }
     }
-}
-
-/// The elements of a contiguous CPU tensor of element type `T`.
-///
-/// # Safety
-/// Nothing may write the tensor's elements while the slice lives.
-pub(super) unsafe fn cpu_slice<T: CpuElement>(t: &Tensor) -> Result<&[T], PluginError> {
-    check_cpu::<T>(t)?;
-    // SAFETY: a contiguous CPU tensor of `numel` elements of `T` (checked).
-    Ok(unsafe { std::slice::from_raw_parts(t.data_ptr() as *const T, t.numel()) })
-}
-
-/// The elements of a contiguous CPU tensor of element type `T`, writable.
-///
-/// # Safety
-/// Nothing else may read or write the tensor's elements while the slice lives.
-#[allow(clippy::mut_from_ref)]
-pub(super) unsafe fn cpu_slice_mut<T: CpuElement>(t: &Tensor) -> Result<&mut [T], PluginError> {
-    check_cpu::<T>(t)?;
-    // SAFETY: as above; exclusivity is the caller's promise.
-    Ok(unsafe { std::slice::from_raw_parts_mut(t.data_ptr() as *mut T, t.numel()) })
-}
-
-/// Element types read through [`cpu_slice`].
-pub(super) trait CpuElement {
-    const KIND: Kind;
-}
-impl CpuElement for f32 {
-    const KIND: Kind = Kind::Float;
-}
-impl CpuElement for i64 {
-    const KIND: Kind = Kind::Int64;
-}
-
-fn check_cpu<T: CpuElement>(t: &Tensor) -> Result<(), PluginError> {
-    if t.device() == Device::Cpu && t.kind() == T::KIND && t.is_contiguous() {
-        return Ok(());
-    }
-    Err(PluginError::other(format!(
-        "the hand-written TD update: a {:?} buffer on {:?} (contiguous: {}) where a contiguous \
-         CPU {:?} one was expected",
-        t.kind(),
-        t.device(),
-        t.is_contiguous(),
-        T::KIND
-    )))
 }

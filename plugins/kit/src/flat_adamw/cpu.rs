@@ -9,7 +9,9 @@
 //! compare the two paths), not bit for bit.
 
 use super::FlatAdamW;
-use tch::{Device, Kind, Tensor};
+use crate::grad_clip::host_clip_factor;
+use crate::host_slice::host_slice_mut;
+use tch::Tensor;
 use tli_plugin_api::PluginError;
 
 impl FlatAdamW {
@@ -33,12 +35,26 @@ impl FlatAdamW {
                 grad.len()
             )));
         }
-        let norm = l2_norm(grad);
-        let clip = if max_grad_norm > 0.0 && max_grad_norm.is_finite() {
-            ((1.0f32 / (norm + 1e-6f32)) * max_grad_norm as f32).min(1.0)
-        } else {
-            1.0
+        // Handles to the buffers (not borrows of `self`, whose step counter
+        // advances below).
+        let [values, first, second] = [
+            self.params.values(),
+            &self.first_moment,
+            &self.second_moment,
+        ]
+        .map(Tensor::shallow_clone);
+        // SAFETY: the three are distinct tensors this optimizer owns
+        // (`host_slice_mut` checks each is contiguous CPU f32); nothing else
+        // runs on them while `&mut self` is held.
+        let (p, m, v) = unsafe {
+            (
+                host_slice_mut::<f32>(&values)?,
+                host_slice_mut::<f32>(&first)?,
+                host_slice_mut::<f32>(&second)?,
+            )
         };
+        let norm = l2_norm(grad);
+        let clip = host_clip_factor(norm, max_grad_norm).unwrap_or(1.0);
         let s = self.next_step(lr);
         let c = self.config;
         let decayed = if c.weight_decay != 0.0 {
@@ -47,17 +63,6 @@ impl FlatAdamW {
             0
         };
         let (w1, w2) = ((1.0 - c.beta1) as f32, (1.0 - c.beta2) as f32);
-        let [values, first, second] = self.cpu_buffers()?;
-        // SAFETY: the three are distinct contiguous CPU f32 tensors of
-        // `total` elements (checked in `cpu_buffers`) that this optimizer
-        // owns; nothing else runs on them while `&mut self` is held.
-        let (p, m, v) = unsafe {
-            (
-                cpu_f32(&values, total),
-                cpu_f32(&first, total),
-                cpu_f32(&second, total),
-            )
-        };
         for ((m, v), g) in m.iter_mut().zip(v.iter_mut()).zip(grad) {
             let g = g * clip;
             *m += w1 * (g - *m);
@@ -84,32 +89,6 @@ impl FlatAdamW {
         }
         Ok(norm)
     }
-
-    /// The parameter buffer and both moments, checked to be CPU `f32`,
-    /// contiguous and of the layout's size.
-    fn cpu_buffers(&self) -> Result<[Tensor; 3], PluginError> {
-        let total = self.params.numel();
-        let buffers = [
-            self.params.values(),
-            &self.first_moment,
-            &self.second_moment,
-        ];
-        for t in buffers {
-            if t.device() != Device::Cpu
-                || t.kind() != Kind::Float
-                || !t.is_contiguous()
-                || t.numel() as i64 != total
-            {
-                return Err(PluginError::other(format!(
-                    "optimizer update on the CPU: a {:?} buffer on {:?}; this path needs the \
-                     model on the CPU (use the libtorch update elsewhere)",
-                    t.kind(),
-                    t.device()
-                )));
-            }
-        }
-        Ok(buffers.map(Tensor::shallow_clone))
-    }
 }
 
 /// `‖x‖₂` with sixteen running sums (vectorizable), each in `f32`.
@@ -124,17 +103,6 @@ fn l2_norm(x: &[f32]) -> f32 {
     }
     let tail: f32 = rest.iter().map(|v| v * v).sum();
     (lanes.iter().sum::<f32>() + tail).sqrt()
-}
-
-/// The elements of a CPU f32 tensor as a mutable slice.
-///
-/// # Safety
-/// `t` is a contiguous CPU f32 tensor of `len` elements, and nothing else
-/// reads or writes them while the slice lives.
-#[allow(clippy::mut_from_ref)]
-unsafe fn cpu_f32(t: &Tensor, len: usize) -> &mut [f32] {
-    // SAFETY: the caller's promise above.
-    unsafe { std::slice::from_raw_parts_mut(t.data_ptr() as *mut f32, len) }
 }
 
 #[cfg(test)]

@@ -39,6 +39,7 @@ use crate::adam::AdamConfig;
 use crate::counter_rng::{CounterRng, CounterRngState};
 use crate::errors::TchResultExt;
 use crate::flat_adamw::FlatAdamW;
+use crate::host_slice::host_slice_mut;
 use crate::mlp::{copy_checked, find};
 use serde::{Deserialize, Serialize};
 use tch::{Device, Kind, Tensor};
@@ -437,14 +438,14 @@ impl Int8AdamW {
         let blocks = blocks_for(numel as usize) as i64;
         let codes = |t: &Tensor| t.f_narrow(0, q.offset, numel).plugin_err(ctx);
         let maxima = |t: &Tensor| t.f_narrow(0, q.block_offset, blocks).plugin_err(ctx);
-        let mut views = [
+        let views = [
             codes(&self.m_codes)?,
             codes(&self.v_codes)?,
             maxima(&self.m_absmax)?,
             maxima(&self.v_absmax)?,
         ];
         if self.device == Device::Cpu {
-            let mut grad = grad.f_contiguous().plugin_err(ctx)?;
+            let grad = grad.f_contiguous().plugin_err(ctx)?;
             let cols = q.weight.shape()[1] as usize;
             // Threads only where the work outweighs starting them (and competing
             // with libtorch's spinning OpenMP workers): one per 256 Ki elements.
@@ -458,17 +459,17 @@ impl Int8AdamW {
             // touches while the update runs.
             unsafe {
                 update_host(
-                    host_slice::<f32>(&mut grad, Kind::Float)?,
-                    host_slice::<i8>(&mut q.weight.codes, Kind::Int8)?,
-                    host_slice::<f32>(&mut q.weight.scales, Kind::Float)?,
+                    host_slice_mut::<f32>(&grad)?,
+                    host_slice_mut::<i8>(&q.weight.codes)?,
+                    host_slice_mut::<f32>(&q.weight.scales)?,
                     cols,
                     {
-                        let [mc, vc, ma, va] = &mut views;
+                        let [mc, vc, ma, va] = &views;
                         HostState {
-                            m_codes: host_slice::<u8>(mc, Kind::Uint8)?,
-                            v_codes: host_slice::<u8>(vc, Kind::Uint8)?,
-                            m_absmax: host_slice::<f32>(ma, Kind::Float)?,
-                            v_absmax: host_slice::<f32>(va, Kind::Float)?,
+                            m_codes: host_slice_mut::<u8>(mc)?,
+                            v_codes: host_slice_mut::<u8>(vc)?,
+                            m_absmax: host_slice_mut::<f32>(ma)?,
+                            v_absmax: host_slice_mut::<f32>(va)?,
                         }
                     },
                     &s,
@@ -617,26 +618,4 @@ impl Int8AdamW {
         }
         Ok(())
     }
-}
-
-/// The elements of `t` as a mutable host slice.
-///
-/// # Safety
-/// The caller guarantees that nothing else reads or writes `t`'s elements
-/// while the slice lives.
-unsafe fn host_slice<T>(t: &mut Tensor, kind: Kind) -> Result<&mut [T], PluginError> {
-    if t.device() != Device::Cpu || !t.is_contiguous() || t.kind() != kind {
-        return Err(PluginError::other(format!(
-            "int8 optimizer: expected a contiguous CPU {kind:?} tensor, got {:?} on {:?}",
-            t.kind(),
-            t.device()
-        )));
-    }
-    let len = t.numel();
-    if len == 0 {
-        return Ok(&mut []);
-    }
-    // SAFETY: the tensor is contiguous on the CPU with `len` elements of `T`
-    // (checked above) from `data_ptr`; exclusivity is the caller's promise.
-    Ok(unsafe { std::slice::from_raw_parts_mut(t.data_ptr() as *mut T, len) })
 }
