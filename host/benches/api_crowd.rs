@@ -1,4 +1,4 @@
-//! A crowd on the gRPC API (issue 16, item 6; run with `cargo bench -p
+//! A crowd on the gRPC API (the reliability suite, docs/reliability.md; run with `cargo bench -p
 //! tli-host --bench api_crowd` after `cargo build --release --workspace`).
 //!
 //! A real `tli host serve` (the binary, its own process, strategy
@@ -25,10 +25,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tli_host::testing::measure::{env_number, percentile, ProcessStatus};
-use tli_host::testing::{plugin_model, synthetic_asset, PluginDir, ServeProcess, TEMPLATE};
 use tli_proto::v1 as pb;
 use tli_proto::v1::training_service_client::TrainingServiceClient;
+use tli_testkit::measure::{env_number, percentile, ProcessStatus};
+use tli_testkit::{plugin_model, synthetic_asset, PluginDir, ServeProcess, TEMPLATE};
 use tonic::transport::Channel;
 
 const QUEUED_JOBS: u64 = 10;

@@ -24,13 +24,13 @@ use std::time::{Duration, Instant};
 use tli_host::api::{ServerConfig, ShutdownSignal};
 use tli_host::orchestrator::arbiter::Strategy;
 use tli_host::orchestrator::engine::{Orchestrator, OrchestratorConfig};
-use tli_host::testing::measure::{env_number, percentile};
-use tli_host::testing::{
-    http, orchestrator_config, plugin_model, synthetic_asset, ApiServer, PluginDir, TEMPLATE,
-};
 use tli_host::web::{self, Serves};
 use tli_proto::v1 as pb;
 use tli_proto::v1::training_service_client::TrainingServiceClient;
+use tli_testkit::measure::{env_number, percentile};
+use tli_testkit::{
+    http, orchestrator_config, plugin_model, synthetic_asset, ApiServer, PluginDir, TEMPLATE,
+};
 
 /// Steps done by the job's tasks (running ones' from memory, as the API sees them).
 fn steps_done(orchestrator: &Orchestrator, job: i64) -> u64 {

@@ -4,7 +4,7 @@
 //! 500 tasks are queued at time 0 on one device; their reservations are drawn
 //! log-uniformly between 1 % and 60 % of the budget, their durations are
 //! `100 × sqrt(size / budget) × U(0.5, 1.5)` time units (a seeded splitmix64,
-//! `tli_host::testing::SplitMix64`, as in the arbiter's property tests). An
+//! `tli_testkit::SplitMix64`, as in the arbiter's property tests). An
 //! event-driven simulation (select; advance to the next completion; release;
 //! repeat) runs the queue under Sequential, Parallel(4)
 //! and Auto and reports the time-averaged fraction of the budget reserved
@@ -18,7 +18,7 @@ use std::hint::black_box;
 use std::time::Instant;
 use tli_host::orchestrator::arbiter::{Arbiter, Budget, Candidate, Strategy};
 use tli_host::orchestrator::TaskId;
-use tli_host::testing::SplitMix64 as Rng;
+use tli_testkit::SplitMix64 as Rng;
 
 const TASKS: usize = 500;
 const BUDGET: u64 = 80 << 30; // 80 GiB

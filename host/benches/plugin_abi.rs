@@ -16,7 +16,7 @@ use std::time::Instant;
 use tli_data::synthetic_ar::{synthetic_ar_dataset, SyntheticArSpec};
 use tli_host::registry::PluginRegistry;
 use tli_host::services::TaskServices;
-use tli_host::testing::{cpu_task, library, synthetic, BEHAVIOUR, TEMPLATE};
+use tli_testkit::{cpu_task, library, synthetic, BEHAVIOUR, TEMPLATE};
 
 fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(|a, b| a.total_cmp(b));

@@ -13,8 +13,8 @@ use tli_host::orchestrator::engine::{Orchestrator, OrchestratorConfig};
 use tli_host::orchestrator::job::JobSpec;
 use tli_host::orchestrator::state::TaskState;
 use tli_host::orchestrator::store::Store;
-use tli_host::testing::measure::percentile;
-use tli_host::testing::{orchestrator_config, PluginDir, BEHAVIOUR};
+use tli_testkit::measure::percentile;
+use tli_testkit::{orchestrator_config, PluginDir, BEHAVIOUR};
 
 fn main() {
     let plugins = PluginDir::with(&[(BEHAVIOUR, "behaviour")]);

@@ -1,4 +1,4 @@
-//! A fleet of simulated Slurm workers against one host (issue #14 item 6; run
+//! A fleet of simulated Slurm workers against one host (docs/scale-out.md, "How far one host goes"; run
 //! with `cargo bench -p tli-host --bench worker_fleet` after
 //! `cargo build --release --workspace`; results in docs/benchmarks.md).
 //!
@@ -31,14 +31,12 @@ use std::path::Path;
 use std::process::{Child, Command};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tli_host::testing::measure::{env_number, percentile, ProcessStatus};
-use tli_host::testing::{
-    artifact, plugin_model, synthetic_asset, PluginDir, ServeProcess, TEMPLATE,
-};
 use tli_proto::v1 as pb;
 use tli_proto::v1::record_task_request::Record;
 use tli_proto::v1::training_service_client::TrainingServiceClient;
 use tli_proto::v1::worker_service_client::WorkerServiceClient;
+use tli_testkit::measure::{env_number, percentile, ProcessStatus};
+use tli_testkit::{artifact, plugin_model, synthetic_asset, PluginDir, ServeProcess, TEMPLATE};
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 

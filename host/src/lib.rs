@@ -7,7 +7,6 @@
 //! * [`orchestrator`]: jobs, tasks, the store, checkpoints, the memory arbiter.
 //! * [`local_train`]: training plugins in-process for N steps (`tli train local`).
 //! * [`profile`]: measured memory of a plugin's trainer (`tli profile memory`).
-//! * [`plot`]: PNG charts of a job's metrics and memory (`tli train plot`, `tli plot`).
 //! * [`plugin_configs`]: `--config` values and which one applies to which plugin.
 //! * [`libtorch_info`]: which libtorch this process runs on, and CUDA.
 //! * [`byte_size`]: byte sizes formatted and parsed for people.
@@ -18,36 +17,30 @@
 //! * [`tensorboard`]: every task's TensorBoard event files (metrics, rate, memory, hyperparameters).
 //! * [`telemetry`]: the Prometheus metrics (RPCs, checkpoint writes, state sampled at scrape).
 //! * [`web`]: the HTTP side of `tli host serve`: the status page, its JSON, `/metrics`.
-//! * [`testing`]: fixtures shared by the integration tests and the benchmarks.
-//! * [`cli`] and [`commands`]: the `tli` command line (clap) and its output;
-//!   [`stdout`]: command output that ends quietly on a closed pipe.
+//! * [`commands`]: the host-side `tli` commands (the arguments, the client
+//!   commands and the output shapes are `tli-cli`'s).
 //!
 //! See docs/ARCHITECTURE.md for the whole map.
 
 pub mod allocator;
 pub mod api;
-pub mod byte_size;
-pub mod cli;
 pub mod commands;
-pub mod digest;
 pub mod elf_check;
-pub mod error_chain;
 pub mod fault_signals;
 pub mod libtorch_info;
 pub mod local_train;
 pub mod orchestrator;
-pub mod plot;
-pub mod plugin_configs;
 pub mod profile;
 pub mod registry;
 pub mod services;
 pub mod slurm;
-pub mod stdout;
 pub mod telemetry;
 pub mod tensorboard;
-pub mod testing;
 pub mod web;
 pub mod worker;
+
+// Moved to tli-core; re-exported here while the rest of the host still names them this way.
+pub use tli_core::{byte_size, digest, error_chain, plugin_configs};
 
 use std::path::PathBuf;
 

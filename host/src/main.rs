@@ -1,7 +1,6 @@
 //! The `tli` binary: parses the command line, sets up logging to stderr and
 //! turns any error into one clear line and a non-zero exit code.
 
-use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
 fn main() -> std::process::ExitCode {
@@ -20,12 +19,12 @@ fn main() -> std::process::ExitCode {
                 && std::io::IsTerminal::is_terminal(&std::io::stderr()),
         )
         .init();
-    let cli = tli_host::cli::Cli::parse();
+    let cli = tli_cli::parse("tli");
     match tli_host::commands::run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             // Each cause once: many errors repeat their source in their own message.
-            let chain = tli_host::error_chain::error_chain(error.as_ref());
+            let chain = tli_core::error_chain::error_chain(error.as_ref());
             eprintln!("error: {chain}");
             std::process::ExitCode::FAILURE
         }

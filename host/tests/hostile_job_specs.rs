@@ -1,4 +1,4 @@
-//! Hostile job specs, generated (issue 16): a valid job-spec file with every
+//! Hostile job specs, generated (the reliability suite, docs/reliability.md): a valid job-spec file with every
 //! field present is mutated — one field replaced by a random JSON value
 //! (huge, negative and fractional numbers, wrong types, nested arrays and
 //! objects), by 200 000-deep nesting, a 200 000-element array or a string

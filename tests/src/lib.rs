@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 // Artifact location and plugin directories are shared with the host's own
-// tests and benchmarks (one definition, in `tli_host::testing`).
-pub use tli_host::testing::{
+// tests and benchmarks (one definition, in `tli_testkit`).
+pub use tli_testkit::{
     artifact, http, library, profile_dir, PluginDir, BEHAVIOUR, DQN, FUTURE_API, MAMBA2,
     NOT_A_PLUGIN, PPO, TEMPLATE, TEMPLATE_NEXT, TFT,
 };
@@ -136,11 +136,11 @@ impl Server {
         for (k, v) in env {
             command.env(k, v);
         }
-        let tli_host::testing::ServeProcess {
+        let tli_testkit::ServeProcess {
             child,
             address,
             log,
-        } = tli_host::testing::ServeProcess::spawn_with_stdout(command, stdout, |_| true);
+        } = tli_testkit::ServeProcess::spawn_with_stdout(command, stdout, |_| true);
         Self {
             child,
             address,

@@ -7,12 +7,12 @@ use abi_stable::std_types::RArc;
 use std::collections::BTreeMap;
 use tli_host::registry::{LoadedPlugin, PluginRegistry, TrainerHandle};
 use tli_host::services::TaskServices;
-use tli_host::testing::cpu_task;
 use tli_plugin_api::{Dataset, MemoryBreakdown, Metric, TaskSpec};
+use tli_testkit::cpu_task;
 
 /// The synthetic AR(1) dataset (a planted predictable component) with `rows`
 /// rows, as the host's benchmarks use it.
-pub use tli_host::testing::synthetic;
+pub use tli_testkit::synthetic;
 
 /// One libtorch intra-op thread on the calling thread (CI budget: one core).
 pub fn one_thread() {

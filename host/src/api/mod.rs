@@ -20,15 +20,15 @@
 
 pub mod auth;
 pub mod convert;
-pub mod history;
-pub mod job_request;
 pub mod plugins;
 pub mod request_errors;
 pub mod resources;
 pub mod training;
-pub mod typed_configs;
 pub mod watch_hub;
 pub mod worker_service;
+
+// Moved to tli-wire (shared with the clients); re-exported here while the host still names them this way.
+pub use tli_wire::{history, job_request, typed_configs};
 
 use crate::orchestrator::engine::Orchestrator;
 use crate::telemetry::RpcMetricsLayer;

@@ -1,12 +1,12 @@
 //! The executor options of `tli host run|serve` → the orchestrator's
 //! executor settings (and, for Slurm, the worker token and URL).
 
-use crate::cli::HostOptions;
 use crate::orchestrator::executor::ExecutorKind;
 use crate::slurm::{GpuRequest, SlurmConfig};
 use anyhow::{anyhow, bail, Context, Result};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use tli_cli::args::HostOptions;
 
 /// An absolute form of `path` (relative to the working directory): every
 /// node must find it at the same place.

@@ -1,10 +1,6 @@
 //! `tli host run` (the orchestrator in the foreground) and `tli host status`.
 
-use super::render::print_job;
-use super::view::{HostJobJson, JobJson, WireState};
-use super::{new_table, print_json};
 use crate::api::convert;
-use crate::cli::{HostOptions, HostRunArgs, OutputFormat};
 use crate::orchestrator::data_root::DataRoots;
 use crate::orchestrator::engine::{Orchestrator, OrchestratorConfig};
 use crate::orchestrator::executor::ExecutorKind;
@@ -17,6 +13,10 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tli_cli::args::{HostOptions, HostRunArgs, OutputFormat};
+use tli_cli::render::print_job;
+use tli_cli::view::{HostJobJson, JobJson, WireState};
+use tli_cli::{new_table, print_json};
 
 pub(super) static SIGNALLED: AtomicBool = AtomicBool::new(false);
 
@@ -228,7 +228,7 @@ fn print_plan(jobs: &[JobJson]) -> Result<()> {
             ]);
         }
     }
-    crate::outln!("{table}");
+    tli_cli::outln!("{table}");
     Ok(())
 }
 
@@ -277,7 +277,7 @@ pub(super) fn status(state_dir: &Path, job: Option<i64>, output: OutputFormat) -
         return print_host_json(&jobs);
     }
     if jobs.is_empty() {
-        crate::outln!("no jobs in {}", state_dir.display());
+        tli_cli::outln!("no jobs in {}", state_dir.display());
     }
     print_status(&jobs);
     Ok(())

@@ -1,16 +1,20 @@
 //! `tli plugins list` and `tli doctor`.
 
-use super::plugin_table::{print_plugin_listing, print_refused, PluginListingJson};
-use super::{new_table, print_json, scan};
-use crate::cli::OutputFormat;
+use super::scan;
 use crate::libtorch_info;
+use crate::registry::PluginRegistry;
 use anyhow::Result;
 use serde::Serialize;
 use std::path::Path;
+use tli_cli::args::OutputFormat;
+use tli_cli::plugin_table::{
+    print_plugin_listing, print_refused, PluginJson, PluginListingJson, RefusedJson,
+};
+use tli_cli::{new_table, print_json};
 
 pub(super) fn list(plugin_dir: &Path, output: OutputFormat) -> Result<()> {
     let registry = scan(plugin_dir)?;
-    let listing = PluginListingJson::from(&registry);
+    let listing = listing_of(&registry);
     if output == OutputFormat::Json {
         return print_json(&listing);
     }
@@ -41,7 +45,7 @@ pub(super) fn doctor(plugin_dir: &Path, output: OutputFormat) -> Result<()> {
         plugin_api_version: tli_plugin_api::PLUGIN_API_VERSION,
         libtorch,
         cuda_memory: crate::orchestrator::cuda::describe(),
-        plugins: PluginListingJson::from(&registry),
+        plugins: listing_of(&registry),
     };
     if output == OutputFormat::Json {
         return print_json(&report);
@@ -79,7 +83,7 @@ pub(super) fn doctor(plugin_dir: &Path, output: OutputFormat) -> Result<()> {
     for (k, v) in rows {
         table.add_row(vec![k.to_string(), v]);
     }
-    crate::outln!("{table}");
+    tli_cli::outln!("{table}");
     print_refused(&report.plugins);
     Ok(())
 }
@@ -89,5 +93,42 @@ fn yes_no(b: bool) -> &'static str {
         "yes"
     } else {
         "no"
+    }
+}
+
+/// A local scan in the listing's shape (the same as a host's answer).
+fn listing_of(registry: &PluginRegistry) -> PluginListingJson {
+    PluginListingJson {
+        plugin_dir: registry.dir.display().to_string(),
+        host_plugin_api: tli_plugin_api::PLUGIN_API_VERSION.to_string(),
+        plugins: registry
+            .loaded
+            .iter()
+            .map(|p| PluginJson {
+                name: p.manifest.name.clone(),
+                version: p.manifest.version.clone(),
+                api_version: p.manifest.api_version.clone(),
+                family: p.manifest.family.clone(),
+                description: p.manifest.description.clone(),
+                path: p.source.display().to_string(),
+                load_ms: Some(p.load_time.as_secs_f64() * 1e3),
+                default_config: p.manifest.default_config.clone(),
+                config_schema: p.manifest.config_schema.clone(),
+                capabilities: p.manifest.capabilities.clone(),
+                loaded_from: p.path.display().to_string(),
+                checksum: p.checksum.clone(),
+                loaded_unix_ms: p.loaded_at_ms,
+                active_tasks: None,
+                tasks: None,
+            })
+            .collect(),
+        refused: registry
+            .refused
+            .iter()
+            .map(|r| RefusedJson {
+                path: r.path.display().to_string(),
+                reason: r.reason.clone(),
+            })
+            .collect(),
     }
 }

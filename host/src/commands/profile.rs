@@ -3,10 +3,9 @@
 //! and optionally the PNG chart. With the hidden `--child` flag this process
 //! is the child: it measures one config and prints its JSON.
 
+use super::scan;
 use super::train::{dataset_for, describe_dataset};
-use super::{new_table, print_json, scan};
 use crate::byte_size::format_bytes;
-use crate::cli::{OutputFormat, ProfileMemoryArgs};
 use crate::plugin_configs::PluginConfigs;
 use crate::profile::probe::{self, ProbeRequest};
 use crate::profile::{chart, configs_with_labels, run_children, MemoryProfile};
@@ -14,6 +13,8 @@ use abi_stable::std_types::RArc;
 use anyhow::{anyhow, bail, Context, Result};
 use std::ffi::OsString;
 use std::path::Path;
+use tli_cli::args::{OutputFormat, ProfileMemoryArgs};
+use tli_cli::{new_table, print_json};
 use tli_data::features::AnnotatedDataset;
 
 pub(super) fn memory(
@@ -184,14 +185,14 @@ fn print_table(profiles: &[MemoryProfile]) {
         &|p| format!("{:.3}", p.seconds_per_step),
         true,
     );
-    crate::outln!(
+    tli_cli::outln!(
         "{} on {}, {} step(s) per config, each in its own process",
         first.plugin,
         first.device,
         first.steps
     );
-    crate::outln!("{table}");
-    crate::outln!(
+    tli_cli::outln!("{table}");
+    tli_cli::outln!(
         "tensor rows: the trainer's count of its own tensors (Trainer::memory); peak RSS: the \
          kernel's count for the child process above its baseline (libtorch, plugins and data \
          loaded{}), which the plugin has no part in.",
@@ -202,7 +203,7 @@ fn print_table(profiles: &[MemoryProfile]) {
         }
     );
     for p in profiles.iter().filter(|p| !p.process.peak_reset) {
-        crate::outln!(
+        tli_cli::outln!(
             "warning: {}: the kernel's peak counter could not be reset, so its peak may predate \
              the trainer",
             p.label

@@ -24,7 +24,6 @@
 
 use super::host::open_host;
 use crate::api::{self, ServerConfig, ShutdownSignal, TlsPem};
-use crate::cli::ServeArgs;
 use crate::orchestrator::engine::Orchestrator;
 use crate::web::{self, Serves};
 use anyhow::{anyhow, bail, Context, Result};
@@ -33,6 +32,7 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
+use tli_cli::args::ServeArgs;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::oneshot;
 

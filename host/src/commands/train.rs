@@ -1,15 +1,16 @@
 //! `tli train local`: in-process training on the synthetic dataset or a bar file
 //! (and the dataset loader `tli profile memory` shares).
 
-use super::{new_table, print_json, scan};
+use super::scan;
 use crate::byte_size::format_bytes;
-use crate::cli::{DataArgs, LocalArgs, OutputFormat};
 use crate::local_train::{self, LocalTrainRequest};
 use crate::plugin_configs::PluginConfigs;
 use abi_stable::std_types::RArc;
 use anyhow::{bail, Context, Result};
 use std::io::IsTerminal;
 use std::path::Path;
+use tli_cli::args::{DataArgs, LocalArgs, OutputFormat};
+use tli_cli::{new_table, print_json};
 use tli_data::contracts::ContractBook;
 use tli_data::features::{AnnotatedDataset, FeatureConfig};
 use tli_data::synthetic_ar::{synthetic_ar_annotated, SyntheticArSpec};
@@ -129,9 +130,9 @@ pub(super) fn local(
                 memory,
             ]);
         }
-        crate::outln!("{table}");
+        tli_cli::outln!("{table}");
         for r in reports.iter().filter(|r| r.error.is_some()) {
-            crate::outln!(
+            tli_cli::outln!(
                 "{} failed: {}",
                 r.plugin,
                 r.error.as_deref().unwrap_or_default()

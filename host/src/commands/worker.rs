@@ -2,12 +2,12 @@
 //! task completed, stopped or was interrupted (its state is recorded by the
 //! host), 1 when it failed or the worker could not run it.
 
-use crate::cli::WorkerArgs;
 use crate::orchestrator::runner::Outcome;
 use crate::worker::run::{run_worker, WorkerOptions};
 use anyhow::{bail, Context, Result};
 use std::path::Path;
 use std::time::Duration;
+use tli_cli::args::WorkerArgs;
 
 pub(super) fn worker(plugin_dir: &Path, args: &WorkerArgs) -> Result<()> {
     let token = std::fs::read_to_string(&args.token_file)

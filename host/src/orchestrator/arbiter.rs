@@ -51,7 +51,7 @@
 //!   ([`Arbiter::with_auto_limit`]): the engine sets the host's cores for the
 //!   CPU device, where a task beyond one per core only time-slices with the
 //!   others (measured: 8 CartPole agents all at once on 2 cores took 20.5 s,
-//!   two at a time 17–19 s; `docs/benchmarks.md`, issue 17).
+//!   two at a time 17–19 s; `docs/benchmarks.md`, "Many agents per box").
 //! * **Abandoned tasks** ([`Arbiter::abandon`]: a forced stop gave up on a
 //!   plugin that never returned) keep their bytes until released, but not
 //!   their place in `Sequential`'s or `Parallel(n)`'s count.

@@ -31,34 +31,22 @@
 //!   to watchers.
 
 pub mod arbiter;
-pub mod checkpoint;
 pub mod core_sharing;
 mod cpu_budget;
 pub mod crash_blame;
 pub mod cuda;
-pub mod data_root;
 pub mod engine;
-pub mod executor;
-pub mod job;
 pub mod listing;
 pub mod live;
 pub mod memory_watch;
 pub mod pace;
 pub mod progress;
 pub mod runner;
-pub mod state;
-pub mod store;
 pub mod task_record;
 
-/// Row id of a job in the store.
-pub type JobId = i64;
-/// Row id of a task in the store.
-pub type TaskId = i64;
-
-/// Milliseconds since the Unix epoch (the store's time unit).
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+// Moved to tli-core; re-exported here while the rest of the host still names them this way.
+pub use tli_core::ids::{now_ms, JobId, TaskId};
+pub use tli_core::{data_root, executor, job, state};
+// Moved to tli-store; re-exported the same way.
+pub use tli_store as store;
+pub use tli_store::checkpoint;

@@ -6,14 +6,14 @@
 //! CUDA allocator's on a GPU, resident memory's on a CPU), one bar per
 //! config, in MiB, each labelled with its size and its ratio to the first
 //! config. Text needs a TrueType font, found at run time
-//! ([`crate::plot::font`]).
+//! ([`tli_cli::charts::font`]).
 
 use super::MemoryProfile;
-use crate::plot::font::{register_font, FontError, FONT};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::path::Path;
 use thiserror::Error;
+use tli_cli::charts::font::{register_font, FontError, FONT};
 
 #[derive(Clone, Debug, Error)]
 pub enum ChartError {

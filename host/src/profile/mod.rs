@@ -22,13 +22,13 @@
 pub mod chart;
 pub mod probe;
 
-use crate::cli::ProfileMemoryArgs;
 use crate::local_train::MemoryBytes;
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use thiserror::Error;
+use tli_cli::args::ProfileMemoryArgs;
 
 /// The measurement of one config (what a child prints as JSON).
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -14,9 +14,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 use tli_host::orchestrator::store::Store;
 use tli_host::registry::{load_plugin_as, PluginRegistry};
-use tli_host::testing::{library, plugin_model, profile_dir, ApiServer, PluginDir, TEMPLATE};
 use tli_proto::v1 as pb;
 use tli_proto::v1::training_service_client::TrainingServiceClient;
+use tli_testkit::{library, plugin_model, profile_dir, ApiServer, PluginDir, TEMPLATE};
 
 /// The 1.0 fixture plugin, built from its own workspace if it is not yet.
 fn legacy_plugin() -> PathBuf {

@@ -11,14 +11,14 @@ use tli_host::api::{ServerConfig, TlsPem};
 use tli_host::orchestrator::arbiter::Strategy;
 use tli_host::orchestrator::engine::Orchestrator;
 use tli_host::orchestrator::store::Store;
-use tli_host::testing::{
-    orchestrator_config, plugin_model, synthetic_asset, ApiServer, PluginDir, BEHAVIOUR,
-};
 use tli_proto::v1 as pb;
 use tli_proto::v1::plugin_service_client::PluginServiceClient;
 use tli_proto::v1::resource_service_client::ResourceServiceClient;
 use tli_proto::v1::training_service_client::TrainingServiceClient;
 use tli_proto::v1::watch_training_response::Event;
+use tli_testkit::{
+    orchestrator_config, plugin_model, synthetic_asset, ApiServer, PluginDir, BEHAVIOUR,
+};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig};
 use tonic::Code;
 

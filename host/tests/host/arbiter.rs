@@ -8,7 +8,7 @@ use tli_host::orchestrator::arbiter::{
     Arbiter, Budget, Candidate, Remeasure, Strategy, StrategyParseError, DEFAULT_MAX_SKIPS,
 };
 use tli_host::orchestrator::TaskId;
-use tli_host::testing::SplitMix64 as Rng;
+use tli_testkit::SplitMix64 as Rng;
 
 fn budget(total: u64) -> Budget {
     Budget {

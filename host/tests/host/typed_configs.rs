@@ -8,11 +8,11 @@
 use std::time::{Duration, Instant};
 use tli_host::orchestrator::state::TaskState;
 use tli_host::orchestrator::store::{Store, TaskRow};
-use tli_host::testing::{
-    plugin_model, synthetic_asset, ApiServer, PluginDir, DQN, MAMBA2, PPO, TEMPLATE, TFT,
-};
 use tli_proto::v1 as pb;
 use tli_proto::v1::training_service_client::TrainingServiceClient;
+use tli_testkit::{
+    plugin_model, synthetic_asset, ApiServer, PluginDir, DQN, MAMBA2, PPO, TEMPLATE, TFT,
+};
 
 fn model(steps: u64, config: pb::model_spec::Config) -> pb::ModelSpec {
     pb::ModelSpec {

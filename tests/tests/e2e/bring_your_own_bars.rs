@@ -1,4 +1,4 @@
-//! Bars users bring (issue 20), written in the test by pandas and pyarrow
+//! Bars users bring, written in the test by pandas and pyarrow
 //! (tests/python/write_bar_files.py, from the project's .venv) and a
 //! Yahoo-style CSV: each trains through `tli train local` and through a
 //! running host once its symbol is given on the asset (`ES=FILE`, `"symbol"`

@@ -1,4 +1,4 @@
-//! Defects found when tli was tried as a new user would (issue 10), each
+//! Defects found when tli was tried as a new user would, each
 //! reproduced through the real `tli` binary: every test here failed before
 //! its fix.
 
@@ -83,7 +83,7 @@ fn reservations_stay_within_the_budget_after_tasks_measure_themselves() {
     );
 }
 
-/// Memory by component (issue 11, item 7): the parts sum to the measured
+/// Memory by component: the parts sum to the measured
 /// total, and on the CPU the activations are the plugin's own count.
 fn assert_breakdown_sums(memory: &serde_json::Value, total: &serde_json::Value) {
     let part = |k: &str| {

@@ -381,7 +381,7 @@ fn after_an_upgrade_a_task_resumes_on_the_new_version_when_it_accepts_the_checkp
     assert_eq!(task["plugin_version"], "1.1.0");
     assert_eq!(
         task["plugin_checksum"],
-        sha256_digest(&tli_host::testing::behaviour_with_version("1.1.0"))
+        sha256_digest(&tli_testkit::behaviour_with_version("1.1.0"))
     );
     let resumed = reasons
         .iter()
@@ -429,7 +429,7 @@ fn a_loaded_library_rewritten_in_place_is_loaded_anew_with_a_warning() {
     let state = tempfile::tempdir().unwrap();
     let server = Server::start(plugins.path(), state.path(), &[]);
     // `cp` over the file the host mapped at start-up: same inode, new contents.
-    std::fs::write(&file, tli_host::testing::behaviour_with_version("0.2.0")).unwrap();
+    std::fs::write(&file, tli_testkit::behaviour_with_version("0.2.0")).unwrap();
     let out = server.client(&["plugins", "rescan", "-o", "json"]);
     let report = ok_json(&out);
     assert_eq!(report["loaded"][0]["version"], "0.2.0", "{report:#}");

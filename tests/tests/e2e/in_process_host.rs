@@ -5,8 +5,8 @@
 use tli_e2e_tests::*;
 use tli_host::registry::PluginRegistry;
 use tli_host::services::TaskServices;
-use tli_host::testing::{cpu_task, synthetic};
 use tli_plugin_api::{ErrorCode, TaskSpec};
+use tli_testkit::{cpu_task, synthetic};
 
 fn spec(task: &str, config: &str, steps: u64) -> TaskSpec {
     cpu_task(task, config, 1, steps, &synthetic(600))

@@ -1,7 +1,7 @@
-//! I/O faults (issue 16, item 2) against the real `tli host serve`: a disk
+//! I/O faults (docs/reliability.md) against the real `tli host serve`: a disk
 //! that fills up under the checkpoints (a small tmpfs), a file-size limit
 //! (`ulimit -f`) and a state directory that is read-only. The rule of
-//! `host/src/orchestrator/checkpoint/failures.rs` is followed (scheduled
+//! `store/src/checkpoint/failures.rs` is followed (scheduled
 //! writes may fail twice in a row, the third failure fails the task), the
 //! last good checkpoint stays loadable, the store stays consistent, the host
 //! stays up and answers, and `tli train resume` continues once space is back.

@@ -1,4 +1,4 @@
-//! Kill storm (issue 16, item 1): a real `tli host serve` running a
+//! Kill storm (docs/reliability.md): a real `tli host serve` running a
 //! multi-model, multi-asset job is SIGKILLed again and again at random
 //! moments — half of them aimed at checkpoint writes in progress — and
 //! restarted on the same state directory each time, while a client keeps

@@ -13,7 +13,7 @@ use tli_host::orchestrator::engine::{Orchestrator, OrchestratorConfig};
 use tli_host::orchestrator::job::JobSpec;
 use tli_host::orchestrator::state::TaskState;
 use tli_host::orchestrator::store::{ReservationRow, Store};
-use tli_host::testing::orchestrator_config;
+use tli_testkit::orchestrator_config;
 
 /// The store of a running orchestrator, read-only (as `tli host status` reads it).
 fn store_of(h: &Orchestrator) -> Store {

@@ -99,7 +99,7 @@ fn two_files_with_the_same_plugin_name_and_version_load_once() {
     // The same name and version from a different build.
     let third = dir.add_behaviour_version("c_behaviour", "0.1.0");
     let fourth = dir.path().join("libtli_plugin_d_behaviour.so");
-    let mut other_build = tli_host::testing::behaviour_with_version("0.1.0");
+    let mut other_build = tli_testkit::behaviour_with_version("0.1.0");
     let last = other_build.len() - 1;
     other_build[last] ^= 0xff;
     std::fs::write(&fourth, other_build).unwrap();

@@ -225,7 +225,7 @@ fn the_cli_trains_the_tft_in_a_job_beside_the_other_families() {
 }
 
 /// The short seeded version of the FP32/INT8 accuracy comparison (the full
-/// one is `scripts/bench-tft.sh`): a pooled task over three assets with a
+/// one is `cargo bench -p tli-e2e-tests --bench tft_accuracy`): a pooled task over three assets with a
 /// planted calendar effect (known in advance) and a flow effect (observed
 /// one bar before), `tli_data::synthetic_seasonal`. FP32 gets at least half
 /// of the P50 q-risk improvement over the zero forecast (q-risk 1.0) that the

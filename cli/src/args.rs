@@ -1,0 +1,631 @@
+//! The `tli` command line, declared with clap.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+use tli_core::executor::ExecutorKind;
+use tli_data::zones::LocalZone;
+use tli_data::BarSource;
+use tli_plugin_api::Device;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "tli",
+    version,
+    about = "Train trading models on futures data with dynamically loaded model plugins"
+)]
+pub struct Cli {
+    /// Directory of plugin libraries (libtli_plugin_*.so). Default: <dir of tli>/plugins, else the dir of tli.
+    #[arg(long, env = "TLI_PLUGIN_DIR", global = true)]
+    pub plugin_dir: Option<PathBuf>,
+
+    /// Extra contract specifications (TOML), added to the built-in ones. See docs/data.md.
+    #[arg(long, env = "TLI_CONTRACTS", global = true)]
+    pub contracts: Option<PathBuf>,
+
+    /// Address of a `tli host serve` for the client commands (train start|watch|…, resources).
+    #[arg(
+        long,
+        env = "TLI_ENDPOINT",
+        default_value = "http://127.0.0.1:50051",
+        global = true
+    )]
+    pub endpoint: String,
+
+    /// Bearer token for a host that listens beyond loopback (or TLI_TOKEN).
+    #[arg(long, env = "TLI_TOKEN", global = true, hide_env_values = true)]
+    pub token: Option<String>,
+
+    /// Output format: tables for people, JSON (on stdout) for programs.
+    #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Table, global = true)]
+    pub output: OutputFormat,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Table,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Inspect plugins.
+    Plugins {
+        #[command(subcommand)]
+        command: PluginsCommand,
+    },
+    /// Report libtorch, CUDA devices and what the plugin directory holds.
+    Doctor,
+    /// Train models.
+    Train {
+        #[command(subcommand)]
+        command: TrainCommand,
+    },
+    /// The training host: run jobs with the orchestrator, show their status.
+    Host {
+        #[command(subcommand)]
+        command: Box<HostCommand>,
+    },
+    /// Devices, memory budgets, reservations and measured usage of a running host.
+    Resources,
+    /// PNG charts of a job read from a state directory's store (read-only, no
+    /// host needed; safe while a host runs): see `tli train plot`.
+    Plot(PlotArgs),
+    /// Print a shell completion script.
+    Completions { shell: clap_complete::Shell },
+    /// Market data: generate, inspect and convert bar files; list contracts.
+    Data {
+        #[command(subcommand)]
+        command: DataCommand,
+    },
+    /// Measure what a plugin's trainer costs (memory).
+    Profile {
+        #[command(subcommand)]
+        command: ProfileCommand,
+    },
+    /// Train one task for a host with the Slurm executor (started by the
+    /// host's batch script, not by people): connects back to the host, trains,
+    /// records everything through it. See docs/scale-out.md.
+    Worker(WorkerArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct WorkerArgs {
+    /// The host's worker service, e.g. http://head-node:50051.
+    #[arg(long)]
+    pub host_url: String,
+    /// The task to train.
+    #[arg(long)]
+    pub task: i64,
+    /// The dispatch (lease) this worker acts under.
+    #[arg(long)]
+    pub dispatch: i64,
+    /// File holding the host's worker token (in the shared directory).
+    #[arg(long)]
+    pub token_file: PathBuf,
+    /// libtorch intra-op threads (default: the host's --slurm-cpus-per-task).
+    #[arg(long)]
+    pub threads: Option<u32>,
+    /// Seconds to keep retrying while the host cannot be reached (a host
+    /// restart re-adopts its workers).
+    #[arg(long, default_value_t = 600)]
+    pub reconnect_seconds: u64,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum HostCommand {
+    /// Serve the gRPC API (tli.v1) and run jobs until SIGINT/SIGTERM.
+    Serve(ServeArgs),
+    /// Run the orchestrator in the foreground on a state directory: resume
+    /// interrupted tasks, submit the given jobs, run until every task is done.
+    /// SIGINT/SIGTERM checkpoint running tasks and exit (they resume next time).
+    Run(HostRunArgs),
+    /// Jobs and tasks recorded in a state directory (read-only; safe while a host runs).
+    Status {
+        #[arg(long, env = "TLI_STATE_DIR", default_value = ".tli")]
+        state_dir: PathBuf,
+        /// Only this job.
+        #[arg(long)]
+        job: Option<i64>,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub host: HostOptions,
+    /// Address to listen on. Anything beyond loopback requires a token.
+    #[arg(long, default_value = "127.0.0.1:50051")]
+    pub listen: String,
+    /// File holding the bearer token clients must send (or TLI_SERVE_TOKEN).
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+    /// TLS certificate and key (PEM); both or neither.
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Seconds to wait for running tasks to checkpoint at shutdown.
+    #[arg(long, default_value_t = 30)]
+    pub shutdown_timeout: u64,
+    /// Where the status page (and /metrics) is served: IP:PORT, or `off`.
+    /// Default: loopback, on the port after --listen's (any free port when
+    /// that one is taken or --listen's port is 0). Beyond loopback it needs
+    /// the token, like the API.
+    #[arg(long)]
+    pub ui_listen: Option<String>,
+    /// Serve Prometheus metrics on their own port too (IP:PORT); they are
+    /// always at /metrics of the status page's port.
+    #[arg(long)]
+    pub metrics_listen: Option<String>,
+}
+
+/// Options shared by `tli host run` and `tli host serve`.
+#[derive(Args, Debug, Clone)]
+pub struct HostOptions {
+    /// Where the job store, checkpoints and the host lock live.
+    #[arg(long, env = "TLI_STATE_DIR", default_value = ".tli")]
+    pub state_dir: PathBuf,
+    /// Admission strategy: sequential, parallel:N or auto (as many as fit in
+    /// memory; on the cpu device at most one per core).
+    #[arg(long, default_value = "auto")]
+    pub strategy: String,
+    /// Device memory budget, e.g. 512MiB or 8GiB. Default: half of RAM on cpu,
+    /// 90% of the device on cuda.
+    #[arg(long)]
+    pub memory_budget: Option<String>,
+    /// Safety margin added to every memory estimate.
+    #[arg(long, default_value_t = 0.1)]
+    pub margin: f64,
+    /// `cpu` or `cuda:N`.
+    #[arg(long, default_value = "cpu")]
+    pub device: Device,
+    /// Leave interrupted tasks alone instead of resuming them.
+    #[arg(long)]
+    pub no_resume: bool,
+    /// CPU cores to share among running tasks (default: all); with `auto` on
+    /// the cpu device, also the most tasks running at once.
+    #[arg(long)]
+    pub cores: Option<usize>,
+    /// Where every task's TensorBoard event files go (DIR/job-N/task-M/).
+    /// Default: <state-dir>/tb.
+    #[arg(long, value_name = "DIR")]
+    pub tensorboard_dir: Option<PathBuf>,
+    /// Write no TensorBoard event files.
+    #[arg(long, conflicts_with = "tensorboard_dir")]
+    pub no_tensorboard: bool,
+    /// A directory bar files named by jobs may be in (repeatable; `/` allows
+    /// any file the host can read). Default: the working directory and the
+    /// bundled sample data. Other paths are refused (PERMISSION_DENIED).
+    #[arg(long = "data-root", value_name = "DIR")]
+    pub data_roots: Vec<PathBuf>,
+    /// Watch the plugin directory and load plugin files added or changed
+    /// while the host runs (polled every SECONDS, default 1). Without it,
+    /// `tli plugins rescan` loads them on request.
+    #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "1")]
+    pub watch_plugins: Option<f64>,
+    #[command(flatten)]
+    pub executor: ExecutorArgs,
+}
+
+impl HostOptions {
+    /// The root of the TensorBoard event files; `None` with --no-tensorboard.
+    pub fn tensorboard_root(&self) -> Option<PathBuf> {
+        (!self.no_tensorboard).then(|| {
+            self.tensorboard_dir
+                .clone()
+                .unwrap_or_else(|| self.state_dir.join("tb"))
+        })
+    }
+}
+
+/// Where tasks run: here, or as Slurm jobs (docs/scale-out.md).
+#[derive(Args, Debug, Clone)]
+pub struct ExecutorArgs {
+    /// Where a job's tasks run unless its spec says: `local` (runner threads
+    /// in this host) or `slurm` (one Slurm job per task, running `tli worker`).
+    #[arg(long, default_value = "local", value_parser = parse_executor)]
+    pub executor: ExecutorKind,
+    /// Slurm partition for task jobs.
+    #[arg(long)]
+    pub slurm_partition: Option<String>,
+    /// Slurm account for task jobs.
+    #[arg(long)]
+    pub slurm_account: Option<String>,
+    /// One more sbatch option, passed as given after tli's own (repeatable),
+    /// e.g. --slurm-sbatch-arg=--qos=high.
+    #[arg(long = "slurm-sbatch-arg", allow_hyphen_values = true)]
+    pub slurm_sbatch_args: Vec<String>,
+    /// CPUs per Slurm task (also the worker's libtorch threads).
+    #[arg(long, default_value_t = 1)]
+    pub slurm_cpus_per_task: u32,
+    /// Slurm jobs of this host at most at once (pending or running).
+    #[arg(long, default_value_t = 1000)]
+    pub slurm_max_jobs: usize,
+    /// Split each GPU into this many Slurm `shard`s and ask CUDA tasks for
+    /// shards covering their estimate (needs --slurm-gpu-memory).
+    #[arg(long, requires = "slurm_gpu_memory")]
+    pub slurm_gpu_shards: Option<u32>,
+    /// Memory of one GPU of the cluster, e.g. 80GiB (with --slurm-gpu-shards).
+    #[arg(long)]
+    pub slurm_gpu_memory: Option<String>,
+    /// Seconds before a task's time limit at which Slurm tells its worker to checkpoint.
+    #[arg(long, default_value_t = 120)]
+    pub slurm_signal_seconds: u32,
+    /// Where Slurm's commands (sbatch, squeue, scancel, sacct) are; default: PATH.
+    #[arg(long)]
+    pub slurm_bin_dir: Option<PathBuf>,
+    /// A directory every node sees at the same path: checkpoints of Slurm
+    /// tasks, the worker token, job output. Default: the state directory.
+    #[arg(long)]
+    pub shared_dir: Option<PathBuf>,
+    /// How workers reach this host's worker service. Default: http://<this
+    /// host's name>:<port> of --listen (serve) or --worker-listen (run).
+    #[arg(long)]
+    pub worker_url: Option<String>,
+    /// `tli host run` only: where the worker service listens.
+    #[arg(long, default_value = "0.0.0.0:0")]
+    pub worker_listen: String,
+    /// The `tli` binary on the nodes. Default: this one.
+    #[arg(long)]
+    pub worker_binary: Option<PathBuf>,
+    /// The plugin directory on the nodes. Default: this host's.
+    #[arg(long)]
+    pub worker_plugin_dir: Option<PathBuf>,
+}
+
+/// `[SYMBOL=]FILE`: a bar file, the symbol of its bars optionally named
+/// (`ES=prices.csv`).
+fn parse_bar_source(text: &str) -> Result<BarSource, String> {
+    BarSource::parse_arg(text)
+}
+
+/// An IANA time-zone name (`America/New_York`).
+fn parse_time_zone(text: &str) -> Result<String, String> {
+    LocalZone::parse(text).map(|zone| zone.name().to_string())
+}
+
+fn parse_executor(text: &str) -> Result<ExecutorKind, String> {
+    text.parse()
+}
+
+#[derive(Args, Debug)]
+pub struct HostRunArgs {
+    #[command(flatten)]
+    pub host: HostOptions,
+    /// Job spec files (JSON) to submit; see docs/orchestrator.md. Repeatable.
+    #[arg(long)]
+    pub submit: Vec<PathBuf>,
+    /// Submit the jobs, print every task with its memory estimate, and exit
+    /// without running anything (the tasks stay queued in the state directory).
+    #[arg(long)]
+    pub plan: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum DataCommand {
+    /// Write deterministic synthetic bars for a listed contract as DBN.
+    Synth(SynthArgs),
+    /// Summarize bar files (DBN, Parquet, CSV): range, gaps, rolls, contract; checks every row.
+    Inspect {
+        /// Bar files; `SYMBOL=FILE` names the symbol of a file's bars (`ES=prices.csv`).
+        #[arg(required = true, value_name = "[SYMBOL=]FILE", value_parser = parse_bar_source)]
+        files: Vec<BarSource>,
+        /// IANA time zone of timestamps written without one (`America/New_York`);
+        /// timestamps with Z or an offset are converted to UTC without it.
+        #[arg(long, value_name = "ZONE", value_parser = parse_time_zone)]
+        tz: Option<String>,
+        /// Also show what plugins receive from each file: every feature with its
+        /// role (observed past / known future), every target with its horizon and
+        /// scale, the bar interval, and the rows marked as gaps or rolls.
+        #[arg(long)]
+        features: bool,
+        /// Feature pipeline config (JSON) for --features, as in a job spec's "features".
+        #[arg(long, value_name = "JSON", requires = "features")]
+        feature_config: Option<String>,
+    },
+    /// Convert a bar file to another format (chosen by the destination's extension).
+    Convert {
+        /// The bar file to read; `SYMBOL=FILE` names the symbol of its bars.
+        #[arg(value_name = "[SYMBOL=]FROM", value_parser = parse_bar_source)]
+        source: BarSource,
+        /// IANA time zone of FROM's timestamps written without one (`America/New_York`).
+        #[arg(long, value_name = "ZONE", value_parser = parse_time_zone)]
+        tz: Option<String>,
+        #[arg(value_name = "TO")]
+        destination: PathBuf,
+    },
+    /// List the known contract specifications.
+    Contracts,
+}
+
+#[derive(Args, Debug)]
+pub struct SynthArgs {
+    /// Parent symbol (quarterly contracts with rolls), e.g. ES.FUT, or a root for one instrument.
+    #[arg(long, default_value = "ES.FUT")]
+    pub symbol: String,
+    /// Bar interval: 1s, 1m, 1h or 1d.
+    #[arg(long, default_value = "1m")]
+    pub interval: String,
+    /// Number of bars of the front series.
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(2..=100_000_000))]
+    pub bars: u64,
+    /// First bar at or after this UTC date or time.
+    #[arg(long, default_value = "2024-01-02")]
+    pub start: String,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Correlation of consecutive standardized returns, in (-1, 1); 0 = nothing to predict.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub planted_strength: f64,
+    /// Write one instrument instead of quarterly contracts.
+    #[arg(long)]
+    pub single_contract: bool,
+    /// Output file: .dbn or .dbn.zst (or .parquet / .csv for the front series).
+    #[arg(long, short = 'O')]
+    pub out: PathBuf,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum PluginsCommand {
+    /// The plugins a running host loaded, and files it refused with the reason
+    /// (or, with --local, those in the plugin directory, without a host).
+    List {
+        /// Scan the plugin directory here instead of asking the host.
+        #[arg(long)]
+        local: bool,
+    },
+    /// Make a running host load plugin files added to (or rebuilt in) its
+    /// plugin directory since it started; running tasks keep their version.
+    Rescan,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TrainCommand {
+    /// Start a job on a running host (models × assets).
+    Start(StartArgs),
+    /// Follow a job with live progress bars until it finishes.
+    Watch {
+        job: u64,
+        /// Milliseconds between progress updates at least (0: the host's default, 500).
+        #[arg(long, default_value_t = 0)]
+        interval_ms: u32,
+        /// Also show running tasks' routine checkpoints (running ⇄ checkpointing).
+        #[arg(long, short = 'v')]
+        verbose: bool,
+    },
+    /// A job's tasks, states, progress and latest metrics.
+    Status { job: u64 },
+    /// Jobs on the host, newest first, with filters.
+    List(ListArgs),
+    /// Stop a job (or one task): graceful with a checkpoint, or forced with a deadline.
+    Stop {
+        job: u64,
+        #[arg(long)]
+        task: Option<u64>,
+        #[arg(long)]
+        force: bool,
+        /// With --force: milliseconds before the task is marked cancelled anyway.
+        #[arg(long, default_value_t = 10_000)]
+        deadline_ms: u32,
+    },
+    /// Resume a job's cancelled, failed and interrupted tasks from their last checkpoints.
+    Resume { job: u64 },
+    /// PNG charts of a job from a running host: each metric per task over steps,
+    /// and each device's memory over time (reservations, budget, measured total).
+    Plot(TrainPlotArgs),
+    /// Train plugins inside this process (no host), on a bar file or the synthetic AR(1) dataset.
+    Local(LocalArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct TrainPlotArgs {
+    pub job: u64,
+    #[command(flatten)]
+    pub chart: ChartArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct PlotArgs {
+    /// The host's state directory (its store is read, never written).
+    #[arg(long, env = "TLI_STATE_DIR", default_value = ".tli")]
+    pub state_dir: PathBuf,
+    /// The job to chart.
+    #[arg(long)]
+    pub job: u64,
+    #[command(flatten)]
+    pub chart: ChartArgs,
+}
+
+/// What `tli train plot` and `tli plot` draw, and where.
+#[derive(Args, Debug, Clone)]
+pub struct ChartArgs {
+    /// Only this metric (repeat for several). Default: every metric the job's tasks reported.
+    #[arg(long = "metric", value_name = "NAME")]
+    pub metrics: Vec<String>,
+    /// Directory for the PNG files, created if missing. Default: ./tli-plots/job-N.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Width of each chart in pixels.
+    #[arg(long, default_value_t = 1200, value_parser = clap::value_parser!(u32).range(320..=8000))]
+    pub width: u32,
+    /// Height of each chart in pixels.
+    #[arg(long, default_value_t = 700, value_parser = clap::value_parser!(u32).range(320..=8000))]
+    pub height: u32,
+    /// At most this many points per line; longer series are thinned evenly (first and last kept).
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(2..=100_000))]
+    pub max_points: u32,
+}
+
+#[derive(Args, Debug)]
+pub struct StartArgs {
+    /// A job spec file (JSON, docs/orchestrator.md); or build one with the flags below.
+    #[arg(long, conflicts_with_all = ["plugin", "asset"])]
+    pub spec: Option<PathBuf>,
+    /// Job name.
+    #[arg(long, default_value = "job")]
+    pub name: String,
+    /// Plugin to train; repeat for several models.
+    #[arg(long, short = 'p')]
+    pub plugin: Vec<String>,
+    /// Config per plugin as JSON or PLUGIN=JSON (as for `train local`).
+    #[arg(long)]
+    pub config: Vec<String>,
+    /// Asset: a bar file path on the host, `SYMBOL=FILE` to name the symbol of its
+    /// bars (`ES=prices.csv`), or `synthetic:ROWS[:SEED[:SIGMA]]`. Repeatable.
+    #[arg(long, short = 'a')]
+    pub asset: Vec<String>,
+    /// IANA time zone of the bar files' timestamps written without one
+    /// (`America/New_York`); applies to every file asset.
+    #[arg(long, value_name = "ZONE", value_parser = parse_time_zone, conflicts_with = "spec")]
+    pub tz: Option<String>,
+    /// Train each plugin once across all the assets (one pooled task per plugin,
+    /// the asset as a static covariate) instead of once per asset. Needs plugins
+    /// with the `pooled` capability (plugin API 1.1; `tli plugins list` shows it).
+    #[arg(long)]
+    pub pooled: bool,
+    #[arg(long, default_value_t = 1000)]
+    pub steps: u64,
+    #[arg(long, default_value_t = tli_core::job::DEFAULT_SEED)]
+    pub seed: u64,
+    #[arg(long, default_value = "cpu")]
+    pub device: Device,
+    /// Follow the job after starting it.
+    #[arg(long)]
+    pub watch: bool,
+    /// With --watch: also show running tasks' routine checkpoints.
+    #[arg(long, short = 'v', requires = "watch")]
+    pub verbose: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ListArgs {
+    /// Only jobs with a task in this state (queued, running, completed, failed, cancelled, interrupted). Repeatable.
+    #[arg(long)]
+    pub state: Vec<String>,
+    #[arg(long)]
+    pub plugin: Option<String>,
+    #[arg(long)]
+    pub asset: Option<String>,
+    /// newest (default), oldest or name.
+    #[arg(long, default_value = "newest")]
+    pub sort: String,
+    #[arg(long, default_value_t = 20)]
+    pub page_size: u32,
+    /// Page token from a previous listing.
+    #[arg(long)]
+    pub page_token: Option<String>,
+    /// Follow page tokens until the end.
+    #[arg(long)]
+    pub all: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct LocalArgs {
+    /// Plugin to train; repeat to train several one after another.
+    #[arg(long = "plugin", short = 'p', required = true)]
+    pub plugins: Vec<String>,
+    /// Optimisation steps per plugin.
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub steps: u64,
+    /// Steps per call into the plugin (progress is reported between calls).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub slice: u64,
+    /// Config as JSON, `@file.json`, or `PLUGIN=JSON` / `PLUGIN=@file` for one plugin. Repeatable.
+    #[arg(long)]
+    pub config: Vec<String>,
+    #[command(flatten)]
+    pub run: InProcessArgs,
+    #[command(flatten)]
+    pub data: DataArgs,
+}
+
+/// Seed, device and threads of an in-process run (`train local`, `profile memory`).
+#[derive(Args, Debug, Clone)]
+pub struct InProcessArgs {
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// `cpu` or `cuda:N`.
+    #[arg(long, default_value = "cpu")]
+    pub device: Device,
+    /// libtorch intra-op threads (default: one per core).
+    #[arg(long, value_parser = clap::value_parser!(i32).range(1..=1024))]
+    pub threads: Option<i32>,
+}
+
+/// The dataset of an in-process run (`train local`, `profile memory`).
+#[derive(Args, Debug, Clone)]
+pub struct DataArgs {
+    /// Bar file to train on (DBN, Parquet or CSV), through the feature pipeline;
+    /// `SYMBOL=FILE` names the symbol of its bars (`ES=prices.csv`).
+    /// Without it: the synthetic AR(1) dataset.
+    #[arg(long, value_name = "[SYMBOL=]FILE", value_parser = parse_bar_source)]
+    pub data: Option<BarSource>,
+    /// IANA time zone of the file's timestamps written without one
+    /// (`America/New_York`); timestamps with Z or an offset are converted without it.
+    #[arg(long, value_name = "ZONE", value_parser = parse_time_zone, requires = "data")]
+    pub tz: Option<String>,
+    /// Feature pipeline settings as JSON (see docs/data.md), with --data.
+    #[arg(long, requires = "data")]
+    pub features: Option<String>,
+    /// Rows of the synthetic AR(1) dataset (without --data).
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(64..=10_000_000))]
+    pub rows: u64,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ProfileCommand {
+    /// Measure a plugin trainer's memory: build it for a config and dataset, run a
+    /// few steps, and report parameters, gradients, optimizer state and activations
+    /// from its tensors, beside the process's peak resident memory (and the CUDA
+    /// allocator's peak on a GPU). Each config runs in its own child process;
+    /// two or more are shown side by side with ratios to the first.
+    Memory(ProfileMemoryArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ProfileMemoryArgs {
+    /// The plugin whose trainer to measure.
+    #[arg(long = "plugin", short = 'p')]
+    pub plugin: String,
+    /// Config as JSON or `@file.json`; repeat to compare several (ratios are to the
+    /// first). None: the plugin's default config.
+    #[arg(long)]
+    pub config: Vec<String>,
+    /// Name of each config in the table and chart, in order (default: config 1, 2, …).
+    #[arg(long)]
+    pub label: Vec<String>,
+    /// Training steps to run before reading the figures (the peak covers them all).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub steps: u64,
+    #[command(flatten)]
+    pub run: InProcessArgs,
+    /// Skip the warm-up trainer (one step, discarded) that each child runs before
+    /// its baseline, so that libtorch's code pages and thread pools touched by a
+    /// first step are not counted as the trainer's memory.
+    #[arg(long)]
+    pub no_warmup: bool,
+    /// Also write the comparison as a bar chart (PNG).
+    #[arg(long, value_name = "FILE.png")]
+    pub chart: Option<PathBuf>,
+    #[command(flatten)]
+    pub data: DataArgs,
+    /// Internal: measure exactly one config in this process and print its JSON
+    /// (what each child of `profile memory` runs).
+    #[arg(long, hide = true)]
+    pub child: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// clap's own consistency checks (argument ids, conflicts, defaults).
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,326 @@
+//! PNG charts of a job (`tli train plot JOB`, `tli plot --state-dir DIR --job N`):
+//! one chart per metric name, a line per task over steps
+//! ([`metrics_chart`]), and one memory timeline per device: each task's
+//! reservation as a stacked band over wall time, the device budget and the
+//! measured total as lines ([`memory_chart`]) — the memory arbiter at work.
+//!
+//! The charts draw a [`JobHistory`], whatever it came from: the store read
+//! directly ([`tli_store::Store::job_history`]) or a
+//! `GetTrainingHistory` response ([`tli_wire::history::history_from_proto`]).
+//! Colours are the Okabe–Ito palette (distinguishable with the common colour
+//! vision deficiencies); a task has the same colour in every chart of a job.
+//! Text needs a TrueType font found at run time ([`font`]).
+
+pub mod font;
+pub mod memory_chart;
+pub mod metrics_chart;
+
+pub use tli_store::{
+    BudgetChange, DeviceHistory, JobHistory, MetricSeries, ReservationSpan, TaskHistory,
+};
+
+use font::FontError;
+use plotters::style::RGBColor;
+use serde::Serialize;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use thiserror::Error;
+
+/// Chart size when none is asked for.
+pub const DEFAULT_WIDTH: u32 = 1200;
+pub const DEFAULT_HEIGHT: u32 = 700;
+/// The smallest and largest chart side accepted.
+pub const MIN_SIDE: u32 = 320;
+pub const MAX_SIDE: u32 = 8000;
+
+/// Okabe & Ito (2008), without black (kept for the budget line): orange,
+/// sky blue, bluish green, yellow, blue, vermillion, reddish purple.
+pub const PALETTE: [RGBColor; 7] = [
+    RGBColor(230, 159, 0),
+    RGBColor(86, 180, 233),
+    RGBColor(0, 158, 115),
+    RGBColor(240, 228, 66),
+    RGBColor(0, 114, 178),
+    RGBColor(213, 94, 0),
+    RGBColor(204, 121, 167),
+];
+/// Reservations of other jobs on the same device.
+pub const OTHER_JOBS: RGBColor = RGBColor(190, 190, 190);
+
+#[derive(Debug, Error)]
+pub enum PlotError {
+    #[error(transparent)]
+    Font(#[from] FontError),
+    #[error("no task of job {job} reported a metric named {name:?}; {}", available_text(.available))]
+    UnknownMetric {
+        job: i64,
+        name: String,
+        available: Vec<String>,
+    },
+    #[error("cannot write charts to {}: {source}", path.display())]
+    OutDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("chart size {width}×{height} is outside {MIN_SIDE}..={MAX_SIDE} pixels per side")]
+    Size { width: u32, height: u32 },
+    #[error("drawing the chart {}: {reason}", path.display())]
+    Draw { path: PathBuf, reason: String },
+}
+
+fn available_text(available: &[String]) -> String {
+    if available.is_empty() {
+        "its tasks reported no metrics yet".into()
+    } else {
+        format!("the metrics reported are: {}", available.join(", "))
+    }
+}
+
+/// What to draw and where.
+#[derive(Clone, Debug)]
+pub struct PlotOptions {
+    /// Only these metrics (in this order); empty = every metric reported.
+    pub metrics: Vec<String>,
+    pub out_dir: PathBuf,
+    pub width: u32,
+    pub height: u32,
+}
+
+/// A chart written: where, what, and a summary of what it shows.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct WrittenChart {
+    pub path: PathBuf,
+    /// `metric` or `memory`.
+    pub kind: &'static str,
+    /// The metric name, or the device.
+    pub name: String,
+    pub width: u32,
+    pub height: u32,
+    /// Metric charts: one line per task that reported the metric.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub series: Vec<SeriesSummary>,
+    /// Memory charts: the reservations drawn (all jobs) and the last budget.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reservations: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget_bytes: Option<u64>,
+}
+
+/// One task's line in a metric chart.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SeriesSummary {
+    pub task_id: i64,
+    pub label: String,
+    /// Points drawn (after thinning) and recorded.
+    pub points: usize,
+    pub recorded_points: u64,
+    pub first_step: Option<u64>,
+    pub last_step: Option<u64>,
+    /// `null` for NaN.
+    pub last_value: Option<f64>,
+}
+
+/// A task's name in legends: `task 3 template/ES`; an asset that is a file
+/// path is shown by its file name.
+pub fn task_label(task: &TaskHistory) -> String {
+    let asset = task.asset.rsplit('/').next().unwrap_or(&task.asset);
+    format!("task {} {}/{}", task.task_id, task.plugin, asset)
+}
+
+/// The colour of the task at `index` (its position in the job).
+pub fn task_color(index: usize) -> RGBColor {
+    PALETTE[index % PALETTE.len()]
+}
+
+/// The metrics to chart: those asked for (each must have been reported by
+/// some task), or every one reported.
+pub fn chosen_metrics(history: &JobHistory, asked: &[String]) -> Result<Vec<String>, PlotError> {
+    if asked.is_empty() {
+        return Ok(history.metric_names.clone());
+    }
+    let mut seen = BTreeSet::new();
+    let mut chosen = Vec::new();
+    for name in asked {
+        if !history.metric_names.contains(name) {
+            return Err(PlotError::UnknownMetric {
+                job: history.job_id,
+                name: name.clone(),
+                available: history.metric_names.clone(),
+            });
+        }
+        if seen.insert(name.as_str()) {
+            chosen.push(name.clone());
+        }
+    }
+    Ok(chosen)
+}
+
+/// A file name part from a metric or device name: letters, digits, `.`,
+/// `-` and `_` kept, anything else `_` (`cuda:0` → `cuda_0`).
+pub fn file_stem(name: &str) -> String {
+    let stem: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    match stem.trim_matches('.') {
+        "" => "unnamed".into(),
+        s => s.to_string(),
+    }
+}
+
+/// Draws every chart of `history` into `options.out_dir` (created if
+/// missing): `metric-<name>.png` per chosen metric, then
+/// `memory-<device>.png` per device. Returns what was written, in order.
+pub fn write_charts(
+    history: &JobHistory,
+    options: &PlotOptions,
+) -> Result<Vec<WrittenChart>, PlotError> {
+    let (width, height) = (options.width, options.height);
+    if !(MIN_SIDE..=MAX_SIDE).contains(&width) || !(MIN_SIDE..=MAX_SIDE).contains(&height) {
+        return Err(PlotError::Size { width, height });
+    }
+    let metrics = chosen_metrics(history, &options.metrics)?;
+    font::register_font()?;
+    std::fs::create_dir_all(&options.out_dir).map_err(|source| PlotError::OutDir {
+        path: options.out_dir.clone(),
+        source,
+    })?;
+    let mut used = BTreeSet::new();
+    let mut path_for = |prefix: &str, name: &str| {
+        let stem = format!("{prefix}-{}", file_stem(name));
+        let mut candidate = stem.clone();
+        let mut n = 2;
+        while !used.insert(candidate.clone()) {
+            candidate = format!("{stem}-{n}");
+            n += 1;
+        }
+        options.out_dir.join(format!("{candidate}.png"))
+    };
+    let mut written = Vec::new();
+    for metric in &metrics {
+        let path = path_for("metric", metric);
+        check_writable(&path)?;
+        let series = metrics_chart::draw(&path, history, metric, (width, height))?;
+        written.push(WrittenChart {
+            path,
+            kind: "metric",
+            name: metric.clone(),
+            width,
+            height,
+            series,
+            reservations: None,
+            budget_bytes: None,
+        });
+    }
+    for device in &history.devices {
+        let path = path_for("memory", &device.device);
+        check_writable(&path)?;
+        memory_chart::draw(&path, history, device, (width, height))?;
+        written.push(WrittenChart {
+            path,
+            kind: "memory",
+            name: device.device.clone(),
+            width,
+            height,
+            series: Vec::new(),
+            reservations: Some(device.reservations.len()),
+            budget_bytes: device.budget.last().map(|b| b.bytes),
+        });
+    }
+    Ok(written)
+}
+
+/// Creates (or truncates) the file, so that an unwritable place is an
+/// error naming it before anything is drawn.
+fn check_writable(path: &Path) -> Result<(), PlotError> {
+    std::fs::File::create(path)
+        .map(drop)
+        .map_err(|source| PlotError::OutDir {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+/// How a drawing error reads.
+/// A chart of this module: bitmap, f64 on both axes.
+pub(crate) type Chart<'a, 'b> = plotters::chart::ChartContext<
+    'a,
+    plotters::prelude::BitMapBackend<'b>,
+    plotters::prelude::Cartesian2d<
+        plotters::coord::types::RangedCoordf64,
+        plotters::coord::types::RangedCoordf64,
+    >,
+>;
+
+/// The legend every chart here draws: upper right, on a light box.
+pub(crate) fn draw_legend<'a>(chart: &mut Chart<'a, 'a>, path: &Path) -> Result<(), PlotError> {
+    use plotters::prelude::*;
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .label_font((font::FONT, 15))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.4))
+        .draw()
+        .map_err(|e| draw_error(path, &e))
+}
+
+pub(crate) fn draw_error(path: &Path, e: &dyn std::fmt::Display) -> PlotError {
+    PlotError::Draw {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    }
+}
+
+/// A byte count's unit for an axis whose top is `max` bytes: MiB up to
+/// 4 GiB, GiB above.
+pub fn byte_unit(max: f64) -> (&'static str, f64) {
+    const MIB: f64 = (1u64 << 20) as f64;
+    const GIB: f64 = (1u64 << 30) as f64;
+    if max > 4.0 * GIB {
+        ("GiB", GIB)
+    } else {
+        ("MiB", MIB)
+    }
+}
+
+/// An axis number without noise: `1.5k`, `2M`, `250`, `0.125`; anything
+/// closer to 0 than 1e-12 is `0`.
+pub fn short_number(v: f64) -> String {
+    let a = v.abs();
+    let trim = |s: String| {
+        if s.contains('.') {
+            s.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            s
+        }
+    };
+    if a >= 1e9 {
+        format!("{}G", trim(format!("{:.2}", v / 1e9)))
+    } else if a >= 1e6 {
+        format!("{}M", trim(format!("{:.2}", v / 1e6)))
+    } else if a >= 1e4 {
+        format!("{}k", trim(format!("{:.1}", v / 1e3)))
+    } else if a < 1e-12 {
+        // Axis ticks near zero carry float noise (-2.8e-17).
+        "0".to_string()
+    } else if a >= 100.0 {
+        format!("{v:.0}")
+    } else if a >= 1.0 {
+        trim(format!("{v:.2}"))
+    } else if a >= 1e-3 {
+        trim(format!("{v:.4}"))
+    } else {
+        format!("{v:.1e}")
+    }
+}
+
+#[cfg(test)]
+mod tests;

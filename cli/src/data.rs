@@ -1,0 +1,331 @@
+//! `tli data synth|inspect|convert|contracts`.
+
+use crate::args::{OutputFormat, SynthArgs};
+use crate::{new_table, print_json};
+use anyhow::{anyhow, Context, Result};
+use std::path::Path;
+use tli_core::byte_size::format_bytes;
+use tli_data::{
+    contracts::ContractBook, dbn_format, inspect, synth, timefmt, BarInterval, BarSource, Format,
+};
+
+/// The files of a command with its `--tz` (timestamps written without a zone).
+pub(super) fn with_tz(files: &[BarSource], tz: &Option<String>) -> Vec<BarSource> {
+    files
+        .iter()
+        .map(|f| BarSource {
+            tz: tz.clone(),
+            ..f.clone()
+        })
+        .collect()
+}
+
+pub(super) fn synth(
+    contracts: Option<&Path>,
+    args: &SynthArgs,
+    output: OutputFormat,
+) -> Result<()> {
+    let book = ContractBook::load(contracts)?;
+    let contract = book.lookup(&args.symbol)?;
+    let spec = synth::SynthSpec {
+        symbol: args.symbol.clone(),
+        interval: BarInterval::parse(&args.interval).map_err(|e| anyhow!("--interval: {e}"))?,
+        bars: args.bars as usize,
+        start: timefmt::parse(&args.start).map_err(|e| anyhow!("--start: {e}"))?,
+        seed: args.seed,
+        planted_strength: args.planted_strength,
+        single_contract: args.single_contract,
+    };
+    let contract_bars = synth::generate(&spec, contract)?;
+    match Format::from_path(&args.out)? {
+        Format::Dbn if !spec.single_contract => {
+            dbn_format::write_parent(&args.out, &spec.symbol, spec.interval, &contract_bars)?
+        }
+        _ if contract_bars.len() == 1 => tli_data::write_bars(&args.out, &contract_bars[0].table)?,
+        _ => {
+            return Err(anyhow!(
+                "{}: several contracts only fit a DBN file; use .dbn/.dbn.zst or --single-contract",
+                args.out.display()
+            ))
+        }
+    }
+    let summary = inspect::summarize(&args.out, &book)
+        .with_context(|| format!("reading back {}", args.out.display()))?;
+    if output == OutputFormat::Json {
+        return print_json(&summary);
+    }
+    crate::outln!(
+        "wrote {} ({}): {} contract(s), {} bars of {} {} from {} to {}, planted strength {}",
+        args.out.display(),
+        format_bytes(summary.bytes),
+        contract_bars.len(),
+        summary.bars,
+        summary.interval,
+        summary.symbol,
+        summary.first,
+        summary.last,
+        spec.planted_strength
+    );
+    Ok(())
+}
+
+pub(super) fn inspect(
+    contracts: Option<&Path>,
+    files: &[BarSource],
+    output: OutputFormat,
+) -> Result<()> {
+    let book = ContractBook::load(contracts)?;
+    let summaries = files
+        .iter()
+        .map(|f| inspect::summarize_source(f, &book))
+        .collect::<Result<Vec<_>, _>>()?;
+    if output == OutputFormat::Json {
+        return print_json(&summaries);
+    }
+    for s in &summaries {
+        let mut table = new_table(vec!["FIELD", "VALUE"]);
+        let contract = match (&s.contract, &s.contract_error) {
+            (Some(c), _) => c.clone(),
+            (None, e) => format!("none: {}", e.as_deref().unwrap_or_default()),
+        };
+        let rows = [
+            (
+                "file",
+                format!("{} ({}, {})", s.file, s.format, format_bytes(s.bytes)),
+            ),
+            ("symbol", symbol_text(s)),
+            ("contract", contract),
+            ("bars", format!("{} × {}", s.bars, s.interval)),
+            ("range", format!("{} .. {}", s.first, s.last)),
+            ("timestamps", s.timestamps.clone()),
+            (
+                "price",
+                format!("low {} high {} last close {}", s.low, s.high, s.last_close),
+            ),
+            ("volume", s.total_volume.to_string()),
+            ("gaps", gap_text(s)),
+            ("rolls", roll_text(s)),
+        ];
+        for (k, v) in rows {
+            table.add_row(vec![k.to_string(), v]);
+        }
+        crate::outln!("{table}");
+    }
+    Ok(())
+}
+
+/// What plugins receive from one file (`tli data inspect --features`).
+#[derive(serde::Serialize)]
+struct FeatureView {
+    file: String,
+    symbol: String,
+    rows: usize,
+    bar_interval_ns: i64,
+    splits: [u64; 4],
+    features: Vec<NamedRole>,
+    targets: Vec<TargetView>,
+    gap_rows: Vec<String>,
+    roll_rows: Vec<String>,
+}
+
+#[derive(serde::Serialize)]
+struct NamedRole {
+    name: String,
+    role: String,
+}
+
+#[derive(serde::Serialize)]
+struct TargetView {
+    name: String,
+    horizon: u32,
+    scale: f64,
+}
+
+/// The symbol and where it came from (`ES (given on the asset; the file says ESH4)`).
+fn symbol_text(s: &inspect::Summary) -> String {
+    use tli_data::bar_source::SymbolOrigin;
+    let origin = match s.symbol_origin {
+        SymbolOrigin::FileName => "from the file name",
+        SymbolOrigin::Column => "from the symbol column",
+        SymbolOrigin::Metadata => "from the tli.symbol metadata",
+        SymbolOrigin::Dbn => "from the DBN symbology",
+        SymbolOrigin::Asset => "given",
+    };
+    match &s.file_symbol {
+        Some(file) if file != &s.symbol => format!("{} ({origin}; the file says {file})", s.symbol),
+        _ => format!("{} ({origin})", s.symbol),
+    }
+}
+
+pub(super) fn inspect_features(
+    contracts: Option<&Path>,
+    files: &[BarSource],
+    feature_config: Option<&str>,
+    output: OutputFormat,
+) -> Result<()> {
+    let book = ContractBook::load(contracts)?;
+    let config: tli_data::features::FeatureConfig = match feature_config {
+        Some(json) => serde_json::from_str(json).context("--feature-config")?,
+        None => Default::default(),
+    };
+    let mut views = Vec::new();
+    for file in files {
+        let (table, notes) = file.read(&book)?;
+        let contract = file.contract(&table, &notes, &book)?;
+        let built = tli_data::features::build_annotated_dataset(&table, contract, &config)?;
+        let (d, a) = (&built.dataset, &built.annex);
+        let marked = |bit: u8| -> Vec<String> {
+            (0..d.rows())
+                .filter(|&r| a.row_markers[r] & bit != 0)
+                .map(|r| timefmt::format(d.timestamps[r]))
+                .collect()
+        };
+        let s = d.splits;
+        views.push(FeatureView {
+            file: file.path.display().to_string(),
+            symbol: d.symbol.to_string(),
+            rows: d.rows(),
+            bar_interval_ns: a.bar_interval_ns,
+            splits: [s.train_end, s.valid_start, s.valid_end, s.test_start],
+            features: d
+                .feature_names
+                .iter()
+                .zip(&a.feature_roles)
+                .map(|(n, r)| NamedRole {
+                    name: n.to_string(),
+                    role: r.name().to_string(),
+                })
+                .collect(),
+            targets: d
+                .target_names
+                .iter()
+                .zip(a.target_horizons.iter().zip(&a.target_scales))
+                .map(|(n, (h, sc))| TargetView {
+                    name: n.to_string(),
+                    horizon: *h,
+                    scale: *sc,
+                })
+                .collect(),
+            gap_rows: marked(tli_plugin_api::GAP_BEFORE),
+            roll_rows: marked(tli_plugin_api::ROLL_BEFORE),
+        });
+    }
+    if output == OutputFormat::Json {
+        return print_json(&views);
+    }
+    for v in &views {
+        crate::outln!(
+            "{} ({}): {} rows, bar interval {} s; train [0, {}), validation [{}, {}), test [{}, {})",
+            v.file,
+            v.symbol,
+            v.rows,
+            v.bar_interval_ns / 1_000_000_000,
+            v.splits[0],
+            v.splits[1],
+            v.splits[2],
+            v.splits[3],
+            v.rows
+        );
+        let mut table = new_table(vec!["INPUT", "KIND", "ROLE / HORIZON", "SCALE"]);
+        for f in &v.features {
+            table.add_row(vec![
+                f.name.clone(),
+                "feature".into(),
+                f.role.clone(),
+                "z-score (train)".into(),
+            ]);
+        }
+        for t in &v.targets {
+            table.add_row(vec![
+                t.name.clone(),
+                "target".into(),
+                format!("{} bars ahead", t.horizon),
+                format!("÷ {:.6e}", t.scale),
+            ]);
+        }
+        crate::outln!("{table}");
+        let list = |rows: &[String]| -> String {
+            let mut text = rows.iter().take(10).cloned().collect::<Vec<_>>().join(", ");
+            if rows.len() > 10 {
+                text.push_str(&format!(", … ({} in all)", rows.len()));
+            }
+            text
+        };
+        crate::outln!(
+            "gap before: {} row(s) {}",
+            v.gap_rows.len(),
+            list(&v.gap_rows)
+        );
+        crate::outln!(
+            "roll before: {} row(s) {}",
+            v.roll_rows.len(),
+            list(&v.roll_rows)
+        );
+    }
+    Ok(())
+}
+
+fn gap_text(s: &inspect::Summary) -> String {
+    let mut text = s.gap_count.to_string();
+    for g in &s.largest_gaps {
+        text.push_str(&format!(
+            "\n{} bars missing after {}",
+            g.missing_bars, g.after
+        ));
+    }
+    text
+}
+
+fn roll_text(s: &inspect::Summary) -> String {
+    if s.rolls.is_empty() {
+        return "none".into();
+    }
+    s.rolls
+        .iter()
+        .map(|r| format!("{} {} → {} (ratio {:.6})", r.at, r.from, r.to, r.ratio))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+pub(super) fn convert(contracts: Option<&Path>, input: &BarSource, output: &Path) -> Result<()> {
+    Format::from_path(output)?;
+    let (table, _) = input.read(&ContractBook::load(contracts)?)?;
+    tli_data::write_bars(output, &table)?;
+    eprintln!(
+        "wrote {} bars of {} to {}",
+        table.len(),
+        table.symbol,
+        output.display()
+    );
+    Ok(())
+}
+
+pub(super) fn contracts(contracts: Option<&Path>, output: OutputFormat) -> Result<()> {
+    let book = ContractBook::load(contracts)?;
+    let specs: Vec<_> = book.specs().collect();
+    if output == OutputFormat::Json {
+        return print_json(&specs);
+    }
+    let mut table = new_table(vec![
+        "ROOT",
+        "NAME",
+        "EXCHANGE",
+        "TICK",
+        "POINT VALUE",
+        "TICK VALUE",
+        "SESSION",
+    ]);
+    for c in specs {
+        table.add_row(vec![
+            c.root.clone(),
+            c.name.clone(),
+            c.exchange.clone(),
+            c.tick_size.to_string(),
+            format!("{} {}", c.point_value, c.currency),
+            format!("{} {}", c.tick_value(), c.currency),
+            c.session.clone(),
+        ]);
+    }
+    crate::outln!("{table}");
+    Ok(())
+}

@@ -1,0 +1,133 @@
+//! `tli-cli`: the `tli` command line. The only crate that knows clap.
+//!
+//! * [`args`]: every command's arguments (clap), shared by both binaries.
+//! * [`run_client`]: what needs no libtorch: the gRPC client commands
+//!   ([`remote`]: `train start|watch|status|list|stop|resume`, `plugins
+//!   list|rescan`, `resources`), `train plot` and `plot` ([`plot`], drawn by
+//!   [`charts`]), `data synth|inspect|convert|contracts` ([`data`]) and
+//!   `completions`.
+//! * [`view`] and [`render`]: the JSON shapes every command prints and the
+//!   tables people read; [`plugin_table`]: the plugin listing; [`stdout`]:
+//!   output that ends quietly on a closed pipe.
+//!
+//! Two binaries are built from it: `tli-client` (this crate's own, with no
+//! libtorch: it must never depend on tch, torch-sys or the host runtime;
+//! checked by `scripts/check-layers.sh`), and the full `tli` of `tli-host`,
+//! which runs the host-side commands itself and hands every other command to
+//! [`run_client`].
+
+pub mod args;
+pub mod charts;
+pub mod data;
+pub mod plot;
+pub mod plugin_table;
+pub mod remote;
+pub mod render;
+pub mod stdout;
+pub mod view;
+
+use anyhow::Result;
+use args::{Cli, Command, DataCommand, PluginsCommand, TrainCommand};
+use comfy_table::{presets::UTF8_FULL_CONDENSED, ContentArrangement, Table};
+use serde::Serialize;
+
+/// The command line of this process, parsed, for the binary `bin_name` (as
+/// `--help` and `--version` name it); clap exits with its usage message on a
+/// bad one.
+pub fn parse(bin_name: &'static str) -> Cli {
+    let matches = <Cli as clap::CommandFactory>::command()
+        .name(bin_name)
+        .bin_name(bin_name)
+        .get_matches();
+    <Cli as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
+/// Runs `cli` if it is a client command (see the crate docs): `None` when it
+/// is one only the full `tli` binary has (it loads plugins or runs a host).
+/// `bin_name` names the binary in generated shell completions.
+pub fn run_client(cli: &Cli, bin_name: &'static str) -> Option<Result<()>> {
+    let contracts = cli.contracts.as_deref();
+    let result = match &cli.command {
+        Command::Plugins {
+            command: PluginsCommand::List { local: false },
+        } => remote::plugins(cli),
+        Command::Plugins {
+            command: PluginsCommand::Rescan,
+        } => remote::rescan_plugins(cli),
+        Command::Train {
+            command: TrainCommand::Local(_),
+        } => return None,
+        Command::Train {
+            command: TrainCommand::Plot(args),
+        } => plot::train_plot(cli, args),
+        Command::Train { command } => remote::train(cli, command),
+        Command::Plot(args) => plot::store_plot(args, cli.output),
+        Command::Resources => remote::resources(cli),
+        Command::Completions { shell } => {
+            let mut script = Vec::new();
+            clap_complete::generate(
+                *shell,
+                &mut <Cli as clap::CommandFactory>::command().name(bin_name),
+                bin_name,
+                &mut script,
+            );
+            stdout::write_bytes(&script);
+            Ok(())
+        }
+        Command::Data { command } => match command {
+            DataCommand::Synth(args) => data::synth(contracts, args, cli.output),
+            DataCommand::Inspect {
+                files,
+                tz,
+                features: false,
+                ..
+            } => data::inspect(contracts, &data::with_tz(files, tz), cli.output),
+            DataCommand::Inspect {
+                files,
+                tz,
+                features: true,
+                feature_config,
+            } => data::inspect_features(
+                contracts,
+                &data::with_tz(files, tz),
+                feature_config.as_deref(),
+                cli.output,
+            ),
+            DataCommand::Convert {
+                source,
+                tz,
+                destination,
+            } => data::convert(
+                contracts,
+                &data::with_tz(std::slice::from_ref(source), tz)[0],
+                destination,
+            ),
+            DataCommand::Contracts => data::contracts(contracts, cli.output),
+        },
+        Command::Plugins {
+            command: PluginsCommand::List { local: true },
+        }
+        | Command::Doctor
+        | Command::Host { .. }
+        | Command::Profile { .. }
+        | Command::Worker(_) => return None,
+    };
+    Some(result)
+}
+
+/// `value` as pretty JSON on stdout.
+pub fn print_json<T: Serialize>(value: &T) -> Result<()> {
+    let text = serde_json::to_string_pretty(value)?;
+    outln!("{text}");
+    Ok(())
+}
+
+/// A table in the house style, with `header`.
+pub fn new_table(header: Vec<&str>) -> Table {
+    let mut table = Table::new();
+    table
+        .load_style(UTF8_FULL_CONDENSED)
+        .set_content_arrangement(ContentArrangement::Dynamic)
+        .set_header(header);
+    table
+}

@@ -1,0 +1,242 @@
+//! Connecting to a host: the endpoint (normalised, `http://` or `https://`
+//! with `TLI_CA_FILE`), the bearer token, the async runtime a command runs
+//! on, and how refused or failed calls read (`<code>: <message>`, `cannot
+//! reach the tli host at …`).
+
+use crate::args::Cli;
+use anyhow::{anyhow, bail, Context, Result};
+use std::future::Future;
+use std::time::Duration;
+use tli_core::error_chain::error_chain;
+use tli_proto::v1::{
+    resource_service_client::ResourceServiceClient, training_service_client::TrainingServiceClient,
+};
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+use tonic::service::Interceptor;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+use tonic::{Code, Status};
+
+/// How long connecting may take before the host counts as unreachable.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Connects and runs one command on a small current-thread runtime (the
+/// arguments are checked before this, so mistakes show without a host).
+pub(super) fn run<F, Fut>(cli: &Cli, command: F) -> Result<()>
+where
+    F: FnOnce(Remote) -> Fut,
+    Fut: Future<Output = Result<()>>,
+{
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        let remote = Remote::connect(&cli.endpoint, cli.token.as_deref()).await?;
+        command(remote).await
+    })
+}
+
+/// Adds `authorization: Bearer <token>` to every call when a token is set.
+#[derive(Clone)]
+pub(super) struct Auth(Option<MetadataValue<Ascii>>);
+
+impl Interceptor for Auth {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
+        if let Some(value) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
+        Ok(request)
+    }
+}
+
+pub(super) type Authed = InterceptedService<Channel, Auth>;
+
+/// A connected host.
+pub(super) struct Remote {
+    pub(super) channel: Channel,
+    pub(super) auth: Auth,
+}
+
+impl Remote {
+    async fn connect(endpoint: &str, token: Option<&str>) -> Result<Self> {
+        let endpoint = normalize_endpoint(endpoint);
+        let auth = match token.map(str::trim).filter(|t| !t.is_empty()) {
+            Some(token) => {
+                Auth(Some(format!("Bearer {token}").parse().map_err(|_| {
+                    anyhow!("the token has characters a header cannot carry")
+                })?))
+            }
+            None => Auth(None),
+        };
+        let mut builder = Endpoint::from_shared(endpoint.clone())
+            .map_err(|e| anyhow!("invalid endpoint {endpoint:?}: {e}"))?
+            .connect_timeout(CONNECT_TIMEOUT);
+        if endpoint.starts_with("https://") {
+            builder = builder
+                .tls_config(tls_config()?)
+                .map_err(|e| anyhow!("TLS for {endpoint}: {}", error_chain(&e)))?;
+        } else if !endpoint.starts_with("http://") {
+            bail!("invalid endpoint {endpoint:?}: use http://HOST:PORT or https://HOST:PORT");
+        }
+        let channel = builder
+            .connect()
+            .await
+            .map_err(|e| unreachable_error(&endpoint, &error_chain(&e)))?;
+        Ok(Self { channel, auth })
+    }
+
+    pub(super) fn training(&self) -> TrainingServiceClient<Authed> {
+        TrainingServiceClient::with_interceptor(self.channel.clone(), self.auth.clone())
+    }
+
+    pub(super) fn resources(&self) -> ResourceServiceClient<Authed> {
+        ResourceServiceClient::with_interceptor(self.channel.clone(), self.auth.clone())
+    }
+}
+
+/// `host:port` → `http://host:port`; surrounding space and a trailing `/` go.
+pub(super) fn normalize_endpoint(endpoint: &str) -> String {
+    let e = endpoint.trim().trim_end_matches('/');
+    if e.contains("://") {
+        e.to_string()
+    } else {
+        format!("http://{e}")
+    }
+}
+
+fn tls_config() -> Result<ClientTlsConfig> {
+    let Some(path) = std::env::var_os("TLI_CA_FILE") else {
+        bail!(
+            "https endpoints need TLI_CA_FILE: a PEM file with the CA certificate that signed the host's certificate"
+        );
+    };
+    let pem = std::fs::read(&path)
+        .with_context(|| format!("TLI_CA_FILE: cannot read {}", path.to_string_lossy()))?;
+    Ok(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem)))
+}
+
+fn unreachable_error(endpoint: &str, reason: &str) -> anyhow::Error {
+    anyhow!(
+        "cannot reach the tli host at {endpoint}: {reason}; start one with `tli host serve` or set --endpoint / TLI_ENDPOINT"
+    )
+}
+
+/// A gRPC code as words: `invalid argument`, `not found`, …
+fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "ok",
+        Code::Cancelled => "cancelled",
+        Code::Unknown => "unknown",
+        Code::InvalidArgument => "invalid argument",
+        Code::DeadlineExceeded => "deadline exceeded",
+        Code::NotFound => "not found",
+        Code::AlreadyExists => "already exists",
+        Code::PermissionDenied => "permission denied",
+        Code::ResourceExhausted => "resource exhausted",
+        Code::FailedPrecondition => "failed precondition",
+        Code::Aborted => "aborted",
+        Code::OutOfRange => "out of range",
+        Code::Unimplemented => "unimplemented",
+        Code::Internal => "internal",
+        Code::Unavailable => "unavailable",
+        Code::DataLoss => "data loss",
+        Code::Unauthenticated => "unauthenticated",
+    }
+}
+
+/// A refused call as one line: `<code name>: <message>` (main adds `error: `).
+pub(super) fn api_error(remote: &Remote, status: Status) -> anyhow::Error {
+    status_error(&status, remote.auth.0.is_some())
+}
+
+fn status_error(status: &Status, has_token: bool) -> anyhow::Error {
+    let code = code_name(status.code());
+    let message = status.message().trim();
+    let mut text = if message.is_empty() {
+        code.to_string()
+    } else {
+        format!("{code}: {message}")
+    };
+    if status.code() == Code::Unauthenticated && !has_token {
+        text.push_str(" (set --token or TLI_TOKEN)");
+    }
+    anyhow!(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::remote::resources;
+    use clap::Parser;
+    use std::time::Instant;
+
+    #[test]
+    fn an_unreachable_host_is_one_clear_line() {
+        let cli =
+            Cli::try_parse_from(["tli", "--endpoint", "http://127.0.0.1:1", "resources"]).unwrap();
+        let started = Instant::now();
+        let e = format!("{:#}", resources(&cli).unwrap_err());
+        assert!(started.elapsed() < Duration::from_secs(4), "{e}");
+        assert!(
+            e.starts_with("cannot reach the tli host at http://127.0.0.1:1: "),
+            "{e}"
+        );
+        assert!(
+            e.ends_with("; start one with `tli host serve` or set --endpoint / TLI_ENDPOINT"),
+            "{e}"
+        );
+        assert!(!e.contains('\n'), "{e}");
+        assert!(e.to_lowercase().contains("refused"), "{e}");
+    }
+
+    #[test]
+    fn endpoints_are_checked_and_normalised() {
+        assert_eq!(
+            normalize_endpoint("127.0.0.1:50051"),
+            "http://127.0.0.1:50051"
+        );
+        assert_eq!(normalize_endpoint(" http://h:1/ "), "http://h:1");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let e = rt
+            .block_on(Remote::connect("ftp://h:1", None))
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("invalid endpoint"), "{e}");
+        let e = rt
+            .block_on(Remote::connect("http://127.0.0.1:1", Some("bad\ntoken")))
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("token"), "{e}");
+    }
+
+    #[test]
+    fn refusals_read_as_code_and_message() {
+        assert_eq!(code_name(Code::InvalidArgument), "invalid argument");
+        assert_eq!(code_name(Code::NotFound), "not found");
+        let e = status_error(
+            &Status::invalid_argument("models[0].steps: 0 is outside 1..=1000000000"),
+            false,
+        );
+        assert_eq!(
+            e.to_string(),
+            "invalid argument: models[0].steps: 0 is outside 1..=1000000000"
+        );
+        let e = status_error(&Status::unauthenticated("missing token"), false);
+        assert_eq!(
+            e.to_string(),
+            "unauthenticated: missing token (set --token or TLI_TOKEN)"
+        );
+        let e = status_error(&Status::unauthenticated("bad token"), true);
+        assert_eq!(e.to_string(), "unauthenticated: bad token");
+        assert_eq!(
+            status_error(&Status::not_found(""), false).to_string(),
+            "not found"
+        );
+    }
+}

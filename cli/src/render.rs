@@ -1,0 +1,462 @@
+//! How the client draws what it shows ([`crate::view`]'s shapes): tables,
+//! state colours (only on a terminal, never with NO_COLOR), and numbers,
+//! times and metrics formatted for people.
+
+use crate::new_table;
+use crate::view::{JobJson, ResourcesJson, TaskJson, WireState};
+use comfy_table::{Cell, Color, Table};
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use tli_core::byte_size::format_bytes;
+use tli_core::state::TaskState;
+
+// ---- colours ----
+
+/// Colour for one state: green done, yellow in progress or waiting, red failed,
+/// grey stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tone {
+    Good,
+    Busy,
+    Bad,
+    Muted,
+    Plain,
+}
+
+pub fn tone(state: WireState) -> Tone {
+    match state {
+        WireState::Known(TaskState::Completed) => Tone::Good,
+        WireState::Known(TaskState::Running | TaskState::Checkpointing | TaskState::Queued) => {
+            Tone::Busy
+        }
+        WireState::Known(TaskState::Failed) => Tone::Bad,
+        WireState::Known(TaskState::Cancelled | TaskState::Interrupted) => Tone::Muted,
+        WireState::Unspecified | WireState::Unknown => Tone::Plain,
+    }
+}
+
+/// Colours only for a terminal, and never when NO_COLOR is set.
+fn colours_for(is_terminal: bool) -> bool {
+    is_terminal && std::env::var_os("NO_COLOR").is_none()
+}
+
+pub fn stdout_colours() -> bool {
+    colours_for(std::io::stdout().is_terminal())
+}
+
+pub fn stderr_colours() -> bool {
+    colours_for(std::io::stderr().is_terminal())
+}
+
+/// `text` in the tone's ANSI colour when `on`.
+pub fn paint(text: &str, tone: Tone, on: bool) -> String {
+    let code = match tone {
+        Tone::Good => "32",
+        Tone::Busy => "33",
+        Tone::Bad => "31",
+        Tone::Muted => "90",
+        Tone::Plain => return text.to_string(),
+    };
+    if on {
+        format!("\x1b[{code}m{text}\x1b[0m")
+    } else {
+        text.to_string()
+    }
+}
+
+fn cell(text: impl Into<String>, tone: Tone, on: bool) -> Cell {
+    let cell = Cell::new(text.into());
+    let colour = match tone {
+        Tone::Good => Color::Green,
+        Tone::Busy => Color::Yellow,
+        Tone::Bad => Color::Red,
+        Tone::Muted => Color::DarkGrey,
+        Tone::Plain => return cell,
+    };
+    if on {
+        cell.fg(colour)
+    } else {
+        cell
+    }
+}
+
+// ---- formatting ----
+
+pub fn format_percent(fraction: f64) -> String {
+    format!("{:.1}%", fraction.clamp(0.0, 1.0) * 100.0)
+}
+
+pub fn format_eta(seconds: Option<f64>) -> String {
+    let Some(s) = seconds.filter(|s| s.is_finite() && *s >= 0.0) else {
+        return "-".into();
+    };
+    let s = s.round() as u64;
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m {:02}s", s / 60, s % 60),
+        _ => format!("{}h {:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+/// `2025-11-30 13:40:02 UTC` from Unix milliseconds.
+pub fn format_time(unix_ms: i64) -> String {
+    match time::OffsetDateTime::from_unix_timestamp(unix_ms.div_euclid(1000)) {
+        Ok(t) if unix_ms > 0 => format!(
+            "{:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC",
+            t.year(),
+            u8::from(t.month()),
+            t.day(),
+            t.hour(),
+            t.minute(),
+            t.second()
+        ),
+        _ => "-".into(),
+    }
+}
+
+/// Metrics shown in a table cell at most (`-o json` has them all).
+const TABLE_METRICS: usize = 4;
+
+/// The first few metrics for a table: losses, then skills, then the rest
+/// (each group by name), and how many were left out.
+pub fn format_metrics(metrics: &BTreeMap<String, f64>) -> String {
+    if metrics.is_empty() {
+        return "-".into();
+    }
+    let rank = |name: &str| {
+        if name.contains("loss") {
+            0
+        } else if name.contains("skill") {
+            1
+        } else {
+            2
+        }
+    };
+    let mut names: Vec<&String> = metrics.keys().collect();
+    names.sort_by_key(|n| rank(n));
+    let mut text = names
+        .iter()
+        .take(TABLE_METRICS)
+        .map(|k| format!("{k}={}", format_value(metrics[*k])))
+        .collect::<Vec<_>>()
+        .join(" ");
+    if names.len() > TABLE_METRICS {
+        text.push_str(&format!(" (+{} more)", names.len() - TABLE_METRICS));
+    }
+    text
+}
+
+fn format_value(v: f64) -> String {
+    if v != 0.0 && (v.abs() < 1e-3 || v.abs() >= 1e6) {
+        format!("{v:.3e}")
+    } else {
+        format!("{v:.4}")
+    }
+}
+
+/// The metric a progress line shows: `train_loss`, else any `*loss*`, else the first.
+pub fn headline_metric(metrics: &BTreeMap<String, f64>) -> Option<String> {
+    metrics
+        .get_key_value("train_loss")
+        .or_else(|| metrics.iter().find(|(k, _)| k.contains("loss")))
+        .or_else(|| metrics.iter().next())
+        .map(|(k, v)| format!("{k}={}", format_value(*v)))
+}
+
+/// `2 completed, 1 running`: finished work first, then active, then stopped,
+/// in this fixed order so a live line does not jump around.
+pub fn state_counts(tasks: &[TaskJson]) -> String {
+    use TaskState::*;
+    const ORDER: [WireState; 9] = [
+        WireState::Known(Completed),
+        WireState::Known(Running),
+        WireState::Known(Checkpointing),
+        WireState::Known(Queued),
+        WireState::Known(Failed),
+        WireState::Known(Cancelled),
+        WireState::Known(Interrupted),
+        WireState::Unspecified,
+        WireState::Unknown,
+    ];
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    for state in ORDER {
+        let n = tasks.iter().filter(|t| t.state == state).count();
+        if n > 0 {
+            counts.push((state.name(), n));
+        }
+    }
+    if counts.is_empty() {
+        return "no tasks".into();
+    }
+    counts
+        .iter()
+        .map(|(name, n)| format!("{n} {name}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The tone of a whole job: red if anything failed, yellow while anything is
+/// queued or running, green when everything completed, grey otherwise.
+pub fn job_tone(tasks: &[TaskJson]) -> Tone {
+    let any = |t: Tone| tasks.iter().any(|x| tone(x.state) == t);
+    if tasks.is_empty() {
+        Tone::Plain
+    } else if any(Tone::Bad) {
+        Tone::Bad
+    } else if any(Tone::Busy) {
+        Tone::Busy
+    } else if tasks
+        .iter()
+        .all(|t| t.state == WireState::Known(TaskState::Completed))
+    {
+        Tone::Good
+    } else {
+        Tone::Muted
+    }
+}
+
+// ---- tables ----
+
+/// `train start`: JOB, NAME, TASKS.
+pub fn started_table(job: &JobJson) -> Table {
+    let mut table = new_table(vec!["JOB", "NAME", "TASKS"]);
+    table.add_row(vec![
+        job.job_id.to_string(),
+        job.name.clone(),
+        job.progress.tasks.len().to_string(),
+    ]);
+    table
+}
+
+/// `train status|stop|resume|watch`: one row per task.
+pub fn tasks_table(job: &JobJson) -> Table {
+    let on = stdout_colours();
+    // Slurm tasks show their Slurm job and node.
+    let slurm = job.progress.tasks.iter().any(|t| t.slurm.is_some());
+    let mut header = vec!["TASK", "PLUGIN", "ASSET", "STATE"];
+    if slurm {
+        header.push("SLURM JOB");
+    }
+    header.extend(["STEPS", "STEPS/S", "ETA", "METRICS"]);
+    let mut table = new_table(header);
+    for t in &job.progress.tasks {
+        let mut row = vec![
+            Cell::new(t.task_id),
+            // The version too, when the host recorded it (several may be loaded).
+            Cell::new(match &t.plugin_version {
+                Some(version) => format!("{}@{version}", t.plugin),
+                None => t.plugin.clone(),
+            }),
+            Cell::new(&t.asset),
+            cell(t.state.name(), tone(t.state), on),
+        ];
+        if slurm {
+            row.push(Cell::new(match &t.slurm {
+                Some(s) => match &s.node {
+                    Some(node) => format!("{} on {node}", s.job_id),
+                    None => format!("{} (not started)", s.job_id),
+                },
+                None => "-".into(),
+            }));
+        }
+        row.extend([
+            Cell::new(format!("{}/{}", t.steps_done, t.total_steps)),
+            Cell::new(if t.steps_per_second > 0.0 {
+                format!("{:.1}", t.steps_per_second)
+            } else {
+                "-".into()
+            }),
+            Cell::new(format_eta(t.eta_seconds)),
+            Cell::new(format_metrics(&t.metrics)),
+        ]);
+        table.add_row(row);
+    }
+    table
+}
+
+/// The lines under a tasks table: the weighted progress and each task's error.
+pub fn job_summary(job: &JobJson) -> Vec<String> {
+    let on = stdout_colours();
+    let mut lines = vec![format!(
+        "job {} ({}): {} done (weighted by estimated cost) · {}",
+        job.job_id,
+        job.name,
+        format_percent(job.progress.weighted_fraction),
+        state_counts(&job.progress.tasks)
+    )];
+    // Which library ran the tasks (several versions of a plugin may be loaded).
+    let mut libraries: Vec<String> = Vec::new();
+    for t in &job.progress.tasks {
+        if let (Some(version), Some(sum)) = (&t.plugin_version, &t.plugin_checksum) {
+            let line = format!(
+                "{}@{version} (sha256 {})",
+                t.plugin,
+                &sum[..sum.len().min(12)]
+            );
+            if !libraries.contains(&line) {
+                libraries.push(line);
+            }
+        }
+    }
+    if !libraries.is_empty() {
+        lines.push(format!("plugin libraries: {}", libraries.join(", ")));
+    }
+    for t in job.progress.tasks.iter().filter(|t| t.error.is_some()) {
+        lines.push(format!(
+            "task {} {}: {}",
+            t.task_id,
+            paint(t.state.name(), tone(t.state), on),
+            t.error.as_deref().unwrap_or_default()
+        ));
+    }
+    lines
+}
+
+pub fn print_job(job: &JobJson) {
+    crate::outln!("{}", tasks_table(job));
+    for line in job_summary(job) {
+        crate::outln!("{line}");
+    }
+}
+
+/// `train list`: JOB, NAME, CREATED, TASKS, STATES, PROGRESS.
+pub fn jobs_table(jobs: &[JobJson]) -> Table {
+    let on = stdout_colours();
+    let mut table = new_table(vec![
+        "JOB", "NAME", "CREATED", "TASKS", "STATES", "PROGRESS",
+    ]);
+    for j in jobs {
+        table.add_row(vec![
+            Cell::new(j.job_id),
+            Cell::new(&j.name),
+            Cell::new(format_time(j.created_unix_ms)),
+            Cell::new(j.progress.tasks.len()),
+            cell(
+                state_counts(&j.progress.tasks),
+                job_tone(&j.progress.tasks),
+                on,
+            ),
+            Cell::new(format_percent(j.progress.weighted_fraction)),
+        ]);
+    }
+    table
+}
+
+/// `resources`: a device table, and a reservations table when any.
+pub fn resources_tables(r: &ResourcesJson) -> Vec<Table> {
+    let has_total = r.devices.iter().any(|d| d.total_bytes.is_some());
+    let mut header = vec!["DEVICE", "BUDGET", "RESERVED", "STRATEGY"];
+    if has_total {
+        header.extend(["TOTAL", "FREE"]);
+    }
+    let opt = |b: Option<u64>| b.map_or_else(|| "-".to_string(), format_bytes);
+    let mut devices = new_table(header);
+    for d in &r.devices {
+        let mut row = vec![
+            d.name.clone(),
+            format_bytes(d.budget_bytes),
+            format_bytes(d.reserved_bytes),
+            d.strategy.clone(),
+        ];
+        if has_total {
+            row.extend([opt(d.total_bytes), opt(d.free_bytes)]);
+        }
+        devices.add_row(row);
+    }
+    let mut tables = vec![devices];
+    if r.devices.iter().any(|d| !d.reservations.is_empty()) {
+        let mut reservations = new_table(vec!["DEVICE", "TASK", "RESERVED", "MEASURED"]);
+        for d in &r.devices {
+            for res in &d.reservations {
+                reservations.add_row(vec![
+                    d.name.clone(),
+                    res.task_id.to_string(),
+                    format_bytes(res.reserved_bytes),
+                    opt(res.measured_bytes),
+                ]);
+            }
+        }
+        tables.push(reservations);
+    }
+    tables
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::view::tests::task;
+    use tli_proto::v1 as pb;
+
+    #[test]
+    fn slurm_tasks_show_their_slurm_job_and_node() {
+        let mut ran = task(1, pb::TaskState::Running);
+        ran.slurm = Some(pb::SlurmPlacement {
+            job_id: "41".into(),
+            node: "gpu-07".into(),
+        });
+        let mut pending = task(2, pb::TaskState::Queued);
+        pending.slurm = Some(pb::SlurmPlacement {
+            job_id: "42".into(),
+            node: String::new(),
+        });
+        let job = |tasks| {
+            JobJson::from(&pb::Job {
+                job_id: 3,
+                name: "j".into(),
+                created_unix_ms: 0,
+                progress: Some(pb::JobProgress {
+                    job_id: 3,
+                    weighted_fraction: 0.0,
+                    tasks,
+                }),
+            })
+        };
+        let table =
+            tasks_table(&job(vec![ran, pending, task(3, pb::TaskState::Queued)])).to_string();
+        assert!(table.contains("SLURM JOB"), "{table}");
+        assert!(table.contains("41 on gpu-07"), "{table}");
+        assert!(table.contains("42 (not started)"), "{table}");
+        let local = tasks_table(&job(vec![task(1, pb::TaskState::Running)])).to_string();
+        assert!(
+            !local.contains("SLURM"),
+            "a local job's table is as before: {local}"
+        );
+    }
+
+    #[test]
+    fn formatting_helpers() {
+        assert_eq!(format_eta(None), "-");
+        assert_eq!(format_eta(Some(42.4)), "42s");
+        assert_eq!(format_eta(Some(200.0)), "3m 20s");
+        assert_eq!(format_eta(Some(7300.0)), "2h 01m");
+        assert_eq!(format_percent(0.4213), "42.1%");
+        assert_eq!(format_time(0), "-");
+        assert_eq!(format_time(1_700_000_000_000), "2023-11-14 22:13:20 UTC");
+        let tasks: Vec<TaskJson> = [
+            pb::TaskState::Completed,
+            pb::TaskState::Running,
+            pb::TaskState::Completed,
+        ]
+        .iter()
+        .enumerate()
+        .map(|(i, s)| TaskJson::from(&task(i as u64, *s)))
+        .collect();
+        assert_eq!(state_counts(&tasks), "2 completed, 1 running");
+        assert_eq!(job_tone(&tasks), Tone::Busy);
+        assert_eq!(paint("x", Tone::Good, false), "x");
+        assert_eq!(paint("x", Tone::Bad, true), "\x1b[31mx\x1b[0m");
+        let mut m = BTreeMap::new();
+        m.insert("accuracy".to_string(), 0.9);
+        m.insert("valid_loss".to_string(), 0.25);
+        assert_eq!(headline_metric(&m).unwrap(), "valid_loss=0.2500");
+        m.insert("train_loss".to_string(), 0.00001);
+        assert_eq!(headline_metric(&m).unwrap(), "train_loss=1.000e-5");
+        m.insert("valid_skill".to_string(), 0.1);
+        m.insert("b".to_string(), 2.0);
+        assert_eq!(
+            format_metrics(&m),
+            "train_loss=1.000e-5 valid_loss=0.2500 valid_skill=0.1000 accuracy=0.9000 (+1 more)"
+        );
+        assert_eq!(format_metrics(&BTreeMap::new()), "-");
+    }
+}

@@ -1,0 +1,212 @@
+//! Which bar files a job may name: the host's data roots. A client allowed
+//! to submit jobs must not make the host open any file the host can read
+//! (`/etc/shadow` as a "CSV", another user's keys): every asset path is
+//! resolved (symlinks and `..` included) and must lie under one of the roots.
+//!
+//! The roots are `--data-root DIR` (repeatable; `/` allows everything), or
+//! by default the host's working directory and the bundled sample data.
+//! Refusals name the path as given and the roots, never anything read from
+//! the file (nothing is read before the check passes); a path that does not
+//! resolve gets the same refusal when its lexical form is outside the roots,
+//! so the answer does not tell whether a file exists out there.
+
+use crate::job::AssetSpec;
+use std::path::{Component, Path, PathBuf};
+
+/// Why an asset path is refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DataRootError {
+    #[error(
+        "{path}: outside the host's data roots ({roots}); the host reads bar files only under \
+         them (start it with --data-root DIR to allow another directory)"
+    )]
+    Outside { path: String, roots: String },
+    #[error("{path}: cannot be read ({reason})")]
+    Unreadable { path: String, reason: String },
+}
+
+/// The directories bar files must be under.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DataRoots {
+    /// Canonical (symlink-free, absolute) directories.
+    roots: Vec<PathBuf>,
+}
+
+impl DataRoots {
+    /// Roots from directories; each is resolved now (one that does not
+    /// exist is an error: a typo would otherwise refuse every file).
+    pub fn new(dirs: &[PathBuf]) -> Result<Self, DataRootError> {
+        let mut roots = Vec::with_capacity(dirs.len());
+        for dir in dirs {
+            let canonical = dir.canonicalize().map_err(|e| DataRootError::Unreadable {
+                path: dir.display().to_string(),
+                reason: e.to_string(),
+            })?;
+            if !roots.contains(&canonical) {
+                roots.push(canonical);
+            }
+        }
+        Ok(Self { roots })
+    }
+
+    /// The default roots: the working directory, and the bundled samples
+    /// (`data/samples` of the checkout the binary was built in, or
+    /// `share/tli/samples` of an installation) when they exist.
+    pub fn defaults() -> Result<Self, DataRootError> {
+        let mut dirs = Vec::new();
+        if let Ok(cwd) = std::env::current_dir() {
+            dirs.push(cwd);
+        }
+        if let Some(exe_dir) = std::env::current_exe()
+            .ok()
+            .and_then(|e| e.parent().map(Path::to_path_buf))
+        {
+            for candidate in [
+                exe_dir.join("../../data/samples"),
+                exe_dir.join("../share/tli/samples"),
+            ] {
+                if candidate.is_dir() {
+                    dirs.push(candidate);
+                }
+            }
+        }
+        Self::new(&dirs)
+    }
+
+    pub fn roots(&self) -> &[PathBuf] {
+        &self.roots
+    }
+
+    /// The file `path` names, resolved, if it is under a root.
+    pub fn check(&self, path: &Path) -> Result<PathBuf, DataRootError> {
+        let outside = || DataRootError::Outside {
+            path: path.display().to_string(),
+            roots: self.describe(),
+        };
+        match path.canonicalize() {
+            Ok(resolved) if self.contains(&resolved) => Ok(resolved),
+            Ok(_) => Err(outside()),
+            Err(e) => {
+                // Only a path that would be inside learns why it cannot be read.
+                let lexical = lexical_absolute(path).ok_or_else(outside)?;
+                if self.contains(&lexical) {
+                    Err(DataRootError::Unreadable {
+                        path: path.display().to_string(),
+                        reason: e.to_string(),
+                    })
+                } else {
+                    Err(outside())
+                }
+            }
+        }
+    }
+
+    /// Checks every bar file of a job's assets (synthetic ones need none);
+    /// the first refusal with its asset's index.
+    pub fn check_assets(&self, assets: &[AssetSpec]) -> Result<(), (usize, DataRootError)> {
+        for (i, asset) in assets.iter().enumerate() {
+            if let AssetSpec::Data(source) = asset {
+                self.check(&source.path).map_err(|e| (i, e))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn contains(&self, resolved: &Path) -> bool {
+        self.roots.iter().any(|root| resolved.starts_with(root))
+    }
+
+    fn describe(&self) -> String {
+        self.roots
+            .iter()
+            .map(|r| r.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// `path` made absolute against the working directory with `.` and `..`
+/// removed, without touching the filesystem (for paths that do not resolve).
+fn lexical_absolute(path: &Path) -> Option<PathBuf> {
+    let absolute = std::path::absolute(path).ok()?;
+    let mut out = PathBuf::new();
+    for part in absolute.components() {
+        match part {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_under_a_root_pass_and_others_do_not() {
+        let root = tempfile::tempdir().unwrap();
+        let other = tempfile::tempdir().unwrap();
+        let inside = root.path().join("es.csv");
+        let outside = other.path().join("secret.csv");
+        std::fs::write(&inside, "x").unwrap();
+        std::fs::write(&outside, "top secret").unwrap();
+        let roots = DataRoots::new(&[root.path().to_path_buf()]).unwrap();
+        assert_eq!(
+            roots.check(&inside).unwrap(),
+            inside.canonicalize().unwrap()
+        );
+        let refused = roots.check(&outside).unwrap_err();
+        assert!(
+            matches!(refused, DataRootError::Outside { .. }),
+            "{refused}"
+        );
+        assert!(!refused.to_string().contains("top secret"));
+        // `..` out of the root, and a symlink in the root pointing out of it.
+        // (Both temporary directories share a parent.)
+        let sneaky = root
+            .path()
+            .join("..")
+            .join(other.path().file_name().unwrap())
+            .join("secret.csv");
+        assert!(matches!(
+            roots.check(&sneaky),
+            Err(DataRootError::Outside { .. })
+        ));
+        let link = root.path().join("link.csv");
+        std::os::unix::fs::symlink(&outside, &link).unwrap();
+        assert!(matches!(
+            roots.check(&link),
+            Err(DataRootError::Outside { .. })
+        ));
+    }
+
+    #[test]
+    fn a_missing_file_says_why_only_inside_the_roots() {
+        let root = tempfile::tempdir().unwrap();
+        let roots = DataRoots::new(&[root.path().to_path_buf()]).unwrap();
+        assert!(matches!(
+            roots.check(&root.path().join("nope.csv")),
+            Err(DataRootError::Unreadable { .. })
+        ));
+        assert!(matches!(
+            roots.check(Path::new("/definitely/not/here.csv")),
+            Err(DataRootError::Outside { .. })
+        ));
+        assert!(matches!(
+            roots.check(&root.path().join("../../etc/nope.csv")),
+            Err(DataRootError::Outside { .. })
+        ));
+    }
+
+    #[test]
+    fn the_filesystem_root_allows_everything_and_missing_roots_are_errors() {
+        let everything = DataRoots::new(&[PathBuf::from("/")]).unwrap();
+        let anywhere = tempfile::NamedTempFile::new().unwrap();
+        assert!(everything.check(anywhere.path()).is_ok());
+        assert!(DataRoots::new(&[PathBuf::from("/no/such/dir")]).is_err());
+    }
+}

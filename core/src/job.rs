@@ -1,0 +1,637 @@
+//! Job specifications: what a user submits. One job = models × assets; each
+//! (model, asset) pair becomes one task with its own config, seed and step
+//! budget.
+//!
+//! ```json
+//! {
+//!   "name": "es-nq-sweep",
+//!   "models": [
+//!     {"plugin": "template", "steps": 2000, "config": {"hidden_sizes": [64, 64]}},
+//!     {"plugin": "template", "steps": 2000, "config": {"hidden_sizes": [256]}, "priority": 1}
+//!   ],
+//!   "assets": [
+//!     {"data": "data/samples/es_proxy_sp500_1d.dbn.zst"},
+//!     {"data": "data/samples/nq_proxy_nasdaq_1d.dbn.zst"},
+//!     {"data": "data/samples/es_proxy_sp500_1d.csv", "symbol": "ES"},
+//!     {"synthetic": {"rows": 20000}}
+//!   ],
+//!   "seed": 7,
+//!   "device": "cpu",
+//!   "features": {"return_horizons": [1, 5, 20]},
+//!   "checkpoint": {"every_steps": 500, "every_seconds": 300, "keep": 3},
+//!   "slice_steps": 10,
+//!   "executor": "slurm",
+//!   "slurm": {"gpus_per_task": 1, "time_limit_minutes": 120}
+//! }
+//! ```
+//! Task seeds are `seed + task ordinal`, so every task differs and a job is
+//! reproducible. Left out: `seed` 1, `device` cpu, `slice_steps` 10, features
+//! the pipeline's defaults, `checkpoint` every 300 s keeping 3. In
+//! `checkpoint`, an `every_steps`/`every_seconds` of 0 or `null` means never
+//! (as in the API). `executor` (`local` or `slurm`) pins where the tasks run;
+//! left out, the host's default. `slurm` applies to the Slurm executor only.
+//! A `data` asset may give `symbol` (the bars' symbol, which names the asset
+//! and chooses its contract; see `tli_data::bar_source` for how it meets a
+//! symbol the file states) and `tz` (the IANA zone of timestamps written
+//! without one).
+
+use crate::executor::{ExecutorKind, SlurmJobOptions};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use tli_data::bar_source::check_symbol;
+use tli_data::features::FeatureConfig;
+use tli_data::zones::LocalZone;
+use tli_data::BarSource;
+use tli_plugin_api::Device;
+
+pub const MAX_STEPS: u64 = 1_000_000_000;
+pub const MAX_TASKS: usize = 1024;
+
+/// The job seed when none is given (the API's 0 means this too).
+pub const DEFAULT_SEED: u64 = 1;
+/// Steps per call into the plugin when none is given (the API's 0 means this too).
+pub const DEFAULT_SLICE_STEPS: u64 = 10;
+/// Checkpoints kept per task when none is given (the API's 0 means this too).
+pub const DEFAULT_CHECKPOINT_KEEP: usize = 3;
+/// Routine checkpoints are time-based by default: one every five minutes,
+/// plus one at every stop and at the end. A step-based default made fast
+/// agents write one (DQN's with its replay buffer) about every second.
+pub const DEFAULT_CHECKPOINT_SECONDS: f64 = 300.0;
+/// Rows of a synthetic asset, inclusive.
+pub const SYNTHETIC_ROWS: std::ops::RangeInclusive<usize> = 64..=10_000_000;
+/// Steps per slice, inclusive.
+pub const SLICE_STEPS: std::ops::RangeInclusive<u64> = 1..=1_000_000;
+
+/// A job: what [`JobSpec::from_json`] and the API's conversion produce. Its
+/// JSON form is the job-spec file format (and what the store keeps).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "JobSpecFile", into = "JobSpecFile")]
+pub struct JobSpec {
+    pub name: String,
+    pub models: Vec<ModelSpec>,
+    pub assets: Vec<AssetSpec>,
+    pub seed: u64,
+    pub device: Device,
+    pub features: FeatureConfig,
+    pub checkpoint: CheckpointPolicy,
+    /// Steps per call into the plugin; progress, cancellation and checkpoints
+    /// happen between calls.
+    pub slice_steps: u64,
+    /// Where the tasks run; `None` = the host's default executor.
+    pub executor: Option<ExecutorKind>,
+    /// What each task asks of Slurm (the Slurm executor only).
+    pub slurm: SlurmJobOptions,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSpec {
+    pub plugin: String,
+    pub steps: u64,
+    /// Plugin config (a JSON object); defaults to the plugin's default config.
+    #[serde(default)]
+    pub config: Option<serde_json::Value>,
+    /// Higher runs first when memory is short.
+    #[serde(default)]
+    pub priority: i32,
+    /// One task trained across every asset of the job (the asset index is a
+    /// static covariate) instead of one task per asset. Needs a plugin with
+    /// the `pooled` capability (plugin API 1.1).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pooled: bool,
+}
+
+/// Where an asset's bars come from: exactly one source.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AssetSpec {
+    /// A bar file (DBN, Parquet, CSV), with the symbol and time zone the
+    /// user gave, if any.
+    Data(BarSource),
+    /// The synthetic AR(1) dataset (for tests and demos).
+    Synthetic(SyntheticAsset),
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SyntheticAsset {
+    pub rows: usize,
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+    /// σ of the AR(1) innovations (the series' scale); default 0.01.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sigma: Option<f64>,
+}
+
+/// When a running task writes routine checkpoints (besides the ones at a
+/// stop, at a host shutdown and at the end, which are always written).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CheckpointPolicy {
+    /// Checkpoint whenever this many steps have passed since the last one.
+    pub every_steps: Option<u64>,
+    /// … or this many seconds.
+    pub every_seconds: Option<f64>,
+    /// Checkpoints kept per task (the newest ones).
+    pub keep: usize,
+}
+
+impl Default for CheckpointPolicy {
+    fn default() -> Self {
+        Self {
+            every_steps: None,
+            every_seconds: Some(DEFAULT_CHECKPOINT_SECONDS),
+            keep: DEFAULT_CHECKPOINT_KEEP,
+        }
+    }
+}
+
+impl CheckpointPolicy {
+    /// The one rule for intervals, in spec files and in the API alike: 0 (or
+    /// `null` in a file) means never.
+    pub fn with_intervals(
+        every_steps: Option<u64>,
+        every_seconds: Option<f64>,
+        keep: usize,
+    ) -> Self {
+        Self {
+            every_steps: every_steps.filter(|&n| n != 0),
+            every_seconds: every_seconds.filter(|&s| s != 0.0),
+            keep,
+        }
+    }
+}
+
+fn default_seed() -> u64 {
+    DEFAULT_SEED
+}
+
+impl AssetSpec {
+    /// A short label for tables and the store.
+    pub fn label(&self) -> String {
+        match self {
+            // `ES=path` when the symbol is given (as on the command line).
+            AssetSpec::Data(source) => source.arg(),
+            AssetSpec::Synthetic(s) => match s.sigma {
+                None => format!("synthetic-ar1:{}:{}", s.rows, s.seed),
+                Some(sigma) => format!("synthetic-ar1:{}:{}:{sigma}", s.rows, s.seed),
+            },
+        }
+    }
+}
+
+/// The assets of one task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskAssets {
+    /// `assets[i]` alone.
+    One(usize),
+    /// Every asset of the job, with its index as a static covariate.
+    Pooled,
+}
+
+/// One planned task: `models[model]` on `assets`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlannedTask {
+    pub model: usize,
+    pub assets: TaskAssets,
+}
+
+impl JobSpec {
+    /// Every task of the job, in ordinal order: one per (model, asset), one per
+    /// pooled model. A pure function of the spec, so a stored task's ordinal
+    /// finds its assets again after a restart.
+    pub fn task_plan(&self) -> Vec<PlannedTask> {
+        let spec = self;
+        let mut plan = Vec::new();
+        for (model, m) in spec.models.iter().enumerate() {
+            if m.pooled {
+                plan.push(PlannedTask {
+                    model,
+                    assets: TaskAssets::Pooled,
+                });
+            } else {
+                plan.extend((0..spec.assets.len()).map(|a| PlannedTask {
+                    model,
+                    assets: TaskAssets::One(a),
+                }));
+            }
+        }
+        plan
+    }
+
+    /// The asset label of a task as stored and shown (`pooled[a,b,c]` for a pooled task).
+    pub fn assets_label(&self, assets: TaskAssets) -> String {
+        let spec = self;
+        match assets {
+            TaskAssets::One(a) => spec.assets[a].label(),
+            TaskAssets::Pooled => {
+                let labels: Vec<String> = spec.assets.iter().map(AssetSpec::label).collect();
+                format!("pooled[{}]", labels.join(","))
+            }
+        }
+    }
+}
+
+impl JobSpec {
+    /// Parses a job-spec file (JSON) and checks it; errors name the field
+    /// (`job spec: models[0].steps: invalid type: …`) and quote at most
+    /// [`MAX_MESSAGE_CHARS`] characters of it (a refused value can be huge).
+    pub fn from_json(text: &str) -> Result<Self, String> {
+        let mut json = serde_json::Deserializer::from_str(text);
+        let spec: Self = serde_path_to_error::deserialize(&mut json)
+            .map_err(|e| match e.path().to_string().as_str() {
+                "." => format!("job spec: {}", e.inner()),
+                path => format!("job spec: {path}: {}", e.inner()),
+            })
+            .and_then(|spec| {
+                json.end()
+                    .map(|()| spec)
+                    .map_err(|e| format!("job spec: {e}"))
+            })
+            .map_err(brief)?;
+        spec.check().map_err(brief)?;
+        Ok(spec)
+    }
+
+    /// Shape checks that need no plugin or data (those come at submission).
+    pub fn check(&self) -> Result<(), String> {
+        if self.name.trim().is_empty() {
+            return Err("name: must not be empty".into());
+        }
+        if self.models.is_empty() {
+            return Err("models: at least one model is needed".into());
+        }
+        if self.assets.is_empty() {
+            return Err("assets: at least one asset is needed".into());
+        }
+        // Counted, not planned: models × assets can be billions.
+        let pooled = self.models.iter().filter(|m| m.pooled).count();
+        let tasks = (self.models.len() - pooled)
+            .saturating_mul(self.assets.len())
+            .saturating_add(pooled);
+        if tasks > MAX_TASKS {
+            return Err(format!(
+                "{tasks} tasks (models × assets); at most {MAX_TASKS} per job"
+            ));
+        }
+        for (i, m) in self.models.iter().enumerate() {
+            if m.steps == 0 || m.steps > MAX_STEPS {
+                return Err(format!(
+                    "models[{i}].steps: {} is outside 1..={MAX_STEPS}",
+                    m.steps
+                ));
+            }
+            if m.config.as_ref().is_some_and(|c| !c.is_object()) {
+                return Err(format!("models[{i}].config: must be a JSON object"));
+            }
+        }
+        for (i, a) in self.assets.iter().enumerate() {
+            if let AssetSpec::Data(source) = a {
+                if source.path.as_os_str().is_empty() {
+                    return Err(format!("assets[{i}].data: must not be empty"));
+                }
+                if let Some(symbol) = &source.symbol {
+                    check_symbol(symbol).map_err(|e| format!("assets[{i}].symbol: {e}"))?;
+                }
+                if let Some(tz) = &source.tz {
+                    LocalZone::parse(tz).map_err(|e| format!("assets[{i}].tz: {e}"))?;
+                }
+            }
+            if let AssetSpec::Synthetic(s) = a {
+                if let Some(sigma) = s.sigma {
+                    if !(sigma.is_finite() && sigma > 0.0 && sigma < 1.0) {
+                        return Err(format!(
+                            "assets[{i}].synthetic.sigma: {sigma} must be in (0, 1)"
+                        ));
+                    }
+                }
+                if !SYNTHETIC_ROWS.contains(&s.rows) {
+                    return Err(format!(
+                        "assets[{i}].synthetic.rows: {} is outside {}..={}",
+                        s.rows,
+                        SYNTHETIC_ROWS.start(),
+                        SYNTHETIC_ROWS.end()
+                    ));
+                }
+            }
+        }
+        if !SLICE_STEPS.contains(&self.slice_steps) {
+            return Err(format!(
+                "slice_steps: {} is outside {}..={}",
+                self.slice_steps,
+                SLICE_STEPS.start(),
+                SLICE_STEPS.end()
+            ));
+        }
+        self.slurm.check()?;
+        let c = &self.checkpoint;
+        if c.keep == 0 {
+            return Err("checkpoint.keep: must keep at least 1".into());
+        }
+        if c.every_seconds.is_some_and(|s| s.is_nan() || s < 0.0) {
+            return Err(
+                "checkpoint.every_seconds: must be a positive number of seconds (0 = never)".into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Longest refusal [`JobSpec::from_json`] gives, in characters.
+pub const MAX_MESSAGE_CHARS: usize = 1000;
+
+/// `message` cut to [`MAX_MESSAGE_CHARS`] characters (serde quotes a
+/// refused string whole).
+fn brief(message: String) -> String {
+    match message.char_indices().nth(MAX_MESSAGE_CHARS) {
+        None => message,
+        Some((cut, _)) => format!("{}… ({} bytes in all)", &message[..cut], message.len()),
+    }
+}
+
+// ----- the file format ------------------------------------------------------
+
+/// The job-spec file as written: defaults for what is left out, assets as
+/// objects with one source key. [`JobSpec`] reads and writes through it.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JobSpecFile {
+    name: String,
+    models: Vec<ModelSpec>,
+    assets: Vec<AssetFile>,
+    #[serde(default = "default_seed")]
+    seed: u64,
+    #[serde(default)]
+    device: Device,
+    #[serde(default)]
+    features: FeatureConfig,
+    #[serde(default)]
+    checkpoint: CheckpointFile,
+    #[serde(default = "default_slice")]
+    slice_steps: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    executor: Option<ExecutorKind>,
+    #[serde(default, skip_serializing_if = "SlurmJobOptions::is_default")]
+    slurm: SlurmJobOptions,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AssetFile {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    data: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    synthetic: Option<SyntheticAsset>,
+    /// With `data`: the bars' symbol.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    symbol: Option<String>,
+    /// With `data`: the IANA zone of timestamps written without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tz: Option<String>,
+}
+
+/// `every_steps` left out = never, `every_seconds` left out = the default;
+/// `null` or 0 = never for both.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CheckpointFile {
+    #[serde(default)]
+    every_steps: Option<u64>,
+    #[serde(default = "default_every_seconds")]
+    every_seconds: Option<f64>,
+    #[serde(default = "default_keep")]
+    keep: usize,
+}
+
+impl Default for CheckpointFile {
+    fn default() -> Self {
+        CheckpointPolicy::default().into()
+    }
+}
+
+fn default_every_seconds() -> Option<f64> {
+    Some(DEFAULT_CHECKPOINT_SECONDS)
+}
+fn default_keep() -> usize {
+    DEFAULT_CHECKPOINT_KEEP
+}
+fn default_slice() -> u64 {
+    DEFAULT_SLICE_STEPS
+}
+
+impl From<CheckpointPolicy> for CheckpointFile {
+    fn from(c: CheckpointPolicy) -> Self {
+        Self {
+            every_steps: c.every_steps,
+            every_seconds: c.every_seconds,
+            keep: c.keep,
+        }
+    }
+}
+
+impl TryFrom<JobSpecFile> for JobSpec {
+    type Error = String;
+
+    fn try_from(f: JobSpecFile) -> Result<Self, String> {
+        let assets = f
+            .assets
+            .into_iter()
+            .enumerate()
+            .map(|(i, a)| match (a.data, a.synthetic) {
+                (Some(path), None) => Ok(AssetSpec::Data(BarSource {
+                    path,
+                    symbol: a.symbol,
+                    tz: a.tz,
+                })),
+                (None, Some(_)) if a.symbol.is_some() || a.tz.is_some() => Err(format!(
+                    "assets[{i}]: \"symbol\" and \"tz\" go with a \"data\" file, not \
+                     \"synthetic\""
+                )),
+                (None, Some(s)) => Ok(AssetSpec::Synthetic(s)),
+                _ => Err(format!(
+                    "assets[{i}]: give exactly one of \"data\" or \"synthetic\""
+                )),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let c = f.checkpoint;
+        Ok(JobSpec {
+            name: f.name,
+            models: f.models,
+            assets,
+            seed: f.seed,
+            device: f.device,
+            features: f.features,
+            checkpoint: CheckpointPolicy::with_intervals(c.every_steps, c.every_seconds, c.keep),
+            slice_steps: f.slice_steps,
+            executor: f.executor,
+            slurm: f.slurm,
+        })
+    }
+}
+
+impl From<JobSpec> for JobSpecFile {
+    fn from(s: JobSpec) -> Self {
+        JobSpecFile {
+            name: s.name,
+            models: s.models,
+            assets: s
+                .assets
+                .into_iter()
+                .map(|a| match a {
+                    AssetSpec::Data(source) => AssetFile {
+                        data: Some(source.path),
+                        synthetic: None,
+                        symbol: source.symbol,
+                        tz: source.tz,
+                    },
+                    AssetSpec::Synthetic(s) => AssetFile {
+                        data: None,
+                        synthetic: Some(s),
+                        symbol: None,
+                        tz: None,
+                    },
+                })
+                .collect(),
+            seed: s.seed,
+            device: s.device,
+            features: s.features,
+            checkpoint: s.checkpoint.into(),
+            slice_steps: s.slice_steps,
+            executor: s.executor,
+            slurm: s.slurm,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_documented_example_parses() {
+        let doc = include_str!("job.rs");
+        let start = doc.find("//! {").unwrap();
+        let end = doc[start..].find("//! ```").unwrap() + start;
+        let json: String = doc[start..end]
+            .lines()
+            .map(|l| l.trim_start_matches("//!"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let spec = JobSpec::from_json(&json).unwrap();
+        assert_eq!(spec.models.len() * spec.assets.len(), 8);
+        assert_eq!(spec.checkpoint.keep, 3);
+    }
+
+    #[test]
+    fn bad_specs_name_the_field() {
+        let base = r#"{"name":"x","models":[{"plugin":"template","steps":10}],"assets":[{"synthetic":{"rows":100}}]}"#;
+        assert!(JobSpec::from_json(base).is_ok());
+        let cases = [
+            (
+                base.replace("\"steps\":10", "\"steps\":0"),
+                "models[0].steps",
+            ),
+            (
+                base.replace("{\"synthetic\":{\"rows\":100}}", "{}"),
+                "assets[0]",
+            ),
+            (base.replace("\"name\":\"x\"", "\"name\":\" \""), "name"),
+            (
+                base.replace("}]}", "}],\"checkpoint\":{\"keep\":0}}"),
+                "checkpoint.keep",
+            ),
+            (
+                base.replace("\"steps\":10", "\"steps\":10,\"colour\":1"),
+                "unknown field",
+            ),
+        ];
+        for (json, field) in cases {
+            let e = JobSpec::from_json(&json).unwrap_err();
+            assert!(e.contains(field), "{json}: {e}");
+        }
+    }
+
+    /// Defect found in use: a spec file with `every_steps`/`every_seconds` 0 was
+    /// refused ("must be positive") while the API took 0 as never.
+    #[test]
+    fn zero_or_null_checkpoint_intervals_mean_never_in_a_file_too() {
+        let base = r#"{"name":"x","models":[{"plugin":"template","steps":10}],"assets":[{"synthetic":{"rows":100}}]"#;
+        for checkpoint in [
+            r#"{"every_steps": 0, "every_seconds": 0}"#,
+            r#"{"every_steps": null, "every_seconds": null}"#,
+            r#"{"every_seconds": 0.0, "keep": 3}"#,
+        ] {
+            let spec = JobSpec::from_json(&format!("{base},\"checkpoint\":{checkpoint}}}"))
+                .unwrap_or_else(|e| panic!("{checkpoint}: {e}"));
+            assert_eq!(spec.checkpoint.every_steps, None, "{checkpoint}");
+            assert_eq!(spec.checkpoint.every_seconds, None, "{checkpoint}");
+            assert_eq!(spec.checkpoint.keep, DEFAULT_CHECKPOINT_KEEP);
+            // What the store keeps reads back the same.
+            let again: JobSpec =
+                serde_json::from_str(&serde_json::to_string(&spec).unwrap()).unwrap();
+            assert_eq!(again, spec);
+        }
+        let defaults = JobSpec::from_json(&format!("{base}}}")).unwrap();
+        assert_eq!(defaults.checkpoint, CheckpointPolicy::default());
+        assert_eq!(
+            defaults.checkpoint.every_steps, None,
+            "time-based by default"
+        );
+        let negative =
+            JobSpec::from_json(&format!("{base},\"checkpoint\":{{\"every_seconds\":-1}}}}"));
+        assert!(negative.unwrap_err().contains("checkpoint.every_seconds"));
+    }
+
+    /// Bars users bring: a file asset names its symbol and time zone; both are checked.
+    #[test]
+    fn a_data_asset_gives_its_symbol_and_time_zone() {
+        let spec = |asset: &str| {
+            JobSpec::from_json(&format!(
+                r#"{{"name":"x","models":[{{"plugin":"t","steps":1}}],"assets":[{asset}]}}"#
+            ))
+        };
+        let ok = spec(r#"{"data":"p.csv","symbol":"ES","tz":"America/New_York"}"#).unwrap();
+        let AssetSpec::Data(source) = &ok.assets[0] else {
+            panic!("{:?}", ok.assets[0])
+        };
+        assert_eq!(
+            (source.symbol.as_deref(), source.tz.as_deref()),
+            (Some("ES"), Some("America/New_York"))
+        );
+        assert_eq!(ok.assets[0].label(), "ES=p.csv");
+        let again: JobSpec = serde_json::from_str(&serde_json::to_string(&ok).unwrap()).unwrap();
+        assert_eq!(again, ok);
+        for (asset, field) in [
+            (r#"{"data":"p.csv","symbol":"E S"}"#, "assets[0].symbol"),
+            (
+                r#"{"data":"p.csv","tz":"New York"}"#,
+                "assets[0].tz: unknown time zone",
+            ),
+            (
+                r#"{"synthetic":{"rows":100},"symbol":"ES"}"#,
+                "go with a \"data\" file",
+            ),
+        ] {
+            let e = spec(asset).unwrap_err();
+            assert!(e.contains(field), "{asset}: {e}");
+        }
+    }
+
+    /// Specs stored by earlier hosts (assets with `"synthetic": null`) still read.
+    #[test]
+    fn stored_specs_of_earlier_hosts_still_read() {
+        let old = r#"{"name":"j","models":[{"plugin":"dqn","steps":5,"config":null,"priority":0}],
+            "assets":[{"data":"a.csv","synthetic":null},{"data":null,"synthetic":{"rows":100,"seed":2}}],
+            "seed":1,"device":"cpu","features":{},"checkpoint":{"every_steps":1000,"every_seconds":300.0,"keep":3},"slice_steps":10}"#;
+        let spec: JobSpec = serde_json::from_str(old).unwrap();
+        assert_eq!(spec.assets[0], AssetSpec::Data(BarSource::file("a.csv")));
+        assert_eq!(
+            spec.assets[1],
+            AssetSpec::Synthetic(SyntheticAsset {
+                rows: 100,
+                seed: 2,
+                sigma: None
+            })
+        );
+        assert_eq!(spec.checkpoint.every_steps, Some(1000));
+        assert_eq!(spec.device, Device::Cpu);
+    }
+}

@@ -1,0 +1,28 @@
+//! `tli-core`: the vocabulary every other host crate speaks, with no I/O
+//! engine behind it: no libtorch, no SQLite, no gRPC, no command line.
+//!
+//! * [`ids`]: job and task ids, the store's time unit.
+//! * [`job`]: job specifications (models × assets) and the task plan.
+//! * [`state`]: task states and the transitions allowed between them.
+//! * [`data_root`]: the directories bar files named by jobs must be under.
+//! * [`executor`]: where tasks run: runner threads in the host, or Slurm jobs.
+//! * [`plugin_configs`]: `--config` values and which one applies to which plugin.
+//! * [`byte_size`]: byte sizes formatted and parsed for people.
+//! * [`digest`]: streamed SHA-256 as hex.
+//! * [`error_chain`]: an error and its causes as one line for people.
+//!
+//! It must never depend on tch, rusqlite, tonic or clap: the client binary,
+//! the store and the runtime all build on it (the layer rule is checked by
+//! `scripts/check-layers.sh`).
+
+pub mod byte_size;
+pub mod data_root;
+pub mod digest;
+pub mod error_chain;
+pub mod executor;
+pub mod ids;
+pub mod job;
+pub mod plugin_configs;
+pub mod state;
+
+pub use ids::{now_ms, JobId, TaskId};

@@ -1,0 +1,482 @@
+//! `tli-store`: what a host keeps on disk: the SQLite job store (this page)
+//! and atomic, verifiable checkpoint directories ([`checkpoint`]).
+//!
+//! It builds on `tli-core` only: never on tch, tonic, clap or the runtime, so
+//! the client binary can read a state directory (`tli plot`) without libtorch
+//! (the layer rule is checked by `scripts/check-layers.sh`).
+//!
+//! The durable job store: one SQLite file, `<state dir>/tli.sqlite3`.
+//!
+//! # Schema (version 7, kept in `PRAGMA user_version`)
+//!
+//! ```text
+//! jobs         id, name, spec_json, created_ms
+//! tasks        id, job_id → jobs, ordinal (position in the job, unique per job),
+//!              plugin, asset, config_json, seed, total_steps, priority, device,
+//!              estimate_bytes, measured_bytes NULL, cost_weight, state,
+//!              steps_done, error NULL, created_ms, updated_ms,
+//!              oom_requeues (times re-queued after running out of memory; version 3),
+//!              measured_parameters, _gradients, _optimizer_state, _activations,
+//!              measured_source NULL (the measurement by component; version 4),
+//!              plugin_version NULL, plugin_checksum NULL (the library that runs it; version 7)
+//! transitions  id, task_id → tasks, from_state NULL, to_state, reason, at_ms
+//! metrics      task_id → tasks, step, name, value NULL (NaN), at_ms
+//!              index (task_id, name, step)
+//! latest_metrics  task_id → tasks, name, step, value NULL: the value of each
+//!              metric at its highest step (kept with `metrics`; version 2)
+//! checkpoints  id, task_id → tasks, step, path, checksum, created_ms
+//! reservations id, task_id → tasks, device, bytes, reserved_ms, released_ms NULL
+//! dispatches   id (a worker's lease), task_id → tasks, executor, external_id NULL (the
+//!              Slurm job id), request NULL (the sbatch options), node NULL,
+//!              submitted_ms, ended_ms NULL, end_reason NULL (version 5)
+//! device_budgets id, device, bytes, at_ms: a device's memory budget from
+//!              `at_ms` on (a row per change, written when a host opens; version 6)
+//! ```
+//!
+//! Times are milliseconds since the Unix epoch ([`tli_core::now_ms`]). States are
+//! stored as their [`TaskState::as_str`] names (a `CHECK` constraint keeps
+//! other text out). Seeds are `u64` stored bit for bit in SQLite's signed
+//! 64-bit INTEGER; every other count or size must fit in an `i64` and is
+//! refused with [`StoreError::OutOfRange`] otherwise. SQLite stores a NaN
+//! REAL as NULL, so a NaN metric (a diverged loss) comes back as NaN.
+//!
+//! # Durability
+//!
+//! The database runs in WAL mode with `synchronous=FULL`: a call that
+//! returned `Ok` has been fsynced and survives a crash of the host or of the
+//! machine. Every write that touches more than one row (a job with its tasks
+//! and their first transitions, a state change with its transition row,
+//! progress with its metrics, recovery after a restart) is one transaction,
+//! so a crash leaves either all of it or none of it. Foreign keys are
+//! enforced. A task's state only changes through [`Store::transition`] (or
+//! [`Store::recover_after_restart`]), which checks [`TaskState::can_become`]
+//! and records the change in `transitions`.
+//!
+//! # One host per state directory
+//!
+//! [`Store::open`] takes an exclusive `flock` on `<state dir>/host.lock` and
+//! holds it for the life of the [`Store`]; a second host on the same
+//! directory is refused with [`StoreError::Locked`]. The kernel drops the lock
+//! when the process dies, so a crashed host never leaves a stale lock.
+//! [`Store::open_read_only`] takes no lock (for status commands that look at a
+//! running host's store) and cannot write.
+//!
+//! Writes go through one connection behind a [`Mutex`], so a [`Store`] can
+//! be shared between runner threads (`Arc<Store>`). Reads use a few
+//! read-only connections of their own (`readers.rs`): in WAL mode they never
+//! wait for a write's fsync.
+//!
+//! # Files
+//!
+//! * this file: [`Store`], [`StoreError`], opening the store and the host lock;
+//! * `schema.rs`: the SQL schema and its migrations;
+//! * `rows.rs`: the row types and how rows are read;
+//! * `jobs.rs`: jobs, tasks, state transitions and recovery after a restart;
+//! * `progress.rs`: steps done, metrics and measured memory;
+//! * `checkpoints.rs`: the checkpoints recorded per task;
+//! * `readers.rs`: the read connections;
+//! * `reservations.rs`: device memory reservations;
+//! * `dispatches.rs`: tasks handed to Slurm, one row per attempt (the worker's lease);
+//! * `history.rs`: a job's history for charts (metric series thinned to a
+//!   number of points, reservation spans, device budgets over time).
+
+pub mod checkpoint;
+mod checkpoints;
+mod dispatches;
+mod history;
+mod jobs;
+mod progress;
+mod read_only_media;
+mod readers;
+mod reservations;
+mod rows;
+mod schema;
+mod summary;
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use rusqlite::{Connection, ErrorCode, OpenFlags};
+use serde::{Deserialize, Serialize};
+
+use readers::{Readers, READ_CONNECTIONS};
+use schema::{migrate, read_version};
+use tli_core::state::TaskState;
+use tli_core::TaskId;
+
+pub use dispatches::DispatchRow;
+pub use history::{
+    thin_indices, BudgetChange, DeviceHistory, HistoryQuery, JobHistory, MetricSeries,
+    ReservationSpan, TaskHistory, DEFAULT_MAX_POINTS,
+};
+pub use rows::{
+    CheckpointRow, JobRow, MeasuredMemory, MemorySource, NewTask, PluginVersionUse, ReservationRow,
+    SliceMetrics, TaskRow, TransitionRow,
+};
+pub use summary::JOB_STATES;
+
+/// The schema version this host creates and understands.
+pub const SCHEMA_VERSION: i64 = 7;
+/// File name of the database inside the state directory.
+pub const DB_FILE: &str = "tli.sqlite3";
+/// File name of the host lock inside the state directory.
+pub const LOCK_FILE: &str = "host.lock";
+/// How long a statement waits for another connection's lock before failing.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What can go wrong with the store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot {action} {}: {source}{}", path.display(), unwritable_hint(source))]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "store {} is locked by another host process{} (lock file {} is held); \
+         stop that host or use another state directory",
+        db.display(),
+        holder.as_ref().map(|p| format!(" (pid {p})")).unwrap_or_default(),
+        lock.display()
+    )]
+    Locked {
+        db: PathBuf,
+        lock: PathBuf,
+        holder: Option<String>,
+    },
+    #[error("no store at {} (no host has run with this state directory yet)", path.display())]
+    Missing { path: PathBuf },
+    #[error("store file {} is not an SQLite database (damaged, or some other file)", path.display())]
+    NotADatabase { path: PathBuf },
+    #[error(
+        "store {} has schema version {found}, this host knows up to {known}; \
+         use a newer tli or another state directory",
+        path.display()
+    )]
+    NewerSchema {
+        path: PathBuf,
+        found: i64,
+        known: i64,
+    },
+    #[error("store {} has no schema yet (version 0) and was opened read-only", path.display())]
+    Uninitialized { path: PathBuf },
+    #[error("store {} is in journal mode {mode:?}, not WAL (the filesystem may not support WAL)", path.display())]
+    NotWal { path: PathBuf, mode: String },
+    #[error("cannot open store {}: {source}", path.display())]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("no task with id {0} in the store")]
+    NoSuchTask(TaskId),
+    #[error("no reservation with id {0} in the store")]
+    NoSuchReservation(i64),
+    #[error("task {task} cannot go from {from} to {to}")]
+    IllegalTransition {
+        task: TaskId,
+        from: TaskState,
+        to: TaskState,
+    },
+    #[error("{what} = {value} is too large for the store (at most {})", i64::MAX)]
+    OutOfRange { what: &'static str, value: u64 },
+    #[error("store query failed: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+}
+
+/// Advice for a state directory a host cannot write.
+fn unwritable_hint(e: &std::io::Error) -> &'static str {
+    match e.kind() {
+        std::io::ErrorKind::ReadOnlyFilesystem | std::io::ErrorKind::PermissionDenied => {
+            "; a host needs a state directory it can write: choose one with --state-dir (`tli \
+             host status --state-dir DIR` only reads one)"
+        }
+        _ => "",
+    }
+}
+
+/// Why the store could not be written, when the cause is the disk rather
+/// than the request: the API answers these as RESOURCE_EXHAUSTED and
+/// FAILED_PRECONDITION with what to do, not as an internal error.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum StorageFault {
+    /// SQLITE_FULL: the disk (or a file-size limit) is full.
+    Full,
+    /// SQLITE_READONLY: the state directory cannot be written.
+    ReadOnly,
+}
+
+impl StoreError {
+    /// The storage fault behind this error, if it is one.
+    pub fn storage_fault(&self) -> Option<StorageFault> {
+        let (StoreError::Sqlite(rusqlite::Error::SqliteFailure(e, _))
+        | StoreError::Open {
+            source: rusqlite::Error::SqliteFailure(e, _),
+            ..
+        }) = self
+        else {
+            return None;
+        };
+        match e.code {
+            ErrorCode::DiskFull => Some(StorageFault::Full),
+            ErrorCode::ReadOnly => Some(StorageFault::ReadOnly),
+            _ => None,
+        }
+    }
+}
+
+/// The connection's settings, as SQLite reports them (for checks and `status`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StorePragmas {
+    pub journal_mode: String,
+    /// 0 OFF, 1 NORMAL, 2 FULL, 3 EXTRA.
+    pub synchronous: i64,
+    pub foreign_keys: bool,
+    pub busy_timeout_ms: i64,
+    pub user_version: i64,
+}
+
+/// The durable job store. See the module documentation.
+pub struct Store {
+    // Field order matters: the connections close before the lock is released.
+    /// The writer (for a read-only store, one more reader).
+    conn: Mutex<Connection>,
+    readers: Readers,
+    db_path: PathBuf,
+    read_only: bool,
+    _lock: Option<File>,
+}
+
+/// Converts a count or size to SQLite's INTEGER, refusing what does not fit.
+fn int(what: &'static str, value: u64) -> Result<i64, StoreError> {
+    i64::try_from(value).map_err(|_| StoreError::OutOfRange { what, value })
+}
+
+/// True when SQLite says the file is not a database.
+fn is_not_a_database(err: &rusqlite::Error) -> bool {
+    matches!(err, rusqlite::Error::SqliteFailure(e, _) if e.code == ErrorCode::NotADatabase)
+}
+
+impl Store {
+    /// Opens (creating if needed) the store in `state_dir` for this host:
+    /// takes the host lock, sets WAL / `synchronous=FULL` / foreign keys, and
+    /// creates or migrates the schema.
+    pub fn open(state_dir: &Path) -> Result<Store, StoreError> {
+        std::fs::create_dir_all(state_dir).map_err(|source| StoreError::Io {
+            action: "create state directory",
+            path: state_dir.to_path_buf(),
+            source,
+        })?;
+        let db_path = state_dir.join(DB_FILE);
+        let lock = take_host_lock(state_dir, &db_path)?;
+
+        let open_err = |source| StoreError::Open {
+            path: db_path.clone(),
+            source,
+        };
+        let conn = Connection::open(&db_path).map_err(open_err)?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(open_err)?;
+        // The first statement that reads the file: it tells garbage and
+        // newer schemas apart before anything is written to the file.
+        let version = read_version(&conn, &db_path)?;
+        let mode: String = conn
+            .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
+            .map_err(|e| classify(e, &db_path))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::NotWal {
+                path: db_path.clone(),
+                mode,
+            });
+        }
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(open_err)?;
+        conn.pragma_update(None, "foreign_keys", "ON")
+            .map_err(open_err)?;
+
+        let mut conn = conn;
+        if version < SCHEMA_VERSION {
+            migrate(&mut conn, &db_path)?;
+        }
+        // After the migration, so that readers find the schema in place.
+        let readers = Readers::open(READ_CONNECTIONS, || {
+            let reader = Connection::open_with_flags(
+                &db_path,
+                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )
+            .map_err(open_err)?;
+            reader.busy_timeout(BUSY_TIMEOUT).map_err(open_err)?;
+            Ok(reader)
+        })?;
+        Ok(Store {
+            conn: Mutex::new(conn),
+            readers,
+            db_path,
+            read_only: false,
+            _lock: Some(lock),
+        })
+    }
+
+    /// Opens an existing store read-only, without the host lock (a running
+    /// host may hold it). Every write through this store fails.
+    pub fn open_read_only(state_dir: &Path) -> Result<Store, StoreError> {
+        let db_path = state_dir.join(DB_FILE);
+        if !db_path.is_file() {
+            return Err(StoreError::Missing { path: db_path });
+        }
+        let open_err = |source| StoreError::Open {
+            path: db_path.clone(),
+            source,
+        };
+        let connect = |conn: rusqlite::Result<Connection>| {
+            let conn = conn.map_err(open_err)?;
+            conn.busy_timeout(BUSY_TIMEOUT).map_err(open_err)?;
+            let version = read_version(&conn, &db_path)?;
+            Ok::<_, StoreError>((conn, version))
+        };
+        let plain = || {
+            Connection::open_with_flags(
+                &db_path,
+                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )
+        };
+        let (conn, version, immutable) = match connect(plain()) {
+            Err(_) if read_only_media::on_read_only_filesystem(state_dir) => {
+                let (conn, version) = connect(read_only_media::open_immutable(&db_path))?;
+                (conn, version, true)
+            }
+            other => {
+                let (conn, version) = other?;
+                (conn, version, false)
+            }
+        };
+        if version < SCHEMA_VERSION {
+            return Err(StoreError::Uninitialized { path: db_path });
+        }
+        // `tli host status` and friends read a few rows: one more connection
+        // is plenty.
+        let readers = Readers::open(1, || {
+            let reader = if immutable {
+                read_only_media::open_immutable(&db_path)
+            } else {
+                plain()
+            };
+            Ok(connect(reader)?.0)
+        })?;
+        Ok(Store {
+            conn: Mutex::new(conn),
+            readers,
+            db_path,
+            read_only: true,
+            _lock: None,
+        })
+    }
+
+    /// Path of the SQLite file.
+    pub fn path(&self) -> &Path {
+        &self.db_path
+    }
+
+    /// Whether this store was opened with [`Store::open_read_only`].
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// The connection, also after a thread panicked while holding it (an
+    /// unfinished transaction was rolled back when it was dropped).
+    fn conn(&self) -> MutexGuard<'_, Connection> {
+        self.conn
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// A read connection: for statements that only read, outside any write
+    /// transaction. It never waits for a write in progress (see `readers.rs`).
+    fn reader(&self) -> MutexGuard<'_, Connection> {
+        self.readers.get()
+    }
+
+    /// The connection's journal mode, synchronous level, foreign keys, busy
+    /// timeout and schema version.
+    pub fn pragmas(&self) -> Result<StorePragmas, StoreError> {
+        let c = self.conn();
+        Ok(StorePragmas {
+            journal_mode: c.pragma_query_value(None, "journal_mode", |r| r.get(0))?,
+            synchronous: c.pragma_query_value(None, "synchronous", |r| r.get(0))?,
+            foreign_keys: c.pragma_query_value(None, "foreign_keys", |r| r.get::<_, i64>(0))? != 0,
+            busy_timeout_ms: c.pragma_query_value(None, "busy_timeout", |r| r.get(0))?,
+            user_version: c.pragma_query_value(None, "user_version", |r| r.get(0))?,
+        })
+    }
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("path", &self.db_path)
+            .field("read_only", &self.read_only)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Maps "file is not a database" to its own error, anything else to `Open`.
+fn classify(err: rusqlite::Error, path: &Path) -> StoreError {
+    if is_not_a_database(&err) {
+        StoreError::NotADatabase {
+            path: path.to_path_buf(),
+        }
+    } else {
+        StoreError::Open {
+            path: path.to_path_buf(),
+            source: err,
+        }
+    }
+}
+
+/// Takes the exclusive host lock on `<state dir>/host.lock` and writes this
+/// process's id into it.
+fn take_host_lock(state_dir: &Path, db_path: &Path) -> Result<File, StoreError> {
+    let lock_path = state_dir.join(LOCK_FILE);
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&lock_path)
+        .map_err(|source| StoreError::Io {
+            action: "open lock file",
+            path: lock_path.clone(),
+            source,
+        })?;
+    // SAFETY: flock on a file descriptor that `file` owns and keeps open.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        let err = std::io::Error::last_os_error();
+        if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            let holder = std::fs::read_to_string(&lock_path)
+                .ok()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty());
+            return Err(StoreError::Locked {
+                db: db_path.to_path_buf(),
+                lock: lock_path,
+                holder,
+            });
+        }
+        return Err(StoreError::Io {
+            action: "lock",
+            path: lock_path,
+            source: err,
+        });
+    }
+    // Who holds it, for the error a second host shows; only informative.
+    let _ = file
+        .set_len(0)
+        .and_then(|()| writeln!(file, "{}", std::process::id()));
+    Ok(file)
+}

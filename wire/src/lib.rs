@@ -1,0 +1,18 @@
+//! `tli-wire`: the `tli.v1` messages ↔ tli's own types, for both ends of the
+//! API: the server (`tli host serve`) and every client (the `tli` command line,
+//! the client-only `tli-client` binary).
+//!
+//! * [`convert`]: task states both ways, ids, measurements, state changes.
+//! * [`job_request`]: `StartTrainingRequest` ↔ [`JobSpec`](tli_core::job::JobSpec),
+//!   both directions sharing their rules and bounds.
+//! * [`typed_configs`]: the typed config messages of the built-in plugins ↔
+//!   the plugins' JSON configs (frozen: new plugins use the generic config).
+//! * [`history`]: `GetTrainingHistory` ↔ the store's job history.
+//!
+//! No libtorch, no engine: it builds on `tli-core`, `tli-store`'s row types
+//! and `tli-proto` only (checked by `scripts/check-layers.sh`).
+
+pub mod convert;
+pub mod history;
+pub mod job_request;
+pub mod typed_configs;
