@@ -1,4 +1,4 @@
-//! Misbehaving plugins (issue 16, item 5; docs/reliability.md §5): the
+//! Misbehaving plugins (docs/reliability.md §5): the
 //! `behaviour` fixture, loaded into a real `tli host serve`, allocates far
 //! beyond its estimate, never returns from `step`, floods stdout/stderr, or
 //! aborts the process. Each test drives the host through the CLI and reads
@@ -8,6 +8,8 @@
 use std::io::Read;
 use std::path::Path;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tli_e2e_tests::*;
 use tli_host::orchestrator::state::TaskState;
@@ -593,4 +595,98 @@ fn a_plugin_abort_kills_the_host_and_the_restart_resumes_everything_else() {
         died_after.as_millis(),
         took.as_millis()
     );
+}
+
+/// The steps a job's first task has done, as the host reports them (`tli train status`).
+fn reported_steps(server: &Server, job: &str) -> u64 {
+    let status = ok_json(&server.client(&["train", "status", job, "-o", "json"]));
+    status["progress"]["tasks"][0]["steps_done"]
+        .as_u64()
+        .expect("steps_done")
+}
+
+/// A plugin whose `validate_config` takes 5 s to answer holds up its own
+/// submission and nothing else: while the host is inside that call,
+/// `GetResources` (`tli resources`) answers and a running job keeps making
+/// progress. Submission used to call the plugin under the arbiter's lock,
+/// which every scheduling round and `GetResources` take, so `tli resources`
+/// only answered once the slow submission had returned.
+#[test]
+fn a_slow_validate_config_holds_up_neither_resources_nor_a_running_job() {
+    let (plugins, dir) = (template_and_behaviour(), tempfile::tempdir().unwrap());
+    let state = dir.path().join("state");
+    let server = Server::start(plugins.path(), &state, &["--strategy", "parallel:2"]);
+    let never = r#"{"every_seconds":0}"#;
+    let busy = model(1_000_000, r#"{"sleep_ms_per_step":2}"#);
+    let running = start_job(
+        &server,
+        dir.path(),
+        "busy",
+        &job_spec("busy", &[busy], never),
+    );
+    wait_for(60, "the busy job to make progress", || {
+        reported_steps(&server, &running) > 0
+    });
+
+    let marker = dir.path().join("inside-validate");
+    let slow_config = format!(
+        r#"{{"validate_sleep_ms":5000,"validate_marker":{}}}"#,
+        serde_json::Value::String(marker.display().to_string())
+    );
+    let slow_file = dir.path().join("slow.json");
+    std::fs::write(
+        &slow_file,
+        job_spec("slow", &[model(4, &slow_config)], never),
+    )
+    .unwrap();
+    let (binary, endpoint) = (tli_binary(), server.endpoint());
+    let submitted = Arc::new(AtomicBool::new(false));
+    let submit = {
+        let submitted = submitted.clone();
+        std::thread::spawn(move || {
+            let out = std::process::Command::new(binary)
+                .args(["train", "start", "--spec", slow_file.to_str().unwrap()])
+                .args(["--endpoint", &endpoint, "-o", "json"])
+                .env("NO_COLOR", "1")
+                .output()
+                .expect("run tli train start");
+            submitted.store(true, Ordering::SeqCst);
+            out
+        })
+    };
+    wait_for(30, "the host to call validate_config", || marker.exists());
+
+    // The marker exists exactly while validate_config sleeps: what is answered
+    // while it exists was answered while the plugin held the submission.
+    let before = reported_steps(&server, &running);
+    let resources = ok_json(&server.client(&["resources", "-o", "json"]));
+    assert!(
+        marker.exists(),
+        "GetResources answered only once validate_config had returned: {resources}"
+    );
+    assert!(resources["devices"].is_array(), "{resources}");
+    std::thread::sleep(Duration::from_millis(1500));
+    let after = reported_steps(&server, &running);
+    assert!(
+        marker.exists(),
+        "validate_config returned within 2 s of its 5 s sleep"
+    );
+    assert!(
+        after > before,
+        "the running job made no progress while a submission was validated ({before} -> {after})"
+    );
+    assert!(!submitted.load(Ordering::SeqCst));
+
+    let out = submit.join().expect("submit thread");
+    let slow = ok_json(&out)["job_id"]
+        .as_u64()
+        .expect("job_id")
+        .to_string();
+    wait_for(60, "the slow job to finish", || {
+        finished(&tasks(&state, &slow))
+    });
+    assert!(tasks(&state, &slow)
+        .iter()
+        .all(|t| t.state == TaskState::Completed));
+    ok_json(&server.client(&["train", "stop", &running, "-o", "json"]));
 }

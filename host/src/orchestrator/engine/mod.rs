@@ -10,6 +10,18 @@
 //!
 //! Call [`Orchestrator::tick`] regularly (or [`Orchestrator::run_until_idle`]; a server
 //! uses [`Orchestrator::run_until_shutdown`]).
+//!
+//! # Locks
+//!
+//! * No plugin code runs under any of the orchestrator's locks: [`Orchestrator::submit`]
+//!   calls `validate_config` and `estimate_memory` before it takes the arbiter's lock
+//!   (then only for the arbiter's pure arithmetic), and a trainer is created and stepped
+//!   on its runner's own thread. A plugin that takes seconds to answer delays its own
+//!   submission, never a scheduling round or `GetResources`.
+//! * When two locks are held at once, `arbiter` is taken first: a scheduling round holds
+//!   it while it takes `pace` (start ranks) and then `running` (a started runner). No
+//!   other pair is ever held together; every other lock is taken alone and released before
+//!   the next (a forced stop takes `running`, lets it go, then takes `arbiter`).
 
 mod containment;
 mod control;
@@ -395,8 +407,10 @@ impl Orchestrator {
                 message,
             })?;
         let registry = self.registry.snapshot();
-        let arbiter = lock(&self.arbiter);
+        // Plugin code (validate_config, estimate_memory) runs before the arbiter's lock is
+        // taken: a slow or stuck plugin must not hold up scheduling rounds or GetResources.
         let mut tasks = Vec::new();
+        let mut sizes = Vec::new();
         let mut validated: HashMap<usize, String> = HashMap::new();
         for planned in spec.task_plan() {
             let (m, model) = (planned.model, &spec.models[planned.model]);
@@ -435,18 +449,8 @@ impl Orchestrator {
                     &spec.device.to_string(),
                 )
                 .map_err(|e| model_err(e.to_string()))?;
-            let bytes = arbiter.with_margin(estimate.total());
-            // Slurm decides whether a node can hold a Slurm task.
-            if executor == ExecutorKind::Local {
-                arbiter
-                    .check_fits_alone(bytes)
-                    .map_err(|e| SubmitError::TooBig {
-                        plugin: model.plugin.clone(),
-                        asset: label.clone(),
-                        message: e.to_string(),
-                    })?;
-            }
             let ordinal = tasks.len() as u64;
+            sizes.push((model.plugin.clone(), label.clone(), estimate.total()));
             tasks.push(NewTask {
                 plugin: plugin.manifest.name.clone(),
                 asset: label,
@@ -463,7 +467,21 @@ impl Orchestrator {
                 plugin_checksum: Some(plugin.checksum.clone()),
             });
         }
-        drop(arbiter);
+        // Slurm decides whether a node can hold a Slurm task.
+        if executor == ExecutorKind::Local {
+            // Pure bookkeeping under the lock: no plugin call, no I/O.
+            let arbiter = lock(&self.arbiter);
+            for (plugin, asset, estimate) in sizes {
+                let bytes = arbiter.with_margin(estimate);
+                arbiter
+                    .check_fits_alone(bytes)
+                    .map_err(|e| SubmitError::TooBig {
+                        plugin,
+                        asset,
+                        message: e.to_string(),
+                    })?;
+            }
+        }
         // The executor is fixed at submission: a restart with another default keeps it.
         let spec = JobSpec {
             executor: Some(executor),
