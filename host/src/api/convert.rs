@@ -75,10 +75,12 @@ pub fn job(row: &JobRow, progress: &JobProgress) -> pb::Job {
 pub fn store_error(e: StoreError) -> Status {
     match e.storage_fault() {
         Some(StorageFault::Full) => Status::resource_exhausted(format!(
-            "job store: {e}: the disk of the state directory is full; nothing was changed: free              space there and try again"
+            "job store: {e}: the disk of the state directory is full; nothing was changed: free \
+             space there and try again"
         )),
         Some(StorageFault::ReadOnly) => Status::failed_precondition(format!(
-            "job store: {e}: the state directory cannot be written; nothing was changed: make it              writable and try again"
+            "job store: {e}: the state directory cannot be written; nothing was changed: make it \
+             writable and try again"
         )),
         None => Status::internal(format!("job store: {e}")),
     }
@@ -115,3 +117,29 @@ pub fn submit_error(e: SubmitError) -> Status {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sqlite_failure(code: i32) -> StoreError {
+        StoreError::Sqlite(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(code),
+            None,
+        ))
+    }
+
+    /// The two storage faults' messages read as one sentence each: no run of
+    /// spaces left by a string continued over two source lines.
+    #[test]
+    fn storage_fault_messages_have_no_gaps() {
+        for (code, expect) in [
+            (rusqlite::ffi::SQLITE_FULL, "free space there"),
+            (rusqlite::ffi::SQLITE_READONLY, "make it writable"),
+        ] {
+            let status = store_error(sqlite_failure(code));
+            let message = status.message();
+            assert!(message.contains(expect), "{message}");
+            assert!(!message.contains("  "), "a gap in: {message:?}");
+        }
+    }
+}
