@@ -36,12 +36,15 @@ build: bootstrap
 	$(CARGO) build --release --workspace
 	$(CARGO) build --release --manifest-path tests/fixtures/api-1-0/Cargo.toml --target-dir target/api-1-0
 
-## test: everything from scratch: bootstrap, build, formatting check, clippy on every target
+## test: everything from scratch: bootstrap, build, formatting check, the layer rule
+##       (scripts/check-layers.sh) and the paths docs name (scripts/check-doc-paths.sh), clippy on every target
 ##       (warnings as errors, the [workspace.lints] of Cargo.toml included), the whole test suite
 ##       (with the end-to-end tests on a real single-node Slurm: slurm-tools, and the status
 ##       page in a real headless browser: browser-tools)
 test: build proto-tools slurm-tools browser-tools
 	$(CARGO) fmt --all -- --check
+	./scripts/check-layers.sh
+	./scripts/check-doc-paths.sh
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 	$(CARGO) test --release --workspace
 
@@ -51,7 +54,7 @@ demo: build
 	./scripts/demo.sh
 	$(TLI) train local --plugin template --steps 400 --seed 42
 
-## install: tli into PREFIX/bin, stripped plugins into PREFIX/lib/tli/plugins (found without flags)
+## install: tli and tli-client (no libtorch) into PREFIX/bin, stripped plugins into PREFIX/lib/tli/plugins (found without flags)
 PREFIX ?= /usr/local
 install: build
 	./scripts/install.sh "$(PREFIX)"
