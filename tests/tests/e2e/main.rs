@@ -4,6 +4,7 @@
 //! Helpers shared by the modules are the crate's library (`tests/src`).
 
 mod bring_your_own_bars;
+mod client_binary;
 mod data_cli;
 mod data_roots;
 mod defects_in_use;
