@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Many RL agents on one box (issue 17, item 4): one job of 8 CartPole tasks
+# Many RL agents on one box (docs/benchmarks.md, "Many agents per box"): one job of 8 CartPole tasks
 # (PPO and DQN, 4 seeds each) through the real host (`tli host run`, no
 # TensorBoard files, 1000-step slices), once per admission strategy, on every
 # core of this machine; first each agent alone (one task, same budget) for the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Time to a solved CartPole, through the real host (issue 17): for each agent
+# Time to a solved CartPole, through the real host (docs/benchmarks.md, "RL speed"): for each agent
 # and seed, one `tli host run` process with one CartPole task (strategy
 # sequential, one core: `taskset -c 0`, `--cores 1`, OMP_NUM_THREADS=1, no
 # TensorBoard files, slices of 1000 steps) trains the whole budget. From the

@@ -33,7 +33,7 @@ for _ in $(seq 1 200); do
   sleep 0.1
 done
 [ -n "$endpoint" ] || { echo "bench-startup: the host did not start:" >&2; cat "$work/serve.err" >&2; exit 1; }
-"$BIN/tli" --endpoint "$endpoint" train start -p template -a synthetic --steps 20 --watch >/dev/null 2>&1 || true
+"$BIN/tli" --endpoint "$endpoint" train start -p template -a synthetic:300:1 --steps 20 --watch >/dev/null 2>&1 || true
 
 python3 - "$RUNS" "$endpoint" "$work/trivial" "$BIN/tli" "$BIN/tli-client" <<'PYEOF'
 import os, statistics, subprocess, sys, time

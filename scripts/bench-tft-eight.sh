@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Eight INT8 TFTs in a 4 GiB budget (issue 13): a host (`tli host run`,
+# Eight INT8 TFTs in a 4 GiB budget (docs/benchmarks.md): a host (`tli host run`,
 # strategy auto) given one job of 8 TFTs on daily ES (the last 900 bars), first with
 # precision "int8" and step_memory "staged", then the same job in fp32.
 # Prints, for each, the reservation timeline from the host's store (when

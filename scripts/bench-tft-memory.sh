@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The measured FP32-vs-INT8 memory of a TFT of the seed's size class
-# (issue 13): `tli profile memory` on the bundled daily ES proxy with
+# (docs/benchmarks.md, "TFT and INT8 training"): `tli profile memory` on the bundled daily ES proxy with
 # hidden 1024 (≈178 M parameters on its 6 observed + 7 known inputs),
 # lookback 32, batch 8 (and evaluation batch 8: the profile runs no
 # evaluation, so the estimate's evaluation term must not be the larger one),

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The long version of the generated hostile-input tests (issue 16,
-# docs/reliability.md "Generated market-data files and job specs"):
+# The long version of the generated hostile-input tests
+# (docs/reliability.md, "Generated market-data files and job specs"):
 # the properties of market-data/tests/hostile_files (mutated DBN, DBN.zst,
 # Parquet and CSV files) and host/tests/hostile_job_specs (mutated job-spec
 # JSON) with PROPTEST_CASES cases each instead of CI's few dozen.

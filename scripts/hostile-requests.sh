@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The long version of the malformed-request test (issue 16 §3; the CI version is
+# The long version of the malformed-request test (docs/reliability.md §3; the CI version is
 # tests/tests/e2e/hostile_requests.rs): starts a `tli host serve` with a token
 # and a 1 GiB budget on a fresh state directory, runs the corpus of
 # tests/python/hostile_requests.py plus MUTATIONS random mutations of valid

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The long kill storm of issue 16 (docs/reliability.md): the same end-to-end
+# The long kill storm of docs/reliability.md: the same end-to-end
 # test as CI's (tests/tests/e2e/kill_storm.rs), with more kills. A real
 # `tli host serve` running DQN, PPO and template tasks on two assets is
 # SIGKILLed KILLS times at random moments (every other kill aimed at a

@@ -4,7 +4,8 @@
 //! * an rpath to libtorch's `lib` directory, so nothing needs `LD_LIBRARY_PATH`;
 //! * `torch_cuda` (when present) and `torch` linked with `--no-as-needed`, or
 //!   the linker drops them as "unused" and libtorch silently reports no CUDA
-//!   (tch-rs issues 980, 907, 921).
+//!   (tch-rs
+//!   <https://github.com/LaurentMazare/tch-rs/issues/980>, `/907`, `/921`).
 //!
 //! Use from `build.rs` of a crate that depends on `torch-sys` **directly**
 //! (only direct dependents see `DEP_TCH_LIBTORCH_LIB`):

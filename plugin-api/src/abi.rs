@@ -107,7 +107,7 @@ pub struct PluginModule {
 
 /// The root module exactly as plugin API 1.0 declared it: used only to check
 /// the layout of plugins that declare a 1.0.x API (see [`PluginModule`]).
-/// Never change it; `tests` compare it with `tests/fixtures/plugin-api-1.0`.
+/// Never change it; `tests` compare it with `tests/fixtures/api-1-0`.
 pub mod v1_0 {
     use super::*;
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A corpus of malformed and abusive gRPC requests for a `tli host serve` (issue 16).
+"""A corpus of malformed and abusive gRPC requests for a `tli host serve` (docs/reliability.md).
 
 Usage: hostile_requests.py HOST:PORT --token TOKEN --job JOB_ID [--mutations N] [--seed S]
 

@@ -1,4 +1,4 @@
-//! Bars brought by users (issue 20): timestamps with UTC offsets are
+//! Bars brought by users: timestamps with UTC offsets are
 //! converted and read the same bars as the UTC file; local times without a
 //! zone are refused unless a zone is given, then read the same bars too
 //! (across both daylight-saving changes); a symbol given on the asset names

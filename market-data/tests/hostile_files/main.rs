@@ -1,4 +1,4 @@
-//! Hostile market-data files, generated (issue 16): valid DBN (plain and
+//! Hostile market-data files, generated (the reliability suite, docs/reliability.md): valid DBN (plain and
 //! zstd), Parquet and CSV files are mutated at random — bytes flipped, set,
 //! inserted, deleted, duplicated, the file cut, hostile numbers written over
 //! header fields, Parquet footer fields set to billions of rows or absurd

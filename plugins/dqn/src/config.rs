@@ -66,8 +66,7 @@ pub struct DqnConfig {
 
 impl DqnConfig {
     /// Defaults for CartPole-v1, from the rl-baselines3-zoo `hyperparams/dqn.yml`
-    /// CartPole-v1 entry (HEAD 22e3ff24; 500 within 5e4 steps there; see
-    /// shared/reference/models.md §1.3): net [256, 256], batch 64, buffer 100k,
+    /// CartPole-v1 entry (HEAD 22e3ff24; 500 within 5e4 steps there): net [256, 256], batch 64, buffer 100k,
     /// learning_starts 1000, gamma 0.99, target_update_interval 10, train_freq 256,
     /// gradient_steps 128, exploration_fraction 0.16; and SB3's implicit DQN
     /// defaults: Huber loss, max_grad_norm 10, τ = 1, initial ε 1. SB3 counts
@@ -79,7 +78,7 @@ impl DqnConfig {
     /// training episodes 55 on seed 1 at 100k steps); lr 1e-3 decaying linearly
     /// to 0 over the budget, final ε 0.01 and 5-step returns held ≥ 491 on all
     /// six seeds tried (1–3 on one machine, 4–6 on another) at 100k steps.
-    /// Then (issue 17) the network went from [256, 256] to [128, 128]: the
+    /// Then, for speed, the network went from [256, 256] to [128, 128]: the
     /// wider one spends half its time in matrix products, and the narrower
     /// one reaches a 20-episode mean of 475 about as soon (29–34k steps
     /// against 24–34k, seeds 1–3) in two thirds of the time, and ends solved

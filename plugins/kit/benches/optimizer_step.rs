@@ -5,7 +5,7 @@
 //!
 //! * **update**: gradient clipping plus one optimizer update, gradients in
 //!   place: the per-tensor `adam::Adam` with DQN's per-tensor clipping (the
-//!   code before issue 11 item 6) against `flat_adamw::FlatAdamW` with
+//!   code before the fused flat AdamW) against `flat_adamw::FlatAdamW` with
 //!   `grad_clip::clip_grad_norm` on the flat gradient;
 //! * **train step**: forward, backward, clipping and update on one minibatch,
 //!   three ways: per-tensor (`backward()` into `.grad`, per-tensor clip and

@@ -70,7 +70,7 @@ impl PpoConfig {
     /// 256 batch; the same number of gradient steps, half the rows each) at
     /// lr lin_0.002 (the zoo: lin_0.001). Median time to a 20-episode mean of
     /// 475 over seeds 1–3 went from 3.3 s (30k steps) to 2.7 s (23k steps),
-    /// every run still ending at 500 (docs/benchmarks.md, issue 17).
+    /// every run still ending at 500 (docs/benchmarks.md, "RL speed").
     pub fn cartpole() -> Self {
         Self {
             env: EnvKind::Cartpole,

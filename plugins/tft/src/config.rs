@@ -3,7 +3,8 @@
 //!
 //! Defaults are sized for a CPU (hidden 64, 4 heads, one LSTM layer,
 //! lookback 64, horizons 1..5); the paper's models use hidden 160–320 and
-//! encoder lengths 90–252 (`shared/reference/models.md` §4.2).
+//! encoder lengths 90–252 (Lim et al., Temporal Fusion Transformers for
+//! Interpretable Multi-horizon Time Series Forecasting, IJF 2021).
 
 use serde::{Deserialize, Serialize};
 use tli_plugin_api::PluginError;

@@ -1,4 +1,4 @@
-//! `tli-plugin-tft`: the Temporal Fusion Transformer forecaster (issue 13),
+//! `tli-plugin-tft`: the Temporal Fusion Transformer forecaster,
 //! quantile forecasts of returns 1..H bars ahead from observed-past,
 //! known-future and static inputs, with FP32 or INT8 weights and optimizer
 //! state (the kit's [`int8`](tli_plugin_kit::int8)).

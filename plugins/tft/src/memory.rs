@@ -130,7 +130,7 @@ pub fn parameter_count(s: &TftShape) -> u64 {
 ///
 /// Fitted to `tli profile memory` on daily ES (22 selection inputs, 37 bars;
 /// peak RSS over the baseline less weights, gradients and state;
-/// docs/benchmarks.md, issue 13). One-pass steps (FP32 and INT8 "full"):
+/// docs/benchmarks.md, "TFT and INT8 training"). One-pass steps (FP32 and INT8 "full"):
 /// 650 bytes at hidden 64 with batch 64 and 512 (measured 101.6 and 775.5
 /// MiB: within 4%), fewer at hidden 256–1024 where the gradients outlive
 /// the activations (measured 345 MiB at hidden 256 × batch 64: the

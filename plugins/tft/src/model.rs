@@ -1,5 +1,5 @@
-//! The Temporal Fusion Transformer network (Lim et al., IJF 2021; component
-//! list in `shared/reference/models.md` §4.1), over one window:
+//! The Temporal Fusion Transformer network (Lim et al., IJF 2021, and the
+//! components it describes), over one window:
 //!
 //! ```text
 //! static:  asset embedding + static reals ─ VSN ─ 4 GRNs → c_s, c_e, c_h, c_c

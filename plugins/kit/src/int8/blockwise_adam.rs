@@ -1,5 +1,5 @@
 //! One AdamW update of an INT8 weight whose moments are 8-bit blockwise
-//! state (`shared/reference/models.md` §5.1–5.2), in two interchangeable
+//! state (Dettmers et al., 8-bit Optimizers via Block-wise Quantization, ICLR 2022), in two interchangeable
 //! implementations:
 //!
 //! * [`update_host`]: a fused pass in Rust over the tensors' host memory

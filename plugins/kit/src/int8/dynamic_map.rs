@@ -1,7 +1,6 @@
 //! The dynamic (tree) quantization maps of 8-bit Adam (Dettmers et al.,
 //! ICLR 2022; the construction follows bitsandbytes'
-//! `create_dynamic_map(signed, max_exponent_bits = 7, total_bits = 8)`, see
-//! `shared/reference/models.md` §5.1), and a fast exact encoder.
+//! `create_dynamic_map(signed, max_exponent_bits = 7, total_bits = 8)`), and a fast exact encoder.
 //!
 //! A map is 256 sorted `f32` values in `[−1, 1]` (signed, for Adam's first
 //! moment) or `[0, 1]` (unsigned, for the second): for each decade

@@ -1,6 +1,7 @@
 //! INT8 training: weights stored as int8 with per-row scales and AdamW
 //! moments stored as 8-bit blockwise codes, with no f32 master copy
-//! (`shared/reference/models.md` §5; the TFT plugin's `precision: "int8"`).
+//! (Dettmers et al., ICLR 2022, for the moments; torchao's int8 quantized training for
+//! the weights; the TFT plugin's `precision: "int8"`).
 //!
 //! * [`dynamic_map`]: the signed and unsigned 256-value dynamic maps of
 //!   8-bit Adam and an exact table-driven nearest-value encoder.

@@ -1,5 +1,6 @@
 //! [`Int8AdamW`]: training with INT8 weights and 8-bit optimizer state, no
-//! f32 master copy (`shared/reference/models.md` §5).
+//! f32 master copy (Dettmers et al., 8-bit Optimizers via Block-wise
+//! Quantization, ICLR 2022; torchao's int8 quantized training).
 //!
 //! At construction every 2-D parameter with at least
 //! [`Int8Options::min_numel`] elements is quantized ([`Int8Weight`],

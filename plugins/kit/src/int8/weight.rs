@@ -1,6 +1,5 @@
 //! INT8 weight storage with one scale per output channel (row), the
-//! weight-only scheme of torchao's quantized training
-//! (`shared/reference/models.md` §5.2): a weight `W [out, in]` is kept as
+//! weight-only scheme of torchao's (pytorch/ao) int8 quantized training: a weight `W [out, in]` is kept as
 //! `Q [out, in]` (int8, symmetric, `|q| ≤ 127`) and `s [out]` (f32) with
 //! `W ≈ Q · s` row by row, `s_r = max_j |W_rj| / 127`. There is no f32
 //! master copy: the f32 weight exists only while a training step runs
