@@ -2,7 +2,9 @@
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
+use tli_core::byte_size::ByteSize;
 use tli_core::executor::ExecutorKind;
+use tli_core::strategy::{parse_margin, Strategy};
 use tli_data::zones::LocalZone;
 use tli_data::BarSource;
 use tli_plugin_api::Device;
@@ -171,13 +173,13 @@ pub struct HostOptions {
     /// Admission strategy: sequential, parallel:N or auto (as many as fit in
     /// memory; on the cpu device at most one per core).
     #[arg(long, default_value = "auto")]
-    pub strategy: String,
+    pub strategy: Strategy,
     /// Device memory budget, e.g. 512MiB or 8GiB. Default: half of RAM on cpu,
     /// 90% of the device on cuda.
     #[arg(long)]
-    pub memory_budget: Option<String>,
-    /// Safety margin added to every memory estimate.
-    #[arg(long, default_value_t = 0.1)]
+    pub memory_budget: Option<ByteSize>,
+    /// Safety margin added to every memory estimate, a fraction from 0 to 10 (0.1 = 10 %).
+    #[arg(long, default_value_t = 0.1, value_parser = parse_margin)]
     pub margin: f64,
     /// `cpu` or `cuda:N`.
     #[arg(long, default_value = "cpu")]

@@ -18,15 +18,26 @@ pub fn format_bytes(bytes: u64) -> String {
     unreachable!("the loop returns at the last unit")
 }
 
+/// Why a text is not a byte size.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ByteSizeError {
+    #[error("{0:?} is not a size like 512MiB or 8GiB")]
+    NotASize(String),
+    #[error("{text:?}: unknown unit {unit:?} (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)")]
+    UnknownUnit { text: String, unit: String },
+    #[error("{0:?}: a size must be positive")]
+    NotPositive(String),
+}
+
 /// `512MiB`, `8GiB`, `1.5GB`, `1000000` → bytes.
-pub fn parse_bytes(text: &str) -> Result<u64, String> {
+pub fn parse_bytes(text: &str) -> Result<u64, ByteSizeError> {
     let t = text.trim();
     let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
     let (number, unit) = t.split_at(split);
     let value: f64 = number
         .trim()
         .parse()
-        .map_err(|_| format!("{text:?} is not a size like 512MiB or 8GiB"))?;
+        .map_err(|_| ByteSizeError::NotASize(text.to_string()))?;
     let scale = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1.0,
         "k" | "kb" => 1e3,
@@ -38,15 +49,35 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
         "t" | "tb" => 1e12,
         "tib" => 1024f64.powi(4),
         other => {
-            return Err(format!(
-                "{text:?}: unknown unit {other:?} (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"
-            ))
+            return Err(ByteSizeError::UnknownUnit {
+                text: text.to_string(),
+                unit: other.to_string(),
+            })
         }
     };
     if !(value.is_finite() && value > 0.0) {
-        return Err(format!("{text:?}: a size must be positive"));
+        return Err(ByteSizeError::NotPositive(text.to_string()));
     }
     Ok((value * scale).round() as u64)
+}
+
+/// A byte count as people write it (`512MiB`, `8GiB`): what options such as
+/// `--memory-budget` parse into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteSize(pub u64);
+
+impl std::str::FromStr for ByteSize {
+    type Err = ByteSizeError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        parse_bytes(text).map(ByteSize)
+    }
+}
+
+impl std::fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&format_bytes(self.0))
+    }
 }
 
 #[cfg(test)]

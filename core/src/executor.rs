@@ -3,6 +3,7 @@
 //! picks (`slurm`). A host has a default executor; a job spec may pin one.
 //! What a job may ask of Slurm per task is [`SlurmJobOptions`].
 
+use crate::job::SpecError;
 use serde::{Deserialize, Serialize};
 
 /// An executor of tasks.
@@ -76,18 +77,20 @@ impl SlurmJobOptions {
     }
 
     /// Range checks; errors name the field.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), SpecError> {
         if let Some(g) = self.gpus_per_task {
             if g == 0 || g > MAX_GPUS_PER_TASK {
-                return Err(format!(
-                    "slurm.gpus_per_task: {g} is outside 1..={MAX_GPUS_PER_TASK}"
+                return Err(SpecError::field(
+                    "slurm.gpus_per_task",
+                    format!("{g} is outside 1..={MAX_GPUS_PER_TASK}"),
                 ));
             }
         }
         if let Some(m) = self.time_limit_minutes {
             if m == 0 || m > MAX_TIME_LIMIT_MINUTES {
-                return Err(format!(
-                    "slurm.time_limit_minutes: {m} is outside 1..={MAX_TIME_LIMIT_MINUTES}"
+                return Err(SpecError::field(
+                    "slurm.time_limit_minutes",
+                    format!("{m} is outside 1..={MAX_TIME_LIMIT_MINUTES}"),
                 ));
             }
         }
@@ -115,11 +118,19 @@ mod tests {
             gpus_per_task: Some(0),
             ..Default::default()
         };
-        assert!(zero.check().unwrap_err().contains("slurm.gpus_per_task"));
+        assert!(zero
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("slurm.gpus_per_task"));
         let long = SlurmJobOptions {
             time_limit_minutes: Some(MAX_TIME_LIMIT_MINUTES + 1),
             ..Default::default()
         };
-        assert!(long.check().unwrap_err().contains("time_limit_minutes"));
+        assert!(long
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("time_limit_minutes"));
     }
 }

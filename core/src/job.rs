@@ -234,33 +234,32 @@ impl JobSpec {
     /// Parses a job-spec file (JSON) and checks it; errors name the field
     /// (`job spec: models[0].steps: invalid type: …`) and quote at most
     /// [`MAX_MESSAGE_CHARS`] characters of it (a refused value can be huge).
-    pub fn from_json(text: &str) -> Result<Self, String> {
+    pub fn from_json(text: &str) -> Result<Self, SpecError> {
         let mut json = serde_json::Deserializer::from_str(text);
         let spec: Self = serde_path_to_error::deserialize(&mut json)
-            .map_err(|e| match e.path().to_string().as_str() {
-                "." => format!("job spec: {}", e.inner()),
-                path => format!("job spec: {path}: {}", e.inner()),
+            .map_err(|e| {
+                let path = e.path().to_string();
+                SpecError::parse((path != ".").then_some(path), e.inner().to_string())
             })
             .and_then(|spec| {
                 json.end()
                     .map(|()| spec)
-                    .map_err(|e| format!("job spec: {e}"))
-            })
-            .map_err(brief)?;
-        spec.check().map_err(brief)?;
+                    .map_err(|e| SpecError::parse(None, e.to_string()))
+            })?;
+        spec.check()?;
         Ok(spec)
     }
 
     /// Shape checks that need no plugin or data (those come at submission).
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), SpecError> {
         if self.name.trim().is_empty() {
-            return Err("name: must not be empty".into());
+            return Err(SpecError::field("name", "must not be empty"));
         }
         if self.models.is_empty() {
-            return Err("models: at least one model is needed".into());
+            return Err(SpecError::field("models", "at least one model is needed"));
         }
         if self.assets.is_empty() {
-            return Err("assets: at least one asset is needed".into());
+            return Err(SpecError::field("assets", "at least one asset is needed"));
         }
         // Counted, not planned: models × assets can be billions.
         let pooled = self.models.iter().filter(|m| m.pooled).count();
@@ -268,80 +267,151 @@ impl JobSpec {
             .saturating_mul(self.assets.len())
             .saturating_add(pooled);
         if tasks > MAX_TASKS {
-            return Err(format!(
-                "{tasks} tasks (models × assets); at most {MAX_TASKS} per job"
-            ));
+            return Err(SpecError::TooManyTasks { tasks });
         }
         for (i, m) in self.models.iter().enumerate() {
             if m.steps == 0 || m.steps > MAX_STEPS {
-                return Err(format!(
-                    "models[{i}].steps: {} is outside 1..={MAX_STEPS}",
-                    m.steps
+                return Err(SpecError::field(
+                    format!("models[{i}].steps"),
+                    format!("{} is outside 1..={MAX_STEPS}", m.steps),
                 ));
             }
             if m.config.as_ref().is_some_and(|c| !c.is_object()) {
-                return Err(format!("models[{i}].config: must be a JSON object"));
+                return Err(SpecError::field(
+                    format!("models[{i}].config"),
+                    "must be a JSON object",
+                ));
             }
         }
         for (i, a) in self.assets.iter().enumerate() {
             if let AssetSpec::Data(source) = a {
                 if source.path.as_os_str().is_empty() {
-                    return Err(format!("assets[{i}].data: must not be empty"));
+                    return Err(SpecError::field(
+                        format!("assets[{i}].data"),
+                        "must not be empty",
+                    ));
                 }
                 if let Some(symbol) = &source.symbol {
-                    check_symbol(symbol).map_err(|e| format!("assets[{i}].symbol: {e}"))?;
+                    check_symbol(symbol)
+                        .map_err(|e| SpecError::field(format!("assets[{i}].symbol"), e))?;
                 }
                 if let Some(tz) = &source.tz {
-                    LocalZone::parse(tz).map_err(|e| format!("assets[{i}].tz: {e}"))?;
+                    LocalZone::parse(tz)
+                        .map_err(|e| SpecError::field(format!("assets[{i}].tz"), e))?;
                 }
             }
             if let AssetSpec::Synthetic(s) = a {
                 if let Some(sigma) = s.sigma {
                     if !(sigma.is_finite() && sigma > 0.0 && sigma < 1.0) {
-                        return Err(format!(
-                            "assets[{i}].synthetic.sigma: {sigma} must be in (0, 1)"
+                        return Err(SpecError::field(
+                            format!("assets[{i}].synthetic.sigma"),
+                            format!("{sigma} must be in (0, 1)"),
                         ));
                     }
                 }
                 if !SYNTHETIC_ROWS.contains(&s.rows) {
-                    return Err(format!(
-                        "assets[{i}].synthetic.rows: {} is outside {}..={}",
-                        s.rows,
-                        SYNTHETIC_ROWS.start(),
-                        SYNTHETIC_ROWS.end()
+                    return Err(SpecError::field(
+                        format!("assets[{i}].synthetic.rows"),
+                        format!(
+                            "{} is outside {}..={}",
+                            s.rows,
+                            SYNTHETIC_ROWS.start(),
+                            SYNTHETIC_ROWS.end()
+                        ),
                     ));
                 }
             }
         }
         if !SLICE_STEPS.contains(&self.slice_steps) {
-            return Err(format!(
-                "slice_steps: {} is outside {}..={}",
-                self.slice_steps,
-                SLICE_STEPS.start(),
-                SLICE_STEPS.end()
+            return Err(SpecError::field(
+                "slice_steps",
+                format!(
+                    "{} is outside {}..={}",
+                    self.slice_steps,
+                    SLICE_STEPS.start(),
+                    SLICE_STEPS.end()
+                ),
             ));
         }
         self.slurm.check()?;
         let c = &self.checkpoint;
         if c.keep == 0 {
-            return Err("checkpoint.keep: must keep at least 1".into());
+            return Err(SpecError::field("checkpoint.keep", "must keep at least 1"));
         }
         if c.every_seconds.is_some_and(|s| s.is_nan() || s < 0.0) {
-            return Err(
-                "checkpoint.every_seconds: must be a positive number of seconds (0 = never)".into(),
-            );
+            return Err(SpecError::field(
+                "checkpoint.every_seconds",
+                "must be a positive number of seconds (0 = never)",
+            ));
         }
         Ok(())
+    }
+}
+
+/// Why a job spec was refused: the file's text (JSON syntax, a field of the
+/// wrong type) or a value outside what a job may have. Messages quote at
+/// most [`MAX_MESSAGE_CHARS`] characters of what was given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    /// The text is not a job spec; `path` is where in it (`models[0].steps`),
+    /// `None` for the text as a whole.
+    #[error("job spec: {}{message}", path.as_deref().map(|p| format!("{p}: ")).unwrap_or_default())]
+    Parse {
+        path: Option<String>,
+        message: String,
+    },
+    /// A field holds a value a job may not have.
+    #[error("{field}: {problem}")]
+    Field { field: String, problem: String },
+    /// More tasks than a job may have (counted, not planned).
+    #[error("{tasks} tasks (models × assets); at most {MAX_TASKS} per job")]
+    TooManyTasks { tasks: usize },
+}
+
+impl SpecError {
+    /// A refusal of `field` (as the spec names it) for `problem`; the whole
+    /// message is cut to about [`MAX_MESSAGE_CHARS`] characters.
+    pub fn field(field: impl Into<String>, problem: impl Into<String>) -> Self {
+        let field = brief_to(field.into(), MAX_PATH_CHARS);
+        let room = MAX_MESSAGE_CHARS - field.chars().count().min(MAX_PATH_CHARS);
+        SpecError::Field {
+            problem: brief_to(problem.into(), room),
+            field,
+        }
+    }
+
+    /// The text did not read as a job spec, at `path` (serde's path to the
+    /// field) when there is one; cut like [`SpecError::field`].
+    pub fn parse(path: Option<String>, message: impl Into<String>) -> Self {
+        let path = path.map(|p| brief_to(p, MAX_PATH_CHARS));
+        let used = path
+            .as_ref()
+            .map_or(0, |p| p.chars().count().min(MAX_PATH_CHARS));
+        SpecError::Parse {
+            message: brief_to(message.into(), MAX_MESSAGE_CHARS - used),
+            path,
+        }
+    }
+
+    /// The field the refusal names, if it names one.
+    pub fn field_name(&self) -> Option<&str> {
+        match self {
+            SpecError::Parse { path, .. } => path.as_deref(),
+            SpecError::Field { field, .. } => Some(field),
+            SpecError::TooManyTasks { .. } => None,
+        }
     }
 }
 
 /// Longest refusal [`JobSpec::from_json`] gives, in characters.
 pub const MAX_MESSAGE_CHARS: usize = 1000;
 
-/// `message` cut to [`MAX_MESSAGE_CHARS`] characters (serde quotes a
-/// refused string whole).
-fn brief(message: String) -> String {
-    match message.char_indices().nth(MAX_MESSAGE_CHARS) {
+/// Longest field path a refusal quotes, in characters.
+const MAX_PATH_CHARS: usize = 200;
+
+/// `message` cut to `limit` characters (serde quotes a refused string whole).
+fn brief_to(message: String, limit: usize) -> String {
+    match message.char_indices().nth(limit) {
         None => message,
         Some((cut, _)) => format!("{}… ({} bytes in all)", &message[..cut], message.len()),
     }
@@ -545,7 +615,7 @@ mod tests {
         ];
         for (json, field) in cases {
             let e = JobSpec::from_json(&json).unwrap_err();
-            assert!(e.contains(field), "{json}: {e}");
+            assert!(e.to_string().contains(field), "{json}: {e}");
         }
     }
 
@@ -577,7 +647,10 @@ mod tests {
         );
         let negative =
             JobSpec::from_json(&format!("{base},\"checkpoint\":{{\"every_seconds\":-1}}}}"));
-        assert!(negative.unwrap_err().contains("checkpoint.every_seconds"));
+        assert!(negative
+            .unwrap_err()
+            .to_string()
+            .contains("checkpoint.every_seconds"));
     }
 
     /// Bars users bring: a file asset names its symbol and time zone; both are checked.
@@ -611,7 +684,7 @@ mod tests {
             ),
         ] {
             let e = spec(asset).unwrap_err();
-            assert!(e.contains(field), "{asset}: {e}");
+            assert!(e.to_string().contains(field), "{asset}: {e}");
         }
     }
 

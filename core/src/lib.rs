@@ -7,6 +7,8 @@
 //! * [`data_root`]: the directories bar files named by jobs must be under.
 //! * [`executor`]: where tasks run: runner threads in the host, or Slurm jobs.
 //! * [`plugin_configs`]: `--config` values and which one applies to which plugin.
+//! * [`config_schema`]: a config checked against the plugin's own JSON Schema.
+//! * [`strategy`]: how many tasks may share a device, and the margin's range.
 //! * [`byte_size`]: byte sizes formatted and parsed for people.
 //! * [`digest`]: streamed SHA-256 as hex.
 //! * [`error_chain`]: an error and its causes as one line for people.
@@ -16,6 +18,7 @@
 //! `scripts/check-layers.sh`).
 
 pub mod byte_size;
+pub mod config_schema;
 pub mod data_root;
 pub mod digest;
 pub mod error_chain;
@@ -24,5 +27,6 @@ pub mod ids;
 pub mod job;
 pub mod plugin_configs;
 pub mod state;
+pub mod strategy;
 
 pub use ids::{now_ms, JobId, TaskId};

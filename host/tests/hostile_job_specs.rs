@@ -343,7 +343,7 @@ fn parse_guarded(text: String, stats: &Stats) -> Result<Result<(), String>, Test
                 on.set(true);
             });
             let outcome = std::panic::catch_unwind(|| {
-                let spec = JobSpec::from_json(&text)?;
+                let spec = JobSpec::from_json(&text).map_err(|e| e.to_string())?;
                 let _ = spec.task_plan();
                 let book = ContractBook::builtin();
                 let contract = book.lookup("ES").map_err(|e| e.to_string())?;

@@ -48,11 +48,13 @@ use std::path::{Path, PathBuf};
 /// Why market data was refused. Every variant names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
-    /// (The cause is part of the message, not a separate `source`, so that
-    /// error chains print it once.)
+    /// The cause is both in the message (so `to_string()` alone says it)
+    /// and the `source()` (so callers can inspect the `io::Error`); error
+    /// chains that skip a cause already quoted print it once.
     #[error("{file}: cannot be read or written: {cause}")]
     Io {
         file: PathBuf,
+        #[source]
         cause: std::io::Error,
     },
     #[error("{file}: row {row}: {problem}")]
@@ -178,5 +180,24 @@ pub fn write_bars(path: &Path, table: &BarTable) -> Result<(), DataError> {
         Format::Dbn => dbn_format::write(path, table),
         Format::Parquet => parquet_format::write(path, table),
         Format::Csv => csv_format::write(path, table),
+    }
+}
+
+#[cfg(test)]
+mod data_error_tests {
+    use super::*;
+
+    #[test]
+    fn an_io_error_is_both_quoted_and_kept_as_the_source() {
+        let cause = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        let e = DataError::io(Path::new("bars.csv"), cause);
+        assert!(e
+            .to_string()
+            .starts_with("bars.csv: cannot be read or written: "));
+        let source = std::error::Error::source(&e).expect("the io::Error is the source");
+        let io = source
+            .downcast_ref::<std::io::Error>()
+            .expect("an io::Error");
+        assert_eq!(io.kind(), std::io::ErrorKind::PermissionDenied);
     }
 }

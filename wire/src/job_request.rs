@@ -188,7 +188,7 @@ pub fn job_spec(req: &pb::StartTrainingRequest) -> Result<JobSpec, Status> {
         executor: executor_kind(req.executor)?,
         slurm: slurm_options(req.slurm.as_ref()),
     };
-    spec.check().map_err(invalid)?;
+    spec.check().map_err(|e| invalid(e.to_string()))?;
     Ok(spec)
 }
 

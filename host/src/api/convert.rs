@@ -104,8 +104,12 @@ pub fn orchestrator_error(e: OrchestratorError) -> Status {
 /// caller's to fix; a task bigger than the whole budget is RESOURCE_EXHAUSTED.
 pub fn submit_error(e: SubmitError) -> Status {
     match e {
-        SubmitError::Spec(message) => invalid(message),
-        e @ (SubmitError::Model { .. } | SubmitError::Asset { .. }) => invalid(e.to_string()),
+        SubmitError::Spec(e) => invalid(e.to_string()),
+        e @ (SubmitError::NoSlurmExecutor
+        | SubmitError::Config { .. }
+        | SubmitError::Model { .. }
+        | SubmitError::Asset { .. }) => invalid(e.to_string()),
+        e @ SubmitError::Encode(_) => Status::internal(e.to_string()),
         e @ SubmitError::TooBig { .. } => Status::resource_exhausted(e.to_string()),
         e @ SubmitError::WrongDevice { .. } => Status::failed_precondition(e.to_string()),
         e @ SubmitError::DataRoot {

@@ -41,19 +41,8 @@ pub(super) fn open_host(
     opts: &HostOptions,
     worker_service: Option<std::net::SocketAddr>,
 ) -> Result<Orchestrator> {
-    let strategy = opts
-        .strategy
-        .parse()
-        .map_err(|e| anyhow!("--strategy: {e}"))?;
-    let budget_bytes = opts
-        .memory_budget
-        .as_deref()
-        .map(|t| crate::byte_size::parse_bytes(t).map_err(|e| anyhow!(e)))
-        .transpose()
-        .context("--memory-budget")?;
-    if !(0.0..=10.0).contains(&opts.margin) {
-        bail!("--margin {} must be between 0 and 10", opts.margin);
-    }
+    let strategy = opts.strategy;
+    let budget_bytes = opts.memory_budget.map(|b| b.0);
     let cores = opts.cores.unwrap_or_else(|| {
         std::thread::available_parallelism()
             .map(|n| n.get())

@@ -69,7 +69,6 @@ use super::TaskId;
 use crate::byte_size::format_bytes;
 use std::collections::HashMap;
 use std::fmt;
-use std::str::FromStr;
 use tli_plugin_api::Device;
 
 pub use super::cpu_budget::{
@@ -84,75 +83,8 @@ pub const DEFAULT_MAX_SKIPS: u32 = 3;
 /// integer arithmetic (`0.1` is exactly 100 000 ppm; no `110.00000000000001`).
 const PPM: u128 = 1_000_000;
 
-/// How many tasks may share a device.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Strategy {
-    /// One task at a time.
-    Sequential,
-    /// At most this many at a time, in strict order, within the budget.
-    Parallel(usize),
-    /// As many as fit, backfilling smaller tasks without starving big ones.
-    Auto,
-}
-
-impl Strategy {
-    /// The most tasks this strategy lets run at once (`None`: no limit).
-    pub fn max_running(&self) -> Option<usize> {
-        match *self {
-            Strategy::Sequential => Some(1),
-            Strategy::Parallel(n) => Some(n.max(1)),
-            Strategy::Auto => None,
-        }
-    }
-}
-
-impl fmt::Display for Strategy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Strategy::Sequential => f.write_str("sequential"),
-            Strategy::Parallel(n) => write!(f, "parallel:{n}"),
-            Strategy::Auto => f.write_str("auto"),
-        }
-    }
-}
-
-/// Why a strategy name did not parse.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum StrategyParseError {
-    /// Not one of the known names.
-    #[error("unknown strategy {0:?}: expected \"sequential\", \"parallel:N\" (N ≥ 1) or \"auto\"")]
-    Unknown(String),
-    /// `parallel` without `:N`, or `N` is not a number.
-    #[error("bad parallel count in {0:?}: expected \"parallel:N\" with N a whole number ≥ 1")]
-    BadCount(String),
-    /// `parallel:0`.
-    #[error("\"parallel:0\" would never run anything: the count must be at least 1")]
-    Zero,
-}
-
-impl FromStr for Strategy {
-    type Err = StrategyParseError;
-
-    /// `"sequential"`, `"parallel:4"`, `"auto"`; case-insensitive, surrounding
-    /// whitespace ignored.
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let lower = s.trim().to_ascii_lowercase();
-        match lower.as_str() {
-            "sequential" => return Ok(Strategy::Sequential),
-            "auto" => return Ok(Strategy::Auto),
-            "parallel" => return Err(StrategyParseError::BadCount(s.to_string())),
-            _ => {}
-        }
-        let Some(count) = lower.strip_prefix("parallel:") else {
-            return Err(StrategyParseError::Unknown(s.to_string()));
-        };
-        match count.trim().parse::<usize>() {
-            Ok(0) => Err(StrategyParseError::Zero),
-            Ok(n) => Ok(Strategy::Parallel(n)),
-            Err(_) => Err(StrategyParseError::BadCount(s.to_string())),
-        }
-    }
-}
+// The strategy is vocabulary the command line parses too: it lives in tli-core.
+pub use tli_core::strategy::{Strategy, StrategyParseError, MAX_MARGIN};
 
 /// A device and how many bytes tasks may reserve on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -291,10 +223,10 @@ impl Arbiter {
     /// An arbiter with nothing running. `margin_fraction` is the safety margin
     /// added to estimates and measurements (`0.1` = 10 %); negative or
     /// non-finite values count as 0, it is kept to a millionth and capped at
-    /// 1000 (100 000 %). `max_skips` starts at [`DEFAULT_MAX_SKIPS`].
+    /// [`MAX_MARGIN`] (1,000 %, the range `--margin` accepts). `max_skips` starts at [`DEFAULT_MAX_SKIPS`].
     pub fn new(strategy: Strategy, budget: Budget, margin_fraction: f64) -> Self {
         let margin = if margin_fraction.is_finite() {
-            margin_fraction.clamp(0.0, 1000.0)
+            margin_fraction.clamp(0.0, MAX_MARGIN)
         } else {
             0.0
         };

@@ -25,6 +25,21 @@ use std::sync::Arc;
 pub const PLUGIN_PREFIX: &str = "libtli_plugin_";
 pub const PLUGIN_SUFFIX: &str = ".so";
 
+/// Why a plugin reference (`name` or `name@version`) names nothing loaded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResolveError {
+    /// No version of that name is loaded.
+    #[error("no such plugin; loaded: {}", loaded.join(", "))]
+    NoSuchPlugin { loaded: Vec<String> },
+    /// Other versions of it are loaded, not this one.
+    #[error("version {version} of plugin {name} is not loaded; loaded: {}", loaded.join(", "))]
+    NoSuchVersion {
+        name: String,
+        version: String,
+        loaded: Vec<String>,
+    },
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
     #[error(
@@ -112,21 +127,23 @@ impl PluginRegistry {
 
     /// The plugin a job names: `name` (its newest version) or `name@version`.
     /// The error says what is loaded instead.
-    pub fn resolve(&self, reference: &str) -> Result<&Arc<LoadedPlugin>, String> {
+    pub fn resolve(&self, reference: &str) -> Result<&Arc<LoadedPlugin>, ResolveError> {
         let (name, version) = split_plugin_ref(reference);
+        let no_such = || ResolveError::NoSuchPlugin {
+            loaded: self.names().iter().map(|n| n.to_string()).collect(),
+        };
         match version {
-            None => self
-                .get(name)
-                .ok_or_else(|| format!("no such plugin; loaded: {}", self.names().join(", "))),
+            None => self.get(name).ok_or_else(no_such),
             Some(version) => self.get_version(name, version).ok_or_else(|| {
                 let versions = self.versions(name);
                 if versions.is_empty() {
-                    format!("no such plugin; loaded: {}", self.names().join(", "))
+                    no_such()
                 } else {
-                    format!(
-                        "version {version} of plugin {name} is not loaded; loaded: {}",
-                        versions.join(", ")
-                    )
+                    ResolveError::NoSuchVersion {
+                        name: name.to_string(),
+                        version: version.to_string(),
+                        loaded: versions,
+                    }
                 }
             }),
         }

@@ -54,6 +54,7 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Instant;
+use tli_core::config_schema;
 use tli_data::contracts::ContractBook;
 use tli_plugin_api::{capability, Device};
 
@@ -96,7 +97,23 @@ pub struct OrchestratorConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum SubmitError {
     #[error("invalid job spec: {0}")]
-    Spec(String),
+    Spec(#[from] tli_core::job::SpecError),
+    /// The job asks for the Slurm executor and this host has none.
+    #[error(
+        "executor: this host has no Slurm executor; start it with --executor slurm \
+         (see docs/scale-out.md) or leave \"executor\" out"
+    )]
+    NoSlurmExecutor,
+    /// A model's config breaks the JSON Schema its plugin declares.
+    #[error("models[{model}] ({plugin}): {violation}")]
+    Config {
+        model: usize,
+        plugin: String,
+        violation: config_schema::SchemaViolation,
+    },
+    /// The checked spec could not be encoded for the store (a host defect).
+    #[error("the job spec could not be encoded for the store: {0}")]
+    Encode(#[source] serde_json::Error),
     #[error("models[{model}] ({plugin}): {message}")]
     Model {
         model: usize,
@@ -378,14 +395,10 @@ impl Orchestrator {
     /// task's memory, refuses it if one task alone exceeds the budget, and
     /// stores it with all tasks queued.
     pub fn submit(&self, spec: &JobSpec) -> Result<JobId, SubmitError> {
-        spec.check().map_err(SubmitError::Spec)?;
+        spec.check()?;
         let executor = spec.executor.unwrap_or(self.config.default_executor);
         if executor == ExecutorKind::Slurm && self.slurm.is_none() {
-            return Err(SubmitError::Spec(
-                "executor: this host has no Slurm executor; start it with --executor slurm \
-                 (see docs/scale-out.md) or leave \"executor\" out"
-                    .into(),
-            ));
+            return Err(SubmitError::NoSlurmExecutor);
         }
         if executor == ExecutorKind::Local && spec.device != self.config.device {
             return Err(SubmitError::WrongDevice {
@@ -419,7 +432,9 @@ impl Orchestrator {
                 plugin: model.plugin.clone(),
                 message,
             };
-            let plugin = registry.resolve(&model.plugin).map_err(model_err)?;
+            let plugin = registry
+                .resolve(&model.plugin)
+                .map_err(|e| model_err(e.to_string()))?;
             if model.pooled && !plugin.manifest.has_capability(capability::POOLED) {
                 return Err(model_err(format!(
                     "plugin {} (plugin API {}) cannot train pooled tasks; drop \"pooled\" to \
@@ -431,7 +446,18 @@ impl Orchestrator {
                 Some(c) => c.clone(),
                 None => {
                     let config_text = match &model.config {
-                        Some(c) => c.to_string(),
+                        Some(c) => {
+                            // The plugin's own schema first: the key named the same
+                            // way for every plugin, built here or anywhere else.
+                            config_schema::check(&plugin.manifest.config_schema, c).map_err(
+                                |violation| SubmitError::Config {
+                                    model: m,
+                                    plugin: model.plugin.clone(),
+                                    violation,
+                                },
+                            )?;
+                            c.to_string()
+                        }
                         None => plugin.manifest.default_config.to_string(),
                     };
                     let config = plugin
@@ -487,8 +513,7 @@ impl Orchestrator {
             executor: Some(executor),
             ..spec.clone()
         };
-        let spec_json =
-            serde_json::to_string(&spec).map_err(|e| SubmitError::Spec(e.to_string()))?;
+        let spec_json = serde_json::to_string(&spec).map_err(SubmitError::Encode)?;
         let (job, _) = self.store.create_job(&spec.name, &spec_json, &tasks)?;
         tracing::info!(job, tasks = tasks.len(), "job {:?} submitted", spec.name);
         Ok(job)
