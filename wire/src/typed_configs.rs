@@ -3,6 +3,10 @@
 //! objects the plugins read: the fields that are set, under the plugin's own key names; the plugin fills in
 //! the rest and checks the values (its errors name the key). Here only what
 //! JSON cannot carry is refused: a non-finite number, an unknown enum value.
+//!
+//! Frozen: these five messages stay for compatibility and no new ones are
+//! added. Every other plugin uses the generic `PluginConfig`, checked against
+//! the plugin's own JSON Schema (`tli_core::config_schema`).
 
 use crate::convert::invalid;
 use serde_json::{Map, Value};

@@ -525,3 +525,79 @@ fn concurrent_watchers_each_get_every_state_change_and_the_plugin_log_lines() {
         assert_eq!(last["event"], "finished", "{output}");
     }
 }
+
+/// A plugin's config is checked against the JSON Schema in the plugin's own
+/// manifest before the plugin is asked, and the refusal names the key. The
+/// `behaviour` fixture stands for a plugin written outside this repository:
+/// its schema caps `log_every` at 1,000,000 while its parser takes any
+/// number, so a refusal of 10^9 can only come from the host's schema check.
+#[test]
+fn a_plugins_config_is_checked_against_its_own_schema_naming_the_key() {
+    let (plugins, state) = (template_and_behaviour(), tempfile::tempdir().unwrap());
+    let server = Server::start(plugins.path(), state.path(), &[]);
+    let start = |config: &str| {
+        server.client(&[
+            "train",
+            "start",
+            "-p",
+            "behaviour",
+            "--config",
+            config,
+            "-a",
+            "synthetic:100",
+            "--steps",
+            "3",
+        ])
+    };
+    let cases = [
+        (
+            r#"{"log_every": 1000000000}"#,
+            "config key `log_every`: 1000000000 is more than the maximum 1000000",
+        ),
+        (
+            r#"{"sleep_ms_per_step": "fast"}"#,
+            "config key `sleep_ms_per_step`: expected integer, got a string",
+        ),
+        (
+            r#"{"sleep_ms_per_stp": 1}"#,
+            "config key `sleep_ms_per_stp`: is not a key",
+        ),
+        (
+            r#"{"panic_in_step_at": -1}"#,
+            "config key `panic_in_step_at`: -1 is less than",
+        ),
+    ];
+    for (config, expected) in cases {
+        let out = start(config);
+        assert_eq!(out.status.code(), Some(1), "{config}: {}", stdout(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains("invalid argument: models[0] (behaviour): "),
+            "{err}"
+        );
+        assert!(
+            err.contains(expected),
+            "{config}: expected {expected:?} in {err}"
+        );
+        assert!(err.contains("(the plugin's config schema)"), "{err}");
+    }
+    let jobs = ok_json(&server.client(&["train", "list", "-o", "json"]));
+    assert_eq!(jobs["jobs"].as_array().map(Vec::len), Some(0), "{jobs}");
+    // What the schema allows trains.
+    let ok = ok_json(&server.client(&[
+        "train",
+        "start",
+        "-p",
+        "behaviour",
+        "--config",
+        r#"{"log_every": 1000000}"#,
+        "-a",
+        "synthetic:100",
+        "--steps",
+        "3",
+        "-o",
+        "json",
+    ]));
+    let watched = server.client(&["train", "watch", &job_id(&ok).to_string()]);
+    assert!(watched.status.success(), "{}", stderr(&watched));
+}
