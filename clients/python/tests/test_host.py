@@ -191,6 +191,27 @@ def test_bad_requests_raise_the_code_the_host_sent_and_change_nothing(client: Cl
     assert [j.job_id for j in client.list(page_size=1000)] == before
 
 
+def test_a_plugin_never_seen_trains_through_a_helper_built_from_its_schema(client: Client) -> None:
+    # `behaviour` is a test fixture: this package has no typed class for it.
+    Behaviour = client.config_type("behaviour")
+    assert Behaviour.__name__ == "BehaviourConfig" and "log_every" in Behaviour.keys()
+    assert "log_every: int, >= 0, <= 1000000" in (Behaviour.__doc__ or "")
+    with pytest.raises(TypeError, match="unknown key 'sleep_ms_per_stp'"):
+        Behaviour(sleep_ms_per_stp=1)
+    with pytest.raises(ValueError, match="log_every: 1000000000 is more than the maximum 1000000"):
+        Behaviour(log_every=10**9)
+    with pytest.raises(ValueError, match="fail_create: expected boolean"):
+        Behaviour(fail_create="yes")
+    # The host checks the same schema for a client that skips the helper.
+    with pytest.raises(InvalidArgument, match="config key `log_every`"):
+        client.start([plugin_config("behaviour", {"log_every": 10**9})], [synthetic(300, seed=1)], steps=3)
+    job = client.start([Model(Behaviour(sleep_ms_per_step=1, log_every=2), steps=6)],
+                       [synthetic(300, seed=1)])
+    final = client.wait(job, timeout=120)
+    assert [t.state for t in final.tasks] == [TaskState.COMPLETED]
+    assert final.tasks[0].steps_done == 6
+
+
 def test_no_host_is_unavailable() -> None:
     with Client("127.0.0.1:9", timeout=5.0) as nobody:
         with pytest.raises(Unavailable) as e:

@@ -141,3 +141,53 @@ def test_errors_carry_the_code_and_the_message() -> None:
     assert str(e) == "StartTraining: INVALID_ARGUMENT: models[0].steps: 0"
     assert NotFound.default_code is grpc.StatusCode.NOT_FOUND
     assert Unauthenticated.default_code is grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_a_typed_helper_from_a_served_schema_checks_keys_and_values() -> None:
+    from tli_client import PluginConfig, PluginInfo, config_type
+
+    schema = {
+        "title": "acme forecaster",
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "depth": {"type": "integer", "minimum": 1, "maximum": 64, "default": 4,
+                      "description": "layers"},
+            "rate": {"type": "number", "exclusiveMinimum": 0},
+            "mode": {"enum": ["fast", "exact"]},
+            "sizes": {"type": "array", "items": {"type": "integer", "minimum": 1}, "maxItems": 3},
+            "lr-schedule": {"type": "string"},
+        },
+    }
+    info = PluginInfo("acme-net", "2.1.0", "1.1.0", "forecaster", "", {}, schema, "/x.so", ())
+    Acme = config_type(info)
+    assert Acme.__name__ == "AcmeNetConfig" and Acme.keys() == (
+        "depth", "rate", "mode", "sizes", "lr-schedule")
+    assert "depth: int, >= 1, <= 64, default 4 — layers" in (Acme.__doc__ or "")
+    import inspect
+    params = inspect.signature(Acme).parameters
+    assert list(params)[:4] == ["depth", "rate", "mode", "sizes"]
+    cfg = Acme(depth=8, mode="exact", sizes=(2, 3), **{"lr-schedule": "cosine"})
+    assert isinstance(cfg, PluginConfig) and cfg.plugin == "acme-net"
+    assert cfg.config == {"depth": 8, "mode": "exact", "sizes": [2, 3], "lr-schedule": "cosine"}
+    assert cfg.config_json() == '{"depth": 8, "lr-schedule": "cosine", "mode": "exact", "sizes": [2, 3]}'
+    spec = Model(cfg, steps=10).to_proto(None)
+    assert spec.plugin.plugin == "acme-net" and '"depth": 8' in spec.plugin.config_json
+    assert Acme().config == {}
+    with pytest.raises(TypeError, match="unknown key 'deph'; its keys are depth, rate"):
+        Acme(deph=2)
+    for kwargs, message in [
+        ({"depth": 0}, "acme-net config: depth: 0 is less than the minimum 1"),
+        ({"depth": 2.5}, "depth: expected integer"),
+        ({"depth": True}, "depth: expected integer"),
+        ({"rate": 0}, "rate: 0 must be more than 0"),
+        ({"rate": math.nan}, "rate: nan cannot be sent"),
+        ({"mode": "slow"}, "mode: 'slow' is not one of 'fast', 'exact'"),
+        ({"sizes": [1, 0]}, r"sizes\[1\]: 0 is less than the minimum 1"),
+        ({"sizes": [1, 2, 3, 4]}, "sizes: 4 items, more than 3"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            Acme(**kwargs)
+    # A schema that says nothing takes any keys.
+    Loose = config_type(PluginInfo("loose", "0.1.0", "1.1.0", "x", "", {}, None, "", ()))
+    assert Loose(anything=[1]).config == {"anything": [1]}

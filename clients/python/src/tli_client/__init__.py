@@ -51,6 +51,7 @@ from .errors import (
     Unimplemented,
 )
 from .history import History, MetricSeries, TaskHistory
+from .schema_config import SchemaConfig, config_type
 from .info import Device, PluginInfo, Plugins, RefusedPlugin, RescanReport, Reservation
 from .jobs import (
     Event,
@@ -99,6 +100,8 @@ __all__ = [
     "TftConfig",
     "TradingEnvConfig",
     "PluginConfig",
+    "SchemaConfig",
+    "config_type",
     "plugin_config",
     "Job",
     "JobRef",

@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence, Tuple, TypeVar, Union
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence, Tuple, Type, TypeVar, Union
 
 import grpc
 
@@ -46,6 +46,7 @@ from .history import History
 from .info import Device, Plugins, RescanReport, devices_from_proto
 from .jobs import Event, Finished, Job, JobRef, TaskState, event_from_proto, job_id_of
 from .progress import ProgressDisplay, TqdmDisplay
+from .schema_config import SchemaConfig, config_type
 
 __all__ = ["Client", "Tls", "CheckpointPolicy", "SlurmOptions", "Page", "Resumed", "DEFAULT_ENDPOINT"]
 
@@ -470,6 +471,13 @@ class Client:
         """The plugins the host loaded (defaults, schemas, capabilities) and those it refused."""
         reply = self._call("ListPlugins", self._plugins.ListPlugins, ppb.ListPluginsRequest())
         return Plugins.from_proto(reply)
+
+    def config_type(self, plugin: str) -> Type[SchemaConfig]:
+        """A typed config class for ``plugin`` (``name`` or ``name@version``), built from the
+        JSON Schema the host serves for it: one keyword argument per config key, checked as it
+        is given (:mod:`tli_client.schema_config`). Works for any plugin the host loaded, built
+        in or not, with no change to this package."""
+        return config_type(self.plugins()[plugin])
 
     def rescan_plugins(self) -> RescanReport:
         """Make the host load plugin files added to its plugin directory since it started."""
