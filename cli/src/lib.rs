@@ -115,6 +115,38 @@ pub fn run_client(cli: &Cli, bin_name: &'static str) -> Option<Result<()>> {
     Some(result)
 }
 
+/// Logs to stderr, filtered by `TLI_LOG` (or `RUST_LOG`; default `info`),
+/// coloured only on a terminal and without `NO_COLOR`: both binaries' set-up.
+pub fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("TLI_LOG")
+        .or_else(|_| EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(
+            std::env::var_os("NO_COLOR").is_none()
+                && std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        )
+        .init();
+}
+
+/// A command's result as the process's exit: any error as one line on
+/// stderr (each cause once) and a non-zero code.
+pub fn exit_code(result: Result<()>) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!(
+                "error: {}",
+                tli_core::error_chain::error_chain(error.as_ref())
+            );
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 /// `value` as pretty JSON on stdout.
 pub fn print_json<T: Serialize>(value: &T) -> Result<()> {
     let text = serde_json::to_string_pretty(value)?;
