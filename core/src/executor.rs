@@ -3,7 +3,7 @@
 //! picks (`slurm`). A host has a default executor; a job spec may pin one.
 //! What a job may ask of Slurm per task is [`SlurmJobOptions`].
 
-use crate::job::SpecError;
+use crate::spec_error::SpecError;
 use serde::{Deserialize, Serialize};
 
 /// An executor of tasks.

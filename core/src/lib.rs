@@ -2,7 +2,8 @@
 //! engine behind it: no libtorch, no SQLite, no gRPC, no command line.
 //!
 //! * [`ids`]: job and task ids, the store's time unit.
-//! * [`job`]: job specifications (models × assets) and the task plan.
+//! * [`job`]: job specifications (models × assets) and the task plan;
+//!   [`spec_error`]: why one was refused.
 //! * [`state`]: task states and the transitions allowed between them.
 //! * [`data_root`]: the directories bar files named by jobs must be under.
 //! * [`executor`]: where tasks run: runner threads in the host, or Slurm jobs.
@@ -26,6 +27,7 @@ pub mod executor;
 pub mod ids;
 pub mod job;
 pub mod plugin_configs;
+pub mod spec_error;
 pub mod state;
 pub mod strategy;
 
