@@ -180,24 +180,10 @@ impl Server {
     /// Starts a job `name` of a small template model (hidden [8]) on two
     /// synthetic assets for `steps` steps; returns `train start`'s JSON.
     pub fn start_small_template_job(&self, name: &str, steps: u64) -> serde_json::Value {
-        ok_json(&self.client(&[
-            "train",
-            "start",
-            "--name",
-            name,
-            "-p",
-            "template",
-            "--config",
-            r#"{"hidden_sizes":[8]}"#,
-            "-a",
-            "synthetic:300:1",
-            "-a",
-            "synthetic:300:2",
-            "--steps",
-            &steps.to_string(),
-            "-o",
-            "json",
-        ]))
+        let steps = steps.to_string();
+        let mut args = small_template_job_args(name, &steps);
+        args.extend(["-o", "json"]);
+        ok_json(&self.client(&args))
     }
 
     /// Runs the `tli` client against this server.
@@ -245,4 +231,25 @@ impl Drop for Server {
 extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, signal: i32) -> i32;
+}
+
+/// `train start` arguments of a job `name`: a small template model (hidden
+/// [8]) on two synthetic assets for `steps` steps (any client binary).
+pub fn small_template_job_args<'a>(name: &'a str, steps: &'a str) -> Vec<&'a str> {
+    vec![
+        "train",
+        "start",
+        "--name",
+        name,
+        "-p",
+        "template",
+        "--config",
+        r#"{"hidden_sizes":[8]}"#,
+        "-a",
+        "synthetic:300:1",
+        "-a",
+        "synthetic:300:2",
+        "--steps",
+        steps,
+    ]
 }

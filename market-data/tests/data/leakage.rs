@@ -1,4 +1,4 @@
-//! Issue 11 item 2's leakage test, on the bundled samples and on synthetic
+//! The known-future leakage test, on the bundled samples and on synthetic
 //! bars: perturbing prices after bar t changes no input at or before t, and
 //! changes no known-future input at all (those are a function of the
 //! timestamp alone); the annex (roles, horizons, scales, interval, markers)

@@ -115,22 +115,7 @@ fn the_client_binary_has_no_libtorch_and_drives_a_host() {
     assert!(resources["devices"].is_array(), "{resources}");
 
     // A job from start to completion, watched, then listed, plotted and charted from the store.
-    let started = client.json(&[
-        "train",
-        "start",
-        "--name",
-        "from-a-laptop",
-        "-p",
-        "template",
-        "--config",
-        r#"{"hidden_sizes":[8]}"#,
-        "-a",
-        "synthetic:300:1",
-        "-a",
-        "synthetic:300:2",
-        "--steps",
-        "60",
-    ]);
+    let started = client.json(&small_template_job_args("from-a-laptop", "60"));
     let job = job_of(&started);
     let watched = client.run(&["train", "watch", &job]);
     assert!(watched.status.success(), "{}", stderr(&watched));

@@ -1,4 +1,4 @@
-//! Issue 16 §3, malformed and abusive gRPC requests (docs/reliability.md):
+//! Malformed and abusive gRPC requests (docs/reliability.md §3):
 //! the corpus of `tests/python/hostile_requests.py` (over 100 requests:
 //! wrong wire types, cut varints, invalid UTF-8, groups nested 100 000
 //! deep, messages over 4 MiB, 100 000 models × 100 000 assets, absurd
