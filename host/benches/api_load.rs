@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use tli_host::api::{ServerConfig, ShutdownSignal};
 use tli_host::orchestrator::arbiter::Strategy;
 use tli_host::orchestrator::engine::{Orchestrator, OrchestratorConfig};
+use tli_host::tensorboard::TensorBoardLog;
 use tli_host::web::{self, Serves};
 use tli_proto::v1 as pb;
 use tli_proto::v1::training_service_client::TrainingServiceClient;
@@ -144,14 +145,18 @@ async fn run(host: tokio::runtime::Handle, watching: tokio::runtime::Handle) {
             resume_interrupted: false,
             default_executor: Default::default(),
             slurm: None,
-            // TensorBoard files as `tli host serve` writes them by default; TENSORBOARD=0: none.
-            tensorboard_dir: (std::env::var("TENSORBOARD").as_deref() != Ok("0"))
-                .then(|| state.path().join("tb")),
             // All 8 at once (`auto` would run one task per core on the CPU).
             ..orchestrator_config(state.path(), plugins.path(), Strategy::Parallel(8), 1 << 32)
         })
         .expect("open host"),
     );
+    // TensorBoard files as `tli host serve` writes them by default; TENSORBOARD=0: none.
+    if std::env::var("TENSORBOARD").as_deref() != Ok("0") {
+        orchestrator.observe(Arc::new(TensorBoardLog::new(
+            state.path().join("tb"),
+            orchestrator.store().clone(),
+        )));
+    }
     let serving = orchestrator.clone();
     let mut server = host
         .spawn(async move {
@@ -162,6 +167,7 @@ async fn run(host: tokio::runtime::Handle, watching: tokio::runtime::Handle) {
                     token: None,
                     tls: None,
                     worker_token: None,
+                    ..Default::default()
                 },
             )
             .await
@@ -247,6 +253,7 @@ async fn run(host: tokio::runtime::Handle, watching: tokio::runtime::Handle) {
         ShutdownSignal::new(),
         None,
         Serves::PageAndMetrics,
+        Default::default(),
     );
     host.spawn(web::serve(listener, routes, std::future::pending()));
     let tasks: Vec<i64> = orchestrator

@@ -3,10 +3,11 @@
 //!
 //! Two kinds of figures:
 //!
-//! * **Events**, recorded as they happen into the process-wide
-//!   [`telemetry()`]: RPCs by method (count and latency, by the gRPC layer
-//!   [`RpcMetricsLayer`]) and checkpoint writes by plugin (durations, by
-//!   every task record).
+//! * **Events**, recorded as they happen into the server's [`Telemetry`]
+//!   (one per server, no process-wide state): RPCs by method (count and
+//!   latency, by the gRPC layer [`RpcMetricsLayer`]) and checkpoint writes by
+//!   plugin (durations: the telemetry is one of the engine's
+//!   [`TaskObserver`]s).
 //! * **State**, sampled at scrape time from the orchestrator
 //!   ([`StateSample`]): jobs and tasks by state, running tasks, the device
 //!   budget, reserved and measured bytes, and each running task's steps per
@@ -16,6 +17,7 @@
 //! Names follow Prometheus's conventions: the `tli_` prefix, base units
 //! (`_seconds`, `_bytes`), counters ending in `_total`.
 
+use crate::orchestrator::observer::TaskObserver;
 use prometheus_client::encoding::{text::encode, EncodeLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -25,9 +27,10 @@ use prometheus_client::registry::Registry;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Instant;
+use tli_core::ids::{JobId, TaskId};
 
 /// The content type of [`Telemetry::encode`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -142,14 +145,22 @@ pub fn loss_of(metrics: &[(String, f64)]) -> Option<f64> {
     metrics.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
 }
 
-/// The process's metrics.
-pub fn telemetry() -> &'static Telemetry {
-    static TELEMETRY: OnceLock<Telemetry> = OnceLock::new();
-    TELEMETRY.get_or_init(Telemetry::new)
+impl Default for Telemetry {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Checkpoint writes are timed where the engine records them.
+impl TaskObserver for Telemetry {
+    fn checkpoint_written(&self, _job: JobId, _task: TaskId, plugin: &str, write_seconds: f64) {
+        Telemetry::checkpoint_written(self, plugin, write_seconds);
+    }
 }
 
 impl Telemetry {
-    fn new() -> Self {
+    /// A registry with every metric at zero.
+    pub fn new() -> Self {
         let mut registry = Registry::with_prefix("tli");
         let rpc_requests = Family::<MethodLabel, Counter>::default();
         registry.register(
@@ -364,22 +375,34 @@ pub fn method_label(path: &str) -> String {
 }
 
 /// A tower layer for the gRPC server: counts every request and times it to
-/// its response headers, by method.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct RpcMetricsLayer;
+/// its response headers, by method, into its [`Telemetry`].
+#[derive(Clone)]
+pub struct RpcMetricsLayer {
+    telemetry: Arc<Telemetry>,
+}
+
+impl RpcMetricsLayer {
+    pub fn new(telemetry: Arc<Telemetry>) -> Self {
+        Self { telemetry }
+    }
+}
 
 impl<S> tower::Layer<S> for RpcMetricsLayer {
     type Service = RpcMetrics<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        RpcMetrics { inner }
+        RpcMetrics {
+            inner,
+            telemetry: self.telemetry.clone(),
+        }
     }
 }
 
 /// The service [`RpcMetricsLayer`] wraps around the gRPC routes.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct RpcMetrics<S> {
     inner: S,
+    telemetry: Arc<Telemetry>,
 }
 
 impl<S, B> tower::Service<http::Request<B>> for RpcMetrics<S>
@@ -399,9 +422,10 @@ where
         let method = method_label(request.uri().path());
         let started = Instant::now();
         let response = self.inner.call(request);
+        let telemetry = self.telemetry.clone();
         Box::pin(async move {
             let result = response.await;
-            telemetry().rpc(&method, started.elapsed().as_secs_f64());
+            telemetry.rpc(&method, started.elapsed().as_secs_f64());
             result
         })
     }

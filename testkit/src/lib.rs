@@ -173,7 +173,6 @@ pub fn orchestrator_config(
         resume_interrupted: true,
         default_executor: Default::default(),
         slurm: None,
-        tensorboard_dir: None,
         data_roots: None,
         watch_plugins: None,
     }
@@ -239,6 +238,7 @@ impl ApiServer {
             token: None,
             tls: None,
             worker_token: None,
+            ..Default::default()
         };
         Self::start(orchestrator, Duration::from_millis(5), &no_auth).await
     }

@@ -31,7 +31,7 @@ pub mod worker_service;
 pub use tli_wire::{history, job_request, typed_configs};
 
 use crate::orchestrator::engine::Orchestrator;
-use crate::telemetry::RpcMetricsLayer;
+use crate::telemetry::{RpcMetricsLayer, Telemetry};
 use auth::Auth;
 use request_errors::RequestErrorsLayer;
 use std::sync::Arc;
@@ -138,6 +138,8 @@ pub struct ServerConfig {
     /// When set, the worker service is served and needs this token (never
     /// the control API's token; a client's token is never a worker's).
     pub worker_token: Option<String>,
+    /// Where every RPC is counted and timed (the same one `/metrics` encodes).
+    pub telemetry: Arc<Telemetry>,
 }
 
 /// The names the health service reports, besides "" (the whole server).
@@ -231,7 +233,7 @@ pub async fn router(
         )
     });
     let router = builder
-        .layer(RpcMetricsLayer)
+        .layer(RpcMetricsLayer::new(config.telemetry.clone()))
         .layer(RequestErrorsLayer)
         .add_service(health)
         .add_service(InterceptedService::new(reflection_v1, auth.clone()))

@@ -8,6 +8,7 @@ use crate::orchestrator::job::JobSpec;
 use crate::orchestrator::listing::{job_views, JobView};
 use crate::orchestrator::state::TaskState;
 use crate::orchestrator::store::Store;
+use crate::tensorboard::TensorBoardLog;
 use anyhow::{anyhow, bail, Context, Result};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -61,7 +62,6 @@ pub(super) fn open_host(
         resume_interrupted: !opts.no_resume,
         default_executor: opts.executor.executor,
         slurm: super::executor::slurm_config(opts, plugin_dir, worker_service)?,
-        tensorboard_dir: opts.tensorboard_root(),
         data_roots: Some(if opts.data_roots.is_empty() {
             DataRoots::defaults().context("the default data roots")?
         } else {
@@ -97,6 +97,8 @@ pub(super) fn open_host(
     }
     if let Some(tb) = opts.tensorboard_root() {
         eprintln!("host: TensorBoard event files under {}", tb.display());
+        // Before the first scheduling round, so every run is in the event files.
+        host.observe(Arc::new(TensorBoardLog::new(tb, host.store().clone())));
     }
     Ok(host)
 }

@@ -25,6 +25,7 @@
 use super::host::open_host;
 use crate::api::{self, ServerConfig, ShutdownSignal, TlsPem};
 use crate::orchestrator::engine::Orchestrator;
+use crate::telemetry::Telemetry;
 use crate::web::{self, Serves};
 use anyhow::{anyhow, bail, Context, Result};
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -94,10 +95,15 @@ pub(super) fn serve(plugin_dir: &Path, contracts: Option<&Path>, args: &ServeArg
         Some(slurm) => Some(super::executor::worker_token(slurm)?),
         None => None,
     };
+    // One telemetry per server: the RPC layer, `/metrics` and the engine
+    // (checkpoint timings, as one of its observers) share it.
+    let telemetry = Arc::new(Telemetry::new());
+    orchestrator.observe(telemetry.clone());
     let config = ServerConfig {
         token,
         tls,
         worker_token,
+        telemetry,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -256,6 +262,7 @@ async fn run(
             shutdown.clone(),
             config.token.as_deref(),
             serves,
+            config.telemetry.clone(),
         );
         let mut stop = web_stop.subscribe();
         tokio::spawn(async move {

@@ -19,6 +19,8 @@
 //!   and the cap above which it fails.
 //! * [`crash_blame`]: a fatal signal on a runner thread names its task, so
 //!   the next start fails that task instead of resuming it into a crash loop.
+//! * [`observer`]: the seam to per-task consumers outside the engine
+//!   (TensorBoard, Prometheus): [`TaskObserver`](observer::TaskObserver).
 //! * [`task_record`]: where a runner records its task: the store (a runner
 //!   thread in the host) or the host's worker service (a `tli worker`).
 //! * [`engine`]: the [`Orchestrator`](engine::Orchestrator) tying it together;
@@ -39,6 +41,7 @@ pub mod engine;
 pub mod listing;
 pub mod live;
 pub mod memory_watch;
+pub mod observer;
 pub mod pace;
 pub mod progress;
 pub mod runner;

@@ -9,17 +9,18 @@
 //!   to the very same [`StoreRecord`]: the host stays the only writer of the
 //!   store.
 //!
-//! [`StoreRecord`] also hands progress, measurements and run boundaries to
-//! the host's [`TensorBoardLog`] (when it has one): every task's event files
-//! are written by the host, whichever executor ran it.
+//! [`StoreRecord`] also tells the engine's [`Observers`] (TensorBoard,
+//! Prometheus, ...) what it recorded: progress, measurements, checkpoints
+//! and run boundaries reach them from the host, whichever executor ran the
+//! task.
 
 use super::live::{LiveProgress, TaskLogTap};
+use super::observer::Observers;
 use super::runner::RunnerEvent;
 use super::state::TaskState;
 use super::store::{CheckpointRow, MeasuredMemory, SliceMetrics, Store, StoreError};
 use super::{JobId, TaskId};
 use crate::services::TaskLogSink;
-use crate::tensorboard::TensorBoardLog;
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
@@ -77,16 +78,14 @@ pub struct StoreRecord {
     pub live: Arc<LiveProgress>,
     /// Where a measurement goes (the arbiter replaces the estimate with it).
     pub events: Sender<RunnerEvent>,
-    /// The host's TensorBoard event files; `None` when they are off.
-    pub tensorboard: Option<Arc<TensorBoardLog>>,
+    /// Who else hears of what is recorded (the engine's observers).
+    pub observers: Arc<Observers>,
 }
 
 impl StoreRecord {
-    /// The task's run ended (or was re-queued): its event file is closed.
-    fn close_tensorboard(&self) {
-        if let Some(tb) = &self.tensorboard {
-            tb.close(self.task);
-        }
+    /// The task's run ended (or was re-queued).
+    fn run_ended(&self) {
+        self.observers.each(|o| o.run_ended(self.task));
     }
 }
 
@@ -94,16 +93,15 @@ impl TaskRecord for StoreRecord {
     fn transition(&self, to: TaskState, reason: &str) -> Result<(), RecordError> {
         self.store.transition(self.task, to, reason)?;
         if !matches!(to, TaskState::Running | TaskState::Checkpointing) {
-            self.close_tensorboard();
+            self.run_ended();
         }
         Ok(())
     }
 
     fn set_steps_done(&self, steps: u64) -> Result<(), RecordError> {
         self.store.set_steps_done(self.task, steps)?;
-        if let Some(tb) = &self.tensorboard {
-            tb.started(self.job, self.task, steps);
-        }
+        self.observers
+            .each(|o| o.run_started(self.job, self.task, steps));
         Ok(())
     }
 
@@ -113,17 +111,15 @@ impl TaskRecord for StoreRecord {
 
     fn record_progress(&self, steps: u64, batch: &[SliceMetrics]) -> Result<(), RecordError> {
         self.store.record_progress_batch(self.task, steps, batch)?;
-        if let Some(tb) = &self.tensorboard {
-            tb.progress(self.job, self.task, steps, batch);
-        }
+        self.observers
+            .each(|o| o.progress(self.job, self.task, steps, batch));
         Ok(())
     }
 
     fn measured(&self, memory: &MeasuredMemory) -> Result<(), RecordError> {
         self.store.set_measured_memory(self.task, memory)?;
-        if let Some(tb) = &self.tensorboard {
-            tb.measured(self.job, self.task, memory);
-        }
+        self.observers
+            .each(|o| o.measured(self.job, self.task, memory));
         let _ = self.events.send(RunnerEvent::Measured {
             task: self.task,
             bytes: memory.total(),
@@ -143,8 +139,12 @@ impl TaskRecord for StoreRecord {
         write_seconds: f64,
     ) -> Result<i64, RecordError> {
         let id = self.store.add_checkpoint(self.task, step, path, checksum)?;
-        if let Some(task) = self.store.task(self.task)? {
-            crate::telemetry::telemetry().checkpoint_written(&task.plugin, write_seconds);
+        if !self.observers.is_empty() {
+            if let Some(task) = self.store.task(self.task)? {
+                self.observers.each(|o| {
+                    o.checkpoint_written(self.job, self.task, &task.plugin, write_seconds)
+                });
+            }
         }
         Ok(id)
     }
@@ -164,7 +164,7 @@ impl TaskRecord for StoreRecord {
 
     fn requeue_after_oom(&self, why: &str) -> Result<(), RecordError> {
         self.store.requeue_after_oom(self.task, why)?;
-        self.close_tensorboard();
+        self.run_ended();
         Ok(())
     }
 
@@ -178,6 +178,6 @@ impl TaskRecord for StoreRecord {
 
     fn forget_live(&self) {
         self.live.forget(self.task);
-        self.close_tensorboard();
+        self.run_ended();
     }
 }

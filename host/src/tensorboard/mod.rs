@@ -16,15 +16,18 @@
 //!   readers that honour it drop the steps after S recorded before (the
 //!   store deletes those metrics too: they are redone).
 //!
-//! [`TensorBoardLog`] is shared by every [`StoreRecord`] of a host (local
-//! runner threads and Slurm workers' calls alike). Writing event files
+//! [`TensorBoardLog`] is a [`TaskObserver`] of the engine: it hears what
+//! every [`StoreRecord`] of a host records (local runner threads and Slurm
+//! workers' calls alike). Writing event files
 //! must never fail training: the first failure of a task is logged as a
 //! warning and that task's run carries on without its event file.
 //!
 //! [`StoreRecord`]: crate::orchestrator::task_record::StoreRecord
+//! [`TaskObserver`]: crate::orchestrator::observer::TaskObserver
 
 pub mod event_file;
 
+use crate::orchestrator::observer::TaskObserver;
 use crate::orchestrator::store::{MeasuredMemory, SliceMetrics, Store, TaskRow};
 use crate::orchestrator::{JobId, TaskId};
 use event_file::{wall_time_now, Event, EventFileError, EventWriter};
@@ -77,6 +80,21 @@ struct TaskLog {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl TaskObserver for TensorBoardLog {
+    fn run_started(&self, job: JobId, task: TaskId, steps: u64) {
+        self.started(job, task, steps);
+    }
+    fn progress(&self, job: JobId, task: TaskId, steps: u64, batch: &[SliceMetrics]) {
+        TensorBoardLog::progress(self, job, task, steps, batch);
+    }
+    fn measured(&self, job: JobId, task: TaskId, memory: &MeasuredMemory) {
+        TensorBoardLog::measured(self, job, task, memory);
+    }
+    fn run_ended(&self, task: TaskId) {
+        self.close(task);
+    }
 }
 
 impl TensorBoardLog {

@@ -20,6 +20,7 @@ pub mod status;
 use crate::api::auth::Auth;
 use crate::api::ShutdownSignal;
 use crate::orchestrator::engine::Orchestrator;
+use crate::telemetry::Telemetry;
 use axum::extract::{Query, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
@@ -66,6 +67,7 @@ struct WebState {
     orchestrator: Arc<Orchestrator>,
     api: status::ApiHandle,
     auth: Auth,
+    telemetry: Arc<Telemetry>,
 }
 
 /// Binds a listener for `serves` on `addr`, refusing a non-loopback address
@@ -99,6 +101,7 @@ pub fn router(
     shutdown: ShutdownSignal,
     token: Option<&str>,
     serves: Serves,
+    telemetry: Arc<Telemetry>,
 ) -> Router {
     let auth = match token {
         Some(t) => Auth::token(t),
@@ -108,6 +111,7 @@ pub fn router(
         api: status::ApiHandle::new(orchestrator.clone(), shutdown),
         orchestrator,
         auth,
+        telemetry,
     };
     let data = match serves {
         Serves::PageAndMetrics => Router::new()
@@ -208,12 +212,13 @@ async fn api_series(
 
 async fn metrics(State(state): State<WebState>) -> Response {
     let orchestrator = state.orchestrator.clone();
+    let telemetry = state.telemetry.clone();
     let text = tokio::task::spawn_blocking(move || {
         let sample = sample::state_sample(&orchestrator);
         if let Err(e) = &sample {
             tracing::warn!("metrics: the host's state could not be sampled: {e}");
         }
-        crate::telemetry::telemetry().encode(sample.ok().as_ref())
+        telemetry.encode(sample.ok().as_ref())
     })
     .await
     .unwrap_or_else(|e| format!("# metrics handler failed: {e}\n"));

@@ -39,6 +39,7 @@ impl Host {
             token: token.map(str::to_string),
             tls: None,
             worker_token: None,
+            ..Default::default()
         })
         .await
     }
@@ -755,6 +756,7 @@ async fn tls_serves_clients_that_trust_the_certificate() {
             key: TEST_SERVER_KEY_PEM.as_bytes().to_vec(),
         }),
         worker_token: None,
+        ..Default::default()
     })
     .await;
     let channel = Channel::from_shared(format!("https://localhost:{}", host.server.addr.port()))

@@ -39,6 +39,7 @@ use super::arbiter::{Arbiter, Budget, Candidate, Strategy};
 use super::executor::ExecutorKind;
 use super::job::JobSpec;
 use super::live::LiveProgress;
+use super::observer::{Observers, TaskObserver};
 use super::pace::{PaceBook, PaceKey};
 use super::runner::{self, DeviceOccupancy, RunnerContext, RunnerEvent, StopRequest};
 use super::state::TaskState;
@@ -46,7 +47,6 @@ use super::store::{HistoryQuery, JobHistory, NewTask, Store, StoreError, TaskRow
 use super::task_record::StoreRecord;
 use super::{JobId, TaskId};
 use crate::registry::{watch, LiveRegistry, PluginRegistry, RegistryError, RescanReport};
-use crate::tensorboard::TensorBoardLog;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -82,9 +82,6 @@ pub struct OrchestratorConfig {
     pub default_executor: ExecutorKind,
     /// The Slurm executor's settings; `None` = no Slurm (local only).
     pub slurm: Option<crate::slurm::SlurmConfig>,
-    /// Root of every task's TensorBoard event files (`job-N/task-M/` under
-    /// it); `None` = none written.
-    pub tensorboard_dir: Option<PathBuf>,
     /// Where bar files named by submitted jobs must be; `None` = anywhere
     /// (the command line always sets it: `--data-root`, or its defaults).
     pub data_roots: Option<crate::orchestrator::data_root::DataRoots>,
@@ -226,8 +223,8 @@ pub struct Orchestrator {
     slurm: Option<remote::SlurmExecutor>,
     /// Each job's executor (read from its spec once).
     job_executors: Mutex<HashMap<JobId, ExecutorKind>>,
-    /// Every task's TensorBoard event files, when the host writes them.
-    tensorboard: Option<Arc<TensorBoardLog>>,
+    /// Who hears of what task records record (see [`Orchestrator::observe`]).
+    observers: Arc<Observers>,
     /// Measured seconds per step by model, for the start order.
     pace: Mutex<PaceBook>,
 }
@@ -269,10 +266,6 @@ impl Orchestrator {
         }
         let (events_tx, events_rx) = channel();
         let slurm = config.slurm.clone().map(remote::SlurmExecutor::new);
-        let tensorboard = config
-            .tensorboard_dir
-            .clone()
-            .map(|root| Arc::new(TensorBoardLog::new(root, store.clone())));
         let orchestrator = Self {
             config,
             store,
@@ -288,7 +281,7 @@ impl Orchestrator {
             occupancy: Arc::new(DeviceOccupancy::default()),
             slurm,
             job_executors: Mutex::new(HashMap::new()),
-            tensorboard,
+            observers: Arc::new(Observers::default()),
             pace: Mutex::new(PaceBook::new()),
         };
         orchestrator.recover()?;
@@ -341,13 +334,23 @@ impl Orchestrator {
         &self.live
     }
 
-    /// Forgets a task's live progress and closes its TensorBoard event file
-    /// (its run ended without a runner's own `forget_live`).
+    /// Wires `observer` in: from now on it hears of every task's progress,
+    /// measurements, checkpoints and run boundaries (see [`TaskObserver`]).
+    /// Add observers before the first scheduling round to hear every run.
+    pub fn observe(&self, observer: Arc<dyn TaskObserver>) {
+        self.observers.add(observer);
+    }
+
+    /// The job store (observers read task rows from it).
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// Forgets a task's live progress and tells the observers its run ended
+    /// (it ended without a runner's own `forget_live`).
     fn forget_live(&self, task: TaskId) {
         self.live.forget(task);
-        if let Some(tb) = &self.tensorboard {
-            tb.close(task);
-        }
+        self.observers.each(|o| o.run_ended(task));
     }
 
     /// The record a runner of `task` (here or in a Slurm job) writes through.
@@ -358,7 +361,7 @@ impl Orchestrator {
             store: self.store.clone(),
             live: self.live.clone(),
             events: self.events_tx.clone(),
-            tensorboard: self.tensorboard.clone(),
+            observers: self.observers.clone(),
         }
     }
 
