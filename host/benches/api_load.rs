@@ -144,7 +144,6 @@ async fn run(host: tokio::runtime::Handle, watching: tokio::runtime::Handle) {
         Orchestrator::open(OrchestratorConfig {
             resume_interrupted: false,
             default_executor: Default::default(),
-            slurm: None,
             // All 8 at once (`auto` would run one task per core on the CPU).
             ..orchestrator_config(state.path(), plugins.path(), Strategy::Parallel(8), 1 << 32)
         })

@@ -26,7 +26,6 @@ fn main() {
             cores: 1,
             resume_interrupted: false,
             default_executor: Default::default(),
-            slurm: None,
             ..orchestrator_config(state.path(), plugins.path(), Strategy::Sequential, 1 << 30)
         })
         .expect("open host");

@@ -172,7 +172,6 @@ pub fn orchestrator_config(
         cpu_auto_limit: None,
         resume_interrupted: true,
         default_executor: Default::default(),
-        slurm: None,
         data_roots: None,
         watch_plugins: None,
     }

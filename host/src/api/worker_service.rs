@@ -45,7 +45,10 @@ fn lease_status(e: LeaseError) -> Status {
     match e {
         LeaseError::Stale { .. } => Status::failed_precondition(e.to_string()),
         LeaseError::Store(e) => convert::store_error(e),
-        LeaseError::Other(m) => Status::internal(m),
+        e @ (LeaseError::NotInStore(_)
+        | LeaseError::PluginNotLoaded(_)
+        | LeaseError::Inputs { .. }
+        | LeaseError::NoRemoteExecutor) => Status::internal(e.to_string()),
     }
 }
 

@@ -6,8 +6,10 @@ use crate::orchestrator::engine::{Orchestrator, OrchestratorConfig};
 use crate::orchestrator::executor::ExecutorKind;
 use crate::orchestrator::job::JobSpec;
 use crate::orchestrator::listing::{job_views, JobView};
+use crate::orchestrator::remote_executor::RemoteExecutor;
 use crate::orchestrator::state::TaskState;
 use crate::orchestrator::store::Store;
+use crate::slurm::{SlurmConfig, SlurmExecutor};
 use crate::tensorboard::TensorBoardLog;
 use anyhow::{anyhow, bail, Context, Result};
 use std::path::Path;
@@ -34,14 +36,25 @@ pub(super) fn install_signal_handlers() {
     }
 }
 
+/// An opened host, and its Slurm settings when it has the Slurm executor.
+pub(super) struct OpenHost {
+    pub host: Orchestrator,
+    pub slurm: Option<SlurmConfig>,
+}
+
 /// Opens the orchestrator with the shared host options (`host run`, `host
-/// serve`); `worker_service` is where its worker service listens (Slurm).
+/// serve`), wiring in the Slurm executor and TensorBoard's event files when
+/// asked for; `worker_service` is where its worker service listens (Slurm).
 pub(super) fn open_host(
     plugin_dir: &Path,
     contracts: Option<&Path>,
     opts: &HostOptions,
     worker_service: Option<std::net::SocketAddr>,
-) -> Result<Orchestrator> {
+) -> Result<OpenHost> {
+    let slurm = super::executor::slurm_config(opts, plugin_dir, worker_service)?;
+    let remote = slurm
+        .clone()
+        .map(|config| Arc::new(SlurmExecutor::new(config)) as Arc<dyn RemoteExecutor>);
     let strategy = opts.strategy;
     let budget_bytes = opts.memory_budget.map(|b| b.0);
     let cores = opts.cores.unwrap_or_else(|| {
@@ -49,32 +62,34 @@ pub(super) fn open_host(
             .map(|n| n.get())
             .unwrap_or(1)
     });
-    let host = Orchestrator::open(OrchestratorConfig {
-        state_dir: opts.state_dir.clone(),
-        plugin_dir: plugin_dir.to_path_buf(),
-        contracts: contracts.map(Path::to_path_buf),
-        strategy,
-        budget_bytes,
-        margin: opts.margin,
-        device: opts.device,
-        cores,
-        cpu_auto_limit: None,
-        resume_interrupted: !opts.no_resume,
-        default_executor: opts.executor.executor,
-        slurm: super::executor::slurm_config(opts, plugin_dir, worker_service)?,
-        data_roots: Some(if opts.data_roots.is_empty() {
-            DataRoots::defaults().context("the default data roots")?
-        } else {
-            DataRoots::new(&opts.data_roots).context("--data-root")?
-        }),
-        watch_plugins: match opts.watch_plugins {
-            None => None,
-            Some(s) if s.is_finite() && (0.05..=3600.0).contains(&s) => {
-                Some(std::time::Duration::from_secs_f64(s))
-            }
-            Some(s) => bail!("--watch-plugins {s}: give seconds between 0.05 and 3600"),
+    let host = Orchestrator::open_with(
+        OrchestratorConfig {
+            state_dir: opts.state_dir.clone(),
+            plugin_dir: plugin_dir.to_path_buf(),
+            contracts: contracts.map(Path::to_path_buf),
+            strategy,
+            budget_bytes,
+            margin: opts.margin,
+            device: opts.device,
+            cores,
+            cpu_auto_limit: None,
+            resume_interrupted: !opts.no_resume,
+            default_executor: opts.executor.executor,
+            data_roots: Some(if opts.data_roots.is_empty() {
+                DataRoots::defaults().context("the default data roots")?
+            } else {
+                DataRoots::new(&opts.data_roots).context("--data-root")?
+            }),
+            watch_plugins: match opts.watch_plugins {
+                None => None,
+                Some(s) if s.is_finite() && (0.05..=3600.0).contains(&s) => {
+                    Some(std::time::Duration::from_secs_f64(s))
+                }
+                Some(s) => bail!("--watch-plugins {s}: give seconds between 0.05 and 3600"),
+            },
         },
-    })?;
+        remote,
+    )?;
     // A fatal signal on a runner thread names its task for the next start.
     crate::orchestrator::crash_blame::install(&opts.state_dir)
         .context("installing the crash handlers")?;
@@ -87,7 +102,7 @@ pub(super) fn open_host(
         crate::byte_size::format_bytes(budget.total_bytes),
         opts.strategy
     );
-    if let Some(slurm) = host.slurm_config() {
+    if let Some(slurm) = &slurm {
         eprintln!(
             "host: executor {} · Slurm workers reach {} · shared dir {}",
             opts.executor.executor,
@@ -100,7 +115,7 @@ pub(super) fn open_host(
         // Before the first scheduling round, so every run is in the event files.
         host.observe(Arc::new(TensorBoardLog::new(tb, host.store().clone())));
     }
-    Ok(host)
+    Ok(OpenHost { host, slurm })
 }
 
 pub(super) fn run(
@@ -123,13 +138,14 @@ pub(super) fn run(
         ExecutorKind::Slurm => Some(WorkerService::bind(&args.host.executor.worker_listen)?),
         ExecutorKind::Local => None,
     };
-    let host = Arc::new(open_host(
+    let OpenHost { host, slurm } = open_host(
         plugin_dir,
         contracts,
         &args.host,
         worker_service.as_ref().map(|w| w.local),
-    )?);
-    let _serving = match (worker_service, host.slurm_config()) {
+    )?;
+    let host = Arc::new(host);
+    let _serving = match (worker_service, &slurm) {
         (Some(service), Some(slurm)) => {
             let token = super::executor::worker_token(slurm)?;
             Some(service.serve(host.clone(), &token)?)

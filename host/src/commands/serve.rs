@@ -86,8 +86,9 @@ pub(super) fn serve(plugin_dir: &Path, contracts: Option<&Path>, args: &ServeArg
         }
     }
 
-    let orchestrator = Arc::new(open_host(plugin_dir, contracts, &args.host, Some(local))?);
-    let worker_token = match orchestrator.slurm_config() {
+    let opened = open_host(plugin_dir, contracts, &args.host, Some(local))?;
+    let orchestrator = Arc::new(opened.host);
+    let worker_token = match &opened.slurm {
         Some(_) if tls.is_some() => bail!(
             "--executor slurm with TLS: workers speak plain gRPC to the host for now; serve \
              without --tls-cert on a network the cluster trusts, with a token"

@@ -21,6 +21,9 @@
 //!   the next start fails that task instead of resuming it into a crash loop.
 //! * [`observer`]: the seam to per-task consumers outside the engine
 //!   (TensorBoard, Prometheus): [`TaskObserver`](observer::TaskObserver).
+//! * [`remote_executor`]: the seam to executors beyond this host (Slurm):
+//!   [`RemoteExecutor`](remote_executor::RemoteExecutor) dispatches, polls,
+//!   cancels and adopts batch jobs; the engine keeps the leases.
 //! * [`task_record`]: where a runner records its task: the store (a runner
 //!   thread in the host) or the host's worker service (a `tli worker`).
 //! * [`engine`]: the [`Orchestrator`](engine::Orchestrator) tying it together;
@@ -44,6 +47,7 @@ pub mod memory_watch;
 pub mod observer;
 pub mod pace;
 pub mod progress;
+pub mod remote_executor;
 pub mod runner;
 pub mod task_record;
 

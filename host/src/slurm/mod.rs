@@ -7,15 +7,20 @@
 //!   tasks), its time limit and the signal that makes a worker checkpoint
 //!   before the limit; and the batch script that starts `tli worker`.
 //!
-//! The orchestrator's side (dispatch, polling, re-adoption after a restart)
-//! is in `orchestrator::engine::remote`; the worker is `crate::worker`.
+//! * [`executor`]: [`SlurmExecutor`], Slurm behind the engine's
+//!   `RemoteExecutor` seam (dispatch, poll, cancel, adopt).
+//!
+//! The engine's side (leases, re-queues after lost jobs, re-adoption after a
+//! restart) is in `orchestrator::engine::dispatch`; the worker is `crate::worker`.
 
 pub mod commands;
+pub mod executor;
 pub mod request;
 
 use std::path::PathBuf;
 
 pub use commands::{JobState, Slurm, SlurmError};
+pub use executor::SlurmExecutor;
 pub use request::{GpuRequest, TaskRequest};
 
 /// File name of the worker token inside the shared directory.

@@ -16,7 +16,7 @@
 //!   fatal signal ([`crash_blame`]) fails instead of being resumed, so one
 //!   aborting plugin cannot crash-loop the host; every other task resumes.
 
-use super::{lock, Orchestrator, OrchestratorError};
+use super::{lock, Orchestrator, OrchestratorError, Runner, RunningTask};
 use crate::byte_size::format_bytes;
 use crate::orchestrator::arbiter::Arbiter;
 use crate::orchestrator::crash_blame;
@@ -98,8 +98,11 @@ impl Orchestrator {
         // round takes them the other way round (the arbiter ignores a task
         // that has ended in between).
         let abandoned = match lock(&self.running).get_mut(&task) {
-            Some(active) if active.remote.is_none() => {
-                active.abandoned = true;
+            Some(RunningTask {
+                runner: Runner::Local(local),
+                ..
+            }) => {
+                local.abandoned = true;
                 true
             }
             _ => false,
@@ -114,7 +117,7 @@ impl Orchestrator {
     pub fn waiting_count(&self) -> usize {
         lock(&self.running)
             .values()
-            .filter(|r| !r.abandoned)
+            .filter(|r| !r.is_abandoned())
             .count()
     }
 
@@ -125,7 +128,7 @@ impl Orchestrator {
     pub fn give_up_on_running(&self, waited: Duration) -> usize {
         let stuck: Vec<TaskId> = lock(&self.running)
             .iter()
-            .filter(|(_, r)| r.remote.is_none() && !r.abandoned)
+            .filter(|(_, r)| r.local().is_some_and(|l| !l.abandoned))
             .map(|(id, _)| *id)
             .collect();
         let reason = format!(

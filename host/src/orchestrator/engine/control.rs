@@ -242,7 +242,7 @@ impl Orchestrator {
                     let entry = running.get(&task);
                     (
                         entry.is_some(),
-                        entry.is_some_and(|r| r.remote.as_ref().is_some_and(|x| !x.attached)),
+                        entry.is_some_and(|r| r.remote().is_some_and(|x| !x.attached)),
                     )
                 };
                 if !in_running || pending_in_slurm {
@@ -256,17 +256,21 @@ impl Orchestrator {
                     continue;
                 }
             }
-            let Some((stop, cancel)) = lock(&self.running)
-                .get(&task)
-                .map(|a| (a.stop.clone(), a.plugin_cancel.clone()))
-            else {
+            let Some((stop, cancel)) = lock(&self.running).get(&task).map(|a| {
+                (
+                    a.stop.clone(),
+                    a.local().map(|local| local.plugin_cancel.clone()),
+                )
+            }) else {
                 continue; // not running: nothing to stop
             };
             match forced {
                 None => stop.store(StopRequest::Graceful as u8, Ordering::Release),
                 Some(_) => {
                     stop.store(StopRequest::Forced as u8, Ordering::Release);
-                    cancel.store(true, Ordering::Release);
+                    if let Some(cancel) = cancel {
+                        cancel.store(true, Ordering::Release);
+                    }
                     signalled.push(task);
                 }
             }

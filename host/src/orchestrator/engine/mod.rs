@@ -6,7 +6,8 @@
 //! good checkpoint.
 //!
 //! Queries, stops and resumes are in [`control`]; runner reports and the
-//! run loops in [`rounds`]; the Slurm executor's side in [`remote`].
+//! run loops in [`rounds`]; tasks on a remote executor (Slurm, through the
+//! [`RemoteExecutor`] seam) in [`dispatch`].
 //!
 //! Call [`Orchestrator::tick`] regularly (or [`Orchestrator::run_until_idle`]; a server
 //! uses [`Orchestrator::run_until_shutdown`]).
@@ -25,13 +26,15 @@
 
 mod containment;
 mod control;
-mod remote;
+mod dispatch;
 mod rounds;
 mod start_order;
 mod task_data;
 
 pub use control::StateCounts;
-pub use remote::{LeaseError, WorkerAssignment, WorkerLease};
+pub use dispatch::{
+    LeaseError, WorkerAssignment, WorkerLease, EARLY_LOSSES_BEFORE_FAILING, MAX_DISPATCHES,
+};
 
 use task_data::DatasetCache;
 
@@ -41,6 +44,7 @@ use super::job::JobSpec;
 use super::live::LiveProgress;
 use super::observer::{Observers, TaskObserver};
 use super::pace::{PaceBook, PaceKey};
+use super::remote_executor::{ExecutorError, RemoteExecutor};
 use super::runner::{self, DeviceOccupancy, RunnerContext, RunnerEvent, StopRequest};
 use super::state::TaskState;
 use super::store::{HistoryQuery, JobHistory, NewTask, Store, StoreError, TaskRow};
@@ -80,8 +84,6 @@ pub struct OrchestratorConfig {
     pub resume_interrupted: bool,
     /// Where a job's tasks run when its spec does not say.
     pub default_executor: ExecutorKind,
-    /// The Slurm executor's settings; `None` = no Slurm (local only).
-    pub slurm: Option<crate::slurm::SlurmConfig>,
     /// Where bar files named by submitted jobs must be; `None` = anywhere
     /// (the command line always sets it: `--data-root`, or its defaults).
     pub data_roots: Option<crate::orchestrator::data_root::DataRoots>,
@@ -160,6 +162,14 @@ pub enum OrchestratorError {
     /// A stop of something that is not queued or running; says what it is.
     #[error("{0}")]
     NotStoppable(String),
+    /// At start-up the remote executor could not say which of the jobs a
+    /// previous host left still run.
+    #[error("cannot ask {executor} whether this host's {open} job(s) still run: {source}")]
+    Executor {
+        executor: ExecutorKind,
+        open: usize,
+        source: ExecutorError,
+    },
     #[error("{0}")]
     Other(String),
 }
@@ -187,21 +197,55 @@ pub struct Reservation {
     pub measured_memory: Option<super::store::MeasuredMemory>,
 }
 
-/// A task with a runner (a thread here, or a worker in a Slurm job): how
-/// to stop it and what it holds.
+/// A task with a runner: how to stop it, and where it runs.
 struct RunningTask {
+    /// Its stop request (a runner thread polls it; a worker hears it in
+    /// its heartbeats).
     stop: Arc<AtomicU8>,
+    started: Instant,
+    runner: Runner,
+}
+
+/// Where a running task runs.
+enum Runner {
+    /// On a runner thread of this host.
+    Local(LocalRun),
+    /// In a job of the remote executor.
+    Remote(dispatch::RemoteTask),
+}
+
+/// A runner thread of this host and what it holds.
+struct LocalRun {
+    /// The plugin's cancellation flag (a forced stop raises it).
     plugin_cancel: Arc<AtomicBool>,
     handle: Option<JoinHandle<()>>,
-    /// The device reservation of a runner thread on this host.
-    reservation: Option<i64>,
-    started: Instant,
-    /// Its model's pace key and its steps when it started (local runs only).
-    pace: Option<(PaceKey, u64)>,
-    /// Set for a task handed to Slurm.
-    remote: Option<remote::RemoteTask>,
-    /// A forced stop gave up on its runner thread (see `containment`).
+    /// Its device reservation in the store.
+    reservation: i64,
+    /// Its model's pace key and its steps when it started.
+    pace: (PaceKey, u64),
+    /// A forced stop gave up on the thread (see `containment`).
     abandoned: bool,
+}
+
+impl RunningTask {
+    fn remote(&self) -> Option<&dispatch::RemoteTask> {
+        match &self.runner {
+            Runner::Remote(remote) => Some(remote),
+            Runner::Local(_) => None,
+        }
+    }
+
+    fn local(&self) -> Option<&LocalRun> {
+        match &self.runner {
+            Runner::Local(local) => Some(local),
+            Runner::Remote(_) => None,
+        }
+    }
+
+    /// A runner thread a forced stop gave up on.
+    fn is_abandoned(&self) -> bool {
+        self.local().is_some_and(|l| l.abandoned)
+    }
 }
 
 pub struct Orchestrator {
@@ -219,8 +263,8 @@ pub struct Orchestrator {
     live: Arc<LiveProgress>,
     /// Runners on the host's device (for attributing allocator counters).
     occupancy: Arc<DeviceOccupancy>,
-    /// The Slurm executor, when the host has one.
-    slurm: Option<remote::SlurmExecutor>,
+    /// The remote executor (Slurm), when the host has one.
+    remote: Option<dispatch::Remote>,
     /// Each job's executor (read from its spec once).
     job_executors: Mutex<HashMap<JobId, ExecutorKind>>,
     /// Who hears of what task records record (see [`Orchestrator::observe`]).
@@ -236,8 +280,19 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Orchestrator {
     /// Opens the state directory (taking its lock), loads the plugins,
     /// marks tasks that were running when the last host died as
-    /// `interrupted`, and re-queues them if configured to.
+    /// `interrupted`, and re-queues them if configured to. Local tasks only:
+    /// see [`open_with`](Self::open_with) for a remote executor.
     pub fn open(config: OrchestratorConfig) -> Result<Self, OrchestratorError> {
+        Self::open_with(config, None)
+    }
+
+    /// [`open`](Self::open), with a remote executor (Slurm) for the jobs
+    /// that ask for it; the jobs it still runs from a previous host are
+    /// re-adopted.
+    pub fn open_with(
+        config: OrchestratorConfig,
+        remote: Option<Arc<dyn RemoteExecutor>>,
+    ) -> Result<Self, OrchestratorError> {
         let store = Arc::new(Store::open(&config.state_dir)?);
         let registry = Arc::new(LiveRegistry::new(
             PluginRegistry::scan(&config.plugin_dir)?,
@@ -265,7 +320,7 @@ impl Orchestrator {
             arbiter = arbiter.with_auto_limit(config.cpu_auto_limit.unwrap_or(config.cores));
         }
         let (events_tx, events_rx) = channel();
-        let slurm = config.slurm.clone().map(remote::SlurmExecutor::new);
+        let remote = remote.map(dispatch::Remote::new);
         let orchestrator = Self {
             config,
             store,
@@ -279,7 +334,7 @@ impl Orchestrator {
             shutdown: Arc::new(AtomicBool::new(false)),
             live: Arc::new(LiveProgress::new()),
             occupancy: Arc::new(DeviceOccupancy::default()),
-            slurm,
+            remote,
             job_executors: Mutex::new(HashMap::new()),
             observers: Arc::new(Observers::default()),
             pace: Mutex::new(PaceBook::new()),
@@ -291,7 +346,7 @@ impl Orchestrator {
     /// After a start: re-adopts Slurm jobs that still run, marks the other
     /// tasks that were running `interrupted`, and re-queues them if configured to.
     fn recover(&self) -> Result<(), OrchestratorError> {
-        let adopted = self.adopt_slurm_jobs()?;
+        let adopted = self.adopt_remote_jobs()?;
         self.fail_crashed_tasks()?;
         let interrupted = self
             .store
@@ -322,11 +377,6 @@ impl Orchestrator {
         query: &HistoryQuery,
     ) -> Result<Option<JobHistory>, StoreError> {
         self.store.job_history(job, query)
-    }
-
-    /// The Slurm settings, when the host has a Slurm executor.
-    pub fn slurm_config(&self) -> Option<&crate::slurm::SlurmConfig> {
-        self.slurm.as_ref().map(|s| &s.config)
     }
 
     /// Running tasks' latest progress and the plugins' log lines.
@@ -400,7 +450,9 @@ impl Orchestrator {
     pub fn submit(&self, spec: &JobSpec) -> Result<JobId, SubmitError> {
         spec.check()?;
         let executor = spec.executor.unwrap_or(self.config.default_executor);
-        if executor == ExecutorKind::Slurm && self.slurm.is_none() {
+        if executor != ExecutorKind::Local
+            && self.remote.as_ref().map(|r| r.executor.kind()) != Some(executor)
+        {
             return Err(SubmitError::NoSlurmExecutor);
         }
         if executor == ExecutorKind::Local && spec.device != self.config.device {
@@ -525,18 +577,18 @@ impl Orchestrator {
     /// One scheduling round: handle runner reports, then start what fits.
     pub fn tick(&self) -> Result<(), OrchestratorError> {
         self.drain_events();
-        self.poll_slurm();
+        self.poll_remote();
         let active_ids: Vec<TaskId> = lock(&self.running).keys().copied().collect();
-        let (slurm_queued, queued): (Vec<TaskRow>, Vec<TaskRow>) = self
+        let (remote_queued, queued): (Vec<TaskRow>, Vec<TaskRow>) = self
             .store
             .tasks_in(&[TaskState::Queued])?
             .into_iter()
             .filter(|t| !active_ids.contains(&t.id))
-            .partition(|t| self.executor_of(t.job_id) == ExecutorKind::Slurm);
+            .partition(|t| self.executor_of(t.job_id) != ExecutorKind::Local);
         if self.shutdown.load(Ordering::Acquire) {
             return Ok(());
         }
-        self.dispatch_slurm_tasks(slurm_queued);
+        self.dispatch_remote_tasks(remote_queued);
         if queued.is_empty() {
             return Ok(());
         }
@@ -576,10 +628,10 @@ impl Orchestrator {
         Ok(())
     }
 
-    /// Submits queued Slurm tasks, highest priority first, up to the
-    /// executor's limit of Slurm jobs at once.
-    fn dispatch_slurm_tasks(&self, mut queued: Vec<TaskRow>) {
-        let Some(slurm) = &self.slurm else {
+    /// Submits queued remote tasks, highest priority first, up to the
+    /// executor's limit of jobs at once.
+    fn dispatch_remote_tasks(&self, mut queued: Vec<TaskRow>) {
+        let Some(remote) = &self.remote else {
             for task in queued {
                 let _ = self.store.transition(
                     task.id,
@@ -591,10 +643,17 @@ impl Orchestrator {
             return;
         };
         queued.sort_by_key(|t| (std::cmp::Reverse(t.priority), t.id));
-        let room = slurm.config.max_jobs.saturating_sub(self.remote_count());
+        let room = remote
+            .executor
+            .capacity()
+            .saturating_sub(self.remote_count());
         for task in queued.into_iter().take(room) {
-            if let Err(message) = self.dispatch_to_slurm(&task) {
-                tracing::error!(task = task.id, "could not submit to Slurm: {message}");
+            if let Err(message) = self.dispatch_remote(&task) {
+                tracing::error!(
+                    task = task.id,
+                    "could not submit to {}: {message}",
+                    remote.executor.name()
+                );
                 let _ = self.store.transition(task.id, TaskState::Failed, &message);
             }
         }
@@ -651,13 +710,14 @@ impl Orchestrator {
             task.id,
             RunningTask {
                 stop,
-                plugin_cancel,
-                handle: Some(handle),
-                reservation: Some(reservation),
                 started: Instant::now(),
-                pace: Some((PaceKey::of(task), task.steps_done)),
-                remote: None,
-                abandoned: false,
+                runner: Runner::Local(LocalRun {
+                    plugin_cancel,
+                    handle: Some(handle),
+                    reservation,
+                    pace: (PaceKey::of(task), task.steps_done),
+                    abandoned: false,
+                }),
             },
         );
         Ok(())

@@ -1,10 +1,10 @@
 //! What runners report and the loops that drive scheduling rounds: a
 //! runner's measurement goes to the arbiter, its end is reaped (thread
-//! joined, reservation released; a Slurm task's dispatch closed), and
+//! joined, reservation released; a remote task's dispatch closed), and
 //! [`Orchestrator::run_until_idle`] / [`Orchestrator::run_until_shutdown`]
 //! call [`Orchestrator::tick`] until there is nothing left or the host stops.
 
-use super::{lock, Orchestrator, OrchestratorError};
+use super::{lock, Orchestrator, OrchestratorError, Runner};
 use crate::orchestrator::runner::{Outcome, RunnerEvent, StopRequest};
 use crate::orchestrator::state::TaskState;
 use crate::orchestrator::TaskId;
@@ -44,18 +44,19 @@ impl Orchestrator {
             return;
         };
         lock(&self.pace).finish(task);
-        if let Some(remote) = &active.remote {
-            self.reap_remote(task, remote, outcome);
-            return;
-        }
-        if let Some(handle) = active.handle.take() {
+        let local = match &mut active.runner {
+            Runner::Remote(remote) => {
+                self.reap_remote(task, remote, outcome);
+                return;
+            }
+            Runner::Local(local) => local,
+        };
+        if let Some(handle) = local.handle.take() {
             let _ = handle.join();
         }
         lock(&self.arbiter).release(task);
-        if let Some(reservation) = active.reservation {
-            if let Err(e) = self.store.release(reservation) {
-                tracing::error!(task, "releasing reservation: {e}");
-            }
+        if let Err(e) = self.store.release(local.reservation) {
+            tracing::error!(task, "releasing reservation: {e}");
         }
         tracing::info!(
             task,
@@ -87,7 +88,7 @@ impl Orchestrator {
                 );
                 let pending: Vec<TaskId> = lock(&self.running)
                     .iter()
-                    .filter(|(_, a)| a.remote.as_ref().is_some_and(|r| !r.attached))
+                    .filter(|(_, a)| a.remote().is_some_and(|r| !r.attached))
                     .map(|(id, _)| *id)
                     .collect();
                 for task in pending {

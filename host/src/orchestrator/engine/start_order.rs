@@ -34,7 +34,7 @@ impl Orchestrator {
         let running = lock(&self.running);
         let mut book = lock(&self.pace);
         for (&task, active) in running.iter() {
-            let Some((key, steps_at_start)) = &active.pace else {
+            let Some((key, steps_at_start)) = active.local().map(|l| &l.pace) else {
                 continue;
             };
             let Some(live) = self.live.get(task) else {

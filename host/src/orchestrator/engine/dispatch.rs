@@ -1,52 +1,51 @@
-//! The orchestrator's side of the Slurm executor. A queued task of a Slurm
-//! job is *dispatched*: a dispatch row is opened (its id is the lease the
-//! worker acts under), a batch script starting `tli worker` is submitted with
-//! a request sized from the task's estimate, and the task waits in the
-//! running map until its worker attaches over the worker service. The worker
+//! The engine's side of a remote executor (Slurm, behind the
+//! [`RemoteExecutor`] seam). A queued task of such a job is *dispatched*: a
+//! dispatch row is opened (its id is the lease the worker acts under), the
+//! executor submits a batch job starting `tli worker` with a request sized
+//! from the task's estimate, and the task waits in the running map as
+//! [`Runner::Remote`] until its worker attaches over the worker service. The worker
 //! then records everything through [`Orchestrator::worker_lease`] (the same
 //! [`StoreRecord`] a local runner uses) and learns of stop requests from its
 //! heartbeats.
 //!
-//! Failures: `squeue` is polled every [`SLURM_POLL_INTERVAL`]; a Slurm job
-//! that ended without its worker reporting leaves the task interrupted and
-//! re-queued (a new Slurm job resumes it from its last checkpoint). A task
-//! interrupted by Slurm's signal (time limit, `scancel`) is re-queued too.
-//! A refused submission fails the task with Slurm's message. At start-up an
-//! open dispatch whose Slurm job still lives is re-adopted: its task keeps
-//! its state and its worker, which retries its calls, carries on.
+//! Failures: the executor is polled every [`RemoteExecutor::poll_interval`];
+//! a job that ended without its worker reporting leaves the task interrupted
+//! and re-queued (a new job resumes it from its last checkpoint). A task
+//! interrupted by the executor's signal (time limit, `scancel`) is re-queued
+//! too. A refused submission fails the task with the executor's message. At
+//! start-up an open dispatch whose job still lives is re-adopted: its task
+//! keeps its state and its worker, which retries its calls, carries on.
 
-use super::{lock, Orchestrator, OrchestratorError, RunningTask};
+use super::{lock, Orchestrator, OrchestratorError, Runner, RunningTask};
 use crate::orchestrator::executor::ExecutorKind;
 use crate::orchestrator::job::{CheckpointPolicy, JobSpec};
+use crate::orchestrator::remote_executor::{DispatchRequest, RemoteExecutor};
 use crate::orchestrator::runner::{Outcome, RunnerEvent, StopRequest};
 use crate::orchestrator::state::TaskState;
 use crate::orchestrator::store::{StoreError, TaskRow};
 use crate::orchestrator::task_record::StoreRecord;
 use crate::orchestrator::{JobId, TaskId};
-use crate::slurm::request::{batch_script, sbatch_args, TaskRequest};
-use crate::slurm::{Slurm, SlurmConfig, SlurmError};
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tli_plugin_api::TaskInputs;
 
-/// How often the host asks Slurm which of its jobs still live.
-pub const SLURM_POLL_INTERVAL: Duration = Duration::from_secs(2);
-/// Slurm jobs that may end before their worker reaches the host (a wrong
-/// binary path, an unreachable host) before the task fails.
+/// Jobs that may end before their worker reaches the host (a wrong binary
+/// path, an unreachable host) before the task fails.
 pub const EARLY_LOSSES_BEFORE_FAILING: u32 = 3;
 /// Attempts (dispatches) of one task before a lost or signalled one is no
 /// longer re-queued.
 pub const MAX_DISPATCHES: usize = 50;
 
-/// The Slurm side of a task in the running map.
+/// The remote side of a task in the running map.
 #[derive(Clone, Debug)]
 pub(super) struct RemoteTask {
     /// The dispatch row id: the worker's lease.
     pub dispatch: i64,
-    pub slurm_job: String,
+    /// The executor's id of its job (a Slurm job id).
+    pub external_id: String,
     /// Whether its worker has attached.
     pub attached: bool,
     /// The task's job and plugin (a worker's calls need no store read).
@@ -54,25 +53,28 @@ pub(super) struct RemoteTask {
     pub plugin: String,
 }
 
-/// The host's Slurm executor.
-pub(super) struct SlurmExecutor {
-    pub config: SlurmConfig,
-    pub commands: Slurm,
+/// The engine's remote executor and its bookkeeping.
+pub(super) struct Remote {
+    pub executor: Arc<dyn RemoteExecutor>,
     last_poll: Mutex<Option<Instant>>,
-    /// Slurm jobs per task that ended before their worker attached.
+    /// Jobs per task that ended before their worker attached.
     early_losses: Mutex<HashMap<TaskId, u32>>,
 }
 
-impl SlurmExecutor {
-    pub fn new(config: SlurmConfig) -> Self {
-        let commands = Slurm {
-            bin_dir: config.commands_dir.clone(),
-        };
+impl Remote {
+    pub fn new(executor: Arc<dyn RemoteExecutor>) -> Self {
         Self {
-            config,
-            commands,
+            executor,
             last_poll: Mutex::new(None),
             early_losses: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Cancels a job, logging (not returning) a failure: the task's record
+    /// is already what it must be.
+    fn cancel(&self, task: TaskId, external_id: &str) {
+        if let Err(e) = self.executor.cancel(external_id) {
+            tracing::warn!(task, "cancelling job {external_id}: {e}");
         }
     }
 }
@@ -107,11 +109,23 @@ pub enum LeaseError {
     Stale { task: TaskId, dispatch: i64 },
     #[error("job store: {0}")]
     Store(#[from] StoreError),
-    #[error("{0}")]
-    Other(String),
+    #[error("task {0} is not in the store")]
+    NotInStore(TaskId),
+    #[error("plugin {0} is not loaded in the host")]
+    PluginNotLoaded(String),
+    /// The task's inputs could not be rebuilt for its worker.
+    #[error("task {task}: {message}")]
+    Inputs { task: TaskId, message: String },
+    #[error("this host has no remote executor")]
+    NoRemoteExecutor,
 }
 
 impl Orchestrator {
+    /// The remote executor's name for messages ("Slurm").
+    fn remote_name(&self) -> &'static str {
+        self.remote.as_ref().map_or("Slurm", |r| r.executor.name())
+    }
+
     /// Where a job's tasks run: the spec's executor, else the host's default.
     pub(super) fn executor_of(&self, job: JobId) -> ExecutorKind {
         if let Some(kind) = lock(&self.job_executors).get(&job) {
@@ -129,61 +143,52 @@ impl Orchestrator {
         kind
     }
 
-    /// Tasks with a Slurm job (pending or running).
+    /// Tasks with a remote job (pending or running).
     pub(super) fn remote_count(&self) -> usize {
         lock(&self.running)
             .values()
-            .filter(|r| r.remote.is_some())
+            .filter(|r| r.remote().is_some())
             .count()
     }
 
-    /// Submits `task` as a Slurm job. A refusal fails the task with Slurm's message.
-    pub(super) fn dispatch_to_slurm(&self, task: &TaskRow) -> Result<(), String> {
-        let Some(slurm) = &self.slurm else {
+    /// Submits `task` to the remote executor. A refusal fails the task with
+    /// the executor's message.
+    pub(super) fn dispatch_remote(&self, task: &TaskRow) -> Result<(), String> {
+        let Some(remote) = &self.remote else {
             return Err("this host has no Slurm executor (start it with --executor slurm)".into());
         };
         let (spec, _dataset, inputs) = self.task_inputs(task)?;
         let dispatch = self
             .store
-            .open_dispatch(task.id, ExecutorKind::Slurm.as_str())
+            .open_dispatch(task.id, remote.executor.kind().as_str())
             .map_err(|e| e.to_string())?;
-        let request = TaskRequest {
+        let request = DispatchRequest {
             task: task.id,
             dispatch,
             device: task.device,
-            estimate_bytes: lock(&self.arbiter)
+            reserved_bytes: lock(&self.arbiter)
                 .with_margin(task.measured_bytes.unwrap_or(task.estimate_bytes)),
-            data_bytes: crate::worker::wire::data_bytes(&inputs),
-            gpus: spec.slurm.gpus(),
-            time_limit_minutes: spec.slurm.time_limit_minutes,
+            inputs: &inputs,
+            spec: &spec,
         };
-        if let Err(e) = std::fs::create_dir_all(slurm.config.output_dir()) {
-            let why = format!(
-                "cannot create {} for the Slurm job's output: {e}",
-                slurm.config.output_dir().display()
-            );
-            let _ = self.store.end_dispatch(dispatch, &why);
-            return Err(why);
-        }
-        let args = sbatch_args(&slurm.config, &request);
-        match slurm
-            .commands
-            .submit(&args, &batch_script(&slurm.config, &request))
-        {
-            Ok(job) => {
+        match remote.executor.dispatch(&request) {
+            Ok(submitted) => {
+                let job = submitted.external_id;
                 self.store
-                    .set_dispatch_submitted(dispatch, &job, &args.join(" "))
+                    .set_dispatch_submitted(dispatch, &job, &submitted.request)
                     .map_err(|e| e.to_string())?;
                 tracing::info!(
                     task = task.id,
                     dispatch,
-                    "submitted as Slurm job {job}: {args:?}"
+                    "submitted as {} job {job}: {}",
+                    remote.executor.name(),
+                    submitted.request
                 );
                 lock(&self.running).insert(
                     task.id,
-                    RunningTask::remote(RemoteTask {
+                    RunningTask::dispatched(RemoteTask {
                         dispatch,
-                        slurm_job: job,
+                        external_id: job,
                         attached: false,
                         job: task.job_id,
                         plugin: task.plugin.clone(),
@@ -202,69 +207,68 @@ impl Orchestrator {
                 Ok(())
             }
             Err(e) => {
-                let why = match &e {
-                    SlurmError::Refused { message, .. } => {
-                        format!("Slurm refused the job: {message}")
-                    }
-                    other => other.to_string(),
-                };
+                let why = e.to_string();
                 let _ = self.store.end_dispatch(dispatch, &why);
                 Err(why)
             }
         }
     }
 
-    /// Asks Slurm which jobs live (at most every [`SLURM_POLL_INTERVAL`]) and
-    /// handles those that ended without their worker reporting.
-    pub(super) fn poll_slurm(&self) {
-        let Some(slurm) = &self.slurm else {
+    /// Asks the executor which jobs ended (at most every
+    /// [`RemoteExecutor::poll_interval`]) and handles those that ended
+    /// without their worker reporting.
+    pub(super) fn poll_remote(&self) {
+        let Some(executor) = &self.remote else {
             return;
         };
         {
-            let mut last = lock(&slurm.last_poll);
-            if last.is_some_and(|t| t.elapsed() < SLURM_POLL_INTERVAL) {
+            let mut last = lock(&executor.last_poll);
+            if last.is_some_and(|t| t.elapsed() < executor.executor.poll_interval()) {
                 return;
             }
             *last = Some(Instant::now());
         }
         let watched: Vec<(TaskId, RemoteTask)> = lock(&self.running)
             .iter()
-            .filter_map(|(id, r)| r.remote.clone().map(|remote| (*id, remote)))
+            .filter_map(|(id, r)| r.remote().cloned().map(|remote| (*id, remote)))
             .collect();
         if watched.is_empty() {
             return;
         }
-        let live = match slurm.commands.live_jobs() {
-            Ok(live) => live,
+        let jobs: Vec<String> = watched.iter().map(|(_, r)| r.external_id.clone()).collect();
+        let ended = match executor.executor.poll(&jobs) {
+            Ok(ended) => ended,
             Err(e) => {
-                tracing::warn!("cannot ask Slurm about its jobs: {e}");
+                tracing::warn!(
+                    "cannot ask {} about its jobs: {e}",
+                    executor.executor.name()
+                );
                 return;
             }
         };
-        for (task, remote) in watched {
-            if live.get(&remote.slurm_job).is_some_and(|s| s.is_alive()) {
-                continue;
+        for end in ended {
+            for (task, remote) in watched
+                .iter()
+                .filter(|(_, r)| r.external_id == end.external_id)
+            {
+                self.remote_job_lost(*task, remote, &end.state);
             }
-            let state = slurm
-                .commands
-                .final_state(&remote.slurm_job)
-                .unwrap_or_else(|| "state unknown".into());
-            self.slurm_job_lost(task, &remote, &state);
         }
     }
 
-    /// A task's Slurm job ended without its worker reporting an end.
-    fn slurm_job_lost(&self, task: TaskId, remote: &RemoteTask, slurm_state: &str) {
+    /// A task's remote job ended without its worker reporting an end.
+    fn remote_job_lost(&self, task: TaskId, remote: &RemoteTask, job_state: &str) {
         {
             let mut running = lock(&self.running);
-            match running.get(&task).and_then(|r| r.remote.as_ref()) {
+            match running.get(&task).and_then(|r| r.remote()) {
                 Some(r) if r.dispatch == remote.dispatch => {
                     running.remove(&task);
                 }
                 _ => return, // already reaped
             }
         }
-        let why = format!("Slurm job {} ended: {slurm_state}", remote.slurm_job);
+        let kind = self.remote_name();
+        let why = format!("{kind} job {} ended: {job_state}", remote.external_id);
         let _ = self.store.end_dispatch(remote.dispatch, &why);
         self.forget_live(task);
         let row = match self.store.task(task) {
@@ -279,22 +283,22 @@ impl Orchestrator {
                 &format!("{why}, without its worker reporting"),
             );
             self.requeue_interrupted(task, &why);
-        } else if let (TaskState::Queued, false, Some(slurm)) =
-            (row.state, remote.attached, &self.slurm)
+        } else if let (TaskState::Queued, false, Some(executor)) =
+            (row.state, remote.attached, &self.remote)
         {
             let losses = {
-                let mut early = lock(&slurm.early_losses);
+                let mut early = lock(&executor.early_losses);
                 let n = early.entry(task).or_insert(0);
                 *n += 1;
                 *n
             };
             if losses >= EARLY_LOSSES_BEFORE_FAILING {
-                let output = self.slurm_output_tail(task, remote.dispatch);
+                let output = executor.executor.lost_job_output(task, remote.dispatch);
                 let _ = self.store.transition(
                     task,
                     TaskState::Failed,
                     &format!(
-                        "{losses} Slurm jobs ended before their worker reached the host; the \
+                        "{losses} {kind} jobs ended before their worker reached the host; the \
                          last: {why}{output}"
                     ),
                 );
@@ -302,26 +306,7 @@ impl Orchestrator {
         }
     }
 
-    /// The last lines of a dispatch's Slurm output file, for messages.
-    fn slurm_output_tail(&self, task: TaskId, dispatch: i64) -> String {
-        let Some(slurm) = &self.slurm else {
-            return String::new();
-        };
-        let path = slurm
-            .config
-            .output_dir()
-            .join(format!("task-{task}-dispatch-{dispatch}.out"));
-        match std::fs::read_to_string(&path) {
-            Ok(text) => {
-                let lines: Vec<&str> = text.lines().rev().take(5).collect();
-                let tail: Vec<&str> = lines.into_iter().rev().collect();
-                format!("; {} ends: {}", path.display(), tail.join(" | "))
-            }
-            Err(_) => format!("; no output at {}", path.display()),
-        }
-    }
-
-    /// Re-queues an interrupted Slurm task to resume in a new Slurm job,
+    /// Re-queues an interrupted remote task to resume in a new job,
     /// unless the host is shutting down (then it resumes at the next start)
     /// or the task has had [`MAX_DISPATCHES`] attempts.
     fn requeue_interrupted(&self, task: TaskId, why: &str) {
@@ -349,29 +334,32 @@ impl Orchestrator {
             .store
             .end_dispatch(remote.dispatch, &format!("worker ended: {outcome:?}"));
         self.forget_live(task);
-        if let Some(slurm) = &self.slurm {
-            lock(&slurm.early_losses).remove(&task);
+        if let Some(executor) = &self.remote {
+            lock(&executor.early_losses).remove(&task);
             if *outcome == Outcome::Cancelled {
-                if let Err(e) = slurm.commands.cancel(&remote.slurm_job) {
-                    tracing::warn!(task, "scancel {}: {e}", remote.slurm_job);
-                }
+                executor.cancel(task, &remote.external_id);
             }
         }
+        let kind = self.remote_name();
         if *outcome == Outcome::Interrupted {
             self.requeue_interrupted(
                 task,
-                &format!("Slurm job {} was signalled", remote.slurm_job),
+                &format!("{kind} job {} was signalled", remote.external_id),
             );
         }
-        tracing::info!(task, "Slurm job {} finished: {outcome:?}", remote.slurm_job);
+        tracing::info!(
+            task,
+            "{kind} job {} finished: {outcome:?}",
+            remote.external_id
+        );
     }
 
-    /// Cancels a task's Slurm job whose worker never attached (a stop of a
+    /// Cancels a task's remote job whose worker never attached (a stop of a
     /// queued task, or a host shutdown); returns whether there was one.
     pub(super) fn withdraw_pending(&self, task: TaskId, why: &str) -> bool {
         let remote = {
             let mut running = lock(&self.running);
-            match running.get(&task).and_then(|r| r.remote.clone()) {
+            match running.get(&task).and_then(|r| r.remote().cloned()) {
                 Some(r) if !r.attached => {
                     running.remove(&task);
                     r
@@ -380,21 +368,22 @@ impl Orchestrator {
             }
         };
         let _ = self.store.end_dispatch(remote.dispatch, why);
-        if let Some(slurm) = &self.slurm {
-            if let Err(e) = slurm.commands.cancel(&remote.slurm_job) {
-                tracing::warn!(task, "scancel {}: {e}", remote.slurm_job);
-            }
+        if let Some(executor) = &self.remote {
+            executor.cancel(task, &remote.external_id);
         }
         true
     }
 
     /// A forced stop whose deadline passed: give up on the worker.
     pub(super) fn abandon_remote(&self, task: TaskId) {
-        // Only a Slurm task leaves the map here; a runner thread is reaped when it ends.
+        // Only a remote task leaves the map here; a runner thread is reaped when it ends.
         let remote = {
             let mut running = lock(&self.running);
-            match running.get(&task).map(|r| r.remote.is_some()) {
-                Some(true) => running.remove(&task).and_then(|r| r.remote),
+            match running.get(&task).map(|r| r.remote().is_some()) {
+                Some(true) => running.remove(&task).and_then(|r| match r.runner {
+                    Runner::Remote(remote) => Some(remote),
+                    Runner::Local(_) => None,
+                }),
                 _ => None,
             }
         };
@@ -403,20 +392,20 @@ impl Orchestrator {
                 remote.dispatch,
                 "forced stop: the worker did not return in time",
             );
-            if let Some(slurm) = &self.slurm {
-                let _ = slurm.commands.cancel(&remote.slurm_job);
+            if let Some(executor) = &self.remote {
+                executor.cancel(task, &remote.external_id);
             }
         }
     }
 
-    /// At start-up: re-adopts open dispatches whose Slurm job still lives;
+    /// At start-up: re-adopts open dispatches whose remote job still lives;
     /// closes the others. Returns the adopted tasks.
-    pub(super) fn adopt_slurm_jobs(&self) -> Result<Vec<TaskId>, OrchestratorError> {
+    pub(super) fn adopt_remote_jobs(&self) -> Result<Vec<TaskId>, OrchestratorError> {
         let open = self.store.open_dispatches()?;
         if open.is_empty() {
             return Ok(Vec::new());
         }
-        let Some(slurm) = &self.slurm else {
+        let Some(executor) = &self.remote else {
             for d in &open {
                 self.store.end_dispatch(
                     d.id,
@@ -425,18 +414,19 @@ impl Orchestrator {
             }
             return Ok(Vec::new());
         };
-        let live = slurm.commands.live_jobs().map_err(|e| {
-            OrchestratorError::Other(format!(
-                "cannot ask Slurm whether this host's {} job(s) still run: {e}",
-                open.len()
-            ))
-        })?;
+        let jobs: Vec<String> = open.iter().filter_map(|d| d.external_id.clone()).collect();
+        let live =
+            executor
+                .executor
+                .adopt(&jobs)
+                .map_err(|source| OrchestratorError::Executor {
+                    executor: executor.executor.kind(),
+                    open: open.len(),
+                    source,
+                })?;
         let mut adopted = Vec::new();
         for d in open {
-            let alive = d
-                .external_id
-                .as_ref()
-                .is_some_and(|id| live.get(id).is_some_and(|s| s.is_alive()));
+            let alive = d.external_id.as_ref().is_some_and(|id| live.contains(id));
             let Some(job) = d.external_id.filter(|_| alive) else {
                 self.store
                     .end_dispatch(d.id, "its Slurm job ended while the host was down")?;
@@ -449,14 +439,15 @@ impl Orchestrator {
             };
             tracing::info!(
                 task = d.task_id,
-                "re-adopted Slurm job {job} (dispatch {})",
+                "re-adopted {} job {job} (dispatch {})",
+                executor.executor.name(),
                 d.id
             );
             lock(&self.running).insert(
                 d.task_id,
-                RunningTask::remote(RemoteTask {
+                RunningTask::dispatched(RemoteTask {
                     dispatch: d.id,
-                    slurm_job: job,
+                    external_id: job,
                     attached: row.state.is_active(),
                     job: row.job_id,
                     plugin: row.plugin,
@@ -475,7 +466,7 @@ impl Orchestrator {
     ) -> Result<(Arc<AtomicU8>, JobId, String), LeaseError> {
         let running = lock(&self.running);
         let entry = running.get(&task);
-        match entry.and_then(|r| r.remote.as_ref().map(|x| (r, x))) {
+        match entry.and_then(|r| r.remote().map(|x| (r, x))) {
             Some((r, remote)) if remote.dispatch == dispatch => {
                 Ok((r.stop.clone(), remote.job, remote.plugin.clone()))
             }
@@ -491,14 +482,13 @@ impl Orchestrator {
         node: &str,
     ) -> Result<WorkerAssignment, LeaseError> {
         self.check_lease(task, dispatch)?;
-        let row = self
-            .store
-            .task(task)?
-            .ok_or_else(|| LeaseError::Other(format!("task {task} is not in the store")))?;
+        let row = self.store.task(task)?.ok_or(LeaseError::NotInStore(task))?;
         if row.state.is_finished() {
             return Err(LeaseError::Stale { task, dispatch });
         }
-        let (spec, _dataset, inputs) = self.task_inputs(&row).map_err(LeaseError::Other)?;
+        let (spec, _dataset, inputs) = self
+            .task_inputs(&row)
+            .map_err(|message| LeaseError::Inputs { task, message })?;
         // The version recorded at submission; for rows of older hosts, the newest loaded.
         let plugin_version = match &row.plugin_version {
             Some(version) => version.clone(),
@@ -507,30 +497,23 @@ impl Orchestrator {
                 .snapshot()
                 .get(&row.plugin)
                 .map(|p| p.manifest.version.to_string())
-                .ok_or_else(|| {
-                    LeaseError::Other(format!("plugin {} is not loaded in the host", row.plugin))
-                })?,
+                .ok_or_else(|| LeaseError::PluginNotLoaded(row.plugin.clone()))?,
         };
         if !node.is_empty() {
             self.store.set_dispatch_node(dispatch, node)?;
         }
-        if let Some(r) = lock(&self.running)
-            .get_mut(&task)
-            .and_then(|r| r.remote.as_mut())
+        if let Some(RunningTask {
+            runner: Runner::Remote(r),
+            ..
+        }) = lock(&self.running).get_mut(&task)
         {
             r.attached = true;
         }
-        let slurm = self
-            .slurm
-            .as_ref()
-            .ok_or_else(|| LeaseError::Other("this host has no Slurm executor".into()))?;
+        let executor = self.remote.as_ref().ok_or(LeaseError::NoRemoteExecutor)?;
+        let setup = executor.executor.worker_setup(task);
         Ok(WorkerAssignment {
-            checkpoint_dir: slurm
-                .config
-                .shared_dir
-                .join("checkpoints")
-                .join(format!("task-{task}")),
-            threads: slurm.config.cpus_per_task.max(1),
+            checkpoint_dir: setup.checkpoint_dir,
+            threads: setup.threads,
             task: row,
             plugin_version,
             slice_steps: spec.slice_steps,
@@ -587,17 +570,12 @@ impl Orchestrator {
 }
 
 impl RunningTask {
-    /// A task handed to Slurm: no thread, no reservation on this host.
-    pub(super) fn remote(remote: RemoteTask) -> Self {
+    /// A task handed to a remote executor: no thread, no reservation on this host.
+    pub(super) fn dispatched(remote: RemoteTask) -> Self {
         RunningTask {
             stop: Arc::new(AtomicU8::new(StopRequest::None as u8)),
-            plugin_cancel: Arc::new(AtomicBool::new(false)),
-            handle: None,
-            reservation: None,
             started: Instant::now(),
-            pace: None,
-            remote: Some(remote),
-            abandoned: false,
+            runner: Runner::Remote(remote),
         }
     }
 }
