@@ -2,9 +2,9 @@
 //! after `cargo build --release --workspace`): 8 template tasks train while a
 //! client calls GetTrainingStatus every 20 ms, first alone, then with 50 more
 //! clients each holding a WatchTraining stream (interval `WATCH_INTERVAL_MS`, default 100 ms; all streams of
-//! a job share one poller, see `host/src/api/watch_hub.rs`), then alone and
+//! a job share one poller, see `server/src/api/watch_hub.rs`), then alone and
 //! with the status page open and Prometheus scraping, twice each. "Page open"
-//! makes the page's own requests (`host/src/web/assets/app.js`):
+//! makes the page's own requests (`server/src/web/assets/app.js`):
 //! `/api/status` every second and each task's `/api/series` every 5 s; the
 //! scraper GETs `/metrics` every second. Reports the status-call latency
 //! percentiles and the training throughput (steps/s summed over tasks) in

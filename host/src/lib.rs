@@ -1,46 +1,30 @@
-//! `tli-host`: the tli host process and command line.
+//! `tli-host`: the full `tli` binary. The host-side commands (`host serve|run|status`,
+//! `worker`, `train local`, `profile memory`, `plugins list --local`, `doctor`) wire the
+//! runtime (`tli-runtime`), the server (`tli-server`) and Slurm (`tli-slurm`) together; every
+//! other command is handed to `tli-cli`.
 //!
-//! * [`registry`]: finds, checks and loads plugin libraries; wraps their calls.
-//! * [`elf_check`]: refuses truncated or foreign files before `dlopen` sees them.
-//! * [`error_chain`]: an error and its causes as one line for people.
-//! * [`services`]: what the host offers plugins (logging, cancellation).
-//! * [`orchestrator`]: jobs, tasks, the store, checkpoints, the memory arbiter.
-//! * [`local_train`]: training plugins in-process for N steps (`tli train local`).
-//! * [`profile`]: measured memory of a plugin's trainer (`tli profile memory`).
-//! * [`plugin_configs`]: `--config` values and which one applies to which plugin.
-//! * [`libtorch_info`]: which libtorch this process runs on, and CUDA.
-//! * [`byte_size`]: byte sizes formatted and parsed for people.
-//! * [`allocator`]: glibc malloc settings (`TLI_MMAP_THRESHOLD`): resident memory that follows live tensors.
-//! * [`api`]: the gRPC control API (`tli.v1`) over the orchestrator (`tli host serve`).
-//! * [`slurm`]: Slurm as an executor: sbatch/squeue/scancel, requests from estimates.
-//! * [`worker`]: `tli worker`, one task in a Slurm job, recording through the host.
-//! * [`tensorboard`]: every task's TensorBoard event files (metrics, rate, memory, hyperparameters).
-//! * [`telemetry`]: the Prometheus metrics (RPCs, checkpoint writes, state sampled at scrape).
-//! * [`web`]: the HTTP side of `tli host serve`: the status page, its JSON, `/metrics`.
 //! * [`commands`]: the host-side `tli` commands (the arguments, the client
 //!   commands and the output shapes are `tli-cli`'s).
+//! * [`local_train`]: training plugins in-process for N steps (`tli train local`).
+//! * [`profile`]: measured memory of a plugin's trainer (`tli profile memory`).
+//! * [`fault_signals`]: process-wide signal settings of the binary (a full disk is an error,
+//!   not SIGXFSZ).
 //!
 //! See docs/ARCHITECTURE.md for the whole map.
 
-pub mod allocator;
-pub mod api;
 pub mod commands;
-pub mod elf_check;
 pub mod fault_signals;
-pub mod libtorch_info;
 pub mod local_train;
-pub mod orchestrator;
 pub mod profile;
-pub mod registry;
-pub mod services;
-pub mod slurm;
-pub mod telemetry;
-pub mod tensorboard;
-pub mod web;
-pub mod worker;
 
-// Moved to tli-core; re-exported here while the rest of the host still names them this way.
+// The runtime, the server and Slurm are crates of their own; re-exported under the paths the
+// host's commands, tests and benches name them by.
 pub use tli_core::{byte_size, digest, error_chain, plugin_configs};
+pub use tli_runtime::{allocator, elf_check, libtorch_info, orchestrator, registry, services};
+pub use tli_server::{api, telemetry, tensorboard, web};
+/// Slurm as an executor (the `tli-slurm` crate).
+pub use tli_slurm as slurm;
+pub use tli_slurm::worker;
 
 use std::path::PathBuf;
 

@@ -8,11 +8,15 @@
 //! * [`typed_configs`]: the typed config messages of the built-in plugins ↔
 //!   the plugins' JSON configs (frozen: new plugins use the generic config).
 //! * [`history`]: `GetTrainingHistory` ↔ the store's job history.
+//! * [`worker_inputs`]: a task's inputs (plugin-api `TaskInputs`: every dataset and the side
+//!   table) ↔ the worker service's `WorkerInputs`, exactly; the host's worker service and
+//!   `tli worker` both use it.
 //!
 //! No libtorch, no engine: it builds on `tli-core`, `tli-store`'s row types
-//! and `tli-proto` only (checked by `scripts/check-layers.sh`).
+//! `tli-plugin-api`'s data types and `tli-proto` only (checked by `scripts/check-layers.sh`).
 
 pub mod convert;
 pub mod history;
 pub mod job_request;
 pub mod typed_configs;
+pub mod worker_inputs;

@@ -1,0 +1,337 @@
+//! Loading one plugin library: the checks a file must pass, the manifest
+//! read through the ABI, and the typed calls into a loaded plugin
+//! ([`LoadedPlugin`], [`TrainerHandle`]).
+//!
+//! Checks, in order (each failure is a refusal naming the file):
+//! 1. the file is a complete ELF shared object for this machine (checked
+//!    before `dlopen`, which would crash the host with SIGBUS on a truncated
+//!    file), and `dlopen` succeeds;
+//! 2. the `tli_plugin_api_version` symbol exists (otherwise: not a tli plugin);
+//! 3. its semver is compatible with this host (same major, minor ≤ host's);
+//! 4. abi_stable's own version and type-layout checks of the root module,
+//!    against the module of the minor the plugin declares (abi_stable refuses
+//!    a library with fewer fields than expected, so a 1.0 plugin is checked
+//!    against the frozen 1.0 module and then read through the current one,
+//!    whose 1.1 entry points read as absent for it);
+//! 5. the manifest can be read, its name is `[a-z0-9_-]+` and its version semver.
+//!
+//! Libraries are never unloaded (abi_stable leaks them by design): stopping a
+//! task drops its trainer, never the library.
+
+use crate::services::TaskServices;
+use abi_stable::library::lib_header_from_path;
+use abi_stable::std_types::{RResult, RStr};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use tli_plugin_api::{
+    abi::v1_0, check_compatible, DatasetAnnex, DatasetShape, EvalReport, MemoryBreakdown,
+    PluginError, PluginModuleRef, StepReport, TaskInputs, TaskSpec, TrainerBox, PLUGIN_API_VERSION,
+    VERSION_SYMBOL,
+};
+
+/// A plugin's manifest as the host keeps it: read once from the ABI form
+/// ([`tli_plugin_api::PluginManifest`]), configs and schema parsed as JSON.
+#[derive(Clone, Debug, Serialize)]
+pub struct ParsedManifest {
+    pub name: String,
+    pub version: String,
+    pub api_version: String,
+    pub family: String,
+    pub description: String,
+    pub default_config: serde_json::Value,
+    pub config_schema: serde_json::Value,
+    /// Plugin API 1.1 capabilities (`pooled`, …); empty for a 1.0 plugin.
+    pub capabilities: Vec<String>,
+}
+
+impl ParsedManifest {
+    pub fn has_capability(&self, name: &str) -> bool {
+        self.capabilities.iter().any(|c| c == name)
+    }
+}
+
+/// A plugin that loaded.
+pub struct LoadedPlugin {
+    /// The file as found in the plugin directory.
+    pub source: PathBuf,
+    /// Where the library was loaded from: `source` itself, or the host's
+    /// private copy of it (a file found by a rescan, see `registry::live`).
+    pub path: PathBuf,
+    pub manifest: ParsedManifest,
+    /// `manifest.version`, parsed (checked at load).
+    pub version: semver::Version,
+    /// SHA-256 of the library file, hex.
+    pub checksum: String,
+    /// When it was loaded (Unix ms).
+    pub loaded_at_ms: i64,
+    pub load_time: Duration,
+    module: PluginModuleRef,
+}
+
+/// A file that was refused, and why.
+#[derive(Clone, Debug, Serialize)]
+pub struct RefusedPlugin {
+    pub path: PathBuf,
+    pub reason: String,
+}
+
+/// Loads one library in place, returning the refusal reason on failure.
+pub(super) fn load_plugin(path: &Path) -> Result<LoadedPlugin, String> {
+    load_plugin_as(path, PLUGIN_API_VERSION)
+}
+
+/// Loads the library at `path`, a copy of `source` whose checksum is
+/// `checksum` (see `registry::live`).
+pub(super) fn load_plugin_copy(
+    source: &Path,
+    path: &Path,
+    checksum: String,
+) -> Result<LoadedPlugin, String> {
+    let mut plugin = load_checked(path, PLUGIN_API_VERSION, checksum)?;
+    plugin.source = source.to_path_buf();
+    Ok(plugin)
+}
+
+/// Loads one library as a host speaking plugin API `host_api` would (a
+/// parameter so that tests can apply an older host's rule to a real file).
+pub fn load_plugin_as(path: &Path, host_api: &str) -> Result<LoadedPlugin, String> {
+    let checksum = file_sha256(path).map_err(|e| format!("cannot be read: {e}"))?;
+    load_checked(path, host_api, checksum)
+}
+
+/// SHA-256 of a file, hex.
+pub(super) fn file_sha256(path: &Path) -> std::io::Result<String> {
+    tli_core::digest::sha256_stream(std::fs::File::open(path)?, None).map(|(digest, _)| digest)
+}
+
+fn load_checked(path: &Path, host_api: &str, checksum: String) -> Result<LoadedPlugin, String> {
+    let started = Instant::now();
+    crate::elf_check::check_shared_object(path)?;
+    let declared = read_declared_api_version(path)?;
+    let declared_version = check_compatible(&declared, host_api).map_err(|e| e.to_string())?;
+    let refused = |e: abi_stable::library::LibraryError| {
+        format!("abi_stable refused it: {}", first_lines(&e.to_string(), 6))
+    };
+    let header = lib_header_from_path(path).map_err(refused)?;
+    // abi_stable accepts a library whose module has at least the fields it
+    // expects: check against the module of the minor the plugin speaks. (A
+    // later minor adds its frozen module type here.)
+    match declared_version.minor {
+        0 => header.ensure_layout::<v1_0::PluginModuleRef>(),
+        _ => header.ensure_layout::<PluginModuleRef>(),
+    }
+    .map_err(refused)?;
+    // SAFETY: the layout was checked just above against the module of the
+    // declared minor, whose fields are a prefix of `PluginModule`'s (the
+    // `abi_v1_0_is_a_prefix_of_the_current_module` test); the fields it
+    // lacks are read through accessors that return `None` for this library.
+    let module = unsafe { header.init_root_module_with_unchecked_layout::<PluginModuleRef>() }
+        .map_err(refused)?;
+    let capabilities = match module.capabilities() {
+        None => Vec::new(),
+        Some(f) => match f() {
+            RResult::ROk(names) => names.into_iter().map(|n| n.into_string()).collect(),
+            RResult::RErr(e) => return Err(format!("its capabilities() failed: {e}")),
+        },
+    };
+    let manifest = match (module.manifest())() {
+        RResult::ROk(m) => m,
+        RResult::RErr(e) => return Err(format!("its manifest() failed: {e}")),
+    };
+    if manifest.api_version.as_str() != declared {
+        return Err(format!(
+            "its manifest says plugin API {} but its library symbol says {declared}",
+            manifest.api_version
+        ));
+    }
+    let parse_json = |what: &str, text: &str| {
+        serde_json::from_str(text).map_err(|e| format!("its {what} is not valid JSON: {e}"))
+    };
+    let manifest = ParsedManifest {
+        default_config: parse_json("default config", &manifest.default_config)?,
+        config_schema: parse_json("config schema", &manifest.config_schema)?,
+        name: manifest.name.into_string(),
+        version: manifest.version.into_string(),
+        api_version: manifest.api_version.into_string(),
+        family: manifest.family.into_string(),
+        description: manifest.description.into_string(),
+        capabilities,
+    };
+    if manifest.name.is_empty()
+        || !manifest
+            .name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
+    {
+        return Err(format!(
+            "its name {:?} is not lower-case [a-z0-9_-]+",
+            manifest.name
+        ));
+    }
+    let version = semver::Version::parse(&manifest.version)
+        .map_err(|e| format!("its version {:?} is not semver: {e}", manifest.version))?;
+    Ok(LoadedPlugin {
+        source: path.to_path_buf(),
+        path: path.to_path_buf(),
+        manifest,
+        version,
+        checksum,
+        loaded_at_ms: crate::orchestrator::now_ms(),
+        load_time: started.elapsed(),
+        module,
+    })
+}
+
+/// `dlopen`s the file and reads its `tli_plugin_api_version` marker. The
+/// library stays loaded for the life of the process (it is about to be
+/// loaded by abi_stable anyway, and nothing is ever unloaded).
+fn read_declared_api_version(path: &Path) -> Result<String, String> {
+    use libloading::os::unix::{Library, RTLD_LAZY, RTLD_LOCAL};
+    // SAFETY: loading a library runs its initialisers; that is inherent to
+    // plugins. Nothing from it is called here, only a static is read.
+    let library = unsafe { Library::open(Some(path), RTLD_LAZY | RTLD_LOCAL) }
+        .map_err(|e| format!("cannot be loaded as a shared library ({})", dl_reason(&e)))?;
+    // SAFETY: the symbol is declared by `export_plugin!` as `[u8; 32]`.
+    let marker = unsafe { library.get::<*const [u8; 32]>(VERSION_SYMBOL) };
+    let result = match marker {
+        Ok(symbol) => {
+            // SAFETY: a valid static of 32 bytes in a loaded library.
+            let bytes: [u8; 32] = unsafe { **symbol };
+            let end = bytes.iter().position(|b| *b == 0).unwrap_or(bytes.len());
+            std::str::from_utf8(&bytes[..end])
+                .map(str::to_string)
+                .map_err(|_| "its tli_plugin_api_version marker is not UTF-8".to_string())
+        }
+        Err(_) => Err(
+            "not a tli plugin: it has no tli_plugin_api_version symbol (build it with \
+             tli_plugin_api::export_plugin!)"
+                .to_string(),
+        ),
+    };
+    std::mem::forget(library);
+    result
+}
+
+fn dl_reason(error: &libloading::Error) -> String {
+    let text = error.to_string();
+    // libloading wraps dlerror()'s text; keep only what the loader said.
+    text.rsplit(": ").next().unwrap_or(&text).to_string()
+}
+
+fn first_lines(text: &str, n: usize) -> String {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .take(n)
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
+/// Calls a plugin function's result into a Rust `Result`.
+fn into_result<T>(r: RResult<T, PluginError>) -> Result<T, PluginError> {
+    r.into_result()
+}
+
+impl std::fmt::Debug for LoadedPlugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.label(), self.source.display())
+    }
+}
+
+impl LoadedPlugin {
+    pub fn name(&self) -> &str {
+        &self.manifest.name
+    }
+
+    /// `name@version`, as jobs pin it and messages name it.
+    pub fn label(&self) -> String {
+        format!("{}@{}", self.manifest.name, self.manifest.version)
+    }
+
+    /// Validates a config and returns it normalized.
+    pub fn validate_config(&self, config_json: &str) -> Result<String, PluginError> {
+        into_result((self.module.validate_config())(RStr::from(config_json)))
+            .map(|s| s.into_string())
+    }
+
+    pub fn estimate_memory(
+        &self,
+        config_json: &str,
+        shape: DatasetShape,
+        device: &str,
+    ) -> Result<MemoryBreakdown, PluginError> {
+        into_result((self.module.estimate_memory())(
+            RStr::from(config_json),
+            shape,
+            RStr::from(device),
+        ))
+    }
+
+    /// Creates a trainer for one dataset that carries nothing beyond 1.0
+    /// (see [`DatasetAnnex::plain`]).
+    pub fn create_trainer(
+        &self,
+        spec: TaskSpec,
+        services: TaskServices,
+    ) -> Result<TrainerHandle, PluginError> {
+        let annex = DatasetAnnex::plain(&spec.dataset);
+        let inputs = TaskInputs::new(vec![(spec.dataset.clone(), annex)], false, 1);
+        self.create_trainer_with_inputs(spec, inputs, services)
+    }
+
+    /// Creates a trainer. A 1.1 plugin also gets `inputs` (the task's
+    /// datasets and side table); a 1.0 plugin gets the 1.0 call, and cannot
+    /// take a pooled task.
+    pub fn create_trainer_with_inputs(
+        &self,
+        spec: TaskSpec,
+        inputs: TaskInputs,
+        services: TaskServices,
+    ) -> Result<TrainerHandle, PluginError> {
+        let trainer = match self.module.create_trainer_with_inputs() {
+            Some(create) => into_result(create(spec, inputs, services.into_abi()))?,
+            None if inputs.pooled => {
+                return Err(PluginError::invalid_config(format!(
+                    "plugin {} speaks plugin API {}, which has no pooled tasks (1.1 and later)",
+                    self.manifest.name, self.manifest.api_version
+                )))
+            }
+            None => into_result((self.module.create_trainer())(spec, services.into_abi()))?,
+        };
+        Ok(TrainerHandle { trainer })
+    }
+}
+
+/// A live trainer, with the ABI's `RResult`s turned into `Result`s.
+/// Dropping it drops the trainer inside the plugin (never the library).
+pub struct TrainerHandle {
+    trainer: TrainerBox,
+}
+
+impl TrainerHandle {
+    pub fn step(&mut self, n: u64) -> Result<StepReport, PluginError> {
+        into_result(self.trainer.step(n))
+    }
+    pub fn evaluate(&mut self) -> Result<EvalReport, PluginError> {
+        into_result(self.trainer.evaluate())
+    }
+    pub fn save_checkpoint(&mut self, dir: &Path) -> Result<(), PluginError> {
+        into_result(
+            self.trainer
+                .save_checkpoint(RStr::from(dir.to_string_lossy().as_ref())),
+        )
+    }
+    pub fn load_checkpoint(&mut self, dir: &Path) -> Result<(), PluginError> {
+        into_result(
+            self.trainer
+                .load_checkpoint(RStr::from(dir.to_string_lossy().as_ref())),
+        )
+    }
+    pub fn memory(&self) -> Result<MemoryBreakdown, PluginError> {
+        into_result(self.trainer.memory())
+    }
+    pub fn total_steps(&self) -> Result<u64, PluginError> {
+        into_result(self.trainer.total_steps())
+    }
+}
