@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use tli_core::byte_size::ByteSize;
 use tli_core::executor::ExecutorKind;
 use tli_core::strategy::{parse_margin, Strategy};
-use tli_data::zones::LocalZone;
-use tli_data::BarSource;
+use tli_data::zones::{LocalZone, ZoneError};
+use tli_data::{BarSource, SourceError};
 use tli_plugin_api::Device;
 
 #[derive(Parser, Debug)]
@@ -280,12 +280,12 @@ pub struct ExecutorArgs {
 
 /// `[SYMBOL=]FILE`: a bar file, the symbol of its bars optionally named
 /// (`ES=prices.csv`).
-fn parse_bar_source(text: &str) -> Result<BarSource, String> {
+fn parse_bar_source(text: &str) -> Result<BarSource, SourceError> {
     BarSource::parse_arg(text)
 }
 
 /// An IANA time-zone name (`America/New_York`).
-fn parse_time_zone(text: &str) -> Result<String, String> {
+fn parse_time_zone(text: &str) -> Result<String, ZoneError> {
     LocalZone::parse(text).map(|zone| zone.name().to_string())
 }
 

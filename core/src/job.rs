@@ -293,12 +293,13 @@ impl JobSpec {
                     ));
                 }
                 if let Some(symbol) = &source.symbol {
-                    check_symbol(symbol)
-                        .map_err(|e| SpecError::field(format!("assets[{i}].symbol"), e))?;
+                    check_symbol(symbol).map_err(|e| {
+                        SpecError::field(format!("assets[{i}].symbol"), e.to_string())
+                    })?;
                 }
                 if let Some(tz) = &source.tz {
                     LocalZone::parse(tz)
-                        .map_err(|e| SpecError::field(format!("assets[{i}].tz"), e))?;
+                        .map_err(|e| SpecError::field(format!("assets[{i}].tz"), e.to_string()))?;
                 }
             }
             if let AssetSpec::Synthetic(s) = a {

@@ -16,7 +16,7 @@
 
 use crate::contracts::{ContractBook, ContractSpec};
 use crate::csv_format::symbol_from_file_name;
-use crate::zones::{LocalZone, Timestamps, ZoneReport};
+use crate::zones::{LocalZone, Timestamps, ZoneError, ZoneReport};
 use crate::{csv_format, dbn_format, excerpt, parquet_format, BarTable, DataError, Format};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -91,9 +91,51 @@ pub fn read_bars_with(
     }
 }
 
+/// Why a symbol given on an asset was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SymbolError {
+    /// Not 1 to [`MAX_SYMBOL_BYTES`] ASCII letters, digits, `.`, `_` or `-`
+    /// starting with a letter or digit.
+    #[error(
+        "symbol {}: use 1 to {MAX_SYMBOL_BYTES} letters, digits, '.', '_' or '-', starting with \
+         a letter or digit (ES, ESH4, ES.FUT)",
+        excerpt(.symbol)
+    )]
+    BadSymbol {
+        /// The symbol as given.
+        symbol: String,
+    },
+}
+
+/// Why a [`BarSource`] (a `[SYMBOL=]PATH` argument, or a source's symbol and
+/// time zone) was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SourceError {
+    /// The `[SYMBOL=]PATH` argument is empty (or blank).
+    #[error("empty; give a bar file, or SYMBOL=FILE (ES=prices.csv)")]
+    EmptyArg,
+    /// `SYMBOL=` with nothing after the `=`.
+    #[error("{}: give the bar file after the = ({symbol}=prices.csv)", excerpt(.text))]
+    NoPathAfterSymbol {
+        /// The whole argument.
+        text: String,
+        /// The symbol before the `=`.
+        symbol: String,
+    },
+    /// The source's path is empty.
+    #[error("the bar file path is empty")]
+    EmptyPath,
+    /// The given symbol is malformed.
+    #[error(transparent)]
+    Symbol(#[from] SymbolError),
+    /// The given time zone is no IANA zone.
+    #[error(transparent)]
+    Zone(#[from] ZoneError),
+}
+
 /// A symbol given on an asset: 1 to [`MAX_SYMBOL_BYTES`] ASCII letters,
 /// digits, `.`, `_` or `-`, starting with a letter or digit.
-pub fn check_symbol(symbol: &str) -> Result<(), String> {
+pub fn check_symbol(symbol: &str) -> Result<(), SymbolError> {
     let bytes = symbol.as_bytes();
     let ok = !bytes.is_empty()
         && bytes.len() <= MAX_SYMBOL_BYTES
@@ -104,11 +146,9 @@ pub fn check_symbol(symbol: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "symbol {}: use 1 to {MAX_SYMBOL_BYTES} letters, digits, '.', '_' or '-', starting \
-             with a letter or digit (ES, ESH4, ES.FUT)",
-            excerpt(symbol)
-        ))
+        Err(SymbolError::BadSymbol {
+            symbol: symbol.to_string(),
+        })
     }
 }
 
@@ -134,17 +174,17 @@ impl BarSource {
     /// `[SYMBOL=]PATH` as given on the command line (`ES=prices.csv`). Text
     /// before the first `=` is a symbol only if it looks like one
     /// ([`check_symbol`]); write `./a=b.csv` for a file whose name holds `=`.
-    pub fn parse_arg(text: &str) -> Result<Self, String> {
+    pub fn parse_arg(text: &str) -> Result<Self, SourceError> {
         if text.trim().is_empty() {
-            return Err("empty; give a bar file, or SYMBOL=FILE (ES=prices.csv)".into());
+            return Err(SourceError::EmptyArg);
         }
         match text.split_once('=') {
             Some((symbol, path)) if check_symbol(symbol).is_ok() => {
                 if path.trim().is_empty() {
-                    return Err(format!(
-                        "{}: give the bar file after the = ({symbol}=prices.csv)",
-                        excerpt(text)
-                    ));
+                    return Err(SourceError::NoPathAfterSymbol {
+                        text: text.to_string(),
+                        symbol: symbol.to_string(),
+                    });
                 }
                 Ok(Self {
                     path: path.into(),
@@ -168,9 +208,9 @@ impl BarSource {
     }
 
     /// The given symbol and time zone are well-formed.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), SourceError> {
         if self.path.as_os_str().is_empty() {
-            return Err("the bar file path is empty".into());
+            return Err(SourceError::EmptyPath);
         }
         if let Some(symbol) = &self.symbol {
             check_symbol(symbol)?;
@@ -279,10 +319,24 @@ mod tests {
             BarSource::parse_arg(&odd.arg()).unwrap().path,
             Path::new("./a=b.csv")
         );
-        assert!(BarSource::parse_arg("ES=")
-            .unwrap_err()
-            .contains("after the ="));
-        assert!(BarSource::parse_arg(" ").is_err());
+        let e = BarSource::parse_arg("ES=").unwrap_err();
+        assert_eq!(
+            e,
+            SourceError::NoPathAfterSymbol {
+                text: "ES=".into(),
+                symbol: "ES".into()
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "\"ES=\": give the bar file after the = (ES=prices.csv)"
+        );
+        let e = BarSource::parse_arg(" ").unwrap_err();
+        assert_eq!(e, SourceError::EmptyArg);
+        assert_eq!(
+            e.to_string(),
+            "empty; give a bar file, or SYMBOL=FILE (ES=prices.csv)"
+        );
     }
 
     #[test]
@@ -291,11 +345,48 @@ mod tests {
             assert!(check_symbol(good).is_ok(), "{good}");
         }
         for bad in ["", ".ES", "E S", "ES/NQ", &"X".repeat(33), "É"] {
-            assert!(check_symbol(bad).is_err(), "{bad:?}");
+            assert_eq!(
+                check_symbol(bad),
+                Err(SymbolError::BadSymbol { symbol: bad.into() }),
+                "{bad:?}"
+            );
         }
+        assert_eq!(
+            check_symbol("E S").map_err(|e| e.to_string()),
+            Err(
+                "symbol \"E S\": use 1 to 32 letters, digits, '.', '_' or '-', starting with a \
+                 letter or digit (ES, ESH4, ES.FUT)"
+                    .to_string()
+            )
+        );
         let mut s = BarSource::file("a.csv");
+        s.symbol = Some("E S".into());
+        let e = s.check().unwrap_err();
+        assert!(matches!(e, SourceError::Symbol(_)), "{e:?}");
+        assert_eq!(e.to_string(), check_symbol("E S").unwrap_err().to_string());
+        s.symbol = None;
         s.tz = Some("Mars/Olympus".into());
-        assert!(s.check().unwrap_err().contains("unknown time zone"));
+        let e = s.check().unwrap_err();
+        assert_eq!(
+            e,
+            SourceError::Zone(ZoneError::UnknownZone {
+                name: "Mars/Olympus".into()
+            })
+        );
+        assert!(
+            e.to_string()
+                .starts_with("unknown time zone \"Mars/Olympus\"; "),
+            "{e}"
+        );
+        assert_eq!(
+            BarSource::default().check(),
+            Err(SourceError::EmptyPath),
+            "an empty path"
+        );
+        assert_eq!(
+            SourceError::EmptyPath.to_string(),
+            "the bar file path is empty"
+        );
         s.tz = Some("America/Chicago".into());
         s.symbol = Some("NQ".into());
         assert!(s.check().is_ok());

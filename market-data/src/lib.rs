@@ -40,8 +40,8 @@ pub mod table;
 pub mod timefmt;
 pub mod zones;
 
-pub use bar_source::{read_bars_with, BarSource};
-pub use table::{BarInterval, BarTable, ContractBars, Roll};
+pub use bar_source::{read_bars_with, BarSource, SourceError, SymbolError};
+pub use table::{BarInterval, BarTable, ContractBars, IntervalError, Roll};
 
 use std::path::{Path, PathBuf};
 

@@ -10,6 +10,17 @@ use super::DataError;
 use serde::Serialize;
 use std::path::Path;
 
+/// Why a bar interval's name was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum IntervalError {
+    /// Not `1s`, `1m`, `1h` or `1d` (optionally `ohlcv-` before it).
+    #[error("bar interval {interval:?} is not one of 1s, 1m, 1h, 1d")]
+    Unknown {
+        /// The name given, trimmed, lowercased, without an `ohlcv-` prefix.
+        interval: String,
+    },
+}
+
 /// Bar length, as in Databento's OHLCV schemas.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
 pub enum BarInterval {
@@ -39,7 +50,9 @@ impl BarInterval {
         }
     }
 
-    pub fn parse(text: &str) -> Result<Self, String> {
+    /// `1s`, `1m`, `1h`, `1d`, any case, optionally after `ohlcv-`
+    /// (Databento's schema names).
+    pub fn parse(text: &str) -> Result<Self, IntervalError> {
         match text
             .trim()
             .to_ascii_lowercase()
@@ -49,9 +62,9 @@ impl BarInterval {
             "1m" => Ok(Self::Minute),
             "1h" => Ok(Self::Hour),
             "1d" => Ok(Self::Day),
-            other => Err(format!(
-                "bar interval {other:?} is not one of 1s, 1m, 1h, 1d"
-            )),
+            other => Err(IntervalError::Unknown {
+                interval: other.to_string(),
+            }),
         }
     }
 
@@ -300,6 +313,23 @@ mod tests {
             t.push(monday + d * NANOS_PER_DAY, c, c + 1.0, c - 1.0, c, 10);
         }
         t
+    }
+
+    #[test]
+    fn intervals_parse_by_name_and_unknown_ones_are_refused() {
+        assert_eq!(BarInterval::parse(" OHLCV-1m "), Ok(BarInterval::Minute));
+        assert_eq!(BarInterval::parse("1d"), Ok(BarInterval::Day));
+        let e = BarInterval::parse("ohlcv-5M").unwrap_err();
+        assert_eq!(
+            e,
+            IntervalError::Unknown {
+                interval: "5m".into()
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "bar interval \"5m\" is not one of 1s, 1m, 1h, 1d"
+        );
     }
 
     #[test]

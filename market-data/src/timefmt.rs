@@ -58,42 +58,78 @@ pub enum Stated {
     Nanos,
 }
 
+/// Why a timestamp's text was refused. Each variant keeps the text (trimmed);
+/// the message quotes it, cut after 60 characters.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TimestampError {
+    /// All digits, but not an `i64` of nanoseconds.
+    #[error("timestamp {}: {cause}", crate::excerpt(.text))]
+    BadNanos {
+        /// The text as read (trimmed).
+        text: String,
+        /// Why the integer did not parse (too large).
+        cause: std::num::ParseIntError,
+    },
+    /// None of the accepted forms.
+    #[error(
+        "timestamp {} is not YYYY-MM-DD, YYYY-MM-DDTHH:MM:SS[.f] with Z or a UTC offset \
+         (-05:00), or integer nanoseconds",
+        crate::excerpt(.text)
+    )]
+    Malformed {
+        /// The text as read (trimmed).
+        text: String,
+    },
+    /// A valid date and time outside what `i64` nanoseconds can hold.
+    #[error(
+        "timestamp {} is outside the range of i64 nanoseconds (1677-09-21 ..= 2262-04-11)",
+        crate::excerpt(.text)
+    )]
+    OutOfRange {
+        /// The text as read (trimmed).
+        text: String,
+    },
+    /// A date and time without `Z` or an offset, where [`parse`] needs one.
+    #[error(
+        "timestamp {} has no time zone: end it in Z or a UTC offset (+00:00, -05:00)",
+        crate::excerpt(.text)
+    )]
+    NoZone {
+        /// The text as read (trimmed).
+        text: String,
+    },
+}
+
 /// Parses one of the accepted forms (see the module docs); a date and time
 /// without `Z` or an offset is refused (see [`parse_stated`] to accept it).
-pub fn parse(text: &str) -> Result<i64, String> {
+pub fn parse(text: &str) -> Result<i64, TimestampError> {
     match parse_stated(text)? {
-        (_, Stated::Naive) => Err(format!(
-            "timestamp {} has no time zone: end it in Z or a UTC offset (+00:00, -05:00)",
-            crate::excerpt(text.trim())
-        )),
+        (_, Stated::Naive) => Err(TimestampError::NoZone {
+            text: text.trim().to_string(),
+        }),
         (ts, _) => Ok(ts),
     }
 }
 
 /// Parses one of the accepted forms and says how its zone was given. A
 /// [`Stated::Naive`] value is the wall-clock time as if UTC.
-pub fn parse_stated(text: &str) -> Result<(i64, Stated), String> {
+pub fn parse_stated(text: &str) -> Result<(i64, Stated), TimestampError> {
     let t = text.trim();
-    let shown = || crate::excerpt(t);
     if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
         return t
             .parse::<i64>()
             .map(|ts| (ts, Stated::Nanos))
-            .map_err(|e| format!("timestamp {}: {e}", shown()));
+            .map_err(|cause| TimestampError::BadNanos {
+                text: t.to_string(),
+                cause,
+            });
     }
-    let bad = || {
-        format!(
-            "timestamp {} is not YYYY-MM-DD, YYYY-MM-DDTHH:MM:SS[.f] with Z or a UTC offset \
-             (-05:00), or integer nanoseconds",
-            shown()
-        )
+    let bad = || TimestampError::Malformed {
+        text: t.to_string(),
     };
     // Nanoseconds since 1970 in an i64 cover 1677-09-21 ..= 2262-04-11.
-    let out_of_range = || {
-        format!(
-            "timestamp {} is outside the range of i64 nanoseconds (1677-09-21 ..= 2262-04-11)",
-            shown()
-        )
+    let out_of_range = || TimestampError::OutOfRange {
+        text: t.to_string(),
     };
     let (date, time) = match t.find(['T', ' ']) {
         Some(i) => (&t[..i], Some(&t[i + 1..])),
@@ -280,9 +316,18 @@ mod tests {
         ] {
             assert!(parse(bad).is_err(), "{bad}");
         }
-        assert!(parse("2018-12-31T10:00:00")
-            .unwrap_err()
-            .contains("has no time zone"));
+        let e = parse("2018-12-31T10:00:00").unwrap_err();
+        assert_eq!(
+            e,
+            TimestampError::NoZone {
+                text: "2018-12-31T10:00:00".into()
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "timestamp \"2018-12-31T10:00:00\" has no time zone: end it in Z or a UTC offset \
+             (+00:00, -05:00)"
+        );
         for bad_zone in [
             "2018-12-31T10:00:00+2",
             "2018-12-31T10:00:00+24:00",
@@ -296,11 +341,28 @@ mod tests {
         // Found by market-data/tests/hostile_files: these wrapped around silently.
         assert!(parse("2024-01-01T-1:00:00Z").is_err());
         for far in ["9999-12-31", "2262-04-12T00:00:00Z", "1677-09-20"] {
-            assert!(
-                parse(far).unwrap_err().contains("outside the range"),
-                "{far}"
-            );
+            let e = parse(far).unwrap_err();
+            assert_eq!(e, TimestampError::OutOfRange { text: far.into() });
+            assert!(e.to_string().contains("outside the range"), "{far}");
         }
+        let e = parse(" 12/31/2018 ").unwrap_err();
+        assert_eq!(
+            e,
+            TimestampError::Malformed {
+                text: "12/31/2018".into()
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "timestamp \"12/31/2018\" is not YYYY-MM-DD, YYYY-MM-DDTHH:MM:SS[.f] with Z or a UTC \
+             offset (-05:00), or integer nanoseconds"
+        );
+        let e = parse("99999999999999999999").unwrap_err();
+        assert!(matches!(e, TimestampError::BadNanos { .. }), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            "timestamp \"99999999999999999999\": number too large to fit in target type"
+        );
         assert!(parse("2262-04-11T23:47:16Z").is_ok());
     }
 
@@ -337,9 +399,10 @@ mod tests {
             parse("2024-03-02T04:30:00Z").unwrap()
         );
         // The range check applies after the offset.
-        assert!(parse("2262-04-11T23:00:00-05:00")
-            .unwrap_err()
-            .contains("outside the range"));
+        assert!(matches!(
+            parse("2262-04-11T23:00:00-05:00"),
+            Err(TimestampError::OutOfRange { .. })
+        ));
         assert_eq!(format_offset(-5 * 3600), "-05:00");
         assert_eq!(format_offset(5 * 3600 + 1800), "+05:30");
     }

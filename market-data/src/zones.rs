@@ -14,7 +14,7 @@
 //! under which a sorted file stays sorted (pandas' `ambiguous="infer"`).
 
 use crate::excerpt;
-use crate::timefmt::{self, Stated, NANOS_PER_DAY, NANOS_PER_SECOND};
+use crate::timefmt::{self, Stated, TimestampError, NANOS_PER_DAY, NANOS_PER_SECOND};
 use jiff::tz::{AmbiguousOffset, TimeZone};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -23,6 +23,57 @@ use std::collections::BTreeMap;
 pub const NO_ZONE_REMEDY: &str = "give the zone the file's times are in (--tz \
      America/New_York on the command line, \"tz\" on a job's asset) or write them with Z or a \
      UTC offset (-05:00)";
+
+/// Why a time zone or a timestamp read in one was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ZoneError {
+    /// The zone name is empty (or blank).
+    #[error("time zone is empty; give an IANA name such as America/New_York")]
+    EmptyName,
+    /// No IANA zone of that name in the bundled tz database.
+    #[error(
+        "unknown time zone {}; give an IANA name such as America/New_York, America/Chicago, \
+         Europe/London or UTC",
+        excerpt(.name)
+    )]
+    UnknownZone {
+        /// The name given (trimmed).
+        name: String,
+    },
+    /// A wall-clock time outside what the conversion can represent.
+    #[error("local time {} is out of range", local_text(*.wall))]
+    OutOfRange {
+        /// The local date and time read as if UTC (nanoseconds).
+        wall: i64,
+    },
+    /// A wall-clock time skipped when the clocks went forward.
+    #[error(
+        "local time {} does not exist in {zone}: clocks went forward from {} to {} (is the \
+         time zone right?)",
+        local_text(*.wall),
+        timefmt::format_offset(*.before),
+        timefmt::format_offset(*.after)
+    )]
+    Skipped {
+        /// The local date and time read as if UTC (nanoseconds).
+        wall: i64,
+        /// The IANA name of the zone.
+        zone: String,
+        /// The UTC offset before the change, in seconds.
+        before: i32,
+        /// The UTC offset after the change, in seconds.
+        after: i32,
+    },
+    /// A date and time without a zone, and no zone given for such times.
+    #[error("timestamp {} has no time zone; {NO_ZONE_REMEDY}", excerpt(.text))]
+    NoZone {
+        /// The timestamp's text (trimmed).
+        text: String,
+    },
+    /// The timestamp's text is not one [`timefmt::parse_stated`] reads.
+    #[error(transparent)]
+    Timestamp(#[from] TimestampError),
+}
 
 /// An IANA time zone given for timestamps written without one.
 #[derive(Clone, Debug)]
@@ -34,24 +85,18 @@ pub struct LocalZone {
 impl LocalZone {
     /// An IANA name (`America/New_York`, `Europe/London`, `UTC`), from the
     /// tz database bundled with the binary.
-    pub fn parse(name: &str) -> Result<Self, String> {
+    pub fn parse(name: &str) -> Result<Self, ZoneError> {
         let name = name.trim();
         if name.is_empty() {
-            return Err(
-                "time zone is empty; give an IANA name such as America/New_York".to_string(),
-            );
+            return Err(ZoneError::EmptyName);
         }
         TimeZone::get(name)
             .map(|tz| Self {
                 name: name.to_string(),
                 tz,
             })
-            .map_err(|_| {
-                format!(
-                    "unknown time zone {}; give an IANA name such as America/New_York, \
-                     America/Chicago, Europe/London or UTC",
-                    excerpt(name)
-                )
+            .map_err(|_| ZoneError::UnknownZone {
+                name: name.to_string(),
             })
     }
 
@@ -63,11 +108,10 @@ impl LocalZone {
     /// time read as if UTC), and whether it was the second pass of a
     /// repeated hour. `previous`: the instant of the bar before (see the
     /// module docs for the rule).
-    pub fn to_utc(&self, wall: i64, previous: Option<i64>) -> Result<(i64, bool), String> {
+    pub fn to_utc(&self, wall: i64, previous: Option<i64>) -> Result<(i64, bool), ZoneError> {
         let (y, mo, d) = timefmt::civil_from_days(wall.div_euclid(NANOS_PER_DAY));
         let rest = wall.rem_euclid(NANOS_PER_DAY);
         let secs = rest / NANOS_PER_SECOND;
-        let shown = || local_text(wall);
         let civil = i16::try_from(y)
             .ok()
             .and_then(|y| {
@@ -82,21 +126,19 @@ impl LocalZone {
                 )
                 .ok()
             })
-            .ok_or_else(|| format!("local time {} is out of range", shown()))?;
+            .ok_or(ZoneError::OutOfRange { wall })?;
         let utc = |offset: jiff::tz::Offset| {
             wall.checked_sub(i64::from(offset.seconds()) * NANOS_PER_SECOND)
-                .ok_or_else(|| format!("local time {} is out of range", shown()))
+                .ok_or(ZoneError::OutOfRange { wall })
         };
         match self.tz.to_ambiguous_timestamp(civil).offset() {
             AmbiguousOffset::Unambiguous { offset } => Ok((utc(offset)?, false)),
-            AmbiguousOffset::Gap { before, after } => Err(format!(
-                "local time {} does not exist in {}: clocks went forward from {} to {} \
-                 (is the time zone right?)",
-                shown(),
-                self.name,
-                timefmt::format_offset(before.seconds()),
-                timefmt::format_offset(after.seconds())
-            )),
+            AmbiguousOffset::Gap { before, after } => Err(ZoneError::Skipped {
+                wall,
+                zone: self.name.clone(),
+                before: before.seconds(),
+                after: after.seconds(),
+            }),
             AmbiguousOffset::Fold { before, after } => {
                 let first = utc(before)?;
                 if previous.is_some_and(|p| first <= p) {
@@ -227,7 +269,7 @@ impl<'a> Timestamps<'a> {
     }
 
     /// A timestamp as text (CSV), in any form [`timefmt::parse_stated`] reads.
-    pub fn text(&mut self, text: &str) -> Result<i64, String> {
+    pub fn text(&mut self, text: &str) -> Result<i64, ZoneError> {
         let (ts, stated) = timefmt::parse_stated(text)?;
         let ts = match stated {
             Stated::Utc | Stated::Nanos => {
@@ -247,10 +289,9 @@ impl<'a> Timestamps<'a> {
                 ts
             }
             Stated::Naive if self.zone.is_none() => {
-                return Err(format!(
-                    "timestamp {} has no time zone; {NO_ZONE_REMEDY}",
-                    excerpt(text.trim())
-                ))
+                return Err(ZoneError::NoZone {
+                    text: text.trim().to_string(),
+                })
             }
             Stated::Naive => self.local(ts)?,
         };
@@ -260,7 +301,7 @@ impl<'a> Timestamps<'a> {
 
     /// A Parquet timestamp without a zone (`wall`: as if UTC): local time in
     /// the given zone, or UTC when none is given (what such files always meant).
-    pub fn naive(&mut self, wall: i64) -> Result<i64, String> {
+    pub fn naive(&mut self, wall: i64) -> Result<i64, ZoneError> {
         let ts = match self.zone {
             None => {
                 self.report.naive_as_utc += 1;
@@ -280,7 +321,7 @@ impl<'a> Timestamps<'a> {
         }
     }
 
-    fn local(&mut self, wall: i64) -> Result<i64, String> {
+    fn local(&mut self, wall: i64) -> Result<i64, ZoneError> {
         let Some(zone) = self.zone else {
             return Ok(wall);
         };
@@ -307,11 +348,23 @@ mod tests {
         );
         assert!(LocalZone::parse("UTC").is_ok());
         let e = LocalZone::parse("America/NewYork").unwrap_err();
-        assert!(
-            e.contains("unknown time zone \"America/NewYork\"") && e.contains("America/New_York"),
-            "{e}"
+        assert_eq!(
+            e,
+            ZoneError::UnknownZone {
+                name: "America/NewYork".into()
+            }
         );
-        assert!(LocalZone::parse("").unwrap_err().contains("empty"));
+        assert_eq!(
+            e.to_string(),
+            "unknown time zone \"America/NewYork\"; give an IANA name such as America/New_York, \
+             America/Chicago, Europe/London or UTC"
+        );
+        let e = LocalZone::parse(" ").unwrap_err();
+        assert_eq!(e, ZoneError::EmptyName);
+        assert_eq!(
+            e.to_string(),
+            "time zone is empty; give an IANA name such as America/New_York"
+        );
     }
 
     #[test]
@@ -372,16 +425,42 @@ mod tests {
         // 2024-03-10 02:30 never happens in New York.
         let e = stamps.text("2024-03-10 02:30:00").unwrap_err();
         assert!(
-            e.contains("2024-03-10 02:30:00 does not exist in America/New_York"),
-            "{e}"
+            matches!(&e, ZoneError::Skipped { zone, before: -18000, after: -14400, .. }
+                if zone == "America/New_York"),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "local time 2024-03-10 02:30:00 does not exist in America/New_York: clocks went \
+             forward from -05:00 to -04:00 (is the time zone right?)"
+        );
+        // Text that is no timestamp: the timestamp error, unchanged.
+        let e = stamps.text("soon").unwrap_err();
+        assert!(
+            matches!(e, ZoneError::Timestamp(TimestampError::Malformed { .. })),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            timefmt::parse_stated("soon").unwrap_err().to_string()
         );
     }
 
     #[test]
     fn without_a_zone_naive_text_is_refused_and_naive_parquet_is_utc() {
         let mut stamps = Timestamps::new(None);
-        let e = stamps.text("2024-03-01 09:30:00").unwrap_err();
-        assert!(e.contains("has no time zone") && e.contains("--tz"), "{e}");
+        let e = stamps.text(" 2024-03-01 09:30:00 ").unwrap_err();
+        assert_eq!(
+            e,
+            ZoneError::NoZone {
+                text: "2024-03-01 09:30:00".into()
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            format!("timestamp \"2024-03-01 09:30:00\" has no time zone; {NO_ZONE_REMEDY}")
+        );
+        assert!(e.to_string().contains("--tz"), "{e}");
         assert_eq!(stamps.naive(5).unwrap(), 5);
         assert_eq!(stamps.report.naive_as_utc, 1);
         assert!(stamps.report.describe().contains("taken as UTC"));

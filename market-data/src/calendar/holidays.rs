@@ -37,6 +37,7 @@
 //!
 //! Days are `i64` counts since 1970-01-01 (see [`crate::timefmt`]).
 
+use super::CalendarError;
 use crate::timefmt::{civil_from_days, days_from_civil};
 
 /// Day of week of a day count, 0 = Monday … 6 = Sunday.
@@ -61,11 +62,13 @@ pub enum HolidayCalendar {
 impl HolidayCalendar {
     pub const NAMES: &'static str = "\"cme\" or \"none\"";
 
-    pub fn parse(name: &str) -> Result<Self, String> {
+    pub fn parse(name: &str) -> Result<Self, CalendarError> {
         match name.trim().to_ascii_lowercase().as_str() {
             "cme" => Ok(Self::Cme),
             "none" => Ok(Self::None),
-            _ => Err(format!("is not a known holiday calendar ({})", Self::NAMES)),
+            _ => Err(CalendarError::UnknownHolidays {
+                name: name.to_string(),
+            }),
         }
     }
 
@@ -201,6 +204,23 @@ mod tests {
 
     fn day(text: &str) -> i64 {
         crate::timefmt::parse(text).unwrap() / crate::timefmt::NANOS_PER_DAY
+    }
+
+    #[test]
+    fn calendar_names_parse_and_unknown_ones_are_refused() {
+        assert_eq!(HolidayCalendar::parse(" CME "), Ok(HolidayCalendar::Cme));
+        assert_eq!(HolidayCalendar::parse("none"), Ok(HolidayCalendar::None));
+        let e = HolidayCalendar::parse("nyse").unwrap_err();
+        assert_eq!(
+            e,
+            CalendarError::UnknownHolidays {
+                name: "nyse".into()
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "is not a known holiday calendar (\"cme\" or \"none\")"
+        );
     }
 
     #[test]

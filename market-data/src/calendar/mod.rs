@@ -42,6 +42,78 @@ use jiff::tz::TimeZone;
 use roll_schedule::{RollKind, RollSchedule};
 use session::{parse_hhmm, to_local, to_utc, SessionHours};
 
+/// Why a calendar key of a contract spec was refused: a holiday calendar or
+/// roll rule name, expiry months, session times. The message names the key
+/// where the value alone does not; [`ExchangeCalendar::for_contract`]
+/// prefixes the contract.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CalendarError {
+    /// A holiday calendar name other than [`HolidayCalendar::NAMES`].
+    #[error("is not a known holiday calendar ({})", HolidayCalendar::NAMES)]
+    UnknownHolidays {
+        /// The name given.
+        name: String,
+    },
+    /// A roll rule name other than [`RollKind::NAMES`].
+    #[error("is not a known roll rule ({})", RollKind::NAMES)]
+    UnknownRoll {
+        /// The name given.
+        name: String,
+    },
+    /// A character of `expiry_months` that is no CME month code.
+    #[error(
+        "expiry_months {months:?}: {code:?} is not a month code (one of {})",
+        roll_schedule::MONTH_CODES
+    )]
+    NotAMonthCode {
+        /// The `expiry_months` value.
+        months: String,
+        /// The offending character.
+        code: char,
+    },
+    /// `expiry_months` lists no month.
+    #[error(
+        "expiry_months {months:?} must list at least one month code ({})",
+        roll_schedule::MONTH_CODES
+    )]
+    NoMonths {
+        /// The `expiry_months` value.
+        months: String,
+    },
+    /// `roll_days_before_expiry` above 60.
+    #[error("roll_days_before_expiry {days} must be at most 60")]
+    RollTooEarly {
+        /// The days given.
+        days: u32,
+    },
+    /// Not a local time `HH:MM`.
+    #[error(
+        "{text:?} is not a local time HH:MM (00:00-23:59{})",
+        if *.allow_midnight_end { " or 24:00" } else { "" }
+    )]
+    NotATime {
+        /// The text given.
+        text: String,
+        /// Whether `24:00` was allowed (a close).
+        allow_midnight_end: bool,
+    },
+    /// An early close outside the session or not before its close.
+    #[error(
+        "early_close {:?} must lie inside the session {}-{}, before its close",
+        session::format_hhmm(*.early_close),
+        session::format_hhmm(*.open),
+        session::format_hhmm(*.close)
+    )]
+    EarlyCloseOutsideSession {
+        /// The early close, minutes after midnight.
+        early_close: u32,
+        /// The session open, minutes after midnight.
+        open: u32,
+        /// The session close, minutes after midnight.
+        close: u32,
+    },
+}
+
 /// `days_to_roll` is trading days to the next roll divided by this (about a
 /// quarter of trading days) and capped at 1.
 pub const ROLL_SCALE_DAYS: f64 = 63.0;

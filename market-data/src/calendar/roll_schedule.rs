@@ -19,6 +19,7 @@
 //! A roll date that is not a trading day moves to the trading day before.
 
 use super::holidays::third_friday;
+use super::CalendarError;
 use crate::timefmt::{civil_from_days, days_from_civil};
 
 /// CME month codes, January … December.
@@ -34,12 +35,14 @@ pub enum RollKind {
 impl RollKind {
     pub const NAMES: &'static str = "\"quarterly\", \"monthly\" or \"none\"";
 
-    pub fn parse(name: &str) -> Result<Self, String> {
+    pub fn parse(name: &str) -> Result<Self, CalendarError> {
         match name.trim().to_ascii_lowercase().as_str() {
             "quarterly" => Ok(Self::Quarterly),
             "monthly" => Ok(Self::Monthly),
             "none" => Ok(Self::None),
-            _ => Err(format!("is not a known roll rule ({})", Self::NAMES)),
+            _ => Err(CalendarError::UnknownRoll {
+                name: name.to_string(),
+            }),
         }
     }
 
@@ -89,28 +92,33 @@ impl RollSchedule {
     }
 
     /// `months` are month codes such as `HMUZ`. Errors name the key.
-    pub fn new(kind: RollKind, months: &str, days_before_expiry: u32) -> Result<Self, String> {
+    pub fn new(
+        kind: RollKind,
+        months: &str,
+        days_before_expiry: u32,
+    ) -> Result<Self, CalendarError> {
         if kind == RollKind::None {
             return Ok(Self::none());
         }
         let mut mask = 0u16;
         for c in months.trim().chars() {
             let index = MONTH_CODES.find(c.to_ascii_uppercase()).ok_or_else(|| {
-                format!(
-                    "expiry_months {months:?}: {c:?} is not a month code (one of {MONTH_CODES})"
-                )
+                CalendarError::NotAMonthCode {
+                    months: months.to_string(),
+                    code: c,
+                }
             })?;
             mask |= 1 << index;
         }
         if mask == 0 {
-            return Err(format!(
-                "expiry_months {months:?} must list at least one month code ({MONTH_CODES})"
-            ));
+            return Err(CalendarError::NoMonths {
+                months: months.to_string(),
+            });
         }
         if days_before_expiry > 60 {
-            return Err(format!(
-                "roll_days_before_expiry {days_before_expiry} must be at most 60"
-            ));
+            return Err(CalendarError::RollTooEarly {
+                days: days_before_expiry,
+            });
         }
         Ok(Self {
             kind,
@@ -259,12 +267,40 @@ mod tests {
     #[test]
     fn bad_rules_name_the_key() {
         let e = RollSchedule::new(RollKind::Quarterly, "HMUA", 8).unwrap_err();
-        assert!(e.contains("expiry_months") && e.contains("'A'"), "{e}");
+        assert_eq!(
+            e,
+            CalendarError::NotAMonthCode {
+                months: "HMUA".into(),
+                code: 'A'
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "expiry_months \"HMUA\": 'A' is not a month code (one of FGHJKMNQUVXZ)"
+        );
         let e = RollSchedule::new(RollKind::Quarterly, "", 8).unwrap_err();
-        assert!(e.contains("at least one month"), "{e}");
+        assert_eq!(e, CalendarError::NoMonths { months: "".into() });
+        assert_eq!(
+            e.to_string(),
+            "expiry_months \"\" must list at least one month code (FGHJKMNQUVXZ)"
+        );
         let e = RollSchedule::new(RollKind::Monthly, "F", 61).unwrap_err();
-        assert!(e.contains("roll_days_before_expiry 61"), "{e}");
-        assert!(RollKind::parse("weekly").is_err());
+        assert_eq!(e, CalendarError::RollTooEarly { days: 61 });
+        assert_eq!(
+            e.to_string(),
+            "roll_days_before_expiry 61 must be at most 60"
+        );
+        let e = RollKind::parse("weekly").unwrap_err();
+        assert_eq!(
+            e,
+            CalendarError::UnknownRoll {
+                name: "weekly".into()
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "is not a known roll rule (\"quarterly\", \"monthly\" or \"none\")"
+        );
         assert_eq!(RollKind::parse("Quarterly"), Ok(RollKind::Quarterly));
     }
 }

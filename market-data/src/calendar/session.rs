@@ -8,6 +8,7 @@
 //! opens on Sunday evening. Trading dates are Monday to Friday that are not
 //! holidays. `24:00` is accepted as a close (a session to local midnight).
 
+use super::CalendarError;
 use crate::timefmt::{civil_from_days, days_from_civil, NANOS_PER_DAY, NANOS_PER_SECOND};
 use jiff::civil::DateTime;
 use jiff::tz::TimeZone;
@@ -17,12 +18,10 @@ const NANOS_PER_MINUTE: i64 = 60 * NANOS_PER_SECOND;
 
 /// Parses `HH:MM` (24-hour clock) into minutes after midnight; `24:00` only
 /// when `allow_midnight_end`.
-pub fn parse_hhmm(text: &str, allow_midnight_end: bool) -> Result<u32, String> {
-    let bad = || {
-        format!(
-            "{text:?} is not a local time HH:MM (00:00-23:59{})",
-            if allow_midnight_end { " or 24:00" } else { "" }
-        )
+pub fn parse_hhmm(text: &str, allow_midnight_end: bool) -> Result<u32, CalendarError> {
+    let bad = || CalendarError::NotATime {
+        text: text.to_string(),
+        allow_midnight_end,
     };
     let (h, m) = text.trim().split_once(':').ok_or_else(bad)?;
     if h.len() != 2 || m.len() != 2 {
@@ -56,7 +55,7 @@ impl SessionHours {
     /// Checks the hours: the open is not `24:00`, a same-day session is
     /// not empty, and an early close lies strictly inside the session.
     /// Errors name the key.
-    pub fn new(open: u32, close: u32, early_close: Option<u32>) -> Result<Self, String> {
+    pub fn new(open: u32, close: u32, early_close: Option<u32>) -> Result<Self, CalendarError> {
         let hours = Self {
             open,
             close,
@@ -69,12 +68,11 @@ impl SessionHours {
                 open < early && early < close
             };
             if !inside {
-                return Err(format!(
-                    "early_close {:?} must lie inside the session {}-{}, before its close",
-                    format_hhmm(early),
-                    format_hhmm(open),
-                    format_hhmm(close)
-                ));
+                return Err(CalendarError::EarlyCloseOutsideSession {
+                    early_close: early,
+                    open,
+                    close,
+                });
             }
         }
         Ok(hours)
@@ -142,15 +140,42 @@ mod tests {
         assert_eq!(parse_hhmm("01:15", false), Ok(75));
         assert_eq!(parse_hhmm("24:00", true), Ok(1440));
         for bad in ["24:00", "7:00", "17:60", "25:00", "17", "ab:cd", ""] {
-            assert!(parse_hhmm(bad, false).is_err(), "{bad}");
+            assert_eq!(
+                parse_hhmm(bad, false),
+                Err(CalendarError::NotATime {
+                    text: bad.into(),
+                    allow_midnight_end: false
+                }),
+                "{bad}"
+            );
         }
+        assert_eq!(
+            parse_hhmm("7:00", false).map_err(|e| e.to_string()),
+            Err("\"7:00\" is not a local time HH:MM (00:00-23:59)".to_string())
+        );
+        assert_eq!(
+            parse_hhmm("24:01", true).map_err(|e| e.to_string()),
+            Err("\"24:01\" is not a local time HH:MM (00:00-23:59 or 24:00)".to_string())
+        );
         assert_eq!(format_hhmm(75), "01:15");
     }
 
     #[test]
     fn early_close_must_be_inside_the_session() {
         assert!(SessionHours::new(17 * 60, 16 * 60, Some(12 * 60 + 15)).is_ok());
-        assert!(SessionHours::new(17 * 60, 16 * 60, Some(16 * 60 + 30)).is_err());
+        let e = SessionHours::new(17 * 60, 16 * 60, Some(16 * 60 + 30)).unwrap_err();
+        assert_eq!(
+            e,
+            CalendarError::EarlyCloseOutsideSession {
+                early_close: 16 * 60 + 30,
+                open: 17 * 60,
+                close: 16 * 60
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "early_close \"16:30\" must lie inside the session 17:00-16:00, before its close"
+        );
         assert!(SessionHours::new(75, 22 * 60, Some(60)).is_err());
         assert!(SessionHours::new(75, 22 * 60, Some(14 * 60)).is_ok());
         assert!(SessionHours::new(17 * 60, 16 * 60, None)

@@ -174,7 +174,9 @@ impl DqnConfig {
     /// checks every range.
     pub fn parse(json: &str) -> Result<Self, PluginError> {
         let config = config::parse_layered("dqn", json, &["trading"], |user| {
-            Ok(Self::defaults_for(EnvKind::of_config(user)?))
+            Ok(Self::defaults_for(
+                EnvKind::of_config(user).map_err(|e| e.to_string())?,
+            ))
         })?;
         config.check()?;
         Ok(config)

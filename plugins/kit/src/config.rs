@@ -73,17 +73,76 @@ pub fn parse_layered<T: Serialize + DeserializeOwned>(
     }
 }
 
+/// Why [`check_quantiles`] or [`check_optimisation`] refused a config's
+/// values. The quantile messages do not name the key (the caller does); the
+/// optimisation ones start with it (`"key: what is wrong"`).
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    /// More than 32 quantile levels.
+    #[error("{count} levels; at most 32")]
+    TooManyQuantiles {
+        /// How many levels were given.
+        count: usize,
+    },
+    /// A quantile level not in (0, 1).
+    #[error("{level} is outside (0, 1)")]
+    QuantileOutOfRange {
+        /// The first such level.
+        level: f64,
+    },
+    /// Quantile levels not strictly increasing.
+    #[error("{levels:?} must be strictly increasing")]
+    QuantilesNotIncreasing {
+        /// The levels given.
+        levels: Vec<f64>,
+    },
+    /// `learning_rate` not in (0, 1].
+    #[error("learning_rate: {value} is outside (0, 1]")]
+    LearningRate {
+        /// The value given.
+        value: f64,
+    },
+    /// `dropout` not in [0, 1).
+    #[error("dropout: {value} is outside [0, 1)")]
+    Dropout {
+        /// The value given.
+        value: f64,
+    },
+    /// `weight_decay` not in [0, 1].
+    #[error("weight_decay: {value} is outside [0, 1]")]
+    WeightDecay {
+        /// The value given.
+        value: f64,
+    },
+    /// `max_grad_norm` negative, infinite or NaN.
+    #[error("max_grad_norm: {value} is not a finite number ≥ 0")]
+    MaxGradNorm {
+        /// The value given.
+        value: f64,
+    },
+    /// `warmup_steps` above 1e9.
+    #[error("warmup_steps: {steps} is above 1e9")]
+    WarmupSteps {
+        /// The value given.
+        steps: u64,
+    },
+}
+
 /// Checks quantile levels: at most 32, each in (0, 1), strictly
 /// increasing; the message (without the key) says what is wrong.
-pub fn check_quantiles(levels: &[f64]) -> Result<(), String> {
+pub fn check_quantiles(levels: &[f64]) -> Result<(), ConfigError> {
     if levels.len() > 32 {
-        return Err(format!("{} levels; at most 32", levels.len()));
+        return Err(ConfigError::TooManyQuantiles {
+            count: levels.len(),
+        });
     }
-    if let Some(q) = levels.iter().find(|q| !(**q > 0.0 && **q < 1.0)) {
-        return Err(format!("{q} is outside (0, 1)"));
+    if let Some(&level) = levels.iter().find(|q| !(**q > 0.0 && **q < 1.0)) {
+        return Err(ConfigError::QuantileOutOfRange { level });
     }
     if levels.windows(2).any(|w| w[0] >= w[1]) {
-        return Err(format!("{levels:?} must be strictly increasing"));
+        return Err(ConfigError::QuantilesNotIncreasing {
+            levels: levels.to_vec(),
+        });
     }
     Ok(())
 }
@@ -99,30 +158,29 @@ pub struct Optimisation {
 }
 
 /// Range checks of [`Optimisation`]; the error is `"key: what is wrong"`.
-pub fn check_optimisation(o: &Optimisation) -> Result<(), String> {
+pub fn check_optimisation(o: &Optimisation) -> Result<(), ConfigError> {
     if !(o.learning_rate > 0.0 && o.learning_rate <= 1.0) {
-        return Err(format!(
-            "learning_rate: {} is outside (0, 1]",
-            o.learning_rate
-        ));
+        return Err(ConfigError::LearningRate {
+            value: o.learning_rate,
+        });
     }
     if !(0.0..1.0).contains(&o.dropout) {
-        return Err(format!("dropout: {} is outside [0, 1)", o.dropout));
+        return Err(ConfigError::Dropout { value: o.dropout });
     }
     if !(0.0..=1.0).contains(&o.weight_decay) {
-        return Err(format!(
-            "weight_decay: {} is outside [0, 1]",
-            o.weight_decay
-        ));
+        return Err(ConfigError::WeightDecay {
+            value: o.weight_decay,
+        });
     }
     if !(o.max_grad_norm >= 0.0 && o.max_grad_norm.is_finite()) {
-        return Err(format!(
-            "max_grad_norm: {} is not a finite number ≥ 0",
-            o.max_grad_norm
-        ));
+        return Err(ConfigError::MaxGradNorm {
+            value: o.max_grad_norm,
+        });
     }
     if o.warmup_steps > 1_000_000_000 {
-        return Err(format!("warmup_steps: {} is above 1e9", o.warmup_steps));
+        return Err(ConfigError::WarmupSteps {
+            steps: o.warmup_steps,
+        });
     }
     Ok(())
 }
@@ -192,6 +250,88 @@ mod tests {
             .message
             .contains("unknown field"));
         assert!(parse("[1]").unwrap_err().message.contains("object"));
+    }
+
+    #[test]
+    fn quantile_levels_are_checked() {
+        assert_eq!(check_quantiles(&[0.1, 0.5, 0.9]), Ok(()));
+        let e = check_quantiles(&[0.5; 33]).unwrap_err();
+        assert_eq!(e, ConfigError::TooManyQuantiles { count: 33 });
+        assert_eq!(e.to_string(), "33 levels; at most 32");
+        let e = check_quantiles(&[0.5, 1.0]).unwrap_err();
+        assert_eq!(e, ConfigError::QuantileOutOfRange { level: 1.0 });
+        assert_eq!(e.to_string(), "1 is outside (0, 1)");
+        let e = check_quantiles(&[0.5, 0.1]).unwrap_err();
+        assert_eq!(
+            e,
+            ConfigError::QuantilesNotIncreasing {
+                levels: vec![0.5, 0.1]
+            }
+        );
+        assert_eq!(e.to_string(), "[0.5, 0.1] must be strictly increasing");
+    }
+
+    #[test]
+    fn optimisation_ranges_are_checked_and_name_the_key() {
+        let good = Optimisation {
+            learning_rate: 1e-3,
+            dropout: 0.1,
+            weight_decay: 0.01,
+            max_grad_norm: 1.0,
+            warmup_steps: 100,
+        };
+        assert_eq!(check_optimisation(&good), Ok(()));
+        let cases = [
+            (
+                Optimisation {
+                    learning_rate: 0.0,
+                    ..good
+                },
+                ConfigError::LearningRate { value: 0.0 },
+                "learning_rate: 0 is outside (0, 1]",
+            ),
+            (
+                Optimisation {
+                    dropout: 1.0,
+                    ..good
+                },
+                ConfigError::Dropout { value: 1.0 },
+                "dropout: 1 is outside [0, 1)",
+            ),
+            (
+                Optimisation {
+                    weight_decay: 1.5,
+                    ..good
+                },
+                ConfigError::WeightDecay { value: 1.5 },
+                "weight_decay: 1.5 is outside [0, 1]",
+            ),
+            (
+                Optimisation {
+                    max_grad_norm: f64::INFINITY,
+                    ..good
+                },
+                ConfigError::MaxGradNorm {
+                    value: f64::INFINITY,
+                },
+                "max_grad_norm: inf is not a finite number ≥ 0",
+            ),
+            (
+                Optimisation {
+                    warmup_steps: 1_000_000_001,
+                    ..good
+                },
+                ConfigError::WarmupSteps {
+                    steps: 1_000_000_001,
+                },
+                "warmup_steps: 1000000001 is above 1e9",
+            ),
+        ];
+        for (o, variant, message) in cases {
+            let e = check_optimisation(&o).unwrap_err();
+            assert_eq!(e, variant);
+            assert_eq!(e.to_string(), message);
+        }
     }
 
     #[test]

@@ -189,7 +189,7 @@ impl ForecasterConfig {
             );
         }
         if let Err(why) = tli_plugin_kit::config::check_quantiles(&self.quantiles) {
-            return bad("quantiles", why);
+            return bad("quantiles", why.to_string());
         }
         tli_plugin_kit::config::check_optimisation(&tli_plugin_kit::config::Optimisation {
             learning_rate: self.learning_rate,
@@ -198,7 +198,7 @@ impl ForecasterConfig {
             max_grad_norm: self.max_grad_norm,
             warmup_steps: self.warmup_steps,
         })
-        .map_err(PluginError::invalid_config)
+        .map_err(|e| PluginError::invalid_config(e.to_string()))
     }
 
     fn block_dims_fit(&self) -> bool {

@@ -145,7 +145,9 @@ impl PpoConfig {
     /// Parses JSON (missing keys take the defaults of its `env`) and checks every range.
     pub fn parse(json: &str) -> Result<Self, PluginError> {
         let config = config::parse_layered("ppo", json, &["trading"], |user| {
-            Ok(Self::defaults_for(EnvKind::of_config(user)?))
+            Ok(Self::defaults_for(
+                EnvKind::of_config(user).map_err(|e| e.to_string())?,
+            ))
         })?;
         config.check()?;
         Ok(config)

@@ -148,7 +148,7 @@ impl TftConfig {
             return bad("quantiles", "at least one level is needed".into());
         }
         if let Err(why) = tli_plugin_kit::config::check_quantiles(&self.quantiles) {
-            return bad("quantiles", why);
+            return bad("quantiles", why.to_string());
         }
         tli_plugin_kit::config::check_optimisation(&tli_plugin_kit::config::Optimisation {
             learning_rate: self.learning_rate,
@@ -157,7 +157,7 @@ impl TftConfig {
             max_grad_norm: self.max_grad_norm,
             warmup_steps: self.warmup_steps,
         })
-        .map_err(PluginError::invalid_config)
+        .map_err(|e| PluginError::invalid_config(e.to_string()))
     }
 
     pub fn schema() -> serde_json::Value {

@@ -7,6 +7,17 @@ use crate::env::{cartpole, TradingConfig, TradingState, VecCartPole, VecTradingE
 use serde::{Deserialize, Serialize};
 use tli_plugin_api::{Dataset, PluginError};
 
+/// Why the `"env"` of a plugin config was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EnvKindError {
+    /// Not `"trading"` or `"cartpole"`.
+    #[error("env: {value} is not one of \"trading\", \"cartpole\"")]
+    Unknown {
+        /// The JSON value given.
+        value: serde_json::Value,
+    },
+}
+
 /// Which environment an RL agent trains on (`"env"` in a plugin config).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -19,11 +30,13 @@ pub enum EnvKind {
 
 impl EnvKind {
     /// The `"env"` of a user's config object; trading when absent.
-    pub fn of_config(user: &serde_json::Map<String, serde_json::Value>) -> Result<Self, String> {
+    pub fn of_config(
+        user: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<Self, EnvKindError> {
         match user.get("env") {
             None => Ok(Self::Trading),
             Some(v) => serde_json::from_value(v.clone())
-                .map_err(|_| format!("env: {v} is not one of \"trading\", \"cartpole\"")),
+                .map_err(|_| EnvKindError::Unknown { value: v.clone() }),
         }
     }
 }
@@ -230,5 +243,38 @@ impl VecEnv {
             (Self::CartPole(_), EnvState::Trading(_)) => Err(mismatch("trading")),
             (Self::Trading(_), EnvState::CartPole(_)) => Err(mismatch("CartPole")),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Map, Value};
+
+    fn user(value: Value) -> Map<String, Value> {
+        match value {
+            Value::Object(map) => map,
+            _ => Map::new(),
+        }
+    }
+
+    #[test]
+    fn the_env_key_names_the_environment_and_trading_is_the_default() {
+        assert_eq!(EnvKind::of_config(&Map::new()), Ok(EnvKind::Trading));
+        assert_eq!(
+            EnvKind::of_config(&user(json!({"env": "cartpole"}))),
+            Ok(EnvKind::Cartpole)
+        );
+        let e = EnvKind::of_config(&user(json!({"env": "atari"}))).unwrap_err();
+        assert_eq!(
+            e,
+            EnvKindError::Unknown {
+                value: json!("atari")
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "env: \"atari\" is not one of \"trading\", \"cartpole\""
+        );
     }
 }

@@ -7,4 +7,4 @@
 pub mod env;
 pub mod eval;
 
-pub use env::{EnvKind, EnvState, Finished, StepBuffers, VecEnv};
+pub use env::{EnvKind, EnvKindError, EnvState, Finished, StepBuffers, VecEnv};
