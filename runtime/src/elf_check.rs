@@ -36,43 +36,62 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(x)
 }
 
+/// Why a file is not a loadable shared object for this host. The message
+/// follows the file's name ("libx.so is truncated: …").
+#[derive(Debug, thiserror::Error)]
+pub enum ElfError {
+    #[error("cannot be opened: {0}")]
+    Open(#[source] std::io::Error),
+    #[error("cannot be inspected: {0}")]
+    Inspect(#[source] std::io::Error),
+    #[error("is not a shared library: {len} bytes is too short for an ELF header (truncated?)")]
+    TooShort { len: u64 },
+    #[error("is not a shared library (no ELF signature)")]
+    NoSignature,
+    #[error("is not a 64-bit little-endian ELF file")]
+    Not64BitLittleEndian,
+    #[error("is an ELF file but not a shared library")]
+    NotShared,
+    #[error("is built for another machine (ELF machine {machine}; this host is {host})")]
+    OtherMachine { machine: u16, host: &'static str },
+    #[error(
+        "is truncated: its ELF headers describe at least {needed} bytes but the file has {len} \
+         (copy or rebuild it again)"
+    )]
+    Truncated { needed: u64, len: u64 },
+    #[error("has malformed program headers (entry size {entry_size})")]
+    MalformedProgramHeaders { entry_size: u64 },
+    #[error("cannot read its program headers: {0}")]
+    ReadProgramHeaders(#[source] std::io::Error),
+}
+
 /// Checks `path`; `Err` holds the reason for the refusal.
-pub fn check_shared_object(path: &Path) -> Result<(), String> {
-    let mut file = std::fs::File::open(path).map_err(|e| format!("cannot be opened: {e}"))?;
-    let len = file
-        .metadata()
-        .map_err(|e| format!("cannot be inspected: {e}"))?
-        .len();
+pub fn check_shared_object(path: &Path) -> Result<(), ElfError> {
+    let mut file = std::fs::File::open(path).map_err(ElfError::Open)?;
+    let len = file.metadata().map_err(ElfError::Inspect)?.len();
     let mut header = [0u8; 64];
     if len < 64 || file.read_exact(&mut header).is_err() {
-        return Err(format!(
-            "is not a shared library: {len} bytes is too short for an ELF header (truncated?)"
-        ));
+        return Err(ElfError::TooShort { len });
     }
     if header[..4] != ELF_MAGIC {
-        return Err("is not a shared library (no ELF signature)".into());
+        return Err(ElfError::NoSignature);
     }
     if header[4] != 2 || header[5] != 1 {
-        return Err("is not a 64-bit little-endian ELF file".into());
+        return Err(ElfError::Not64BitLittleEndian);
     }
     if u16_at(&header, 16) != ET_DYN {
-        return Err("is an ELF file but not a shared library".into());
+        return Err(ElfError::NotShared);
     }
     let machine = u16_at(&header, 18);
     if let Some(expected) = host_machine() {
         if machine != expected {
-            return Err(format!(
-                "is built for another machine (ELF machine {machine}; this host is {})",
-                std::env::consts::ARCH
-            ));
+            return Err(ElfError::OtherMachine {
+                machine,
+                host: std::env::consts::ARCH,
+            });
         }
     }
-    let truncated = |needed: u64| {
-        Err(format!(
-            "is truncated: its ELF headers describe at least {needed} bytes but the file has {len} \
-             (copy or rebuild it again)"
-        ))
-    };
+    let truncated = |needed: u64| Err(ElfError::Truncated { needed, len });
     let (phoff, phentsize, phnum) = (
         u64_at(&header, 32),
         u16_at(&header, 54) as u64,
@@ -88,9 +107,9 @@ pub fn check_shared_object(path: &Path) -> Result<(), String> {
         return truncated(ph_end);
     }
     if phentsize < 56 {
-        return Err(format!(
-            "has malformed program headers (entry size {phentsize})"
-        ));
+        return Err(ElfError::MalformedProgramHeaders {
+            entry_size: phentsize,
+        });
     }
     let sh_end = shoff.saturating_add(shentsize.saturating_mul(shnum));
     if shnum > 0 && sh_end > len {
@@ -100,7 +119,7 @@ pub fn check_shared_object(path: &Path) -> Result<(), String> {
     use std::io::Seek;
     file.seek(std::io::SeekFrom::Start(phoff))
         .and_then(|_| file.read_exact(&mut table))
-        .map_err(|e| format!("cannot read its program headers: {e}"))?;
+        .map_err(ElfError::ReadProgramHeaders)?;
     for entry in table.chunks_exact(phentsize as usize) {
         let kind = u32_at(entry, 0);
         if kind == PT_LOAD || kind == PT_DYNAMIC {
@@ -131,21 +150,29 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let whole = dir.join("whole.so");
         std::fs::write(&whole, &bytes).unwrap();
-        assert_eq!(check_shared_object(&whole), Ok(()));
+        assert!(check_shared_object(&whole).is_ok());
         for keep in [10, 64, 4096, bytes.len() / 2, bytes.len() * 9 / 10] {
             let cut = dir.join(format!("cut{keep}.so"));
             std::fs::write(&cut, &bytes[..keep]).unwrap();
             let reason = check_shared_object(&cut).unwrap_err();
             assert!(
-                reason.contains("truncated") || reason.contains("too short"),
+                matches!(
+                    reason,
+                    ElfError::Truncated { .. } | ElfError::TooShort { .. }
+                ),
                 "{keep}: {reason}"
+            );
+            let text = reason.to_string();
+            assert!(
+                text.contains("truncated") || text.contains("too short"),
+                "{keep}: {text}"
             );
         }
         let text = dir.join("text.so");
         std::fs::write(&text, vec![b'x'; 200]).unwrap();
-        assert!(check_shared_object(&text)
-            .unwrap_err()
-            .contains("no ELF signature"));
+        let reason = check_shared_object(&text).unwrap_err();
+        assert!(matches!(reason, ElfError::NoSignature), "{reason}");
+        assert!(reason.to_string().contains("no ELF signature"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -168,6 +168,16 @@ fn a_1_1_plugin_is_refused_by_the_1_0_rule_with_its_reason() {
         Err(reason) => reason,
     };
     assert!(
+        matches!(
+            reason,
+            tli_host::registry::LoadError::Incompatible(
+                tli_plugin_api::version::Incompatibility::NewerMinor { .. }
+            )
+        ),
+        "{reason:?}"
+    );
+    let reason = reason.to_string();
+    assert!(
         reason.starts_with("built against plugin API 1.1, this host speaks 1.0;"),
         "{reason}"
     );

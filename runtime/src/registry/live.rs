@@ -179,6 +179,7 @@ impl LiveRegistry {
             }
         };
         let loaded = load_plugin_copy(path, &copy.path, copy.checksum)
+            .map_err(|e| e.to_string())
             .and_then(|plugin| registry.admit(plugin));
         if loaded.is_err() {
             // Not loaded: the copy has no use (a loaded one must stay).

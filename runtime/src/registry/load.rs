@@ -18,6 +18,7 @@
 //! Libraries are never unloaded (abi_stable leaks them by design): stopping a
 //! task drops its trainer, never the library.
 
+use crate::elf_check::ElfError;
 use crate::services::TaskServices;
 use abi_stable::library::lib_header_from_path;
 use abi_stable::std_types::{RResult, RStr};
@@ -25,9 +26,9 @@ use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tli_plugin_api::{
-    abi::v1_0, check_compatible, DatasetAnnex, DatasetShape, EvalReport, MemoryBreakdown,
-    PluginError, PluginModuleRef, StepReport, TaskInputs, TaskSpec, TrainerBox, PLUGIN_API_VERSION,
-    VERSION_SYMBOL,
+    abi::v1_0, check_compatible, version::Incompatibility, DatasetAnnex, DatasetShape, EvalReport,
+    MemoryBreakdown, PluginError, PluginModuleRef, StepReport, TaskInputs, TaskSpec, TrainerBox,
+    PLUGIN_API_VERSION, VERSION_SYMBOL,
 };
 
 /// A plugin's manifest as the host keeps it: read once from the ABI form
@@ -69,6 +70,51 @@ pub struct LoadedPlugin {
     module: PluginModuleRef,
 }
 
+/// Why a library was refused. The message follows the file's name
+/// ("libx.so is truncated: …"); the registry keeps it as the refusal's reason.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot be read: {0}")]
+    Unreadable(#[source] std::io::Error),
+    #[error(transparent)]
+    Elf(#[from] ElfError),
+    /// `dlopen` failed; `reason` is what the dynamic loader said.
+    #[error("cannot be loaded as a shared library ({reason})")]
+    NotLoadable { reason: String },
+    #[error(
+        "not a tli plugin: it has no tli_plugin_api_version symbol (build it with \
+         tli_plugin_api::export_plugin!)"
+    )]
+    NotATliPlugin,
+    #[error("its tli_plugin_api_version marker is not UTF-8")]
+    MarkerNotUtf8,
+    /// Its declared plugin-API version is not one this host accepts.
+    #[error("{0}")]
+    Incompatible(Incompatibility),
+    /// abi_stable's version or type-layout check failed; `detail` is its
+    /// report, cut to its first lines.
+    #[error("abi_stable refused it: {detail}")]
+    AbiRefused { detail: String },
+    #[error("its capabilities() failed: {0}")]
+    Capabilities(PluginError),
+    #[error("its manifest() failed: {0}")]
+    Manifest(PluginError),
+    #[error("its manifest says plugin API {manifest} but its library symbol says {symbol}")]
+    ApiMismatch { manifest: String, symbol: String },
+    #[error("its {what} is not valid JSON: {source}")]
+    ManifestJson {
+        what: &'static str,
+        source: serde_json::Error,
+    },
+    #[error("its name {name:?} is not lower-case [a-z0-9_-]+")]
+    BadName { name: String },
+    #[error("its version {version:?} is not semver: {source}")]
+    BadVersion {
+        version: String,
+        source: semver::Error,
+    },
+}
+
 /// A file that was refused, and why.
 #[derive(Clone, Debug, Serialize)]
 pub struct RefusedPlugin {
@@ -77,7 +123,7 @@ pub struct RefusedPlugin {
 }
 
 /// Loads one library in place, returning the refusal reason on failure.
-pub(super) fn load_plugin(path: &Path) -> Result<LoadedPlugin, String> {
+pub(super) fn load_plugin(path: &Path) -> Result<LoadedPlugin, LoadError> {
     load_plugin_as(path, PLUGIN_API_VERSION)
 }
 
@@ -87,7 +133,7 @@ pub(super) fn load_plugin_copy(
     source: &Path,
     path: &Path,
     checksum: String,
-) -> Result<LoadedPlugin, String> {
+) -> Result<LoadedPlugin, LoadError> {
     let mut plugin = load_checked(path, PLUGIN_API_VERSION, checksum)?;
     plugin.source = source.to_path_buf();
     Ok(plugin)
@@ -95,8 +141,8 @@ pub(super) fn load_plugin_copy(
 
 /// Loads one library as a host speaking plugin API `host_api` would (a
 /// parameter so that tests can apply an older host's rule to a real file).
-pub fn load_plugin_as(path: &Path, host_api: &str) -> Result<LoadedPlugin, String> {
-    let checksum = file_sha256(path).map_err(|e| format!("cannot be read: {e}"))?;
+pub fn load_plugin_as(path: &Path, host_api: &str) -> Result<LoadedPlugin, LoadError> {
+    let checksum = file_sha256(path).map_err(LoadError::Unreadable)?;
     load_checked(path, host_api, checksum)
 }
 
@@ -105,13 +151,14 @@ pub(super) fn file_sha256(path: &Path) -> std::io::Result<String> {
     tli_core::digest::sha256_stream(std::fs::File::open(path)?, None).map(|(digest, _)| digest)
 }
 
-fn load_checked(path: &Path, host_api: &str, checksum: String) -> Result<LoadedPlugin, String> {
+fn load_checked(path: &Path, host_api: &str, checksum: String) -> Result<LoadedPlugin, LoadError> {
     let started = Instant::now();
     crate::elf_check::check_shared_object(path)?;
     let declared = read_declared_api_version(path)?;
-    let declared_version = check_compatible(&declared, host_api).map_err(|e| e.to_string())?;
-    let refused = |e: abi_stable::library::LibraryError| {
-        format!("abi_stable refused it: {}", first_lines(&e.to_string(), 6))
+    let declared_version =
+        check_compatible(&declared, host_api).map_err(LoadError::Incompatible)?;
+    let refused = |e: abi_stable::library::LibraryError| LoadError::AbiRefused {
+        detail: first_lines(&e.to_string(), 6),
     };
     let header = lib_header_from_path(path).map_err(refused)?;
     // abi_stable accepts a library whose module has at least the fields it
@@ -132,21 +179,21 @@ fn load_checked(path: &Path, host_api: &str, checksum: String) -> Result<LoadedP
         None => Vec::new(),
         Some(f) => match f() {
             RResult::ROk(names) => names.into_iter().map(|n| n.into_string()).collect(),
-            RResult::RErr(e) => return Err(format!("its capabilities() failed: {e}")),
+            RResult::RErr(e) => return Err(LoadError::Capabilities(e)),
         },
     };
     let manifest = match (module.manifest())() {
         RResult::ROk(m) => m,
-        RResult::RErr(e) => return Err(format!("its manifest() failed: {e}")),
+        RResult::RErr(e) => return Err(LoadError::Manifest(e)),
     };
     if manifest.api_version.as_str() != declared {
-        return Err(format!(
-            "its manifest says plugin API {} but its library symbol says {declared}",
-            manifest.api_version
-        ));
+        return Err(LoadError::ApiMismatch {
+            manifest: manifest.api_version.into_string(),
+            symbol: declared,
+        });
     }
-    let parse_json = |what: &str, text: &str| {
-        serde_json::from_str(text).map_err(|e| format!("its {what} is not valid JSON: {e}"))
+    let parse_json = |what: &'static str, text: &str| {
+        serde_json::from_str(text).map_err(|source| LoadError::ManifestJson { what, source })
     };
     let manifest = ParsedManifest {
         default_config: parse_json("default config", &manifest.default_config)?,
@@ -164,13 +211,15 @@ fn load_checked(path: &Path, host_api: &str, checksum: String) -> Result<LoadedP
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
     {
-        return Err(format!(
-            "its name {:?} is not lower-case [a-z0-9_-]+",
-            manifest.name
-        ));
+        return Err(LoadError::BadName {
+            name: manifest.name,
+        });
     }
-    let version = semver::Version::parse(&manifest.version)
-        .map_err(|e| format!("its version {:?} is not semver: {e}", manifest.version))?;
+    let version =
+        semver::Version::parse(&manifest.version).map_err(|source| LoadError::BadVersion {
+            version: manifest.version.clone(),
+            source,
+        })?;
     Ok(LoadedPlugin {
         source: path.to_path_buf(),
         path: path.to_path_buf(),
@@ -186,12 +235,15 @@ fn load_checked(path: &Path, host_api: &str, checksum: String) -> Result<LoadedP
 /// `dlopen`s the file and reads its `tli_plugin_api_version` marker. The
 /// library stays loaded for the life of the process (it is about to be
 /// loaded by abi_stable anyway, and nothing is ever unloaded).
-fn read_declared_api_version(path: &Path) -> Result<String, String> {
+fn read_declared_api_version(path: &Path) -> Result<String, LoadError> {
     use libloading::os::unix::{Library, RTLD_LAZY, RTLD_LOCAL};
     // SAFETY: loading a library runs its initialisers; that is inherent to
     // plugins. Nothing from it is called here, only a static is read.
-    let library = unsafe { Library::open(Some(path), RTLD_LAZY | RTLD_LOCAL) }
-        .map_err(|e| format!("cannot be loaded as a shared library ({})", dl_reason(&e)))?;
+    let library = unsafe { Library::open(Some(path), RTLD_LAZY | RTLD_LOCAL) }.map_err(|e| {
+        LoadError::NotLoadable {
+            reason: dl_reason(&e),
+        }
+    })?;
     // SAFETY: the symbol is declared by `export_plugin!` as `[u8; 32]`.
     let marker = unsafe { library.get::<*const [u8; 32]>(VERSION_SYMBOL) };
     let result = match marker {
@@ -201,13 +253,9 @@ fn read_declared_api_version(path: &Path) -> Result<String, String> {
             let end = bytes.iter().position(|b| *b == 0).unwrap_or(bytes.len());
             std::str::from_utf8(&bytes[..end])
                 .map(str::to_string)
-                .map_err(|_| "its tli_plugin_api_version marker is not UTF-8".to_string())
+                .map_err(|_| LoadError::MarkerNotUtf8)
         }
-        Err(_) => Err(
-            "not a tli plugin: it has no tli_plugin_api_version symbol (build it with \
-             tli_plugin_api::export_plugin!)"
-                .to_string(),
-        ),
+        Err(_) => Err(LoadError::NotATliPlugin),
     };
     std::mem::forget(library);
     result

@@ -16,7 +16,9 @@ mod load;
 pub mod watch;
 
 pub use live::{LiveRegistry, RescanReport};
-pub use load::{load_plugin_as, LoadedPlugin, ParsedManifest, RefusedPlugin, TrainerHandle};
+pub use load::{
+    load_plugin_as, LoadError, LoadedPlugin, ParsedManifest, RefusedPlugin, TrainerHandle,
+};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -73,7 +75,7 @@ impl PluginRegistry {
                         registry.refuse(path, reason);
                     }
                 }
-                Err(reason) => registry.refuse(path, reason),
+                Err(reason) => registry.refuse(path, reason.to_string()),
             }
         }
         Ok(registry)

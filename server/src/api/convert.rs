@@ -90,10 +90,11 @@ pub fn store_error(e: StoreError) -> Status {
 /// FAILED_PRECONDITION; failures of the host itself INTERNAL.
 pub fn orchestrator_error(e: OrchestratorError) -> Status {
     match e {
-        e @ (OrchestratorError::NoSuchJob(_) | OrchestratorError::NoSuchTask { .. }) => {
-            Status::not_found(e.to_string())
-        }
-        OrchestratorError::NotStoppable(message) => Status::failed_precondition(message),
+        e @ (OrchestratorError::NoSuchJob(_)
+        | OrchestratorError::NoSuchTask { .. }
+        | OrchestratorError::UnknownTask(_)) => Status::not_found(e.to_string()),
+        e @ (OrchestratorError::TaskNotStoppable { .. }
+        | OrchestratorError::NothingToStop { .. }) => Status::failed_precondition(e.to_string()),
         OrchestratorError::List(e) => invalid(format!("page_token: {e}")),
         OrchestratorError::Store(e) => store_error(e),
         e => Status::internal(e.to_string()),

@@ -30,11 +30,11 @@ impl Orchestrator {
     /// At start, before tasks found running become `interrupted`: fails
     /// those a crash record names (they killed the previous host).
     pub(super) fn fail_crashed_tasks(&self) -> Result<(), OrchestratorError> {
-        let blames = crash_blame::take(&self.config.state_dir).map_err(|e| {
-            OrchestratorError::Other(format!(
-                "{}: {e}",
-                crash_blame::path(&self.config.state_dir).display()
-            ))
+        let blames = crash_blame::take(&self.config.state_dir).map_err(|source| {
+            OrchestratorError::CrashRecord {
+                path: crash_blame::path(&self.config.state_dir),
+                source,
+            }
         })?;
         for blame in blames {
             let Some(task) = self.store.task(blame.task)? else {

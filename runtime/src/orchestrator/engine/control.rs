@@ -180,10 +180,11 @@ impl Orchestrator {
                     .find(|t| t.id == id)
                     .ok_or(OrchestratorError::NoSuchTask { job, task: id })?;
                 if !row.state.is_stoppable() {
-                    return Err(OrchestratorError::NotStoppable(format!(
-                        "task {id} of job {job} is {}; only queued or running tasks can be stopped",
-                        row.state
-                    )));
+                    return Err(OrchestratorError::TaskNotStoppable {
+                        job,
+                        task: id,
+                        state: row.state,
+                    });
                 }
                 vec![id]
             }
@@ -194,10 +195,10 @@ impl Orchestrator {
                     .map(|t| t.id)
                     .collect();
                 if ids.is_empty() {
-                    return Err(OrchestratorError::NotStoppable(format!(
-                        "job {job} has no queued or running task to stop ({})",
-                        state_summary(&tasks)
-                    )));
+                    return Err(OrchestratorError::NothingToStop {
+                        job,
+                        states: state_summary(&tasks),
+                    });
                 }
                 ids
             }
@@ -215,7 +216,7 @@ impl Orchestrator {
             .store
             .task(task)?
             .map(|t| t.job_id)
-            .ok_or_else(|| OrchestratorError::Other(format!("no task {task}")))?;
+            .ok_or(OrchestratorError::UnknownTask(task))?;
         self.stop(job, Some(task), forced)
     }
 
@@ -234,7 +235,7 @@ impl Orchestrator {
             let state = self
                 .store
                 .task(task)?
-                .ok_or_else(|| OrchestratorError::Other(format!("no task {task}")))?
+                .ok_or(OrchestratorError::UnknownTask(task))?
                 .state;
             if state == TaskState::Queued {
                 let (in_running, pending_in_slurm) = {

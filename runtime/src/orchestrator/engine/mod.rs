@@ -7,7 +7,7 @@
 //!
 //! Queries, stops and resumes are in [`control`]; runner reports and the
 //! run loops in [`rounds`]; tasks on a remote executor (Slurm, through the
-//! [`RemoteExecutor`] seam) in [`dispatch`].
+//! [`RemoteExecutor`] seam) in [`dispatch`]; its errors in [`errors`].
 //!
 //! Call [`Orchestrator::tick`] regularly (or [`Orchestrator::run_until_idle`]; a server
 //! uses [`Orchestrator::run_until_shutdown`]).
@@ -27,6 +27,7 @@
 mod containment;
 mod control;
 mod dispatch;
+mod errors;
 mod rounds;
 mod start_order;
 mod task_data;
@@ -35,6 +36,7 @@ pub use control::StateCounts;
 pub use dispatch::{
     LeaseError, WorkerAssignment, WorkerLease, EARLY_LOSSES_BEFORE_FAILING, MAX_DISPATCHES,
 };
+pub use errors::{OrchestratorError, SubmitError};
 
 use task_data::DatasetCache;
 
@@ -44,7 +46,7 @@ use super::job::JobSpec;
 use super::live::LiveProgress;
 use super::observer::{Observers, TaskObserver};
 use super::pace::{PaceBook, PaceKey};
-use super::remote_executor::{ExecutorError, RemoteExecutor};
+use super::remote_executor::RemoteExecutor;
 use super::runner::{self, DeviceOccupancy, RunnerContext, RunnerEvent, StopRequest};
 use super::state::TaskState;
 use super::store::{HistoryQuery, JobHistory, NewTask, Store, StoreError, TaskRow};
@@ -90,88 +92,6 @@ pub struct OrchestratorConfig {
     /// Poll the plugin directory this often and load what is added
     /// (`--watch-plugins`); `None` = only on request (`RescanPlugins`).
     pub watch_plugins: Option<std::time::Duration>,
-}
-
-/// Why a job was not accepted. Nothing is stored when submission fails.
-#[derive(Debug, thiserror::Error)]
-pub enum SubmitError {
-    #[error("invalid job spec: {0}")]
-    Spec(#[from] tli_core::job::SpecError),
-    /// The job asks for the Slurm executor and this host has none.
-    #[error(
-        "executor: this host has no Slurm executor; start it with --executor slurm \
-         (see docs/scale-out.md) or leave \"executor\" out"
-    )]
-    NoSlurmExecutor,
-    /// A model's config breaks the JSON Schema its plugin declares.
-    #[error("models[{model}] ({plugin}): {violation}")]
-    Config {
-        model: usize,
-        plugin: String,
-        violation: config_schema::SchemaViolation,
-    },
-    /// The checked spec could not be encoded for the store (a host defect).
-    #[error("the job spec could not be encoded for the store: {0}")]
-    Encode(#[source] serde_json::Error),
-    #[error("models[{model}] ({plugin}): {message}")]
-    Model {
-        model: usize,
-        plugin: String,
-        message: String,
-    },
-    #[error("assets[{asset}] ({label}): {message}")]
-    Asset {
-        asset: usize,
-        label: String,
-        message: String,
-    },
-    #[error("task {plugin} × {asset} is too big: {message}")]
-    TooBig {
-        plugin: String,
-        asset: String,
-        message: String,
-    },
-    /// A local task on another device than the host's (a Slurm task may
-    /// ask for any: the node Slurm picks has it).
-    #[error("device: this host runs tasks on {host}, not {asked}")]
-    WrongDevice { host: Device, asked: Device },
-    /// A bar file outside the host's data roots (or one it cannot resolve).
-    #[error("assets[{asset}]: {error}")]
-    DataRoot {
-        asset: usize,
-        error: crate::orchestrator::data_root::DataRootError,
-    },
-    #[error("job store: {0}")]
-    Store(#[from] super::store::StoreError),
-}
-
-/// A failure of the orchestrator itself (not of one task), or a request it
-/// refuses (an unknown job or task, a task that cannot be stopped).
-#[derive(Debug, thiserror::Error)]
-pub enum OrchestratorError {
-    #[error("job store: {0}")]
-    Store(#[from] StoreError),
-    #[error(transparent)]
-    Registry(#[from] crate::registry::RegistryError),
-    #[error("job {0} not found")]
-    NoSuchJob(super::JobId),
-    #[error(transparent)]
-    List(#[from] super::listing::ListError),
-    #[error("task {task} not found in job {job}")]
-    NoSuchTask { job: super::JobId, task: TaskId },
-    /// A stop of something that is not queued or running; says what it is.
-    #[error("{0}")]
-    NotStoppable(String),
-    /// At start-up the remote executor could not say which of the jobs a
-    /// previous host left still run.
-    #[error("cannot ask {executor} whether this host's {open} job(s) still run: {source}")]
-    Executor {
-        executor: ExecutorKind,
-        open: usize,
-        source: ExecutorError,
-    },
-    #[error("{0}")]
-    Other(String),
 }
 
 /// A snapshot of the arbiter: see [`Orchestrator::resources`].
@@ -299,12 +219,10 @@ impl Orchestrator {
             config.state_dir.join("plugin-libs"),
         ));
         if let Some(poll) = config.watch_plugins {
-            watch::spawn(Arc::downgrade(&registry), poll).map_err(|e| {
-                OrchestratorError::Other(format!("cannot start the plugin watch: {e}"))
-            })?;
+            watch::spawn(Arc::downgrade(&registry), poll)
+                .map_err(OrchestratorError::PluginWatch)?;
         }
-        let contracts = ContractBook::load(config.contracts.as_deref())
-            .map_err(|e| OrchestratorError::Other(e.to_string()))?;
+        let contracts = ContractBook::load(config.contracts.as_deref())?;
         let budget = Budget {
             device: config.device,
             total_bytes: match config.budget_bytes {
@@ -731,9 +649,9 @@ fn default_budget(device: Device) -> Result<u64, OrchestratorError> {
         return super::arbiter::cpu_budget_from_meminfo(
             super::arbiter::DEFAULT_CPU_BUDGET_FRACTION,
         )
-        .map_err(|e| OrchestratorError::Other(e.to_string()));
+        .map_err(OrchestratorError::CpuBudget);
     };
     let info = super::cuda::mem_info(index)
-        .map_err(|e| OrchestratorError::Other(format!("{device}: {e}")))?;
+        .map_err(|source| OrchestratorError::DeviceMemory { device, source })?;
     Ok(info.total / 10 * 9)
 }
