@@ -22,6 +22,12 @@
 //! so no training target overlaps a later split. Every feature is z-scored
 //! with the mean and standard deviation of the training rows only.
 //!
+//! A model keeps what the pipeline fitted on its training split
+//! ([`FeatureStats`], from [`build_with_stats`]): new bars are featurized with
+//! those statistics (`inference::featurize_with_stats`), never re-fitted on the new
+//! file (the `inference` module), so a model sees its inputs on the scale it
+//! was trained on.
+//!
 //! [`build_annotated_dataset`] also returns the plugin API 1.1 annex: each
 //! feature's role (observed past or known future), each target's horizon and
 //! the scale it was divided by, the bar interval, and per-row markers for
@@ -76,7 +82,7 @@ impl Default for FeatureConfig {
 pub const MAX_HORIZONS: usize = 64;
 
 impl FeatureConfig {
-    fn check(&self) -> Result<(), String> {
+    pub(crate) fn check(&self) -> Result<(), String> {
         for (name, horizons) in [
             ("return_horizons", &self.return_horizons),
             ("target_horizons", &self.target_horizons),
@@ -237,6 +243,31 @@ pub fn build_annotated_dataset(
     contract: &ContractSpec,
     config: &FeatureConfig,
 ) -> Result<AnnotatedDataset, DataError> {
+    build_with_stats(table, contract, config).map(|(dataset, _)| dataset)
+}
+
+/// What the pipeline fitted on a training split: each feature's mean and
+/// standard deviation (features were z-scored with them) and each target's
+/// scale (targets were divided by it). Kept with a model so that new bars
+/// are scaled as its training data was.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeatureStats {
+    pub feature_names: Vec<String>,
+    pub feature_mean: Vec<f64>,
+    pub feature_std: Vec<f64>,
+    pub target_names: Vec<String>,
+    /// Each target's training-split standard deviation.
+    pub target_scales: Vec<f64>,
+}
+
+/// [`build_annotated_dataset`], and the statistics it fitted on the
+/// training split.
+pub fn build_with_stats(
+    table: &BarTable,
+    contract: &ContractSpec,
+    config: &FeatureConfig,
+) -> Result<(AnnotatedDataset, FeatureStats), DataError> {
     let invalid =
         |m: String| DataError::Invalid(format!("feature pipeline for {}: {m}", table.symbol));
     config.check().map_err(invalid)?;
@@ -293,6 +324,18 @@ pub fn build_annotated_dataset(
             "a feature or target is not finite after normalization".into(),
         ));
     }
+    let target_names: Vec<String> = config
+        .target_horizons
+        .iter()
+        .map(|h| format!("fwd_logret_{h}"))
+        .collect();
+    let stats = FeatureStats {
+        feature_names: raw.names.clone(),
+        feature_mean: mean,
+        feature_std: std,
+        target_names: target_names.clone(),
+        target_scales: target_std.clone(),
+    };
     let all_markers = row_markers(table, &calendar);
     let annex = DatasetAnnex {
         feature_roles: raw.roles.clone(),
@@ -312,10 +355,9 @@ pub fn build_annotated_dataset(
             .map(|s| RString::from(s.as_str()))
             .collect::<RVec<_>>(),
         targets: targets.into(),
-        target_names: config
-            .target_horizons
+        target_names: target_names
             .iter()
-            .map(|h| RString::from(format!("fwd_logret_{h}")))
+            .map(|s| RString::from(s.as_str()))
             .collect::<RVec<_>>(),
         splits: SplitBounds {
             train_end: train_end as u64,
@@ -327,7 +369,7 @@ pub fn build_annotated_dataset(
         contract: contract.terms(),
         periods_per_year: table.interval.periods_per_year(),
     };
-    Ok(AnnotatedDataset { dataset, annex })
+    Ok((AnnotatedDataset { dataset, annex }, stats))
 }
 
 /// Mean and standard deviation of each column over `rows`; a constant

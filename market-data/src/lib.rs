@@ -14,6 +14,7 @@
 //! * [`calendar`]: exchange calendars: local time, sessions, holidays, rolls; known-future columns.
 //! * [`synth`]: deterministic synthetic bars (GARCH, t tails, regimes, seasonality, planted ρ).
 //! * [`features`]: bars → features, targets, splits, normalization → `Dataset`.
+//! * [`inference`]: new bars as a trained model's inputs, scaled with its training statistics.
 //! * [`inspect`]: `tli data inspect` summaries.
 //! * [`timefmt`]: UTC ns ↔ text, civil-date arithmetic.
 //! * [`synthetic_ar`]: the deterministic synthetic AR(1) `Dataset` (offline demo and tests).
@@ -30,6 +31,7 @@ pub mod contracts;
 pub mod csv_format;
 pub mod dbn_format;
 pub mod features;
+pub mod inference;
 pub mod inspect;
 pub mod parquet_format;
 pub mod synth;
