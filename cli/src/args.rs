@@ -37,6 +37,12 @@ pub struct Cli {
     #[arg(long, env = "TLI_TOKEN", global = true, hide_env_values = true)]
     pub token: Option<String>,
 
+    /// Whether `--token` was written on the command line (not read from
+    /// TLI_TOKEN); set by [`parse`](crate::parse). `tli host serve` refuses
+    /// it: a host's own token comes from a file, out of the process list.
+    #[arg(skip)]
+    pub token_on_command_line: bool,
+
     /// Output format: tables for people, JSON (on stdout) for programs.
     #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Table, global = true)]
     pub output: OutputFormat,

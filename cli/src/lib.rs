@@ -39,7 +39,20 @@ pub fn parse(bin_name: &'static str) -> Cli {
         .name(bin_name)
         .bin_name(bin_name)
         .get_matches();
-    <Cli as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    let mut cli =
+        <Cli as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    cli.token_on_command_line = on_command_line(&matches, "token");
+    cli
+}
+
+/// Whether the (global) argument `id` was written on the command line, before
+/// or after the subcommand, rather than taken from its environment variable.
+fn on_command_line(matches: &clap::ArgMatches, id: &str) -> bool {
+    let here = matches.try_contains_id(id).unwrap_or(false)
+        && matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
+    here || matches
+        .subcommand()
+        .is_some_and(|(_, sub)| on_command_line(sub, id))
 }
 
 /// Runs `cli` if it is a client command (see the crate docs): `None` when it

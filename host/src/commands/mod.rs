@@ -44,7 +44,16 @@ pub fn run(cli: Cli) -> Result<()> {
         } => train::local(&plugin_dir, contracts, args, cli.output),
         Command::Host { command } => match command.as_ref() {
             HostCommand::Run(args) => host::run(&plugin_dir, contracts, args, cli.output),
-            HostCommand::Serve(args) => serve::serve(&plugin_dir, contracts, args),
+            HostCommand::Serve(args) => {
+                if cli.token_on_command_line {
+                    anyhow::bail!(
+                        "--token is the token a client sends; a host takes its own from \
+                         --token-file FILE (or the TLI_SERVE_TOKEN environment variable), which \
+                         keeps it out of the process list. Nothing was started."
+                    );
+                }
+                serve::serve(&plugin_dir, contracts, args)
+            }
             HostCommand::Status { state_dir, job } => host::status(state_dir, *job, cli.output),
         },
         Command::Profile {

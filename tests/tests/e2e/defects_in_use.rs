@@ -246,3 +246,58 @@ fn routine_checkpoints_are_rare_by_default_and_shown_only_when_asked() {
     // Two routine checkpoints (there and back) and the final one's start.
     assert_eq!(routine(&stdout(&verbose)), 5, "{}", stdout(&verbose));
 }
+
+/// `tli host serve --token s3cret` was accepted and ignored: the host said
+/// "token: not required" and served every call without one. `--token` is
+/// the client's flag; the host refuses it (before or after the subcommand),
+/// names what to use, echoes no secret and starts nothing.
+#[test]
+fn host_serve_refuses_a_client_token_on_its_command_line() {
+    let plugins = PluginDir::with(&[(TEMPLATE, "template")]);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let state_arg = state.to_str().unwrap();
+    let serve = [
+        "host",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--ui-listen",
+        "off",
+        "--state-dir",
+        state_arg,
+    ];
+    let after: Vec<&str> = serve.iter().copied().chain(["--token", "s3cret"]).collect();
+    let before: Vec<&str> = ["--token", "s3cret"].into_iter().chain(serve).collect();
+    for args in [after, before] {
+        let mut child = Command::new(tli_binary())
+            .args(&args)
+            .env("TLI_PLUGIN_DIR", plugins.path())
+            .env_remove("TLI_TOKEN")
+            .env_remove("TLI_SERVE_TOKEN")
+            .env_remove("LD_LIBRARY_PATH")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run tli");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while child.try_wait().expect("wait").is_none() {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("`tli {}` is serving: --token was ignored", args.join(" "));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let out = child.wait_with_output().expect("output");
+        let err = stderr(&out);
+        assert!(!out.status.success(), "{args:?}: {err}");
+        assert!(
+            err.contains("--token-file") && err.contains("TLI_SERVE_TOKEN"),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("s3cret"), "the secret was echoed: {err}");
+        assert!(!state.exists(), "{args:?}: a state directory was created");
+    }
+}
