@@ -1,9 +1,10 @@
 //! OHLCV bars as CSV text.
 //!
-//! **Written** (by [`write()`]): the header `ts_event,open,high,low,close,volume`,
+//! **Written** (by [`write()`]): the header `ts_event,open,high,low,close,volume,symbol`,
 //! one line per bar; `ts_event` as RFC 3339 UTC ([`timefmt::format`]), prices
 //! with Rust's shortest round-trip `f64` formatting (so reading the file back
-//! gives bit-identical prices), volume as an integer.
+//! gives bit-identical prices), volume as an integer, and the table's symbol on
+//! every line (so the file reads back as the same symbol whatever its name).
 //!
 //! **Read** (by [`read`]):
 //! * the first line is the header; column names are matched case-insensitively
@@ -204,7 +205,9 @@ pub fn write(path: &Path, table: &BarTable) -> Result<(), DataError> {
         other => DataError::bad_file(path, format!("cannot write CSV: {other:?}")),
     };
     writer
-        .write_record(["ts_event", "open", "high", "low", "close", "volume"])
+        .write_record([
+            "ts_event", "open", "high", "low", "close", "volume", "symbol",
+        ])
         .map_err(write_error)?;
     for i in 0..table.len() {
         writer
@@ -215,6 +218,7 @@ pub fn write(path: &Path, table: &BarTable) -> Result<(), DataError> {
                 table.low[i].to_string(),
                 table.close[i].to_string(),
                 table.volume[i].to_string(),
+                table.symbol.clone(),
             ])
             .map_err(write_error)?;
     }

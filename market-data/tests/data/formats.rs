@@ -118,6 +118,31 @@ fn every_format_round_trips_exactly() {
     assert!(zstd < plain, "{zstd} >= {plain}");
 }
 
+/// A file tli writes reads back as the same symbol whatever its name: the
+/// CSV writer wrote no symbol column, so `es.csv` of ES.FUT bars read back as
+/// the symbol `es`, with no contract.
+#[test]
+fn every_format_keeps_its_symbol_under_any_file_name() {
+    let dir = tempfile::tempdir().unwrap();
+    for symbol in ["ESM4", "ES.FUT"] {
+        let original = minute_bars(symbol, 50);
+        for name in ["es.csv", "bars.parquet", "x.dbn", "y.dbn.zst"] {
+            let path = dir.path().join(name);
+            write_bars(&path, &original).unwrap();
+            let (back, notes) = tli_data::BarSource::file(&path)
+                .read(&tli_data::contracts::ContractBook::builtin())
+                .unwrap();
+            assert_eq!(back.symbol, symbol, "{name}");
+            assert_ne!(
+                notes.symbol_origin,
+                tli_data::bar_source::SymbolOrigin::FileName,
+                "{name}: the symbol came from the file name"
+            );
+            assert_same_bars(name, &back, &original);
+        }
+    }
+}
+
 #[test]
 fn written_csv_has_the_documented_layout() {
     let dir = tempfile::tempdir().unwrap();
@@ -135,7 +160,7 @@ fn written_csv_has_the_documented_layout() {
     let text = std::fs::read_to_string(&path).unwrap();
     assert_eq!(
         text,
-        "ts_event,open,high,low,close,volume\n2024-01-02T00:00:00Z,4700.25,4710,4690.5,4705.123456789,1234\n"
+        "ts_event,open,high,low,close,volume,symbol\n2024-01-02T00:00:00Z,4700.25,4710,4690.5,4705.123456789,1234,es\n"
     );
     // One bar cannot show its spacing: read back as daily.
     assert_eq!(csv_format::read(&path).unwrap(), t);

@@ -280,8 +280,9 @@ fn a_symbol_given_on_the_asset_names_the_bars() {
     let dir = tempfile::tempdir().unwrap();
     let book = ContractBook::builtin();
     let table = bars("2024-03-04T14:30:00Z", 50);
+    // A file that states no symbol (tli's own CSV files carry a symbol column).
     let yahoo = dir.path().join("ES_yahoo.csv");
-    csv_format::write(&yahoo, &table).unwrap();
+    write_csv_as(&yahoo, "ts_event", &table, timefmt::format);
 
     // From the file name: refused, with naming the symbol offered first.
     let plain = BarSource::file(&yahoo);

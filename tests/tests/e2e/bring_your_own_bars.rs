@@ -102,7 +102,10 @@ fn utc_offset_and_local_versions_read_identical_bars() {
     };
     let utc = converted("pandas_utc.csv", None);
     assert_eq!(utc.lines().count(), 1 + 10 * 390);
-    assert!(utc.starts_with("ts_event,open,high,low,close,volume\n2024-03-04T14:30:00Z,5100,"));
+    assert!(
+        utc.starts_with("ts_event,open,high,low,close,volume,symbol\n2024-03-04T14:30:00Z,5100,")
+    );
+    assert!(utc.lines().skip(1).all(|line| line.ends_with(",ES")));
     assert!(
         utc.contains("\n2024-03-15T13:30:00Z,"),
         "EDT after 2024-03-10"
