@@ -405,24 +405,11 @@ fn column_stats(
 mod tests {
     use super::*;
     use crate::contracts::ContractBook;
-    use crate::synth::{generate, SynthSpec};
+    use crate::synth::es_test_bars;
     use crate::table::BarInterval;
-    use crate::timefmt;
 
     fn bars(interval: BarInterval, n: usize) -> BarTable {
-        let spec = SynthSpec {
-            symbol: "ES".into(),
-            interval,
-            bars: n,
-            start: timefmt::parse("2024-01-02").unwrap(),
-            seed: 5,
-            planted_strength: 0.2,
-            single_contract: true,
-        };
-        generate(&spec, ContractBook::builtin().lookup("ES").unwrap())
-            .unwrap()
-            .remove(0)
-            .table
+        es_test_bars(interval, n, 5)
     }
 
     fn calendar() -> ExchangeCalendar {

@@ -120,25 +120,8 @@ mod tests {
     use super::*;
     use crate::contracts::ContractBook;
     use crate::features::build_with_stats;
-    use crate::synth::{generate, SynthSpec};
+    use crate::synth::es_test_bars as bars;
     use crate::table::BarInterval;
-    use crate::timefmt;
-
-    fn bars(interval: BarInterval, n: usize, seed: u64) -> BarTable {
-        let spec = SynthSpec {
-            symbol: "ES".into(),
-            interval,
-            bars: n,
-            start: timefmt::parse("2024-01-02").unwrap(),
-            seed,
-            planted_strength: 0.2,
-            single_contract: true,
-        };
-        generate(&spec, ContractBook::builtin().lookup("ES").unwrap())
-            .unwrap()
-            .remove(0)
-            .table
-    }
 
     fn es() -> ContractSpec {
         ContractBook::builtin().lookup("ES").unwrap().clone()

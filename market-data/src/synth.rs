@@ -240,6 +240,25 @@ fn split_into_contracts(front: &BarTable, root: &str, tick: f64) -> Vec<Contract
         .collect()
 }
 
+/// Unit-test bars: `n` synthetic single-contract ES bars from 2024-01-02.
+#[cfg(test)]
+pub(crate) fn es_test_bars(interval: BarInterval, n: usize, seed: u64) -> BarTable {
+    let spec = SynthSpec {
+        symbol: "ES".into(),
+        interval,
+        bars: n,
+        start: timefmt::parse("2024-01-02").expect("a date"),
+        seed,
+        planted_strength: 0.2,
+        single_contract: true,
+    };
+    let book = crate::contracts::ContractBook::builtin();
+    generate(&spec, book.lookup("ES").expect("ES is built in"))
+        .expect("synthetic bars")
+        .remove(0)
+        .table
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
