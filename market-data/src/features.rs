@@ -268,8 +268,7 @@ pub fn build_with_stats(
     contract: &ContractSpec,
     config: &FeatureConfig,
 ) -> Result<(AnnotatedDataset, FeatureStats), DataError> {
-    let invalid =
-        |m: String| DataError::Invalid(format!("feature pipeline for {}: {m}", table.symbol));
+    let invalid = |m: String| pipeline_error(table, m);
     config.check().map_err(invalid)?;
     let calendar = ExchangeCalendar::for_contract(contract)?;
     let n = table.len();
@@ -299,12 +298,7 @@ pub fn build_with_stats(
     let raw = raw_features(table, &calendar, config);
     let width = raw.names.len();
     let (mean, std) = column_stats(&raw.values, width, usable[..train_end].iter().copied());
-    let mut features = Vec::with_capacity(m * width);
-    for &t in &usable {
-        for c in 0..width {
-            features.push(((raw.values[t * width + c] - mean[c]) / std[c]) as f32);
-        }
-    }
+    let features = zscored(&raw, &usable, &mean, &std);
     let log_close: Vec<f64> = table.close.iter().map(|c| c.ln()).collect();
     let n_targets = config.target_horizons.len();
     let mut raw_targets = Vec::with_capacity(m * n_targets);
@@ -370,6 +364,24 @@ pub fn build_with_stats(
         periods_per_year: table.interval.periods_per_year(),
     };
     Ok((AnnotatedDataset { dataset, annex }, stats))
+}
+
+/// A refusal of the feature pipeline for `table`'s symbol.
+pub(crate) fn pipeline_error(table: &BarTable, problem: String) -> DataError {
+    DataError::Invalid(format!("feature pipeline for {}: {problem}", table.symbol))
+}
+
+/// The raw features of `rows`, z-scored with one `mean` and `std` per column:
+/// the one scaling a training dataset and new bars both go through.
+pub(crate) fn zscored(raw: &RawFeatures, rows: &[usize], mean: &[f64], std: &[f64]) -> Vec<f32> {
+    let width = raw.names.len();
+    let mut features = Vec::with_capacity(rows.len() * width);
+    for &t in rows {
+        for c in 0..width {
+            features.push(((raw.values[t * width + c] - mean[c]) / std[c]) as f32);
+        }
+    }
+    features
 }
 
 /// Mean and standard deviation of each column over `rows`; a constant

@@ -8,7 +8,9 @@
 
 use super::calendar::ExchangeCalendar;
 use super::contracts::ContractSpec;
-use super::features::{raw_features, row_markers, FeatureConfig, FeatureStats};
+use super::features::{
+    pipeline_error, raw_features, row_markers, zscored, FeatureConfig, FeatureStats,
+};
 use super::table::BarTable;
 use super::DataError;
 
@@ -50,8 +52,7 @@ pub fn featurize_with_stats(
     config: &FeatureConfig,
     stats: &FeatureStats,
 ) -> Result<FeatureRows, DataError> {
-    let invalid =
-        |m: String| DataError::Invalid(format!("feature pipeline for {}: {m}", table.symbol));
+    let invalid = |m: String| pipeline_error(table, m);
     config.check().map_err(invalid)?;
     let width = stats.feature_names.len();
     if stats.feature_mean.len() != width || stats.feature_std.len() != width {
@@ -89,14 +90,7 @@ pub fn featurize_with_stats(
         )));
     }
     let rows: Vec<usize> = (lookback..n).collect();
-    let mut features = Vec::with_capacity(rows.len() * width);
-    for &t in &rows {
-        for c in 0..width {
-            features.push(
-                ((raw.values[t * width + c] - stats.feature_mean[c]) / stats.feature_std[c]) as f32,
-            );
-        }
-    }
+    let features = zscored(&raw, &rows, &stats.feature_mean, &stats.feature_std);
     if let Some(i) = features.iter().position(|x| !x.is_finite()) {
         return Err(invalid(format!(
             "feature {} of the bar at {} is not finite once scaled",
