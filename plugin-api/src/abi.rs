@@ -8,6 +8,7 @@
 // abi_stable 0.11's `sabi_trait` expands to impls inside anonymous consts.
 #![allow(non_local_definitions)]
 
+use crate::predict::{Predictions, PredictorSpec};
 use crate::task_inputs::TaskInputs;
 use crate::types::{
     DatasetShape, EvalReport, LogLevel, MemoryBreakdown, PluginError, PluginManifest, StepReport,
@@ -44,6 +45,29 @@ pub trait AbiTrainer: Send {
 
 /// A trainer as the host holds it.
 pub type TrainerBox = AbiTrainer_TO<'static, RBox<()>>;
+
+/// A predictor living inside a plugin (1.2): a trained model's weights,
+/// applied to rows on demand. Called from one host thread at a time; the
+/// host may keep it for as long as a model is loaded.
+#[sabi_trait]
+pub trait AbiPredictor: Send {
+    /// Outputs for every row of `batch` that has the context the model
+    /// needs (see [`crate::predict`]). Keeps no state between calls.
+    fn predict(&mut self, batch: TaskInputs) -> RResult<Predictions, PluginError>;
+    /// Measured bytes held by this predictor's tensors.
+    fn memory(&self) -> RResult<MemoryBreakdown, PluginError>;
+    /// Streaming: `bars` holds the *next* rows of each dataset (usually one);
+    /// the predictor keeps what it needs of the past (a window, a recurrent
+    /// state, the position an agent holds) and returns outputs for the new
+    /// rows, numbered by how many rows of that dataset it has been streamed.
+    fn stream(&mut self, bars: TaskInputs) -> RResult<Predictions, PluginError>;
+    /// Forgets everything streamed so far.
+    #[sabi(last_prefix_field)]
+    fn reset(&mut self) -> RResult<(), PluginError>;
+}
+
+/// A predictor as the host holds it.
+pub type PredictorBox = AbiPredictor_TO<'static, RBox<()>>;
 
 /// What the host offers to plugins. Implemented by the host; plugins call it
 /// through [`crate::plugin::Host`].
@@ -103,6 +127,69 @@ pub struct PluginModule {
         inputs: TaskInputs,
         host: HostServices,
     ) -> RResult<TrainerBox, PluginError>,
+    /// 1.2: writes the weights of the checkpoint in `checkpoint_dir` (one
+    /// `save_checkpoint` wrote for this config) to the file `weights_path`:
+    /// weights only, no optimizer state or training cursor.
+    #[sabi(missing_field(option))]
+    pub export_weights: extern "C" fn(
+        config_json: RStr<'_>,
+        checkpoint_dir: RStr<'_>,
+        weights_path: RStr<'_>,
+    ) -> RResult<(), PluginError>,
+    /// 1.2: bytes a predictor for this config will hold, on `device`, for a
+    /// batch of `shape.rows` rows.
+    #[sabi(missing_field(option))]
+    pub estimate_predictor_memory: extern "C" fn(
+        config_json: RStr<'_>,
+        shape: DatasetShape,
+        device: RStr<'_>,
+    ) -> RResult<MemoryBreakdown, PluginError>,
+    /// 1.2: a predictor from exported weights.
+    #[sabi(missing_field(option))]
+    pub create_predictor: extern "C" fn(
+        spec: PredictorSpec,
+        host: HostServices,
+    ) -> RResult<PredictorBox, PluginError>,
+}
+
+/// The root module exactly as plugin API 1.1 declared it: used only to check
+/// the layout of plugins that declare a 1.1.x API (see [`PluginModule`]).
+/// Never change it.
+pub mod v1_1 {
+    use super::*;
+
+    /// The 1.1 root module (same name, fields and types as 1.1.0 shipped).
+    #[repr(C)]
+    #[derive(StableAbi)]
+    #[sabi(kind(Prefix(prefix_ref = PluginModuleRef)))]
+    #[sabi(missing_field(panic))]
+    pub struct PluginModule {
+        pub manifest: extern "C" fn() -> RResult<PluginManifest, PluginError>,
+        pub validate_config: extern "C" fn(config_json: RStr<'_>) -> RResult<RString, PluginError>,
+        pub estimate_memory: extern "C" fn(
+            config_json: RStr<'_>,
+            shape: DatasetShape,
+            device: RStr<'_>,
+        ) -> RResult<MemoryBreakdown, PluginError>,
+        #[sabi(last_prefix_field)]
+        pub create_trainer:
+            extern "C" fn(spec: TaskSpec, host: HostServices) -> RResult<TrainerBox, PluginError>,
+        #[sabi(missing_field(option))]
+        pub capabilities: extern "C" fn() -> RResult<RVec<RString>, PluginError>,
+        #[sabi(missing_field(option))]
+        pub create_trainer_with_inputs: extern "C" fn(
+            spec: TaskSpec,
+            inputs: TaskInputs,
+            host: HostServices,
+        ) -> RResult<TrainerBox, PluginError>,
+    }
+
+    impl RootModule for PluginModuleRef {
+        declare_root_module_statics! {PluginModuleRef}
+        const BASE_NAME: &'static str = "tli_plugin";
+        const NAME: &'static str = "tli_plugin";
+        const VERSION_STRINGS: VersionStrings = VersionStrings::new("1.1.0");
+    }
 }
 
 /// The root module exactly as plugin API 1.0 declared it: used only to check
@@ -160,5 +247,17 @@ mod tests {
         let refused = check_layout_compatibility(current, v1_0)
             .expect_err("abi_stable refuses a library with fewer fields than expected");
         assert!(refused.to_string().contains("too many fields"));
+    }
+
+    /// The same for 1.1: a 1.1 plugin is checked against the frozen 1.1
+    /// module and read through the current one.
+    #[test]
+    fn abi_v1_1_is_a_prefix_of_the_current_module() {
+        let v1_1 = <super::v1_1::PluginModuleRef as StableAbi>::LAYOUT;
+        let current = <super::PluginModuleRef as StableAbi>::LAYOUT;
+        assert!(check_layout_compatibility(v1_1, current).is_ok());
+        assert!(check_layout_compatibility(current, v1_1).is_err());
+        let v1_0 = <super::v1_0::PluginModuleRef as StableAbi>::LAYOUT;
+        assert!(check_layout_compatibility(v1_0, v1_1).is_ok());
     }
 }

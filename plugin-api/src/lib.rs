@@ -9,6 +9,8 @@
 //! * [`task_inputs`] (1.1): every dataset of a pooled task and the side table
 //!   of named columns (feature roles, target horizons and scales, bar
 //!   interval, gap and roll markers, asset index).
+//! * [`predict`] (1.2): predictors made from exported weights, and the
+//!   naming rule of their output columns.
 //! * [`plugin`]: the safe traits plugin authors implement, and
 //!   [`export_plugin!`], which wraps every entry point in a panic guard.
 //! * [`version`]: the plugin-API semver and the host's compatibility rule.
@@ -19,18 +21,20 @@ pub mod abi;
 pub mod device;
 mod guard;
 pub mod plugin;
+pub mod predict;
 pub mod task_inputs;
 pub mod types;
 pub mod version;
 
 pub use abi::{
-    AbiTrainer, AbiTrainer_TO, HostServices, HostServicesApi, HostServicesApi_TO, PluginModule,
-    PluginModuleRef, TrainerBox,
+    AbiPredictor, AbiPredictor_TO, AbiTrainer, AbiTrainer_TO, HostServices, HostServicesApi,
+    HostServicesApi_TO, PluginModule, PluginModuleRef, PredictorBox, TrainerBox,
 };
 pub use abi_stable;
 pub use device::{Device, DeviceParseError};
 pub use guard::guarded;
-pub use plugin::{Host, Manifest, Plugin, Trainer};
+pub use plugin::{Host, Manifest, Plugin, Predictor, Trainer};
+pub use predict::{Predictions, PredictorSpec};
 pub use task_inputs::{
     Column, DatasetAnnex, FeatureRole, TaskInputs, GAP_BEFORE, ROLL_BEFORE, TASK_WIDE,
 };
@@ -41,6 +45,8 @@ pub use version::{check_compatible, PLUGIN_API_VERSION, VERSION_SYMBOL};
 pub mod capability {
     /// Can train one model across every asset of a job (a pooled task).
     pub const POOLED: &str = "pooled";
+    /// 1.2: can apply a trained model (`export_weights`, `create_predictor`).
+    pub const PREDICT: &str = "predict";
 }
 
 #[doc(hidden)]

@@ -3,8 +3,12 @@
 //! them into the FFI types of [`crate::abi`] with every call guarded against
 //! panics.
 
-use crate::abi::{AbiTrainer, AbiTrainer_TO, HostServices, PluginModule, PluginModuleRef};
+use crate::abi::{
+    AbiPredictor, AbiPredictor_TO, AbiTrainer, AbiTrainer_TO, HostServices, PluginModule,
+    PluginModuleRef,
+};
 use crate::guard::{guarded, install_panic_hook};
+use crate::predict::{Predictions, PredictorSpec};
 use crate::task_inputs::TaskInputs;
 use crate::types::{
     DatasetShape, ErrorCode, EvalReport, LogLevel, MemoryBreakdown, PluginError, PluginManifest,
@@ -72,6 +76,66 @@ pub trait Plugin: 'static {
         }
         Self::create_trainer(spec, host)
     }
+
+    /// 1.2: writes the weights of a checkpoint (written by this plugin's
+    /// trainer for `config_json`) to `weights_path`, without optimizer
+    /// state or training cursor. Declare
+    /// [`capability::PREDICT`](crate::capability::PREDICT) when implemented.
+    fn export_weights(
+        config_json: &str,
+        checkpoint_dir: &Path,
+        weights_path: &Path,
+    ) -> Result<(), PluginError> {
+        let _ = (config_json, checkpoint_dir, weights_path);
+        Err(train_only())
+    }
+
+    /// 1.2: bytes a predictor for this config holds for a batch of
+    /// `shape.rows` rows on `device`.
+    fn estimate_predictor_memory(
+        config_json: &str,
+        shape: DatasetShape,
+        device: &str,
+    ) -> Result<MemoryBreakdown, PluginError> {
+        let _ = (config_json, shape, device);
+        Err(train_only())
+    }
+
+    /// 1.2: a predictor from the weights [`export_weights`](Self::export_weights) wrote.
+    fn create_predictor(
+        spec: PredictorSpec,
+        host: Host,
+    ) -> Result<Box<dyn Predictor>, PluginError> {
+        let _ = (spec, host);
+        Err(train_only())
+    }
+}
+
+fn train_only() -> PluginError {
+    PluginError::unsupported("this plugin trains models but cannot apply them (no predictor)")
+}
+
+/// A trained model applied to rows (1.2). Called from one host thread at a
+/// time; see [`crate::predict`] for the output columns.
+pub trait Predictor: Send + 'static {
+    /// Outputs for every row of `batch` that has the context the model
+    /// needs; no state is kept between calls.
+    fn predict(&mut self, batch: &TaskInputs) -> Result<Predictions, PluginError>;
+    /// Measured bytes held by the predictor's tensors.
+    fn memory(&self) -> Result<MemoryBreakdown, PluginError>;
+    /// The next rows of each dataset; outputs for them, numbered by rows
+    /// streamed so far. Stateful models keep their state here (a recurrent
+    /// state, an agent's position). The default refuses.
+    fn stream(&mut self, bars: &TaskInputs) -> Result<Predictions, PluginError> {
+        let _ = bars;
+        Err(PluginError::unsupported(
+            "this predictor does not stream; send whole windows to predict",
+        ))
+    }
+    /// Forgets everything streamed.
+    fn reset(&mut self) -> Result<(), PluginError> {
+        Ok(())
+    }
 }
 
 /// One training run. Called from a single host thread at a time.
@@ -129,6 +193,9 @@ pub fn root_module<P: Plugin>(api_version: &'static str) -> PluginModuleRef {
         create_trainer: create_trainer_shim::<P>,
         capabilities: capabilities_shim::<P>,
         create_trainer_with_inputs: create_trainer_with_inputs_shim::<P>,
+        export_weights: export_weights_shim::<P>,
+        estimate_predictor_memory: estimate_predictor_memory_shim::<P>,
+        create_predictor: create_predictor_shim::<P>,
     }
     .leak_into_prefix()
 }
@@ -205,28 +272,82 @@ extern "C" fn create_trainer_with_inputs_shim<P: Plugin>(
     })
 }
 
-fn box_trainer<T: Trainer>(trainer: T) -> crate::abi::TrainerBox {
-    let guarded = GuardedTrainer {
-        inner: ManuallyDrop::new(trainer),
-        poisoned: OnceLock::new(),
-    };
-    AbiTrainer_TO::from_value(guarded, TD_Opaque)
+extern "C" fn export_weights_shim<P: Plugin>(
+    config_json: RStr<'_>,
+    checkpoint_dir: RStr<'_>,
+    weights_path: RStr<'_>,
+) -> RResult<(), PluginError> {
+    guarded("export_weights", || {
+        P::export_weights(
+            config_json.as_str(),
+            Path::new(checkpoint_dir.as_str()),
+            Path::new(weights_path.as_str()),
+        )
+    })
 }
 
-/// Wraps a [`Trainer`] so that a panic in any method becomes a
-/// [`PluginError`] with code `PANIC`, after which the trainer is poisoned
+extern "C" fn estimate_predictor_memory_shim<P: Plugin>(
+    config_json: RStr<'_>,
+    shape: DatasetShape,
+    device: RStr<'_>,
+) -> RResult<MemoryBreakdown, PluginError> {
+    guarded("estimate_predictor_memory", || {
+        P::estimate_predictor_memory(config_json.as_str(), shape, device.as_str())
+    })
+}
+
+extern "C" fn create_predictor_shim<P: Plugin>(
+    spec: PredictorSpec,
+    host: HostServices,
+) -> RResult<crate::abi::PredictorBox, PluginError> {
+    guarded("create_predictor", || {
+        for dataset in spec.schema.datasets.iter() {
+            dataset.check_consistent()?;
+        }
+        if spec.schema.datasets.is_empty() {
+            return Err(PluginError::invalid_data(
+                "the predictor's schema holds no dataset",
+            ));
+        }
+        let predictor = P::create_predictor(spec, Host::new(host))?;
+        Ok(AbiPredictor_TO::from_value(
+            Guarded::new(predictor, "predictor"),
+            TD_Opaque,
+        ))
+    })
+}
+
+fn box_trainer<T: Trainer>(trainer: T) -> crate::abi::TrainerBox {
+    AbiTrainer_TO::from_value(Guarded::new(trainer, "trainer"), TD_Opaque)
+}
+
+/// Wraps a [`Trainer`] or [`Predictor`] so that a panic in any method
+/// becomes a [`PluginError`] with code `PANIC`, after which it is poisoned
 /// (every later call fails with `POISONED`): its state may be half-updated.
-struct GuardedTrainer<T: Trainer> {
+struct Guarded<T: Send + 'static> {
     inner: ManuallyDrop<T>,
     poisoned: OnceLock<String>,
+    /// `trainer` or `predictor`, for messages.
+    what: &'static str,
 }
 
-impl<T: Trainer> GuardedTrainer<T> {
+impl<T: Send + 'static> Guarded<T> {
+    fn new(inner: T, what: &'static str) -> Self {
+        Self {
+            inner: ManuallyDrop::new(inner),
+            poisoned: OnceLock::new(),
+            what,
+        }
+    }
+
     fn check_poisoned(&self) -> Result<(), PluginError> {
         match self.poisoned.get() {
             Some(why) => Err(PluginError::new(
                 ErrorCode::POISONED,
-                format!("trainer unusable after an earlier panic ({why}); create a new one"),
+                format!(
+                    "{} unusable after an earlier panic ({why}); create a new one",
+                    self.what
+                ),
             )),
             None => Ok(()),
         }
@@ -264,7 +385,7 @@ impl<T: Trainer> GuardedTrainer<T> {
     }
 }
 
-impl<T: Trainer> AbiTrainer for GuardedTrainer<T> {
+impl<T: Trainer> AbiTrainer for Guarded<T> {
     fn step(&mut self, n: u64) -> RResult<StepReport, PluginError> {
         self.call_mut("step", |t| t.step(n))
     }
@@ -289,7 +410,41 @@ impl<T: Trainer> AbiTrainer for GuardedTrainer<T> {
     }
 }
 
-impl<T: Trainer> Drop for GuardedTrainer<T> {
+impl AbiPredictor for Guarded<Box<dyn Predictor>> {
+    fn predict(&mut self, batch: TaskInputs) -> RResult<Predictions, PluginError> {
+        self.call_mut("predict", |p| {
+            check_batch(&batch)?;
+            let out = p.predict(&batch)?;
+            out.check_against(&batch)?;
+            Ok(out)
+        })
+    }
+    fn memory(&self) -> RResult<MemoryBreakdown, PluginError> {
+        self.call_ref("memory", |p| p.memory())
+    }
+    fn stream(&mut self, bars: TaskInputs) -> RResult<Predictions, PluginError> {
+        self.call_mut("stream", |p| {
+            check_batch(&bars)?;
+            p.stream(&bars)
+        })
+    }
+    fn reset(&mut self) -> RResult<(), PluginError> {
+        self.call_mut("reset", |p| p.reset())
+    }
+}
+
+/// A batch of rows to predict: every dataset consistent, at least one.
+fn check_batch(batch: &TaskInputs) -> Result<(), PluginError> {
+    if batch.datasets.is_empty() {
+        return Err(PluginError::invalid_data("the batch holds no dataset"));
+    }
+    for dataset in batch.datasets.iter() {
+        dataset.check_consistent()?;
+    }
+    Ok(())
+}
+
+impl<T: Send + 'static> Drop for Guarded<T> {
     fn drop(&mut self) {
         // SAFETY: `inner` is never used again after this point.
         let inner = unsafe { ManuallyDrop::take(&mut self.inner) };

@@ -36,6 +36,9 @@ impl ErrorCode {
     pub const POISONED: Self = Self(7);
     /// The host asked the plugin to stop.
     pub const CANCELLED: Self = Self(8);
+    /// The plugin does not do what was asked (1.2: e.g. a train-only plugin
+    /// asked for a predictor).
+    pub const UNSUPPORTED: Self = Self(9);
 
     /// A short stable name for logs and JSON output.
     pub fn name(self) -> &'static str {
@@ -48,6 +51,7 @@ impl ErrorCode {
             6 => "unsupported_device",
             7 => "poisoned",
             8 => "cancelled",
+            9 => "unsupported",
             _ => "other",
         }
     }
@@ -82,6 +86,9 @@ impl PluginError {
     }
     pub fn io(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::IO, message)
+    }
+    pub fn unsupported(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::UNSUPPORTED, message)
     }
     pub fn other(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::OTHER, message)

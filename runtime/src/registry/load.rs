@@ -26,8 +26,11 @@ use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tli_plugin_api::{
-    abi::v1_0, check_compatible, version::Incompatibility, DatasetAnnex, DatasetShape, EvalReport,
-    MemoryBreakdown, PluginError, PluginModuleRef, StepReport, TaskInputs, TaskSpec, TrainerBox,
+    abi::{v1_0, v1_1},
+    capability, check_compatible,
+    version::Incompatibility,
+    DatasetAnnex, DatasetShape, EvalReport, MemoryBreakdown, PluginError, PluginModuleRef,
+    Predictions, PredictorBox, PredictorSpec, StepReport, TaskInputs, TaskSpec, TrainerBox,
     PLUGIN_API_VERSION, VERSION_SYMBOL,
 };
 
@@ -166,12 +169,13 @@ fn load_checked(path: &Path, host_api: &str, checksum: String) -> Result<LoadedP
     // later minor adds its frozen module type here.)
     match declared_version.minor {
         0 => header.ensure_layout::<v1_0::PluginModuleRef>(),
+        1 => header.ensure_layout::<v1_1::PluginModuleRef>(),
         _ => header.ensure_layout::<PluginModuleRef>(),
     }
     .map_err(refused)?;
     // SAFETY: the layout was checked just above against the module of the
     // declared minor, whose fields are a prefix of `PluginModule`'s (the
-    // `abi_v1_0_is_a_prefix_of_the_current_module` test); the fields it
+    // `abi_v1_*_is_a_prefix_of_the_current_module` tests); the fields it
     // lacks are read through accessors that return `None` for this library.
     let module = unsafe { header.init_root_module_with_unchecked_layout::<PluginModuleRef>() }
         .map_err(refused)?;
@@ -348,6 +352,101 @@ impl LoadedPlugin {
             None => into_result((self.module.create_trainer())(spec, services.into_abi()))?,
         };
         Ok(TrainerHandle { trainer })
+    }
+
+    /// True when the plugin can apply a trained model (plugin API 1.2 and
+    /// the `predict` capability); otherwise it is "train only".
+    pub fn can_predict(&self) -> bool {
+        self.manifest.has_capability(capability::PREDICT)
+            && self.module.create_predictor().is_some()
+    }
+
+    /// Why this plugin cannot predict, as one line (`None` when it can).
+    pub fn train_only_reason(&self) -> Option<String> {
+        if self.can_predict() {
+            return None;
+        }
+        Some(if self.module.create_predictor().is_none() {
+            format!(
+                "plugin {} speaks plugin API {}, which has no predictors (1.2 and later): it is \
+                 train only",
+                self.label(),
+                self.manifest.api_version
+            )
+        } else {
+            format!(
+                "plugin {} does not declare the predict capability: it is train only",
+                self.label()
+            )
+        })
+    }
+
+    fn predict_entry<T>(&self, entry: Option<T>) -> Result<T, PluginError> {
+        match (self.train_only_reason(), entry) {
+            (None, Some(f)) => Ok(f),
+            (reason, _) => Err(PluginError::unsupported(reason.unwrap_or_else(|| {
+                format!("plugin {} lacks a predictor entry point", self.label())
+            }))),
+        }
+    }
+
+    /// Writes the weights of the checkpoint in `checkpoint_dir` to
+    /// `weights_path` (weights only).
+    pub fn export_weights(
+        &self,
+        config_json: &str,
+        checkpoint_dir: &Path,
+        weights_path: &Path,
+    ) -> Result<(), PluginError> {
+        let export = self.predict_entry(self.module.export_weights())?;
+        into_result(export(
+            RStr::from(config_json),
+            RStr::from(checkpoint_dir.to_string_lossy().as_ref()),
+            RStr::from(weights_path.to_string_lossy().as_ref()),
+        ))
+    }
+
+    /// Bytes a predictor will hold for batches of `shape.rows` rows.
+    pub fn estimate_predictor_memory(
+        &self,
+        config_json: &str,
+        shape: DatasetShape,
+        device: &str,
+    ) -> Result<MemoryBreakdown, PluginError> {
+        let estimate = self.predict_entry(self.module.estimate_predictor_memory())?;
+        into_result(estimate(RStr::from(config_json), shape, RStr::from(device)))
+    }
+
+    /// A predictor from exported weights.
+    pub fn create_predictor(
+        &self,
+        spec: PredictorSpec,
+        services: TaskServices,
+    ) -> Result<PredictorHandle, PluginError> {
+        let create = self.predict_entry(self.module.create_predictor())?;
+        let predictor = into_result(create(spec, services.into_abi()))?;
+        Ok(PredictorHandle { predictor })
+    }
+}
+
+/// A live predictor, with the ABI's `RResult`s turned into `Result`s.
+/// Dropping it drops the predictor inside the plugin.
+pub struct PredictorHandle {
+    predictor: PredictorBox,
+}
+
+impl PredictorHandle {
+    pub fn predict(&mut self, batch: TaskInputs) -> Result<Predictions, PluginError> {
+        into_result(self.predictor.predict(batch))
+    }
+    pub fn memory(&self) -> Result<MemoryBreakdown, PluginError> {
+        into_result(self.predictor.memory())
+    }
+    pub fn stream(&mut self, bars: TaskInputs) -> Result<Predictions, PluginError> {
+        into_result(self.predictor.stream(bars))
+    }
+    pub fn reset(&mut self) -> Result<(), PluginError> {
+        into_result(self.predictor.reset())
     }
 }
 

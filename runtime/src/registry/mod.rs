@@ -17,7 +17,8 @@ pub mod watch;
 
 pub use live::{LiveRegistry, RescanReport};
 pub use load::{
-    load_plugin_as, LoadError, LoadedPlugin, ParsedManifest, RefusedPlugin, TrainerHandle,
+    load_plugin_as, LoadError, LoadedPlugin, ParsedManifest, PredictorHandle, RefusedPlugin,
+    TrainerHandle,
 };
 
 use std::path::{Path, PathBuf};
