@@ -17,18 +17,7 @@ pub fn save<S: Serialize>(
     tensors: &[(String, &Tensor)],
     state: &S,
 ) -> Result<(), PluginError> {
-    let on_cpu = tensors
-        .iter()
-        .map(|(n, t)| {
-            Ok((
-                n.clone(),
-                t.f_detach()?.f_to_device(Device::Cpu)?.f_contiguous()?,
-            ))
-        })
-        .collect::<Result<Vec<(String, Tensor)>, tch::TchError>>()
-        .plugin_err("copying tensors for a checkpoint")?;
-    let path = dir.join(TENSORS_FILE);
-    Tensor::write_safetensors(&on_cpu, &path).plugin_err(&format!("writing {}", path.display()))?;
+    crate::weights::save(&dir.join(TENSORS_FILE), tensors)?;
     let json = serde_json::to_vec_pretty(state)
         .map_err(|e| PluginError::io(format!("serializing trainer state: {e}")))?;
     let path = dir.join(STATE_FILE);

@@ -15,6 +15,8 @@
 //!   kernels per update whatever the number of tensors), exact checkpoints.
 //! * [`grad_clip`]: global-norm gradient clipping on a flat gradient.
 //! * [`checkpoint`]: named tensors (safetensors) + a JSON state file.
+//! * [`weights`]: a model's weights alone (plugin API 1.2): exported from a
+//!   checkpoint, read by predictors.
 //! * [`config`]: JSON config layered over defaults, normalized JSON, and the
 //!   keys a checkpoint's config differs in.
 //! * [`data`]: dataset rows → tensors.
@@ -73,6 +75,7 @@ pub mod rl;
 pub mod schedule;
 pub mod staged;
 pub mod task_rows;
+pub mod weights;
 pub mod windows;
 pub use tli_rng as rng;
 

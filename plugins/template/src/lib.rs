@@ -9,6 +9,7 @@
 
 mod config;
 mod pooled;
+mod predictor;
 
 use config::TemplateConfig;
 use serde::{Deserialize, Serialize};
@@ -16,8 +17,8 @@ use std::path::Path;
 use tch::{Device, Kind, Tensor};
 use tli_plugin_api::{
     abi_stable::std_types::RArc, capability, export_plugin, Dataset, DatasetShape, EvalReport,
-    Host, Manifest, MemoryBreakdown, Metric, Plugin, PluginError, StepReport, TaskInputs, TaskSpec,
-    Trainer,
+    Host, Manifest, MemoryBreakdown, Metric, Plugin, PluginError, Predictor, PredictorSpec,
+    StepReport, TaskInputs, TaskSpec, Trainer,
 };
 use tli_plugin_kit::schedule::learning_rate_at;
 use tli_plugin_kit::{
@@ -78,7 +79,10 @@ impl Plugin for TemplatePlugin {
     }
 
     fn capabilities() -> Vec<String> {
-        vec![capability::POOLED.to_string()]
+        vec![
+            capability::POOLED.to_string(),
+            capability::PREDICT.to_string(),
+        ]
     }
 
     /// A pooled task trains one MLP across every asset, the asset index a
@@ -90,6 +94,36 @@ impl Plugin for TemplatePlugin {
     ) -> Result<TemplateTrainer, PluginError> {
         let pooled = inputs.pooled.then_some(inputs);
         TemplateTrainer::new(spec, pooled.as_ref(), host)
+    }
+
+    fn export_weights(
+        config_json: &str,
+        checkpoint_dir: &Path,
+        weights_path: &Path,
+    ) -> Result<(), PluginError> {
+        TemplateConfig::parse(config_json)?;
+        tli_plugin_kit::weights::export_from_checkpoint(
+            checkpoint_dir,
+            weights_path,
+            predictor::is_weight,
+        )
+    }
+
+    fn estimate_predictor_memory(
+        config_json: &str,
+        shape: DatasetShape,
+        device: &str,
+    ) -> Result<MemoryBreakdown, PluginError> {
+        let config = TemplateConfig::parse(config_json)?;
+        parse_device_name(device)?;
+        Ok(predictor::estimate_memory(&config, shape))
+    }
+
+    fn create_predictor(
+        spec: PredictorSpec,
+        host: Host,
+    ) -> Result<Box<dyn Predictor>, PluginError> {
+        Ok(Box::new(predictor::TemplatePredictor::new(spec, host)?))
     }
 }
 
