@@ -14,6 +14,11 @@ pub fn hex(bytes: &[u8]) -> String {
     s
 }
 
+/// SHA-256 of `bytes`, hex.
+pub fn sha256(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
 /// Reads `from` to its end through SHA-256, writing every byte to `copy_to`
 /// too when given; returns (hex digest, bytes read).
 pub fn sha256_stream(
@@ -50,5 +55,6 @@ mod tests {
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
         assert_eq!((n, copy.as_slice()), (3, &b"abc"[..]));
+        assert_eq!(super::sha256(b"abc"), digest);
     }
 }
