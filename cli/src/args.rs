@@ -43,7 +43,8 @@ pub struct Cli {
     #[arg(skip)]
     pub token_on_command_line: bool,
 
-    /// Output format: tables for people, JSON (on stdout) for programs.
+    /// Output format: tables for people, JSON (on stdout) for programs; `tli predict`
+    /// also writes csv and parquet.
     #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Table, global = true)]
     pub output: OutputFormat,
 
@@ -55,6 +56,17 @@ pub struct Cli {
 pub enum OutputFormat {
     Table,
     Json,
+    /// `tli predict` only.
+    Csv,
+    /// `tli predict` only.
+    Parquet,
+}
+
+impl OutputFormat {
+    /// True for the formats only `tli predict` writes.
+    pub fn is_data_only(self) -> bool {
+        matches!(self, Self::Csv | Self::Parquet)
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -88,6 +100,12 @@ pub enum Command {
         #[command(subcommand)]
         command: DataCommand,
     },
+    /// Apply a trained model to a bar file: one row per bar with the model's
+    /// forecasts (P10/P50/P90 or a point forecast, as log returns) or an agent's
+    /// action and position, beside the realized returns where the file has them.
+    /// The file is featurized with the model's own pipeline and the statistics of
+    /// its training split. Write it with -o csv|json|parquet [--out FILE].
+    Predict(PredictArgs),
     /// Measure what a plugin's trainer costs (memory).
     Profile {
         #[command(subcommand)]
@@ -548,6 +566,44 @@ pub struct LocalArgs {
     pub run: InProcessArgs,
     #[command(flatten)]
     pub data: DataArgs,
+    /// Keep the trained model as a bundle in this new directory (model.json,
+    /// weights.safetensors, checksums.sha256) for `tli predict`; with several
+    /// --plugin, one bundle per plugin under DIR/<plugin>. Needs --data.
+    #[arg(long, value_name = "DIR", requires = "data")]
+    pub save: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct PredictArgs {
+    /// The model: a bundle directory (`tli train local --save DIR`, `tli models export`).
+    #[arg(long, value_name = "BUNDLE")]
+    pub model: PathBuf,
+    /// Bar file to predict on (DBN, Parquet or CSV) of a contract the model was
+    /// trained on; `SYMBOL=FILE` names the symbol of its bars.
+    #[arg(long, value_name = "[SYMBOL=]FILE", value_parser = parse_bar_source)]
+    pub data: BarSource,
+    /// IANA time zone of the file's timestamps written without one.
+    #[arg(long, value_name = "ZONE", value_parser = parse_time_zone)]
+    pub tz: Option<String>,
+    /// First bar to write (a date or RFC 3339 time, UTC); earlier bars still serve as look-back.
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub start: Option<i64>,
+    /// Last bar to write (inclusive).
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub end: Option<i64>,
+    /// Write to this file (atomically) instead of standard output; with `-o table`
+    /// the format follows its extension (.csv, .json, .parquet).
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    #[arg(long, default_value = "cpu")]
+    pub device: Device,
+    /// libtorch intra-op threads (default: one per core).
+    #[arg(long, value_parser = clap::value_parser!(i32).range(1..=1024))]
+    pub threads: Option<i32>,
+}
+
+fn parse_time(text: &str) -> Result<i64, String> {
+    tli_data::timefmt::parse(text).map_err(|e| e.to_string())
 }
 
 /// Seed, device and threads of an in-process run (`train local`, `profile memory`).

@@ -27,7 +27,7 @@ pub mod stdout;
 pub mod view;
 
 use anyhow::Result;
-use args::{Cli, Command, DataCommand, PluginsCommand, TrainCommand};
+use args::{Cli, Command, DataCommand, OutputFormat, PluginsCommand, TrainCommand};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, ContentArrangement, Table};
 use serde::Serialize;
 
@@ -60,6 +60,16 @@ fn on_command_line(matches: &clap::ArgMatches, id: &str) -> bool {
 /// `bin_name` names the binary in generated shell completions.
 pub fn run_client(cli: &Cli, bin_name: &'static str) -> Option<Result<()>> {
     let contracts = cli.contracts.as_deref();
+    if cli.output.is_data_only() && !matches!(cli.command, Command::Predict(_)) {
+        return Some(Err(anyhow::anyhow!(
+            "-o {} is for `tli predict`; this command prints `-o table` or `-o json`",
+            if cli.output == OutputFormat::Csv {
+                "csv"
+            } else {
+                "parquet"
+            }
+        )));
+    }
     let result = match &cli.command {
         Command::Plugins {
             command: PluginsCommand::List { local: false },
@@ -123,6 +133,7 @@ pub fn run_client(cli: &Cli, bin_name: &'static str) -> Option<Result<()>> {
         | Command::Doctor
         | Command::Host { .. }
         | Command::Profile { .. }
+        | Command::Predict(_)
         | Command::Worker(_) => return None,
     };
     Some(result)

@@ -12,10 +12,15 @@ use abi_stable::std_types::RArc;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::Instant;
+use tli_data::features::{FeatureConfig, FeatureStats};
+use tli_models::card::{DataFile, TrainingRecord};
+use tli_models::BundleWriter;
 use tli_plugin_api::{
     Dataset, DatasetAnnex, Device, MemoryBreakdown, Metric, PluginError, TaskInputs, TaskSpec,
 };
+use tli_runtime::models::card::{card_for, TrainedAsset};
 
 /// What to train.
 #[derive(Clone, Debug)]
@@ -32,6 +37,31 @@ pub struct LocalTrainRequest {
     pub threads: Option<i32>,
     /// Draw progress bars (otherwise a line every 10%).
     pub interactive: bool,
+    /// Keep each trained model as a bundle (`--save`).
+    pub save: Option<SaveModels>,
+}
+
+/// Where and with what `--save` keeps the trained models.
+#[derive(Clone, Debug)]
+pub struct SaveModels {
+    /// The bundle directory (one plugin) or the directory of bundles (several).
+    pub dir: PathBuf,
+    /// The feature pipeline and what it fitted on the training split.
+    pub features: FeatureConfig,
+    pub stats: FeatureStats,
+    /// The bar file, by name and SHA-256.
+    pub data: Vec<DataFile>,
+}
+
+impl SaveModels {
+    /// The bundle directory of `plugin` when `plugins` are trained.
+    pub fn bundle_dir(&self, plugins: &[String], plugin: &str) -> PathBuf {
+        if plugins.len() == 1 {
+            self.dir.clone()
+        } else {
+            self.dir.join(plugin.replace('@', "-"))
+        }
+    }
 }
 
 /// The outcome of one plugin's run.
@@ -49,6 +79,8 @@ pub struct LocalRunReport {
     pub evaluation: BTreeMap<String, f64>,
     pub memory_estimate: Option<MemoryBytes>,
     pub memory_measured: Option<MemoryBytes>,
+    /// The model bundle written (`--save`).
+    pub bundle: Option<PathBuf>,
 }
 
 /// [`MemoryBreakdown`] for output (the ABI crate stays free of serde).
@@ -102,6 +134,7 @@ pub fn run(
                 evaluation: BTreeMap::new(),
                 memory_estimate: None,
                 memory_measured: None,
+                bundle: None,
             };
             // `name` or `name@version` (several versions may be loaded).
             let unknown = registry
@@ -152,6 +185,7 @@ fn train_one(
             .map_err(|e| fail("estimate_memory", e))?
             .into(),
     );
+    let spec_config = config.clone();
     let spec = TaskSpec {
         task_id: task_id.into(),
         config_json: config.into(),
@@ -174,7 +208,75 @@ fn train_one(
     result?;
     report.memory_measured = Some(trainer.memory().map_err(|e| fail("memory", e))?.into());
     report.evaluation = to_map(&trainer.evaluate().map_err(|e| fail("evaluate", e))?.metrics);
+    if let Some(save) = &request.save {
+        let run = SavedRun {
+            config: &spec_config,
+            task_id,
+            dataset,
+            annex,
+        };
+        report.bundle = Some(save_bundle(
+            plugin,
+            &mut trainer,
+            &run,
+            request,
+            save,
+            report,
+        )?);
+    }
     Ok(())
+}
+
+/// What a `--save` bundle records of the run.
+struct SavedRun<'a> {
+    config: &'a str,
+    task_id: &'a str,
+    dataset: &'a RArc<Dataset>,
+    annex: &'a DatasetAnnex,
+}
+
+/// Checkpoints the trainer into the bundle's scratch directory, has the
+/// plugin export the weights, and writes the bundle.
+fn save_bundle(
+    plugin: &LoadedPlugin,
+    trainer: &mut TrainerHandle,
+    run: &SavedRun<'_>,
+    request: &LocalTrainRequest,
+    save: &SaveModels,
+    report: &LocalRunReport,
+) -> Result<PathBuf, String> {
+    let dir = save.bundle_dir(&request.plugins, &report.plugin);
+    let failed = |e: &dyn std::fmt::Display| format!("saving the model to {}: {e}", dir.display());
+    let writer = BundleWriter::create(&dir).map_err(|e| e.to_string())?;
+    let scratch = writer.scratch_dir().map_err(|e| failed(&e))?;
+    trainer.save_checkpoint(&scratch).map_err(|e| failed(&e))?;
+    plugin
+        .export_weights(run.config, &scratch, &writer.weights_path())
+        .map_err(|e| failed(&e))?;
+    let asset = TrainedAsset {
+        dataset: run.dataset,
+        annex: run.annex,
+        stats: &save.stats,
+    };
+    let training = TrainingRecord {
+        task: run.task_id.to_string(),
+        seed: request.seed,
+        steps: report.steps_done,
+        device: request.device.to_string(),
+        data: save.data.clone(),
+        saved_at_ms: tli_core::ids::now_ms(),
+    };
+    let card = card_for(
+        &plugin.manifest,
+        run.config,
+        &save.features,
+        false,
+        &[asset],
+        &report.evaluation,
+        training,
+    )
+    .map_err(|e| failed(&e))?;
+    writer.finish(&card).map_err(|e| e.to_string())
 }
 
 fn drive(

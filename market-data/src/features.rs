@@ -318,11 +318,7 @@ pub fn build_with_stats(
             "a feature or target is not finite after normalization".into(),
         ));
     }
-    let target_names: Vec<String> = config
-        .target_horizons
-        .iter()
-        .map(|h| format!("fwd_logret_{h}"))
-        .collect();
+    let target_names = target_names(config);
     let stats = FeatureStats {
         feature_names: raw.names.clone(),
         feature_mean: mean,
@@ -364,6 +360,15 @@ pub fn build_with_stats(
         periods_per_year: table.interval.periods_per_year(),
     };
     Ok((AnnotatedDataset { dataset, annex }, stats))
+}
+
+/// The names of the targets `config` asks for (`fwd_logret_<h>`).
+pub fn target_names(config: &FeatureConfig) -> Vec<String> {
+    config
+        .target_horizons
+        .iter()
+        .map(|h| format!("fwd_logret_{h}"))
+        .collect()
 }
 
 /// A refusal of the feature pipeline for `table`'s symbol.

@@ -9,7 +9,7 @@
 use super::calendar::ExchangeCalendar;
 use super::contracts::ContractSpec;
 use super::features::{
-    pipeline_error, raw_features, row_markers, zscored, FeatureConfig, FeatureStats,
+    pipeline_error, raw_features, row_markers, target_names, zscored, FeatureConfig, FeatureStats,
 };
 use super::table::BarTable;
 use super::DataError;
@@ -30,6 +30,11 @@ pub struct FeatureRows {
     /// Each row's [`GAP_BEFORE`](tli_plugin_api::GAP_BEFORE) /
     /// [`ROLL_BEFORE`](tli_plugin_api::ROLL_BEFORE) markers.
     pub row_markers: Vec<u8>,
+    /// The model's targets as they turned out, `rows × target_names.len()`,
+    /// row-major, unscaled (a log return): NaN where the file ends before
+    /// the target's horizon. Training divided them by the target scales.
+    pub realized: Vec<f64>,
+    pub target_names: Vec<String>,
 }
 
 impl FeatureRows {
@@ -98,6 +103,28 @@ pub fn featurize_with_stats(
             crate::timefmt::format(table.ts[rows[i / width]])
         )));
     }
+    let target_names = target_names(config);
+    if target_names != stats.target_names {
+        return Err(invalid(format!(
+            "the feature config gives the targets [{}] but the model's statistics are for [{}]",
+            target_names.join(", "),
+            stats.target_names.join(", ")
+        )));
+    }
+    let log_close: Vec<f64> = table.close.iter().map(|c| c.ln()).collect();
+    let realized = rows
+        .iter()
+        .flat_map(|&t| {
+            let log_close = &log_close;
+            config
+                .target_horizons
+                .iter()
+                .map(move |&h| match log_close.get(t + h) {
+                    Some(later) => later - log_close[t],
+                    None => f64::NAN,
+                })
+        })
+        .collect();
     let all_markers = row_markers(table, &calendar);
     Ok(FeatureRows {
         symbol: table.symbol.clone(),
@@ -106,6 +133,8 @@ pub fn featurize_with_stats(
         feature_names: raw.names,
         close: rows.iter().map(|&t| table.close[t]).collect(),
         row_markers: rows.iter().map(|&t| all_markers[t]).collect(),
+        realized,
+        target_names,
     })
 }
 
@@ -145,7 +174,16 @@ mod tests {
                 "row {r}"
             );
             assert_eq!(d.close[r], rows.close[i]);
+            // The realized target, scaled as training did, is the dataset's target.
+            assert_eq!(
+                (rows.realized[i] / stats.target_scales[0]) as f32,
+                d.targets[r],
+                "row {r}"
+            );
         }
+        // The newest bar has no realized one-bar-ahead target.
+        assert!(rows.realized.last().unwrap().is_nan());
+        assert_eq!(rows.target_names, stats.target_names);
         assert_eq!(stats.target_names, vec!["fwd_logret_1".to_string()]);
         assert_eq!(stats.target_scales.len(), 1);
         // The statistics survive JSON (a model keeps them in a file).

@@ -8,6 +8,8 @@
 //!   (TensorBoard, Prometheus), [`RemoteExecutor`](orchestrator::remote_executor::RemoteExecutor)
 //!   (Slurm), [`TaskRecord`](orchestrator::task_record::TaskRecord) (a runner thread in the
 //!   host, or a worker recording through the host).
+//! * [`models`]: trained models in use: a model card from a training run, a model loaded
+//!   from its bundle and applied to bars.
 //! * [`registry`]: finds, checks and loads plugin libraries; wraps their calls.
 //! * [`elf_check`]: refuses truncated or foreign files before `dlopen` sees them.
 //! * [`services`]: what the host offers plugins (logging, cancellation, progress).
@@ -22,6 +24,7 @@
 pub mod allocator;
 pub mod elf_check;
 pub mod libtorch_info;
+pub mod models;
 pub mod orchestrator;
 pub mod registry;
 pub mod services;

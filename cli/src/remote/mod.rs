@@ -256,7 +256,7 @@ async fn start(
             view::print_json_line(&EventJson::Started { job: job.clone() })?
         }
         (OutputFormat::Json, false) => print_json(&job)?,
-        (OutputFormat::Table, _) => {
+        (_, _) => {
             crate::outln!("{}", render::started_table(&job));
             if !watch {
                 eprintln!("follow it with `tli train watch {}`", job.job_id);

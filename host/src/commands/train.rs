@@ -3,8 +3,9 @@
 
 use super::scan;
 use crate::byte_size::format_bytes;
-use crate::local_train::{self, LocalTrainRequest};
+use crate::local_train::{self, LocalTrainRequest, SaveModels};
 use crate::plugin_configs::PluginConfigs;
+use crate::registry::PluginRegistry;
 use abi_stable::std_types::RArc;
 use anyhow::{bail, Context, Result};
 use std::io::IsTerminal;
@@ -12,9 +13,25 @@ use std::path::Path;
 use tli_cli::args::{DataArgs, LocalArgs, OutputFormat};
 use tli_cli::{new_table, print_json};
 use tli_data::contracts::ContractBook;
-use tli_data::features::{AnnotatedDataset, FeatureConfig};
+use tli_data::features::{AnnotatedDataset, FeatureConfig, FeatureStats};
 use tli_data::synthetic_ar::{synthetic_ar_annotated, SyntheticArSpec};
 use tli_data::BarSource;
+use tli_models::card::DataFile;
+
+/// An in-process run's dataset and, for a bar file, what a saved model
+/// keeps of it.
+pub(super) struct LocalData {
+    pub annotated: AnnotatedDataset,
+    /// `None` for the synthetic dataset.
+    pub fitted: Option<Fitted>,
+}
+
+/// The feature pipeline of a bar file and what it fitted.
+pub(super) struct Fitted {
+    pub features: FeatureConfig,
+    pub stats: FeatureStats,
+    pub file: DataFile,
+}
 
 /// The bar file through the feature pipeline, or the synthetic AR(1) dataset
 /// (seeded with `seed`).
@@ -23,12 +40,24 @@ pub(super) fn dataset_for(
     args: &DataArgs,
     seed: u64,
 ) -> Result<AnnotatedDataset> {
+    local_data(contracts, args, seed).map(|d| d.annotated)
+}
+
+/// [`dataset_for`], with the pipeline's statistics for a bar file.
+pub(super) fn local_data(
+    contracts: Option<&Path>,
+    args: &DataArgs,
+    seed: u64,
+) -> Result<LocalData> {
     let Some(source) = &args.data else {
-        return Ok(synthetic_ar_annotated(SyntheticArSpec {
-            rows: args.rows as usize,
-            seed,
-            ..SyntheticArSpec::default()
-        }));
+        return Ok(LocalData {
+            annotated: synthetic_ar_annotated(SyntheticArSpec {
+                rows: args.rows as usize,
+                seed,
+                ..SyntheticArSpec::default()
+            }),
+            fitted: None,
+        });
     };
     let config: FeatureConfig = match &args.features {
         Some(json) => {
@@ -43,9 +72,49 @@ pub(super) fn dataset_for(
     let book = ContractBook::load(contracts)?;
     let (table, notes) = source.read(&book)?;
     let contract = source.contract(&table, &notes, &book)?;
-    Ok(tli_data::features::build_annotated_dataset(
-        &table, contract, &config,
-    )?)
+    let (annotated, stats) = tli_data::features::build_with_stats(&table, contract, &config)?;
+    Ok(LocalData {
+        annotated,
+        fitted: Some(Fitted {
+            features: config,
+            stats,
+            file: data_file(&source.path)?,
+        }),
+    })
+}
+
+/// A bar file by name and SHA-256, as a model card records it.
+pub(super) fn data_file(path: &Path) -> Result<DataFile> {
+    let file = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    let (sha256, _) = tli_core::digest::sha256_stream(file, None)
+        .with_context(|| format!("reading {}", path.display()))?;
+    Ok(DataFile {
+        name: path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        sha256,
+    })
+}
+
+/// Refuses, before anything trains, a `--save` whose bundle directories
+/// exist or whose plugins cannot predict.
+fn check_saveable(registry: &PluginRegistry, plugins: &[String], save: &SaveModels) -> Result<()> {
+    for name in plugins {
+        let dir = save.bundle_dir(plugins, name);
+        if dir.symlink_metadata().is_ok() {
+            bail!(
+                "--save: {} already exists; give a new directory (nothing was trained)",
+                dir.display()
+            );
+        }
+        if let Ok(plugin) = registry.resolve(name) {
+            if let Some(reason) = plugin.train_only_reason() {
+                bail!("--save: {reason}, so its model cannot be saved (nothing was trained)");
+            }
+        }
+    }
+    Ok(())
 }
 
 /// One line on stderr: the dataset's size and splits.
@@ -68,7 +137,8 @@ pub(super) fn local(
     output: OutputFormat,
 ) -> Result<()> {
     let configs = PluginConfigs::parse(&args.config, &args.plugins)?;
-    let AnnotatedDataset { dataset, annex } = dataset_for(contracts, &args.data, args.run.seed)?;
+    let LocalData { annotated, fitted } = local_data(contracts, &args.data, args.run.seed)?;
+    let AnnotatedDataset { dataset, annex } = annotated;
     let dataset = RArc::new(dataset);
     describe_dataset(&dataset);
     let registry = scan(plugin_dir)?;
@@ -79,6 +149,19 @@ pub(super) fn local(
             registry.refused.len()
         );
     }
+    let save = match (&args.save, fitted) {
+        (Some(dir), Some(fitted)) => Some(SaveModels {
+            dir: dir.clone(),
+            features: fitted.features,
+            stats: fitted.stats,
+            data: vec![fitted.file],
+        }),
+        (Some(_), None) => bail!("--save needs --data: a model keeps the bar file's pipeline"),
+        (None, _) => None,
+    };
+    if let Some(save) = &save {
+        check_saveable(&registry, &args.plugins, save)?;
+    }
     let request = LocalTrainRequest {
         plugins: args.plugins.clone(),
         steps: args.steps,
@@ -88,6 +171,7 @@ pub(super) fn local(
         device: args.run.device,
         threads: args.run.threads,
         interactive: std::io::stderr().is_terminal(),
+        save,
     };
     let reports = local_train::run(&registry, &request, &dataset, &annex);
     if output == OutputFormat::Json {
@@ -131,6 +215,16 @@ pub(super) fn local(
             ]);
         }
         tli_cli::outln!("{table}");
+        for r in &reports {
+            if let Some(dir) = &r.bundle {
+                tli_cli::outln!(
+                    "{} saved to {} (apply it with `tli predict --model {} --data FILE`)",
+                    r.plugin,
+                    dir.display(),
+                    dir.display()
+                );
+            }
+        }
         for r in reports.iter().filter(|r| r.error.is_some()) {
             tli_cli::outln!(
                 "{} failed: {}",

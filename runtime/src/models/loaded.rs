@@ -1,0 +1,311 @@
+//! A model loaded from its bundle: the plugin that can apply it, and a
+//! predictor made from its checked weights.
+
+use super::ModelError;
+use crate::registry::{LoadedPlugin, PluginRegistry, PredictorHandle};
+use crate::services::TaskServices;
+use abi_stable::std_types::{RArc, RString};
+use std::sync::Arc;
+use tli_data::contracts::ContractSpec;
+use tli_data::inference::{featurize_with_stats, FeatureRows};
+use tli_data::table::BarTable;
+use tli_models::{AssetCard, Bundle, ModelCard, PredictionTable};
+use tli_plugin_api::{
+    Dataset, DatasetAnnex, DatasetShape, Device, FeatureRole, MemoryBreakdown, Predictions,
+    PredictorSpec, TaskInputs,
+};
+
+/// Which bars to write predictions for (UTC ns, inclusive); earlier bars
+/// still serve as look-back.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PredictWindow {
+    pub start: Option<i64>,
+    pub end: Option<i64>,
+}
+
+impl PredictWindow {
+    fn contains(&self, ts: i64) -> bool {
+        self.start.is_none_or(|s| ts >= s) && self.end.is_none_or(|e| ts <= e)
+    }
+}
+
+/// A model ready to predict (see the module docs).
+pub struct LoadedModel {
+    pub card: ModelCard,
+    pub plugin: Arc<LoadedPlugin>,
+    predictor: PredictorHandle,
+}
+
+impl LoadedModel {
+    /// Loads the model in `bundle` with a plugin of `registry` that accepts
+    /// it, on `device`; `model_id` names it in log lines.
+    pub fn load(
+        registry: &PluginRegistry,
+        bundle: &Bundle,
+        model_id: &str,
+        device: Device,
+    ) -> Result<Self, ModelError> {
+        let card = bundle.card.clone();
+        let plugin = plugin_for(registry, &card)?;
+        if let Some(reason) = plugin.train_only_reason() {
+            return Err(ModelError::TrainOnly(reason));
+        }
+        let config = plugin
+            .validate_config(&card.config.to_string())
+            .map_err(|source| ModelError::Config {
+                plugin: plugin.label(),
+                source,
+            })?;
+        let spec = PredictorSpec {
+            model_id: model_id.into(),
+            config_json: config.into(),
+            device: device.to_string().into(),
+            weights_path: RString::from(bundle.weights_path().to_string_lossy().as_ref()),
+            schema: schema(&card)?,
+        };
+        let predictor = plugin
+            .create_predictor(spec, TaskServices::new(plugin.name(), model_id))
+            .map_err(|source| ModelError::Plugin {
+                what: format!("plugin {} cannot load the model", plugin.label()),
+                source,
+            })?;
+        Ok(Self {
+            card,
+            plugin,
+            predictor,
+        })
+    }
+
+    /// Bytes the predictor holds now.
+    pub fn memory(&self) -> Result<MemoryBreakdown, ModelError> {
+        self.predictor
+            .memory()
+            .map_err(|source| ModelError::Plugin {
+                what: "the predictor's memory".into(),
+                source,
+            })
+    }
+
+    /// Bytes a predictor of this model will need for batches of `rows` rows.
+    pub fn estimate_memory(
+        &self,
+        rows: u64,
+        device: Device,
+    ) -> Result<MemoryBreakdown, ModelError> {
+        let shape = DatasetShape {
+            rows,
+            features: self.card.inputs.feature_names.len() as u64,
+            targets: self.card.inputs.target_names.len() as u64,
+        };
+        self.plugin
+            .estimate_predictor_memory(&self.card.config.to_string(), shape, &device.to_string())
+            .map_err(|source| ModelError::Plugin {
+                what: "estimating the predictor's memory".into(),
+                source,
+            })
+    }
+
+    /// The asset of the model that `contract` is.
+    pub fn asset_for(&self, contract: &ContractSpec) -> Result<&AssetCard, ModelError> {
+        self.card
+            .asset_for_root(&contract.root)
+            .ok_or_else(|| ModelError::OtherContract {
+                root: contract.root.clone(),
+                known: self.card.roots().join(", "),
+            })
+    }
+
+    /// Predictions for the bars of `table` (one contract) inside `window`:
+    /// one row per bar with the model's full look-back.
+    pub fn predict_bars(
+        &mut self,
+        table: &BarTable,
+        contract: &ContractSpec,
+        window: PredictWindow,
+    ) -> Result<PredictionTable, ModelError> {
+        let asset = self.asset_for(contract)?.clone();
+        let rows = featurize_with_stats(table, contract, &self.card.features, &asset.stats)?;
+        let batch = batch_of(&self.card, &asset, &rows, contract);
+        let predictions = self
+            .predictor
+            .predict(batch)
+            .map_err(|source| ModelError::Plugin {
+                what: format!("plugin {} failed to predict", self.plugin.label()),
+                source,
+            })?;
+        let table = to_table(&asset, &rows, &predictions, window);
+        if table.is_empty() {
+            let text = |t: Option<i64>| t.map(tli_data::timefmt::format);
+            return Err(ModelError::EmptyWindow {
+                start: text(window.start).unwrap_or_else(|| "the start".into()),
+                end: text(window.end).unwrap_or_else(|| "the end".into()),
+            });
+        }
+        Ok(table)
+    }
+}
+
+/// The newest loaded version of the card's plugin that accepts the model:
+/// the same version or a later one semver calls compatible (`^version`).
+fn plugin_for(
+    registry: &PluginRegistry,
+    card: &ModelCard,
+) -> Result<Arc<LoadedPlugin>, ModelError> {
+    let name = &card.plugin.name;
+    let available = registry.versions(name);
+    if available.is_empty() {
+        return Err(ModelError::PluginMissing {
+            plugin: card.plugin.label(),
+            loaded: registry.names().join(", "),
+        });
+    }
+    let wanted = format!("^{}", card.plugin.version);
+    let requirement = semver::VersionReq::parse(&wanted)
+        .map_err(|e| ModelError::Card(format!("plugin version {:?}: {e}", card.plugin.version)))?;
+    available
+        .iter()
+        .rev()
+        .filter_map(|v| registry.get_version(name, v))
+        .find(|p| requirement.matches(&p.version))
+        .cloned()
+        .ok_or_else(|| ModelError::PluginVersion {
+            plugin: card.plugin.label(),
+            wanted,
+            available: available
+                .iter()
+                .map(|v| format!("{name}@{v}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+}
+
+fn roles(card: &ModelCard) -> Result<Vec<FeatureRole>, ModelError> {
+    card.inputs
+        .feature_roles
+        .iter()
+        .map(|r| {
+            FeatureRole::parse(r)
+                .ok_or_else(|| ModelError::Card(format!("unknown feature role {r:?}")))
+        })
+        .collect()
+}
+
+/// The training inputs without rows (what a predictor is made with).
+fn schema(card: &ModelCard) -> Result<TaskInputs, ModelError> {
+    let roles = roles(card)?;
+    let datasets = card
+        .assets
+        .iter()
+        .map(|asset| {
+            let dataset = Dataset {
+                symbol: asset.symbol.as_str().into(),
+                feature_names: card
+                    .inputs
+                    .feature_names
+                    .iter()
+                    .map(|s| s.as_str().into())
+                    .collect(),
+                target_names: card
+                    .inputs
+                    .target_names
+                    .iter()
+                    .map(|s| s.as_str().into())
+                    .collect(),
+                contract: tli_plugin_api::ContractTerms {
+                    root: asset.contract.root.as_str().into(),
+                    tick_size: asset.contract.tick_size,
+                    point_value: asset.contract.point_value,
+                    currency: asset.contract.currency.as_str().into(),
+                },
+                periods_per_year: card.inputs.periods_per_year,
+                ..Dataset::default()
+            };
+            let annex = DatasetAnnex {
+                feature_roles: roles.clone(),
+                target_horizons: card.inputs.target_horizons.clone(),
+                target_scales: asset.stats.target_scales.clone(),
+                bar_interval_ns: card.inputs.bar_interval_ns,
+                row_markers: Vec::new(),
+                asset_index: asset.asset_index,
+            };
+            (RArc::new(dataset), annex)
+        })
+        .collect();
+    Ok(TaskInputs::new(datasets, card.pooled, card.assets.len()))
+}
+
+/// New rows of one asset as a batch: features and markers, no targets.
+fn batch_of(
+    card: &ModelCard,
+    asset: &AssetCard,
+    rows: &FeatureRows,
+    contract: &ContractSpec,
+) -> TaskInputs {
+    let dataset = Dataset {
+        symbol: rows.symbol.as_str().into(),
+        timestamps: rows.timestamps.clone().into(),
+        features: rows.features.clone().into(),
+        feature_names: rows
+            .feature_names
+            .iter()
+            .map(|s| s.as_str().into())
+            .collect(),
+        close: rows.close.clone().into(),
+        contract: contract.terms(),
+        periods_per_year: card.inputs.periods_per_year,
+        ..Dataset::default()
+    };
+    let annex = DatasetAnnex {
+        // Checked by the card and featurize_with_stats; the batch repeats them.
+        feature_roles: roles(card).unwrap_or_default(),
+        target_horizons: Vec::new(),
+        target_scales: Vec::new(),
+        bar_interval_ns: card.inputs.bar_interval_ns,
+        row_markers: rows.row_markers.clone(),
+        asset_index: asset.asset_index,
+    };
+    TaskInputs::new(
+        vec![(RArc::new(dataset), annex)],
+        card.pooled,
+        card.assets.len(),
+    )
+}
+
+/// The predictor's outputs as a table: forecasts of a target (`<target>:…`)
+/// multiplied back by its scale (so they are log returns), other outputs as
+/// they are, then each target's realized value (`<target>:actual`).
+fn to_table(
+    asset: &AssetCard,
+    rows: &FeatureRows,
+    predictions: &Predictions,
+    window: PredictWindow,
+) -> PredictionTable {
+    let scales: Vec<f64> = predictions
+        .columns
+        .iter()
+        .map(|c| {
+            let target = c.as_str().split_once(':').map(|(t, _)| t);
+            target
+                .and_then(|t| asset.stats.target_names.iter().position(|n| n == t))
+                .map(|i| asset.stats.target_scales[i])
+                .unwrap_or(1.0)
+        })
+        .collect();
+    let mut columns: Vec<String> = predictions.columns.iter().map(|c| c.to_string()).collect();
+    columns.extend(rows.target_names.iter().map(|t| format!("{t}:actual")));
+    let n_targets = rows.target_names.len();
+    let mut table = PredictionTable::new(columns);
+    let mut values = Vec::with_capacity(table.columns.len());
+    for i in 0..predictions.len() {
+        let r = predictions.rows[i] as usize;
+        let ts = rows.timestamps[r];
+        if !window.contains(ts) {
+            continue;
+        }
+        values.clear();
+        values.extend(predictions.row(i).iter().zip(&scales).map(|(v, s)| v * s));
+        values.extend_from_slice(&rows.realized[r * n_targets..(r + 1) * n_targets]);
+        table.push(ts, &rows.symbol, &values);
+    }
+    table
+}
