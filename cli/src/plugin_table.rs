@@ -20,7 +20,8 @@ pub struct PluginJson {
     pub load_ms: Option<f64>,
     pub default_config: serde_json::Value,
     pub config_schema: serde_json::Value,
-    /// Plugin API 1.1 capabilities (`pooled`, …).
+    /// Plugin API capabilities: `pooled` (1.1), `predict` (1.2; without it a
+    /// plugin is "train only").
     pub capabilities: Vec<String>,
     /// Where the library was loaded from (`path`, or a host's private copy
     /// of a file found by a rescan).
@@ -49,6 +50,18 @@ pub struct PluginListingJson {
     pub host_plugin_api: String,
     pub plugins: Vec<PluginJson>,
     pub refused: Vec<RefusedJson>,
+}
+
+impl PluginJson {
+    /// `train, predict` when the plugin can apply its models (plugin API 1.2,
+    /// the `predict` capability), else `train only`.
+    pub fn use_label(&self) -> &'static str {
+        if self.capabilities.iter().any(|c| c == "predict") {
+            "train, predict"
+        } else {
+            "train only"
+        }
+    }
 }
 
 impl From<&pb::Plugin> for PluginJson {
@@ -102,7 +115,7 @@ pub fn print_plugin_listing(listing: &PluginListingJson, dir_label: &str) {
     crate::outln!("{dir_label}: {}", listing.plugin_dir);
     // A host's listing also says when each version was loaded and how many tasks use it.
     let from_host = listing.plugins.iter().any(|p| p.tasks.is_some());
-    let mut header = vec!["NAME", "VERSION", "API", "FAMILY", "CAPABILITIES"];
+    let mut header = vec!["NAME", "VERSION", "API", "FAMILY", "USE", "CAPABILITIES"];
     if from_host {
         header.extend(["LOADED", "TASKS (ACTIVE/ALL)"]);
     }
@@ -114,6 +127,7 @@ pub fn print_plugin_listing(listing: &PluginListingJson, dir_label: &str) {
             p.version.clone(),
             p.api_version.clone(),
             p.family.clone(),
+            p.use_label().to_string(),
             if p.capabilities.is_empty() {
                 "-".to_string()
             } else {

@@ -20,6 +20,12 @@
 //! | `asset_index` | one integer | the asset's stable index in the job (its order in the job's asset list) |
 //! | `asset_count` | one integer, task-wide | how many assets the job has |
 //!
+//! Columns of API 1.2 (prediction batches, per dataset):
+//!
+//! | name | values | meaning |
+//! |---|---|---|
+//! | `predict_from` | one integer | the first row to act on: rows before it are context only (a window's look-back); an agent starts flat there. Missing: 0 |
+//!
 //! [`DatasetAnnex`] is the typed view of one dataset's columns, used by both
 //! sides: the host writes columns with [`DatasetAnnex::write_columns`], a
 //! plugin reads them with [`TaskInputs::annex`].
@@ -49,6 +55,8 @@ pub mod column {
     pub const ROW_MARKERS: &str = "row_markers";
     pub const ASSET_INDEX: &str = "asset_index";
     pub const ASSET_COUNT: &str = "asset_count";
+    /// 1.2: the first row of a prediction batch to act on (see the module docs).
+    pub const PREDICT_FROM: &str = "predict_from";
 }
 
 /// One named column of the side table. Exactly one of `numbers`, `integers`
@@ -307,6 +315,15 @@ impl TaskInputs {
         }
         annex.check_against(dataset)?;
         Ok(annex)
+    }
+
+    /// 1.2: the first row of dataset `index` of a prediction batch to act
+    /// on (column `predict_from`; 0 when missing).
+    pub fn predict_from(&self, index: usize) -> usize {
+        self.column(index as u32, column::PREDICT_FROM)
+            .and_then(|c| c.integers.first().copied())
+            .and_then(|n| usize::try_from(n).ok())
+            .unwrap_or(0)
     }
 
     /// The number of assets of the job (task-wide column; defaults to the

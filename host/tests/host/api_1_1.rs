@@ -1,9 +1,9 @@
-//! Plugin API 1.1 end to end, over gRPC against real plugin libraries:
+//! Plugin API 1.1 (and 1.2 refusals) end to end, over gRPC against real plugin libraries:
 //! * a plugin binary built against the frozen 1.0.0 API
 //!   (`tests/fixtures/api-1-0`) loads into this host and trains, checkpoints
-//!   and completes through the API;
-//! * a 1.1 plugin (the real template) is refused by the 1.0 rule with its
-//!   one-line reason;
+//!   and completes through the API, and is train only (no predictors);
+//! * a 1.2 plugin (the real template) is refused by the 1.0 and 1.1 rules
+//!   with its one-line reason;
 //! * a pooled template job over three synthetic assets that share a planted
 //!   AR(1) signal at different scales reports overall and per-asset metrics,
 //!   and a stop + resume through the API ends with the same weights as an
@@ -103,6 +103,14 @@ async fn a_plugin_built_against_api_1_0_trains_through_the_api() {
     let legacy = registry.get("legacy_linear").expect("the 1.0 plugin loads");
     assert_eq!(legacy.manifest.api_version, "1.0.0");
     assert!(legacy.manifest.capabilities.is_empty());
+    // A 1.0 plugin is train only: one line says so.
+    assert!(!legacy.can_predict());
+    let reason = legacy.train_only_reason().unwrap();
+    assert_eq!(
+        reason,
+        "plugin legacy_linear@1.0.0 speaks plugin API 1.0.0, which has no predictors (1.2 and \
+         later): it is train only"
+    );
 
     let state = tempfile::tempdir().unwrap();
     let (_server, mut client) = serve(state.path(), plugins.path()).await;
@@ -162,31 +170,38 @@ async fn a_plugin_built_against_api_1_0_trains_through_the_api() {
 }
 
 #[test]
-fn a_1_1_plugin_is_refused_by_the_1_0_rule_with_its_reason() {
-    let reason = match load_plugin_as(&library(TEMPLATE), "1.0.0") {
-        Ok(_) => panic!("a 1.0 host must refuse the 1.1 template"),
-        Err(reason) => reason,
-    };
-    assert!(
-        matches!(
-            reason,
-            tli_host::registry::LoadError::Incompatible(
-                tli_plugin_api::version::Incompatibility::NewerMinor { .. }
-            )
-        ),
-        "{reason:?}"
-    );
-    let reason = reason.to_string();
-    assert!(
-        reason.starts_with("built against plugin API 1.1, this host speaks 1.0;"),
-        "{reason}"
-    );
-    assert_eq!(reason.lines().count(), 1);
-    // The same file loads under the 1.1 rule, with its capabilities.
+fn a_1_2_plugin_is_refused_by_the_1_0_and_1_1_rules_with_its_reason() {
+    for host in ["1.0.0", "1.1.0"] {
+        let reason = match load_plugin_as(&library(TEMPLATE), host) {
+            Ok(_) => panic!("a {host} host must refuse the 1.2 template"),
+            Err(reason) => reason,
+        };
+        assert!(
+            matches!(
+                reason,
+                tli_host::registry::LoadError::Incompatible(
+                    tli_plugin_api::version::Incompatibility::NewerMinor { .. }
+                )
+            ),
+            "{reason:?}"
+        );
+        let reason = reason.to_string();
+        let minor = &host[..3];
+        assert!(
+            reason.starts_with(&format!(
+                "built against plugin API 1.2, this host speaks {minor};"
+            )),
+            "{reason}"
+        );
+        assert_eq!(reason.lines().count(), 1);
+    }
+    // The same file loads under the current rule, with its capabilities.
     let plugin = load_plugin_as(&library(TEMPLATE), tli_plugin_api::PLUGIN_API_VERSION).unwrap();
     assert!(plugin
         .manifest
         .has_capability(tli_plugin_api::capability::POOLED));
+    assert!(plugin.can_predict());
+    assert_eq!(plugin.train_only_reason(), None);
 }
 
 fn pooled_request(steps: u64) -> pb::StartTrainingRequest {

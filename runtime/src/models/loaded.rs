@@ -11,8 +11,8 @@ use tli_data::inference::{featurize_with_stats, FeatureRows};
 use tli_data::table::BarTable;
 use tli_models::{AssetCard, Bundle, ModelCard, PredictionTable};
 use tli_plugin_api::{
-    Dataset, DatasetAnnex, DatasetShape, Device, FeatureRole, MemoryBreakdown, Predictions,
-    PredictorSpec, TaskInputs,
+    task_inputs::column, Column, Dataset, DatasetAnnex, DatasetShape, Device, FeatureRole,
+    MemoryBreakdown, Predictions, PredictorSpec, TaskInputs,
 };
 
 /// Which bars to write predictions for (UTC ns, inclusive); earlier bars
@@ -125,7 +125,11 @@ impl LoadedModel {
     ) -> Result<PredictionTable, ModelError> {
         let asset = self.asset_for(contract)?.clone();
         let rows = featurize_with_stats(table, contract, &self.card.features, &asset.stats)?;
-        let batch = batch_of(&self.card, &asset, &rows, contract);
+        let from = window
+            .start
+            .map(|start| rows.timestamps.partition_point(|t| *t < start))
+            .unwrap_or(0);
+        let batch = batch_of(&self.card, &asset, &rows, contract, from);
         let predictions = self
             .predictor
             .predict(batch)
@@ -234,12 +238,14 @@ fn schema(card: &ModelCard) -> Result<TaskInputs, ModelError> {
     Ok(TaskInputs::new(datasets, card.pooled, card.assets.len()))
 }
 
-/// New rows of one asset as a batch: features and markers, no targets.
+/// New rows of one asset as a batch: features and markers, no targets;
+/// rows before `from` are context only.
 fn batch_of(
     card: &ModelCard,
     asset: &AssetCard,
     rows: &FeatureRows,
     contract: &ContractSpec,
+    from: usize,
 ) -> TaskInputs {
     let dataset = Dataset {
         symbol: rows.symbol.as_str().into(),
@@ -264,11 +270,18 @@ fn batch_of(
         row_markers: rows.row_markers.clone(),
         asset_index: asset.asset_index,
     };
-    TaskInputs::new(
+    let mut batch = TaskInputs::new(
         vec![(RArc::new(dataset), annex)],
         card.pooled,
         card.assets.len(),
-    )
+    );
+    batch.columns.push(Column {
+        dataset: 0,
+        name: column::PREDICT_FROM.into(),
+        integers: vec![from as i64].into(),
+        ..Column::default()
+    });
+    batch
 }
 
 /// The predictor's outputs as a table: forecasts of a target (`<target>:…`)

@@ -45,7 +45,8 @@ pub struct ParsedManifest {
     pub description: String,
     pub default_config: serde_json::Value,
     pub config_schema: serde_json::Value,
-    /// Plugin API 1.1 capabilities (`pooled`, …); empty for a 1.0 plugin.
+    /// Plugin API capabilities (`pooled` since 1.1, `predict` since 1.2 and
+    /// only with its entry points); empty for a 1.0 plugin.
     pub capabilities: Vec<String>,
 }
 
@@ -186,6 +187,12 @@ fn load_checked(path: &Path, host_api: &str, checksum: String) -> Result<LoadedP
             RResult::RErr(e) => return Err(LoadError::Capabilities(e)),
         },
     };
+    // `predict` means the 1.2 entry points exist: a plugin of an older minor
+    // that names it cannot be asked for a predictor.
+    let mut capabilities = capabilities;
+    if module.create_predictor().is_none() {
+        capabilities.retain(|c| c != capability::PREDICT);
+    }
     let manifest = match (module.manifest())() {
         RResult::ROk(m) => m,
         RResult::RErr(e) => return Err(LoadError::Manifest(e)),

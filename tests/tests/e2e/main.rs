@@ -22,6 +22,7 @@ mod orchestrator;
 mod plots;
 mod plugin_loading;
 mod ppo_plugin;
+mod predict_cli;
 mod profile_cli;
 mod proto_api;
 mod python_client;
