@@ -17,6 +17,9 @@
 //! * [`model`]: input projection → stack → multi-horizon head.
 //! * [`trainer`]: the training loop, evaluation driver and checkpoints;
 //!   [`evaluation`]: the metrics of a split; [`memory`]: the memory model.
+//! * [`predictor`] (plugin API 1.2): the trained model applied to new bars,
+//!   whole windows (`predict`) or bar by bar with the recurrent step
+//!   (`stream`).
 //!
 //! Parameters are plain leaf tensors initialised from the kit's seeded
 //! [`Rng`](tli_plugin_kit::rng::Rng) (never libtorch's global generator),
@@ -29,6 +32,7 @@ pub mod evaluation;
 pub mod memory;
 pub mod model;
 pub mod norm;
+pub mod predictor;
 pub mod ssd;
 pub mod stack;
 pub mod trainer;
@@ -39,10 +43,11 @@ pub use stack::{Mamba2Stack, StackState};
 
 use config::ForecasterConfig;
 use model::Forecaster;
+use std::path::Path;
 use tch::{Device, Kind, Tensor};
 use tli_plugin_api::{
     capability, export_plugin, DatasetShape, Host, Manifest, MemoryBreakdown, Plugin, PluginError,
-    TaskInputs, TaskSpec,
+    Predictor, PredictorSpec, TaskInputs, TaskSpec,
 };
 use tli_plugin_kit::device::parse_device_name;
 use tli_plugin_kit::TchResultExt;
@@ -98,7 +103,10 @@ impl Plugin for Mamba2Plugin {
     }
 
     fn capabilities() -> Vec<String> {
-        vec![capability::POOLED.to_string()]
+        vec![
+            capability::POOLED.to_string(),
+            capability::PREDICT.to_string(),
+        ]
     }
 
     /// Reads the dataset annex (row markers: windows never span a gap or a
@@ -109,6 +117,38 @@ impl Plugin for Mamba2Plugin {
         host: Host,
     ) -> Result<Mamba2Trainer, PluginError> {
         Mamba2Trainer::new(spec, Some(&inputs), host)
+    }
+
+    /// The model's weights (`input.*`, `backbone.*`, `head.*`) without the
+    /// AdamW moments or any counter.
+    fn export_weights(
+        config_json: &str,
+        checkpoint_dir: &Path,
+        weights_path: &Path,
+    ) -> Result<(), PluginError> {
+        ForecasterConfig::parse(config_json)?;
+        tli_plugin_kit::weights::export_from_checkpoint(
+            checkpoint_dir,
+            weights_path,
+            predictor::is_weight,
+        )
+    }
+
+    fn estimate_predictor_memory(
+        config_json: &str,
+        shape: DatasetShape,
+        device: &str,
+    ) -> Result<MemoryBreakdown, PluginError> {
+        let config = ForecasterConfig::parse(config_json)?;
+        parse_device_name(device)?;
+        Ok(predictor::estimate_memory(&config, shape))
+    }
+
+    fn create_predictor(
+        spec: PredictorSpec,
+        host: Host,
+    ) -> Result<Box<dyn Predictor>, PluginError> {
+        Ok(Box::new(predictor::Mamba2Predictor::new(spec, host)?))
     }
 }
 

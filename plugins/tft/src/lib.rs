@@ -19,6 +19,9 @@
 //! * [`trainer`]: epochs, masked pinball loss, AdamW (either precision),
 //!   cancellation, exact checkpoints; [`evaluation`]: q-risk, coverage and
 //!   the interpretability readouts (selection weights, attention lags).
+//! * [`predictor`] (plugin API 1.2): the trained network applied to new
+//!   bars (INT8 weights kept as int8 codes and scales), whole batches or a
+//!   rolling window per streamed dataset.
 //!
 //! Built from the kit's blocks ([`tli_plugin_kit::nn`]); parameters are
 //! plain leaf tensors from the kit's seeded RNG under stable names.
@@ -29,15 +32,17 @@ pub mod evaluation;
 pub mod memory;
 pub mod model;
 pub mod precision;
+pub mod predictor;
 pub mod trainer;
 pub mod vsn;
 
 pub use model::{Tft, TftBatch, TftOutput, TftShape};
 
 use config::TftConfig;
+use std::path::Path;
 use tli_plugin_api::{
     capability, export_plugin, DatasetShape, Host, Manifest, MemoryBreakdown, Plugin, PluginError,
-    TaskInputs, TaskSpec,
+    Predictor, PredictorSpec, TaskInputs, TaskSpec,
 };
 use tli_plugin_kit::device::parse_device_name;
 use trainer::TftTrainer;
@@ -114,7 +119,10 @@ impl Plugin for TftPlugin {
     }
 
     fn capabilities() -> Vec<String> {
-        vec![capability::POOLED.to_string()]
+        vec![
+            capability::POOLED.to_string(),
+            capability::PREDICT.to_string(),
+        ]
     }
 
     /// Reads the dataset annex (feature roles, row markers) for every task;
@@ -126,5 +134,38 @@ impl Plugin for TftPlugin {
         host: Host,
     ) -> Result<TftTrainer, PluginError> {
         TftTrainer::new(spec, Some(&inputs), host)
+    }
+
+    /// The network's weights as the checkpoint stores them (INT8: int8
+    /// codes and row scales of the large matrices, f32 for the rest),
+    /// without the optimizer's moments or any counter.
+    fn export_weights(
+        config_json: &str,
+        checkpoint_dir: &Path,
+        weights_path: &Path,
+    ) -> Result<(), PluginError> {
+        TftConfig::parse(config_json)?;
+        tli_plugin_kit::weights::export_from_checkpoint(
+            checkpoint_dir,
+            weights_path,
+            predictor::is_weight,
+        )
+    }
+
+    fn estimate_predictor_memory(
+        config_json: &str,
+        shape: DatasetShape,
+        device: &str,
+    ) -> Result<MemoryBreakdown, PluginError> {
+        let config = TftConfig::parse(config_json)?;
+        parse_device_name(device)?;
+        Ok(predictor::estimate_memory(&config, shape))
+    }
+
+    fn create_predictor(
+        spec: PredictorSpec,
+        host: Host,
+    ) -> Result<Box<dyn Predictor>, PluginError> {
+        Ok(Box::new(predictor::TftPredictor::new(spec, host)?))
     }
 }

@@ -177,6 +177,33 @@ fn staged_transient(config: &TftConfig, s: &TftShape) -> u64 {
     8 * largest_stage + 4 * dense
 }
 
+/// Activation bytes of one window at `(per input, rest)` bytes per bar and hidden unit.
+fn per_window(config: &TftConfig, s: &TftShape, (per_input, rest): (u64, u64)) -> u64 {
+    let bars = (config.lookback + config.horizons) as u64;
+    let inputs = (s.past_inputs() + s.future_inputs()) as u64;
+    let attention = 4 * (s.heads * config.horizons) as u64 * bars;
+    bars * s.hidden as u64 * (per_input * inputs + rest) + 3 * attention
+}
+
+/// Activation bytes of a forward pass without autograd over `windows` windows.
+pub fn evaluation_bytes(config: &TftConfig, s: &TftShape, windows: u64) -> u64 {
+    windows * per_window(config, s, ACTIVATION_EVALUATION)
+}
+
+/// Bytes of the f32 copies of the INT8 matrices a forward pass uses (0 in FP32).
+pub fn dequantized_bytes(config: &TftConfig, s: &TftShape) -> u64 {
+    if config.precision != Precision::Int8 {
+        return 0;
+    }
+    tensor_shapes(s)
+        .iter()
+        .filter(|shape| shape.len() == 2)
+        .map(|shape| shape.iter().product::<i64>() as u64)
+        .filter(|&n| n >= config.int8_min_elements as u64)
+        .map(|n| 4 * n)
+        .sum()
+}
+
 pub fn breakdown(config: &TftConfig, s: &TftShape) -> Bytes {
     let (mut parameters, mut gradients, mut optimizer_state) = (0u64, 0u64, 0u64);
     for shape in tensor_shapes(s) {
@@ -198,19 +225,13 @@ pub fn breakdown(config: &TftConfig, s: &TftShape) -> Bytes {
     if staged {
         gradients = staged_transient(config, s);
     }
-    let bars = (config.lookback + config.horizons) as u64;
-    let inputs = (s.past_inputs() + s.future_inputs()) as u64;
-    let attention = 4 * (s.heads * config.horizons) as u64 * bars;
-    let per_window = |(per_input, rest): (u64, u64)| {
-        bars * s.hidden as u64 * (per_input * inputs + rest) + 3 * attention
-    };
     let step = if staged {
         ACTIVATION_STAGED
     } else {
         ACTIVATION_ONE_PASS
     };
-    let training = config.batch_size as u64 * per_window(step);
-    let evaluation = config.eval_batch_size as u64 * per_window(ACTIVATION_EVALUATION);
+    let training = config.batch_size as u64 * per_window(config, s, step);
+    let evaluation = evaluation_bytes(config, s, config.eval_batch_size as u64);
     let activations = training.max(evaluation);
     Bytes {
         parameters,
