@@ -55,8 +55,9 @@ pub fn cartpole_returns(
     rl_eval::cartpole_returns(episodes, seed, |obs, rows| q_values(net, obs, rows, device))
 }
 
-/// Decision rows per forward pass when evaluating a split.
-const EVAL_CHUNK: usize = 512;
+/// Decision rows per forward pass when evaluating a split (and when the
+/// predictor walks a batch: the same batching gives the same Q-values).
+pub(crate) const EVAL_CHUNK: usize = 512;
 
 /// Peak bytes of one evaluation chunk's observations and activations.
 pub fn trading_eval_bytes(obs_dim: usize, actions: usize, hidden: &[usize]) -> u64 {

@@ -17,6 +17,7 @@ mod config;
 mod eval;
 mod metrics;
 mod minibatch;
+mod predictor;
 mod qnet;
 mod replay;
 mod td_update;
@@ -41,8 +42,9 @@ use std::path::Path;
 use tch::{Device, Tensor};
 use td_update::{autograd_update, ManualTd};
 use tli_plugin_api::{
-    abi_stable::std_types::RArc, export_plugin, Dataset, DatasetShape, EvalReport, Host, Manifest,
-    MemoryBreakdown, Plugin, PluginError, StepReport, TaskSpec, Trainer,
+    abi_stable::std_types::RArc, capability, export_plugin, Dataset, DatasetShape, EvalReport,
+    Host, Manifest, MemoryBreakdown, Plugin, PluginError, Predictor, PredictorSpec, StepReport,
+    TaskSpec, Trainer,
 };
 use tli_plugin_kit::rl::{Finished, StepBuffers, VecEnv as Envs};
 use tli_plugin_kit::{
@@ -109,6 +111,45 @@ impl Plugin for DqnPlugin {
 
     fn create_trainer(spec: TaskSpec, host: Host) -> Result<DqnTrainer, PluginError> {
         DqnTrainer::new(spec, host)
+    }
+
+    fn capabilities() -> Vec<String> {
+        vec![capability::PREDICT.to_string()]
+    }
+
+    /// The online Q-network's tensors only (no target network, optimizer
+    /// state or replay buffer).
+    fn export_weights(
+        config_json: &str,
+        checkpoint_dir: &Path,
+        weights_path: &Path,
+    ) -> Result<(), PluginError> {
+        DqnConfig::parse(config_json)?;
+        tli_plugin_kit::weights::export_from_checkpoint(
+            checkpoint_dir,
+            weights_path,
+            predictor::is_weight,
+        )
+    }
+
+    fn estimate_predictor_memory(
+        config_json: &str,
+        shape: DatasetShape,
+        device: &str,
+    ) -> Result<MemoryBreakdown, PluginError> {
+        let config = DqnConfig::parse(config_json)?;
+        predictor::trading_only(&config)?;
+        parse_device_name(device)?;
+        Ok(predictor::estimate_memory(&config, shape))
+    }
+
+    /// Trading models only: the greedy agent of the test-split evaluation
+    /// (README, "Prediction").
+    fn create_predictor(
+        spec: PredictorSpec,
+        host: Host,
+    ) -> Result<Box<dyn Predictor>, PluginError> {
+        Ok(Box::new(predictor::DqnPredictor::new(spec, host)?))
     }
 }
 

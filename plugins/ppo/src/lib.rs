@@ -20,14 +20,17 @@
 mod config;
 mod eval;
 mod net;
+mod predictor;
 mod rollout;
 mod trainer;
 
 pub use config::{EnvKind, PpoConfig};
 pub use trainer::PpoTrainer;
 
+use std::path::Path;
 use tli_plugin_api::{
-    export_plugin, DatasetShape, Host, Manifest, MemoryBreakdown, Plugin, PluginError, TaskSpec,
+    capability, export_plugin, DatasetShape, Host, Manifest, MemoryBreakdown, Plugin, PluginError,
+    Predictor, PredictorSpec, TaskSpec,
 };
 use tli_plugin_kit::{device::parse_device_name, mlp::Mlp};
 
@@ -81,5 +84,45 @@ impl Plugin for PpoPlugin {
 
     fn create_trainer(spec: TaskSpec, host: Host) -> Result<PpoTrainer, PluginError> {
         PpoTrainer::new(spec, host)
+    }
+
+    fn capabilities() -> Vec<String> {
+        vec![capability::PREDICT.to_string()]
+    }
+
+    /// The actor's tensors only: the policy. The critic is a separate
+    /// network that acting does not use; the optimizer state and the partial
+    /// rollout are left out too.
+    fn export_weights(
+        config_json: &str,
+        checkpoint_dir: &Path,
+        weights_path: &Path,
+    ) -> Result<(), PluginError> {
+        PpoConfig::parse(config_json)?;
+        tli_plugin_kit::weights::export_from_checkpoint(
+            checkpoint_dir,
+            weights_path,
+            predictor::is_weight,
+        )
+    }
+
+    fn estimate_predictor_memory(
+        config_json: &str,
+        shape: DatasetShape,
+        device: &str,
+    ) -> Result<MemoryBreakdown, PluginError> {
+        let config = PpoConfig::parse(config_json)?;
+        predictor::trading_only(&config)?;
+        parse_device_name(device)?;
+        Ok(predictor::estimate_memory(&config, shape))
+    }
+
+    /// Trading models only: the greedy agent of the test-split evaluation
+    /// (README, "Prediction").
+    fn create_predictor(
+        spec: PredictorSpec,
+        host: Host,
+    ) -> Result<Box<dyn Predictor>, PluginError> {
+        Ok(Box::new(predictor::PpoPredictor::new(spec, host)?))
     }
 }

@@ -108,6 +108,19 @@ impl TanhMlp {
             })
             .collect()
     }
+
+    /// Copies this network's tensors (named as [`named_parameters`](Self::named_parameters)
+    /// names them) from `tensors`, refusing a missing name or another shape.
+    pub fn load_named(&self, tensors: &[(String, Tensor)]) -> Result<(), PluginError> {
+        for (name, param) in self.named_parameters() {
+            copy_checked(param, find(tensors, &name)?, &name)?;
+        }
+        Ok(())
+    }
+
+    pub fn parameters(&self) -> Vec<&Tensor> {
+        self.layers.iter().flat_map(|(w, b)| [w, b]).collect()
+    }
 }
 
 /// The policy (logits over discrete actions) and the value function.
