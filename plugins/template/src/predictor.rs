@@ -96,8 +96,9 @@ impl TemplatePredictor {
         })
     }
 
-    /// Forecasts of every row of dataset `index` of `batch`.
-    fn forecast(&self, batch: &TaskInputs, index: usize) -> Result<Vec<f32>, PluginError> {
+    /// Forecasts of the rows of dataset `index` of `batch` from its
+    /// `predict_from` on (a row needs no context), and that first row.
+    fn forecast(&self, batch: &TaskInputs, index: usize) -> Result<(usize, Vec<f32>), PluginError> {
         let dataset = &batch.datasets[index];
         if dataset
             .feature_names
@@ -112,21 +113,24 @@ impl TemplatePredictor {
                 self.feature_names.join(", ")
             )));
         }
-        let rows = dataset.rows();
+        let from = batch.predict_from(index).min(dataset.rows());
+        let rows = dataset.rows() - from;
         if rows == 0 {
-            return Ok(Vec::new());
+            return Ok((from, Vec::new()));
         }
-        let mut x = data::features(dataset, 0..rows, self.device)?;
+        let mut x = data::features(dataset, from..dataset.rows(), self.device)?;
         if let Some(assets) = self.assets {
             let asset = batch.annex(index)?.asset_index as usize;
             let one_hot = data::one_hot_rows(rows, assets, asset, self.device)?;
             x = Tensor::f_cat(&[x, one_hot], 1).plugin_err("appending the asset one-hot")?;
         }
         let y = tch::no_grad(|| self.model.forward(&x))?;
-        y.f_to_kind(Kind::Float)
+        let values = y
+            .f_to_kind(Kind::Float)
             .and_then(|t| t.f_reshape([-1]))
             .and_then(Vec::<f32>::try_from)
-            .plugin_err("reading forecasts")
+            .plugin_err("reading forecasts")?;
+        Ok((from, values))
     }
 }
 
@@ -134,8 +138,9 @@ impl Predictor for TemplatePredictor {
     fn predict(&mut self, batch: &TaskInputs) -> Result<Predictions, PluginError> {
         let mut out = Predictions::with_columns(&[&self.column]);
         for index in 0..batch.datasets.len() {
-            for (row, value) in self.forecast(batch, index)?.into_iter().enumerate() {
-                out.push(index as u32, row as u64, &[f64::from(value)])?;
+            let (from, values) = self.forecast(batch, index)?;
+            for (i, value) in values.into_iter().enumerate() {
+                out.push(index as u32, (from + i) as u64, &[f64::from(value)])?;
             }
         }
         Ok(out)

@@ -123,6 +123,18 @@ impl LoadedModel {
         contract: &ContractSpec,
         window: PredictWindow,
     ) -> Result<PredictionTable, ModelError> {
+        let prepared = self.prepare(table, contract, window)?;
+        self.predict_prepared(&prepared)
+    }
+
+    /// The bars of `table` featurized with the model's statistics, as the
+    /// batch its predictor takes (rows before the window are context only).
+    pub fn prepare(
+        &self,
+        table: &BarTable,
+        contract: &ContractSpec,
+        window: PredictWindow,
+    ) -> Result<PreparedBatch, ModelError> {
         let asset = self.asset_for(contract)?.clone();
         let rows = featurize_with_stats(table, contract, &self.card.features, &asset.stats)?;
         let from = window
@@ -130,14 +142,22 @@ impl LoadedModel {
             .map(|start| rows.timestamps.partition_point(|t| *t < start))
             .unwrap_or(0);
         let batch = batch_of(&self.card, &asset, &rows, contract, from);
-        let predictions = self
-            .predictor
-            .predict(batch)
-            .map_err(|source| ModelError::Plugin {
-                what: format!("plugin {} failed to predict", self.plugin.label()),
-                source,
-            })?;
-        let table = to_table(&asset, &rows, &predictions, window);
+        Ok(PreparedBatch {
+            asset,
+            rows,
+            batch,
+            window,
+        })
+    }
+
+    /// [`predict_bars`](Self::predict_bars) of a prepared batch.
+    pub fn predict_prepared(
+        &mut self,
+        prepared: &PreparedBatch,
+    ) -> Result<PredictionTable, ModelError> {
+        let predictions = self.predict_batch(prepared.batch.clone())?;
+        let window = prepared.window;
+        let table = to_table(&prepared.asset, &prepared.rows, &predictions, window);
         if table.is_empty() {
             let text = |t: Option<i64>| t.map(tli_data::timefmt::format);
             return Err(ModelError::EmptyWindow {
@@ -147,6 +167,42 @@ impl LoadedModel {
         }
         Ok(table)
     }
+
+    /// The predictor's outputs for `batch`, as the plugin gives them.
+    pub fn predict_batch(&mut self, batch: TaskInputs) -> Result<Predictions, ModelError> {
+        self.predictor
+            .predict(batch)
+            .map_err(|source| ModelError::Plugin {
+                what: format!("plugin {} failed to predict", self.plugin.label()),
+                source,
+            })
+    }
+
+    /// The predictor's outputs for the next rows of a stream.
+    pub fn stream_batch(&mut self, bars: TaskInputs) -> Result<Predictions, ModelError> {
+        self.predictor
+            .stream(bars)
+            .map_err(|source| ModelError::Plugin {
+                what: format!("plugin {} failed to stream", self.plugin.label()),
+                source,
+            })
+    }
+
+    /// Forgets what was streamed.
+    pub fn reset_stream(&mut self) -> Result<(), ModelError> {
+        self.predictor.reset().map_err(|source| ModelError::Plugin {
+            what: format!("plugin {} failed to reset", self.plugin.label()),
+            source,
+        })
+    }
+}
+
+/// New bars of one asset, featurized and packed for the predictor.
+pub struct PreparedBatch {
+    pub asset: AssetCard,
+    pub rows: FeatureRows,
+    pub batch: TaskInputs,
+    pub window: PredictWindow,
 }
 
 /// The newest loaded version of the card's plugin that accepts the model:

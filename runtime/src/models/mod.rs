@@ -7,7 +7,7 @@
 pub mod card;
 mod loaded;
 
-pub use loaded::{LoadedModel, PredictWindow};
+pub use loaded::{LoadedModel, PredictWindow, PreparedBatch};
 
 use tli_plugin_api::PluginError;
 
