@@ -23,6 +23,7 @@ mod plots;
 mod plugin_loading;
 mod ppo_plugin;
 mod predict_cli;
+mod predict_models;
 mod profile_cli;
 mod proto_api;
 mod python_client;

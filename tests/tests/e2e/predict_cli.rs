@@ -15,7 +15,7 @@ fn sample(name: &str) -> PathBuf {
 }
 
 /// The first `bars` bars of the ES sample, prices multiplied by `level`.
-fn es_bars(dir: &Path, name: &str, bars: usize, level: f64) -> String {
+pub(crate) fn es_bars(dir: &Path, name: &str, bars: usize, level: f64) -> String {
     let text = std::fs::read_to_string(sample(ES_SAMPLE)).unwrap();
     let mut lines = text.lines();
     let mut out = format!("{}\n", lines.next().unwrap());
@@ -33,7 +33,7 @@ fn es_bars(dir: &Path, name: &str, bars: usize, level: f64) -> String {
 }
 
 /// `tli predict -o json` rows.
-fn predict_json(
+pub(crate) fn predict_json(
     plugins: &Path,
     model: &Path,
     data: &str,
@@ -55,7 +55,11 @@ fn predict_json(
 }
 
 fn ts(row: &serde_json::Value) -> i64 {
-    let text = row["timestamp"].as_str().unwrap();
+    day_ns(row["timestamp"].as_str().unwrap())
+}
+
+/// UTC nanoseconds of a daily bar's time (`YYYY-MM-DDT00:00:00Z`).
+pub(crate) fn day_ns(text: &str) -> i64 {
     // The files are daily: dates at midnight UTC.
     let date = text.strip_suffix("T00:00:00Z").unwrap();
     let p: Vec<i64> = date.split('-').map(|x| x.parse().unwrap()).collect();
