@@ -9,12 +9,14 @@
 //! * throughput of a request for 256 bars (rows predicted per second);
 //! * Mamba-2 streamed bar by bar (its O(1) recurrent step) beside windowed;
 //! * the predictor's measured memory, and INT8/FP32 ratios of latency and
-//!   memory for the TFT at two sizes.
+//!   memory for the TFT at three sizes, the largest the seed's size class
+//!   (hidden 1024, 178 M parameters, on 400 bars).
 //!
 //! Run: `cargo build --release --workspace && cargo bench -p tli-host --bench
 //! predict_latency` (`TLI_BENCH_ITERS`, default 200 requests per case;
-//! `TLI_BENCH_THREADS`, default 1 intra-op thread). Prints a Markdown table
-//! for docs/benchmarks.md.
+//! `TLI_BENCH_THREADS`, default 1 intra-op thread; `TLI_BENCH_CASES`, a
+//! comma-separated list of label parts to run only those, e.g. `h1024`).
+//! Prints a Markdown table for docs/benchmarks.md.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -32,6 +34,8 @@ struct Case {
     plugin: &'static str,
     config: &'static str,
     steps: &'static str,
+    /// Bars of the ES sample to train and predict on (all of it: 0).
+    bars: usize,
 }
 
 const CASES: &[Case] = &[
@@ -40,50 +44,89 @@ const CASES: &[Case] = &[
         plugin: "template",
         config: "{}",
         steps: "50",
+        bars: 0,
     },
     Case {
         label: "TFT h64 FP32",
         plugin: "tft",
         config: r#"{"hidden_size":64}"#,
         steps: "4",
+        bars: 0,
     },
     Case {
         label: "TFT h64 INT8",
         plugin: "tft",
         config: r#"{"hidden_size":64,"precision":"int8"}"#,
         steps: "4",
+        bars: 0,
     },
     Case {
         label: "TFT h160 FP32",
         plugin: "tft",
         config: r#"{"hidden_size":160}"#,
         steps: "2",
+        bars: 0,
     },
     Case {
         label: "TFT h160 INT8",
         plugin: "tft",
         config: r#"{"hidden_size":160,"precision":"int8"}"#,
         steps: "2",
+        bars: 0,
     },
     Case {
         label: "Mamba-2",
         plugin: "mamba2",
         config: "{}",
         steps: "4",
+        bars: 0,
     },
     Case {
         label: "DQN",
         plugin: "dqn",
         config: r#"{"learning_starts":100}"#,
         steps: "200",
+        bars: 0,
     },
     Case {
         label: "PPO",
         plugin: "ppo",
         config: r#"{"num_envs":2,"num_steps":64}"#,
         steps: "128",
+        bars: 0,
+    },
+    // The seed's size class (178 M parameters, docs/benchmarks.md "Memory at the seed's size
+    // class"), on the first 400 bars so that a step and an evaluation take seconds.
+    Case {
+        label: "TFT h1024 FP32",
+        plugin: "tft",
+        config: SEED_SIZE_FP32,
+        steps: "1",
+        bars: 400,
+    },
+    Case {
+        label: "TFT h1024 INT8",
+        plugin: "tft",
+        config: SEED_SIZE_INT8,
+        steps: "1",
+        bars: 400,
     },
 ];
+
+const SEED_SIZE_FP32: &str = r#"{"hidden_size":1024,"lookback":32,"batch_size":8,"eval_batch_size":8}"#;
+const SEED_SIZE_INT8: &str = r#"{"hidden_size":1024,"lookback":32,"batch_size":8,"eval_batch_size":8,"precision":"int8"}"#;
+
+/// The first `bars` bars of the ES sample (all: 0) as a file in `dir`.
+fn bars_file(dir: &Path, bars: usize) -> PathBuf {
+    if bars == 0 {
+        return sample();
+    }
+    let text = std::fs::read_to_string(sample()).expect("read the ES sample");
+    let kept: Vec<&str> = text.lines().take(bars + 1).collect();
+    let path = dir.join(format!("es_{bars}.csv"));
+    std::fs::write(&path, kept.join("\n") + "\n").expect("write the bars");
+    path
+}
 
 fn sample() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/samples/es_proxy_sp500_1d.csv")
@@ -92,7 +135,7 @@ fn sample() -> PathBuf {
 /// Trains `case` with the real binary and returns its bundle, or why not.
 fn train(plugins: &Path, work: &Path, case: &Case) -> Result<PathBuf, String> {
     let dir = work.join(case.label.replace(' ', "_"));
-    let data = format!("ES={}", sample().display());
+    let data = format!("ES={}", bars_file(work, case.bars).display());
     let out = std::process::Command::new(artifact("tli"))
         .args([
             "train",
@@ -175,18 +218,18 @@ fn main() {
     let work = tempfile::tempdir().expect("temporary directory");
     let registry = PluginRegistry::scan(plugins.path()).expect("scan plugins");
     let book = ContractBook::builtin();
-    let source = BarSource {
-        symbol: Some("ES".into()),
-        ..BarSource::file(sample())
-    };
-    let (table, notes) = source.read(&book).expect("read the ES sample");
-    let contract = source.contract(&table, &notes, &book).expect("ES contract");
 
     println!("| model | batch 1 p50 | batch 1 p99 | batch 256 (rows/s) | streamed bar p50 | predictor memory |");
     println!("|---|---|---|---|---|---|");
     let mut p50_of = std::collections::BTreeMap::new();
     let mut memory_of = std::collections::BTreeMap::new();
+    let only: Vec<String> = std::env::var("TLI_BENCH_CASES")
+        .map(|v| v.split(',').map(str::to_string).collect())
+        .unwrap_or_default();
     for case in CASES {
+        if !only.is_empty() && !only.iter().any(|o| case.label.contains(o.as_str())) {
+            continue;
+        }
         let bundle = match train(plugins.path(), work.path(), case) {
             Ok(dir) => dir,
             Err(why) => {
@@ -194,6 +237,12 @@ fn main() {
                 continue;
             }
         };
+        let source = BarSource {
+            symbol: Some("ES".into()),
+            ..BarSource::file(bars_file(work.path(), case.bars))
+        };
+        let (table, notes) = source.read(&book).expect("read the ES bars");
+        let contract = source.contract(&table, &notes, &book).expect("ES contract");
         let bundle = Bundle::open(&bundle).expect("open the bundle");
         let mut model =
             LoadedModel::load(&registry, &bundle, case.label, Device::Cpu).expect("load the model");
@@ -225,8 +274,9 @@ fn main() {
             model.predict_batch(many.clone()).expect("predict 256 bars");
         });
         // Streamed: 400 bars of history in one call, then the last 100 one by one.
+        let history = n.saturating_sub(500);
         let streamed = model.reset_stream().and_then(|_| {
-            model.stream_batch(slice(&prepared.batch, n - 500..n - 100))?;
+            model.stream_batch(slice(&prepared.batch, history..n - 100))?;
             let mut secs = Vec::new();
             for r in n - 100..n {
                 let bar = slice(&prepared.batch, r..r + 1);
@@ -254,7 +304,7 @@ fn main() {
             tli_core::byte_size::format_bytes(memory),
         );
     }
-    for size in ["h64", "h160"] {
+    for size in ["h64", "h160", "h1024"] {
         let (f, i) = (format!("TFT {size} FP32"), format!("TFT {size} INT8"));
         if let (Some(f32_p50), Some(i8_p50)) = (p50_of.get(f.as_str()), p50_of.get(i.as_str())) {
             println!(

@@ -35,8 +35,10 @@ fn reservations_stay_within_the_budget_after_tasks_measure_themselves() {
         "synthetic:20000",
         "-a",
         "synthetic:30000",
+        // Long enough (about a second a task) for several polls to see the
+        // tasks measured: at 3,000 steps a DQN task ends in 0.1 s.
         "--steps",
-        "3000",
+        "30000",
         "-o",
         "json",
     ]));
