@@ -100,6 +100,13 @@ pub enum Command {
         #[command(subcommand)]
         command: DataCommand,
     },
+    /// Trained models: every task of a state directory that was trained on bar files and
+    /// has a checkpoint. Read from the store (read-only, no host needed; safe while a
+    /// host runs); `export` writes one as a bundle for `tli predict`.
+    Models {
+        #[command(subcommand)]
+        command: ModelsCommand,
+    },
     /// Apply a trained model to a bar file: one row per bar with the model's
     /// forecasts (P10/P50/P90 or a point forecast, as log returns) or an agent's
     /// action and position, beside the realized returns where the file has them.
@@ -571,6 +578,29 @@ pub struct LocalArgs {
     /// --plugin, one bundle per plugin under DIR/<plugin>. Needs --data.
     #[arg(long, value_name = "DIR", requires = "data")]
     pub save: Option<PathBuf>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ModelsCommand {
+    /// The models of a state directory: task, plugin, assets, the checkpoint a bundle
+    /// would take, and its test or validation metric.
+    List {
+        /// The host's state directory (its store is read, never written).
+        #[arg(long, env = "TLI_STATE_DIR", default_value = ".tli")]
+        state_dir: PathBuf,
+    },
+    /// Write a task's model (its newest good checkpoint's weights and its model card)
+    /// as a bundle in DIR, a new directory.
+    Export {
+        /// The host's state directory (its store is read, never written).
+        #[arg(long, env = "TLI_STATE_DIR", default_value = ".tli")]
+        state_dir: PathBuf,
+        /// The task whose model to export (`tli models list`).
+        #[arg(long)]
+        task: i64,
+        /// The bundle directory to create.
+        dir: PathBuf,
+    },
 }
 
 #[derive(Args, Debug)]

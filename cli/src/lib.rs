@@ -134,6 +134,7 @@ pub fn run_client(cli: &Cli, bin_name: &'static str) -> Option<Result<()>> {
         | Command::Host { .. }
         | Command::Profile { .. }
         | Command::Predict(_)
+        | Command::Models { .. }
         | Command::Worker(_) => return None,
     };
     Some(result)

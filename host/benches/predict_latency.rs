@@ -113,8 +113,10 @@ const CASES: &[Case] = &[
     },
 ];
 
-const SEED_SIZE_FP32: &str = r#"{"hidden_size":1024,"lookback":32,"batch_size":8,"eval_batch_size":8}"#;
-const SEED_SIZE_INT8: &str = r#"{"hidden_size":1024,"lookback":32,"batch_size":8,"eval_batch_size":8,"precision":"int8"}"#;
+const SEED_SIZE_FP32: &str =
+    r#"{"hidden_size":1024,"lookback":32,"batch_size":8,"eval_batch_size":8}"#;
+const SEED_SIZE_INT8: &str =
+    r#"{"hidden_size":1024,"lookback":32,"batch_size":8,"eval_batch_size":8,"precision":"int8"}"#;
 
 /// The first `bars` bars of the ES sample (all: 0) as a file in `dir`.
 fn bars_file(dir: &Path, bars: usize) -> PathBuf {

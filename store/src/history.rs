@@ -395,6 +395,7 @@ mod tests {
             cost_weight: 1.0,
             plugin_version: None,
             plugin_checksum: None,
+            model_card: None,
         }
     }
 

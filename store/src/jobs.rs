@@ -61,11 +61,28 @@ impl Store {
                 ])?;
                 let task = tx.last_insert_rowid();
                 insert_transition.execute(params![task, TaskState::Queued.as_str(), now])?;
+                if let Some(card) = &t.model_card {
+                    tx.execute(
+                        "INSERT INTO model_cards (task_id, card) VALUES (?1, ?2)",
+                        params![task, card],
+                    )?;
+                }
                 ids.push(task);
             }
         }
         tx.commit()?;
         Ok((job, ids))
+    }
+
+    /// The model card recorded for `task` at submission, if any.
+    pub fn model_card(&self, task: TaskId) -> Result<Option<String>, StoreError> {
+        let c = self.reader();
+        Ok(c.query_row(
+            "SELECT card FROM model_cards WHERE task_id = ?1",
+            [task],
+            |r| r.get(0),
+        )
+        .optional()?)
     }
 
     /// One job, if it exists.

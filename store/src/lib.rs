@@ -120,7 +120,7 @@ pub use rows::{
 pub use summary::JOB_STATES;
 
 /// The schema version this host creates and understands.
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 /// File name of the database inside the state directory.
 pub const DB_FILE: &str = "tli.sqlite3";
 /// File name of the host lock inside the state directory.

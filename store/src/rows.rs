@@ -23,6 +23,9 @@ pub struct NewTask {
     /// The version of the plugin library chosen at submission, and its SHA-256.
     pub plugin_version: Option<String>,
     pub plugin_checksum: Option<String>,
+    /// What the task's model keeps of its inputs (a `model.json` card without
+    /// weights, metrics or steps), for tasks trained on bar files.
+    pub model_card: Option<String>,
 }
 
 /// One slice's metrics: the step they were measured at, and when (Unix ms;

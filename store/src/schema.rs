@@ -153,6 +153,16 @@ ALTER TABLE tasks ADD COLUMN plugin_version TEXT;
 ALTER TABLE tasks ADD COLUMN plugin_checksum TEXT;
 ";
 
+/// Version 8: each task's model card (what `tli models export` writes as
+/// `model.json`, without weights, metrics or steps), recorded at submission
+/// for tasks trained on bar files.
+const SCHEMA_V8: &str = "
+CREATE TABLE model_cards (
+    task_id INTEGER PRIMARY KEY REFERENCES tasks(id),
+    card TEXT NOT NULL
+);
+";
+
 /// Rebuilds one task's `latest_metrics` rows from its history.
 pub(super) const REBUILD_LATEST_METRICS: &str = "
 INSERT INTO latest_metrics (task_id, name, step, value)
@@ -219,7 +229,10 @@ pub(super) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreErr
     if version < 7 {
         tx.execute_batch(SCHEMA_V7).map_err(open_err)?;
     }
-    // Later versions: `if version < 8 { ... }` here.
+    if version < 8 {
+        tx.execute_batch(SCHEMA_V8).map_err(open_err)?;
+    }
+    // Later versions: `if version < 9 { ... }` here.
     tx.pragma_update(None, "user_version", SCHEMA_VERSION)
         .map_err(open_err)?;
     tx.commit().map_err(open_err)

@@ -5,6 +5,7 @@
 //! * [`plugins`]: `tli plugins list`, `tli doctor`
 //! * [`train`]: `tli train local`
 //! * [`predict`]: `tli predict` (a model bundle applied to a bar file)
+//! * [`models`]: `tli models list|export` (a state directory's models, a task's bundle)
 //! * [`profile`]: `tli profile memory` (measured memory, child processes, chart)
 //! * [`host`]: `tli host run|status`
 //! * [`serve`]: `tli host serve` (the gRPC server)
@@ -14,6 +15,7 @@
 
 mod executor;
 mod host;
+mod models;
 mod plugins;
 mod predict;
 mod profile;
@@ -62,6 +64,7 @@ pub fn run(cli: Cli) -> Result<()> {
             command: ProfileCommand::Memory(args),
         } => profile::memory(&plugin_dir, contracts, args, cli.output),
         Command::Predict(args) => predict::predict(&plugin_dir, contracts, args, cli.output),
+        Command::Models { command } => models::run(&plugin_dir, command, cli.output),
         Command::Worker(args) => worker::worker(&plugin_dir, args),
         // Every other command is a client command, run above.
         other => anyhow::bail!("internal: {other:?} is neither a host nor a client command"),

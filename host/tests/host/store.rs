@@ -21,6 +21,7 @@ fn new_task(i: u32) -> NewTask {
         cost_weight: 1.5 + f64::from(i),
         plugin_version: Some(format!("{i}.1.0")),
         plugin_checksum: Some(format!("{i:064x}")),
+        model_card: None,
     }
 }
 

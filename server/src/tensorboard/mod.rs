@@ -318,6 +318,7 @@ mod tests {
                     cost_weight: 1.0,
                     plugin_version: None,
                     plugin_checksum: None,
+                    model_card: None,
                 }],
             )
             .expect("job");

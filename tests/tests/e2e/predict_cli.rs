@@ -332,3 +332,214 @@ fn bad_predictions_and_saves_are_refused_with_one_line_and_nothing_written() {
         stderr(&out)
     );
 }
+
+/// A host's tasks trained on bar files are models: `tli models list` shows
+/// them, `tli models export` writes a task's bundle, and `tli predict`
+/// applies it, reproducing the test MSE the host recorded.
+#[test]
+fn a_hosts_tasks_are_models_that_export_and_predict() {
+    let plugins = template_and_behaviour();
+    let dir = tempfile::tempdir().unwrap();
+    let es = es_bars(dir.path(), "es.csv", 2500, 1.0);
+    let nq = sample("data/samples/nq_proxy_nasdaq_1d.csv");
+    let job = dir.path().join("job.json");
+    std::fs::write(
+        &job,
+        serde_json::json!({
+            "name": "models",
+            "models": [{"plugin": "template", "steps": 150, "config": {"hidden_sizes": [16]}}],
+            "assets": [{"data": es}, {"data": nq.to_str().unwrap()}, {"synthetic": {"rows": 600}}],
+            "checkpoint": {"every_steps": 50}
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let state = dir.path().join("state");
+    let state_arg = state.to_str().unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let (here, samples) = (
+        dir.path().to_str().unwrap().to_string(),
+        root.join("data").to_str().unwrap().to_string(),
+    );
+    let run = run_tli(
+        plugins.path(),
+        &[
+            "host",
+            "run",
+            "--no-tensorboard",
+            "--state-dir",
+            state_arg,
+            "--data-root",
+            &here,
+            "--data-root",
+            &samples,
+            "--submit",
+            job.to_str().unwrap(),
+        ],
+    );
+    assert!(run.status.success(), "{}", stderr(&run));
+
+    // Template tasks on ES and NQ (models) and on the synthetic asset (not a model).
+    let listed = ok_json(&run_tli(
+        plugins.path(),
+        &["models", "list", "--state-dir", state_arg, "-o", "json"],
+    ));
+    let listed = listed.as_array().unwrap();
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    let es_task = listed
+        .iter()
+        .find(|m| m["assets"].as_str().unwrap().contains("es.csv"))
+        .unwrap_or_else(|| panic!("no ES model: {listed:?}"));
+    let task = es_task["task"].as_i64().unwrap().to_string();
+    let model = dir.path().join("es-model");
+    let exported = ok_json(&run_tli(
+        plugins.path(),
+        &[
+            "models",
+            "export",
+            "--state-dir",
+            state_arg,
+            "--task",
+            &task,
+            model.to_str().unwrap(),
+            "-o",
+            "json",
+        ],
+    ));
+    assert_eq!(exported["checkpoint_step"], 150);
+    let card: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(model.join("model.json")).unwrap()).unwrap();
+    let reported = card["metrics"]["test_mse"].as_f64().unwrap();
+    assert_eq!(reported, es_task["metrics"]["test_mse"].as_f64().unwrap());
+    let asset = &card["assets"][0];
+    let scale = asset["stats"]["target_scales"][0].as_f64().unwrap();
+    let test = [
+        asset["splits"]["test"][0].as_i64().unwrap(),
+        asset["splits"]["test"][1].as_i64().unwrap(),
+    ];
+    let rows = predict_json(plugins.path(), &model, &es, &[]);
+    let scaled = |v: &serde_json::Value| (v.as_f64().unwrap() / scale) as f32;
+    let errors: Vec<f64> = rows
+        .iter()
+        .filter(|r| (test[0]..=test[1]).contains(&ts(r)))
+        .map(|r| {
+            let e = scaled(&r["fwd_logret_1:mean"]) - scaled(&r["fwd_logret_1:actual"]);
+            f64::from(e) * f64::from(e)
+        })
+        .collect();
+    let mse = errors.iter().sum::<f64>() / errors.len() as f64;
+    assert!(
+        ((mse - reported) / reported).abs() < 1e-6,
+        "{mse} vs {reported}"
+    );
+
+    // Refusals: a synthetic task, an unknown task, an existing directory.
+    let synthetic = "3";
+    for (args, expected) in [
+        (
+            vec!["--task", synthetic, "x"],
+            "has no model card: it was trained on synthetic data",
+        ),
+        (vec!["--task", "99", "y"], "has no task 99"),
+        (
+            vec!["--task", &task, model.to_str().unwrap()],
+            "already exists",
+        ),
+    ] {
+        let mut all = vec!["models", "export", "--state-dir", state_arg];
+        all.extend(args);
+        let out = run_tli(plugins.path(), &all);
+        assert_eq!(out.status.code(), Some(1), "{all:?}");
+        assert!(stderr(&out).contains(expected), "{all:?}: {}", stderr(&out));
+    }
+}
+
+/// A pooled model trained on two files exports and predicts each of its assets.
+#[test]
+fn a_pooled_host_model_predicts_each_of_its_assets() {
+    let plugins = template_and_behaviour();
+    let dir = tempfile::tempdir().unwrap();
+    let es = es_bars(dir.path(), "es.csv", 2500, 1.0);
+    let nq = sample("data/samples/nq_proxy_nasdaq_1d.csv");
+    let job = dir.path().join("job.json");
+    std::fs::write(
+        &job,
+        serde_json::json!({
+            "name": "pooled",
+            "models": [{"plugin": "template", "steps": 100, "pooled": true,
+                        "config": {"hidden_sizes": [16]}}],
+            "assets": [{"data": es}, {"data": nq.to_str().unwrap()}],
+            "checkpoint": {"every_steps": 50}
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let state = dir.path().join("state");
+    let state_arg = state.to_str().unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let (here, samples) = (
+        dir.path().to_str().unwrap().to_string(),
+        root.join("data").to_str().unwrap().to_string(),
+    );
+    let run = run_tli(
+        plugins.path(),
+        &[
+            "host",
+            "run",
+            "--no-tensorboard",
+            "--state-dir",
+            state_arg,
+            "--data-root",
+            &here,
+            "--data-root",
+            &samples,
+            "--submit",
+            job.to_str().unwrap(),
+        ],
+    );
+    assert!(run.status.success(), "{}", stderr(&run));
+    let model = dir.path().join("pooled");
+    let out = run_tli(
+        plugins.path(),
+        &[
+            "models",
+            "export",
+            "--state-dir",
+            state_arg,
+            "--task",
+            "1",
+            model.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let card: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(model.join("model.json")).unwrap()).unwrap();
+    assert_eq!(card["pooled"], true);
+    assert_eq!(card["assets"].as_array().unwrap().len(), 2);
+    let es_rows = predict_json(plugins.path(), &model, &es, &[]);
+    let nq_rows = predict_json(plugins.path(), &model, nq.to_str().unwrap(), &[]);
+    assert!(es_rows.len() > 2000 && nq_rows.len() > 4000);
+    // The asset one-hot differs: the same model forecasts the two files differently.
+    assert_ne!(
+        es_rows[100]["fwd_logret_1:mean"],
+        nq_rows[100]["fwd_logret_1:mean"]
+    );
+    // CL is none of its assets.
+    let cl = sample(CL_SAMPLE);
+    let out = run_tli(
+        plugins.path(),
+        &[
+            "predict",
+            "--model",
+            model.to_str().unwrap(),
+            "--data",
+            cl.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("trained on ES, NQ"),
+        "{}",
+        stderr(&out)
+    );
+}

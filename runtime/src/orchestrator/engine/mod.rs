@@ -449,6 +449,20 @@ impl Orchestrator {
                 )
                 .map_err(|e| model_err(e.to_string()))?;
             let ordinal = tasks.len() as u64;
+            let model_card = data.model_card(
+                &plugin.manifest,
+                &config,
+                &spec.features,
+                planned.assets,
+                tli_models::card::TrainingRecord {
+                    task: String::new(),
+                    seed: spec.seed.wrapping_add(ordinal),
+                    steps: 0,
+                    device: spec.device.to_string(),
+                    data: Vec::new(),
+                    saved_at_ms: 0,
+                },
+            );
             sizes.push((model.plugin.clone(), label.clone(), estimate.total()));
             tasks.push(NewTask {
                 plugin: plugin.manifest.name.clone(),
@@ -464,6 +478,7 @@ impl Orchestrator {
                     * (estimate.parameters + estimate.activations).max(1) as f64,
                 plugin_version: Some(plugin.manifest.version.clone()),
                 plugin_checksum: Some(plugin.checksum.clone()),
+                model_card,
             });
         }
         // Slurm decides whether a node can hold a Slurm task.

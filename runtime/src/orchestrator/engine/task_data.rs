@@ -9,10 +9,11 @@ use super::super::store::TaskRow;
 use super::{lock, Orchestrator};
 use abi_stable::std_types::RArc;
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use tli_data::contracts::ContractBook;
-use tli_data::features::{AnnotatedDataset, FeatureConfig};
+use tli_data::features::{AnnotatedDataset, FeatureConfig, FeatureStats};
 use tli_data::synthetic_ar::{synthetic_ar_annotated, SyntheticArSpec};
+use tli_models::card::DataFile;
 use tli_plugin_api::{Dataset, DatasetAnnex, DatasetShape, TaskInputs};
 
 /// One asset's dataset and annex.
@@ -20,6 +21,9 @@ use tli_plugin_api::{Dataset, DatasetAnnex, DatasetShape, TaskInputs};
 pub struct AssetData {
     pub dataset: RArc<Dataset>,
     pub annex: DatasetAnnex,
+    /// What the pipeline fitted on the training split and the bar file it
+    /// read (`None` for synthetic data): what a model card keeps.
+    pub fitted: Option<Arc<(FeatureStats, DataFile)>>,
 }
 
 /// The datasets of every asset of a job, in asset order.
@@ -37,6 +41,58 @@ impl JobData {
                 shape
             }
         }
+    }
+
+    /// The model card of a task trained by `plugin` with `config` on
+    /// `assets` (no metrics or steps yet), as JSON; `None` when an asset is
+    /// synthetic (nothing to featurize new bars with).
+    pub fn model_card(
+        &self,
+        plugin: &crate::registry::ParsedManifest,
+        config: &str,
+        features: &FeatureConfig,
+        assets: TaskAssets,
+        training: tli_models::card::TrainingRecord,
+    ) -> Option<String> {
+        let indices: Vec<usize> = match assets {
+            TaskAssets::One(a) => vec![a],
+            TaskAssets::Pooled => (0..self.0.len()).collect(),
+        };
+        let annexes: Vec<DatasetAnnex> = indices
+            .iter()
+            .map(|&a| {
+                let mut annex = self.0[a].annex.clone();
+                annex.asset_index = a as u32;
+                annex
+            })
+            .collect();
+        let mut trained = Vec::new();
+        let mut files = Vec::new();
+        for (&a, annex) in indices.iter().zip(&annexes) {
+            let fitted = self.0[a].fitted.as_ref()?;
+            files.push(fitted.1.clone());
+            trained.push(crate::models::card::TrainedAsset {
+                dataset: &self.0[a].dataset,
+                annex,
+                stats: &fitted.0,
+            });
+        }
+        let training = tli_models::card::TrainingRecord {
+            data: files,
+            ..training
+        };
+        let pooled = matches!(assets, TaskAssets::Pooled);
+        let card = crate::models::card::card_for(
+            plugin,
+            config,
+            features,
+            pooled,
+            &trained,
+            &Default::default(),
+            training,
+        )
+        .ok()?;
+        serde_json::to_string(&card).ok()
     }
 
     /// The first dataset of the task (its `TaskSpec::dataset`) and its inputs.
@@ -109,6 +165,21 @@ impl CacheEntries {
     }
 }
 
+/// A bar file by name and SHA-256 (empty when it cannot be read again).
+fn data_file(path: &std::path::Path) -> DataFile {
+    let sha256 = std::fs::File::open(path)
+        .and_then(|f| tli_core::digest::sha256_stream(f, None))
+        .map(|(digest, _)| digest)
+        .unwrap_or_default();
+    DataFile {
+        name: path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        sha256,
+    }
+}
+
 impl DatasetCache {
     /// The dataset of `asset`, built on first use.
     pub fn get(
@@ -129,14 +200,16 @@ impl DatasetCache {
         if let Some(d) = lock(&self.built).get(&key) {
             return Ok(d);
         }
-        let AnnotatedDataset { dataset, annex } = match asset {
+        let (AnnotatedDataset { dataset, annex }, fitted) = match asset {
             AssetSpec::Data(source) => {
                 let (table, notes) = source.read(contracts).map_err(|e| e.to_string())?;
                 let contract = source
                     .contract(&table, &notes, contracts)
                     .map_err(|e| e.to_string())?;
-                tli_data::features::build_annotated_dataset(&table, contract, features)
-                    .map_err(|e| e.to_string())?
+                let (built, stats) =
+                    tli_data::features::build_with_stats(&table, contract, features)
+                        .map_err(|e| e.to_string())?;
+                (built, Some(Arc::new((stats, data_file(&source.path)))))
             }
             AssetSpec::Synthetic(s) => {
                 let mut built = synthetic_ar_annotated(SyntheticArSpec {
@@ -147,12 +220,13 @@ impl DatasetCache {
                 });
                 // Distinct synthetic assets get distinct symbols (per-asset metrics use them).
                 built.dataset.symbol = asset.label().into();
-                built
+                (built, None)
             }
         };
         let data = AssetData {
             dataset: RArc::new(dataset),
             annex,
+            fitted,
         };
         lock(&self.built).insert(key, data.clone());
         Ok(data)
