@@ -694,12 +694,15 @@ fn a_version_2_store_counts_oom_requeues_from_its_history() {
     assert_eq!(store.task(ids[1]).unwrap().unwrap().oom_requeues, 0);
 }
 
-/// What version 7 added: dropping it gives a version-6 store.
-const DROP_V7: &str = "ALTER TABLE tasks DROP COLUMN plugin_version;
+/// What version 8 added: dropping it gives a version-7 store.
+const DROP_V8: &str = "DROP TABLE model_cards;";
+
+/// What versions 7 and 8 added: dropping it gives a version-6 store.
+const DROP_V7: &str = "DROP TABLE model_cards; ALTER TABLE tasks DROP COLUMN plugin_version;
     ALTER TABLE tasks DROP COLUMN plugin_checksum;";
 
-/// What versions 4 to 7 added: dropping it gives a version-3 store.
-const DROP_V4: &str = "ALTER TABLE tasks DROP COLUMN plugin_version;
+/// What versions 4 to 8 added: dropping it gives a version-3 store.
+const DROP_V4: &str = "DROP TABLE model_cards; ALTER TABLE tasks DROP COLUMN plugin_version;
     ALTER TABLE tasks DROP COLUMN plugin_checksum;
     DROP TABLE dispatches; DROP TABLE device_budgets;
     ALTER TABLE tasks DROP COLUMN measured_parameters;
@@ -707,6 +710,46 @@ const DROP_V4: &str = "ALTER TABLE tasks DROP COLUMN plugin_version;
     ALTER TABLE tasks DROP COLUMN measured_optimizer_state;
     ALTER TABLE tasks DROP COLUMN measured_activations;
     ALTER TABLE tasks DROP COLUMN measured_source;";
+
+/// A task's model card is kept with it; a version-7 store gains the table
+/// and its tasks read as having none.
+#[test]
+fn model_cards_round_trip_and_a_version_7_store_gains_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let with_card = NewTask {
+        model_card: Some(r#"{"format":"tli-model"}"#.into()),
+        ..new_task(0)
+    };
+    let (_job, ids) = store
+        .create_job("cards", "{}", &[with_card, new_task(1)])
+        .unwrap();
+    assert_eq!(
+        store.model_card(ids[0]).unwrap().as_deref(),
+        Some(r#"{"format":"tli-model"}"#)
+    );
+    assert_eq!(store.model_card(ids[1]).unwrap(), None);
+    drop(store);
+    {
+        let conn = rusqlite::Connection::open(dir.path().join(DB_FILE)).unwrap();
+        conn.execute_batch(&format!("{DROP_V8} PRAGMA user_version = 7;"))
+            .unwrap();
+    }
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(store.pragmas().unwrap().user_version, SCHEMA_VERSION);
+    assert_eq!(store.model_card(ids[0]).unwrap(), None);
+    let (_job, more) = store
+        .create_job(
+            "again",
+            "{}",
+            &[NewTask {
+                model_card: Some("{}".into()),
+                ..new_task(2)
+            }],
+        )
+        .unwrap();
+    assert_eq!(store.model_card(more[0]).unwrap().as_deref(), Some("{}"));
+}
 
 #[test]
 fn measured_memory_by_component_round_trips_and_a_version_3_store_gains_it() {
