@@ -342,42 +342,17 @@ fn a_hosts_tasks_are_models_that_export_and_predict() {
     let dir = tempfile::tempdir().unwrap();
     let es = es_bars(dir.path(), "es.csv", 2500, 1.0);
     let nq = sample("data/samples/nq_proxy_nasdaq_1d.csv");
-    let job = dir.path().join("job.json");
-    std::fs::write(
-        &job,
+    let state = host_run(
+        &plugins,
+        dir.path(),
         serde_json::json!({
             "name": "models",
             "models": [{"plugin": "template", "steps": 150, "config": {"hidden_sizes": [16]}}],
             "assets": [{"data": es}, {"data": nq.to_str().unwrap()}, {"synthetic": {"rows": 600}}],
             "checkpoint": {"every_steps": 50}
-        })
-        .to_string(),
-    )
-    .unwrap();
-    let state = dir.path().join("state");
+        }),
+    );
     let state_arg = state.to_str().unwrap();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let (here, samples) = (
-        dir.path().to_str().unwrap().to_string(),
-        root.join("data").to_str().unwrap().to_string(),
-    );
-    let run = run_tli(
-        plugins.path(),
-        &[
-            "host",
-            "run",
-            "--no-tensorboard",
-            "--state-dir",
-            state_arg,
-            "--data-root",
-            &here,
-            "--data-root",
-            &samples,
-            "--submit",
-            job.to_str().unwrap(),
-        ],
-    );
-    assert!(run.status.success(), "{}", stderr(&run));
 
     // Template tasks on ES and NQ (models) and on the synthetic asset (not a model).
     let listed = ok_json(&run_tli(
@@ -461,43 +436,18 @@ fn a_pooled_host_model_predicts_each_of_its_assets() {
     let dir = tempfile::tempdir().unwrap();
     let es = es_bars(dir.path(), "es.csv", 2500, 1.0);
     let nq = sample("data/samples/nq_proxy_nasdaq_1d.csv");
-    let job = dir.path().join("job.json");
-    std::fs::write(
-        &job,
+    let state = host_run(
+        &plugins,
+        dir.path(),
         serde_json::json!({
             "name": "pooled",
             "models": [{"plugin": "template", "steps": 100, "pooled": true,
                         "config": {"hidden_sizes": [16]}}],
             "assets": [{"data": es}, {"data": nq.to_str().unwrap()}],
             "checkpoint": {"every_steps": 50}
-        })
-        .to_string(),
-    )
-    .unwrap();
-    let state = dir.path().join("state");
+        }),
+    );
     let state_arg = state.to_str().unwrap();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let (here, samples) = (
-        dir.path().to_str().unwrap().to_string(),
-        root.join("data").to_str().unwrap().to_string(),
-    );
-    let run = run_tli(
-        plugins.path(),
-        &[
-            "host",
-            "run",
-            "--no-tensorboard",
-            "--state-dir",
-            state_arg,
-            "--data-root",
-            &here,
-            "--data-root",
-            &samples,
-            "--submit",
-            job.to_str().unwrap(),
-        ],
-    );
-    assert!(run.status.success(), "{}", stderr(&run));
     let model = dir.path().join("pooled");
     let out = run_tli(
         plugins.path(),
@@ -542,4 +492,31 @@ fn a_pooled_host_model_predicts_each_of_its_assets() {
         "{}",
         stderr(&out)
     );
+}
+
+/// Runs `job` to the end with `tli host run` on a state directory in `dir`
+/// (bar files under `dir` and the samples allowed); returns the state directory.
+fn host_run(plugins: &PluginDir, dir: &Path, job: serde_json::Value) -> PathBuf {
+    let spec = dir.join("job.json");
+    std::fs::write(&spec, job.to_string()).unwrap();
+    let state = dir.join("state");
+    let samples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data");
+    let run = run_tli(
+        plugins.path(),
+        &[
+            "host",
+            "run",
+            "--no-tensorboard",
+            "--state-dir",
+            state.to_str().unwrap(),
+            "--data-root",
+            dir.to_str().unwrap(),
+            "--data-root",
+            samples.to_str().unwrap(),
+            "--submit",
+            spec.to_str().unwrap(),
+        ],
+    );
+    assert!(run.status.success(), "{}", stderr(&run));
+    state
 }
