@@ -22,6 +22,10 @@
 #      with `tli profile memory` (the CUDA allocator's peak beside the tensor count), and one training
 #      step of each with the TFT step bench (binary from `cargo bench -p tli-plugin-tft --bench
 #      step --no-run`): INT8 / FP32 step time on the GPU.
+#   9. measures trained models' predictors on the GPU (binary from `cargo bench -p tli-host
+#      --bench predict_latency --no-run`): batch-1 latency, batch-256 throughput, a streamed
+#      bar and predictor memory of every bundled model, and the TFT's INT8/FP32 inference
+#      latency at hidden 64, 160 and 1024 (docs/benchmarks.md, "Inference").
 # Usage: scripts/gpu-check.sh            (after `make build`, or with TLI=/path/to/tli)
 # Binaries built on another machine find this machine's torch through LD_LIBRARY_PATH.
 set -euo pipefail
@@ -163,4 +167,13 @@ if [ -n "$step_bench" ]; then
   done
 else
   echo "gpu-check: TFT step bench not built (cargo bench -p tli-plugin-tft --bench step --no-run); skipped"
+fi
+predict_bench=$(ls -t target/release/deps/predict_latency-* 2>/dev/null | grep -v '\.d$' | head -1 || true)
+if [ -n "$predict_bench" ]; then
+  echo "gpu-check: predictors on $DEVICE (train briefly, save, predict)"
+  TLI_BENCH_DEVICE="$DEVICE" TLI_BENCH_ITERS=$([ "$SMALL" = 1 ] && echo 5 || echo 100) \
+    TLI_BENCH_CASES=$([ "$SMALL" = 1 ] && echo "template,h64" || echo "") \
+    "$predict_bench" --bench || echo "gpu-check: predict bench failed"
+else
+  echo "gpu-check: predict bench not built (cargo bench -p tli-host --bench predict_latency --no-run); skipped"
 fi

@@ -14,7 +14,9 @@
 //!
 //! Run: `cargo build --release --workspace && cargo bench -p tli-host --bench
 //! predict_latency` (`TLI_BENCH_ITERS`, default 200 requests per case;
-//! `TLI_BENCH_THREADS`, default 1 intra-op thread; `TLI_BENCH_CASES`, a
+//! `TLI_BENCH_THREADS`, default 1 intra-op thread; `TLI_BENCH_DEVICE`, default
+//! `cpu`, where models train and predict (`scripts/gpu-check.sh` sets
+//! `cuda:0`); `TLI_BENCH_CASES`, a
 //! comma-separated list of label parts to run only those, e.g. `h1024`).
 //! Prints a Markdown table for docs/benchmarks.md.
 
@@ -134,8 +136,8 @@ fn sample() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/samples/es_proxy_sp500_1d.csv")
 }
 
-/// Trains `case` with the real binary and returns its bundle, or why not.
-fn train(plugins: &Path, work: &Path, case: &Case) -> Result<PathBuf, String> {
+/// Trains `case` on `device` with the real binary and returns its bundle, or why not.
+fn train(plugins: &Path, work: &Path, case: &Case, device: Device) -> Result<PathBuf, String> {
     let dir = work.join(case.label.replace(' ', "_"));
     let data = format!("ES={}", bars_file(work, case.bars).display());
     let out = std::process::Command::new(artifact("tli"))
@@ -149,7 +151,9 @@ fn train(plugins: &Path, work: &Path, case: &Case) -> Result<PathBuf, String> {
             "--slice",
             "1",
         ])
-        .args(["--config", case.config, "--data", &data, "--save"])
+        .args(["--config", case.config, "--data", &data, "--device"])
+        .arg(device.to_string())
+        .arg("--save")
         .arg(&dir)
         .env("TLI_PLUGIN_DIR", plugins)
         .env("TLI_LOG", "warn")
@@ -209,6 +213,10 @@ fn with_predict_from(mut batch: TaskInputs, from: usize) -> TaskInputs {
 fn main() {
     let iters = env_number("TLI_BENCH_ITERS", 200);
     let threads = env_number("TLI_BENCH_THREADS", 1) as i32;
+    let device: Device = std::env::var("TLI_BENCH_DEVICE")
+        .unwrap_or_else(|_| "cpu".into())
+        .parse()
+        .expect("TLI_BENCH_DEVICE: cpu or cuda:N");
     tch::set_num_threads(threads);
     let plugins = PluginDir::with(&[
         (TEMPLATE, "template"),
@@ -232,7 +240,7 @@ fn main() {
         if !only.is_empty() && !only.iter().any(|o| case.label.contains(o.as_str())) {
             continue;
         }
-        let bundle = match train(plugins.path(), work.path(), case) {
+        let bundle = match train(plugins.path(), work.path(), case, device) {
             Ok(dir) => dir,
             Err(why) => {
                 println!("| {} | skipped: {why} | | | | |", case.label);
@@ -316,5 +324,5 @@ fn main() {
             );
         }
     }
-    println!("\n({iters} requests per case, {threads} intra-op thread(s), CPU)");
+    println!("\n({iters} requests per case, {threads} intra-op thread(s), {device})");
 }
