@@ -33,6 +33,8 @@ impl PredictWindow {
 pub struct LoadedModel {
     pub card: ModelCard,
     pub plugin: Arc<LoadedPlugin>,
+    /// The card's feature roles, parsed once.
+    roles: Vec<FeatureRole>,
     predictor: PredictorHandle,
 }
 
@@ -56,12 +58,13 @@ impl LoadedModel {
                 plugin: plugin.label(),
                 source,
             })?;
+        let roles = roles(&card)?;
         let spec = PredictorSpec {
             model_id: model_id.into(),
             config_json: config.into(),
             device: device.to_string().into(),
             weights_path: RString::from(bundle.weights_path().to_string_lossy().as_ref()),
-            schema: schema(&card)?,
+            schema: schema(&card, &roles)?,
         };
         let predictor = plugin
             .create_predictor(spec, TaskServices::new(plugin.name(), model_id))
@@ -72,6 +75,7 @@ impl LoadedModel {
         Ok(Self {
             card,
             plugin,
+            roles,
             predictor,
         })
     }
@@ -141,7 +145,7 @@ impl LoadedModel {
             .start
             .map(|start| rows.timestamps.partition_point(|t| *t < start))
             .unwrap_or(0);
-        let batch = batch_of(&self.card, &asset, &rows, contract, from);
+        let batch = batch_of(&self.card, &self.roles, &asset, &rows, contract, from);
         Ok(PreparedBatch {
             asset,
             rows,
@@ -251,8 +255,7 @@ fn roles(card: &ModelCard) -> Result<Vec<FeatureRole>, ModelError> {
 }
 
 /// The training inputs without rows (what a predictor is made with).
-fn schema(card: &ModelCard) -> Result<TaskInputs, ModelError> {
-    let roles = roles(card)?;
+fn schema(card: &ModelCard, roles: &[FeatureRole]) -> Result<TaskInputs, ModelError> {
     let datasets = card
         .assets
         .iter()
@@ -281,7 +284,7 @@ fn schema(card: &ModelCard) -> Result<TaskInputs, ModelError> {
                 ..Dataset::default()
             };
             let annex = DatasetAnnex {
-                feature_roles: roles.clone(),
+                feature_roles: roles.to_vec(),
                 target_horizons: card.inputs.target_horizons.clone(),
                 target_scales: asset.stats.target_scales.clone(),
                 bar_interval_ns: card.inputs.bar_interval_ns,
@@ -298,6 +301,7 @@ fn schema(card: &ModelCard) -> Result<TaskInputs, ModelError> {
 /// rows before `from` are context only.
 fn batch_of(
     card: &ModelCard,
+    roles: &[FeatureRole],
     asset: &AssetCard,
     rows: &FeatureRows,
     contract: &ContractSpec,
@@ -318,8 +322,7 @@ fn batch_of(
         ..Dataset::default()
     };
     let annex = DatasetAnnex {
-        // Checked by the card and featurize_with_stats; the batch repeats them.
-        feature_roles: roles(card).unwrap_or_default(),
+        feature_roles: roles.to_vec(),
         target_horizons: Vec::new(),
         target_scales: Vec::new(),
         bar_interval_ns: card.inputs.bar_interval_ns,

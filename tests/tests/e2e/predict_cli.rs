@@ -73,6 +73,31 @@ pub(crate) fn day_ns(text: &str) -> i64 {
     days * 86_400_000_000_000
 }
 
+/// The MSE of a template model's `tli predict` rows on its card's test split,
+/// in the trained units (forecast and actual divided by the target scale, as
+/// f32 like the dataset's targets), and how many rows it covers.
+fn test_split_mse(card: &serde_json::Value, rows: &[serde_json::Value]) -> (usize, f64) {
+    let asset = &card["assets"][0];
+    let scale = asset["stats"]["target_scales"][0].as_f64().unwrap();
+    let test = [
+        asset["splits"]["test"][0].as_i64().unwrap(),
+        asset["splits"]["test"][1].as_i64().unwrap(),
+    ];
+    let scaled = |v: &serde_json::Value| (v.as_f64().unwrap() / scale) as f32;
+    let errors: Vec<f64> = rows
+        .iter()
+        .filter(|r| (test[0]..=test[1]).contains(&ts(r)))
+        .map(|r| {
+            let e = scaled(&r["fwd_logret_1:mean"]) - scaled(&r["fwd_logret_1:actual"]);
+            f64::from(e) * f64::from(e)
+        })
+        .collect();
+    (
+        errors.len(),
+        errors.iter().sum::<f64>() / errors.len() as f64,
+    )
+}
+
 #[test]
 fn a_saved_model_reproduces_its_test_metric_and_predicts_files_it_never_saw() {
     let plugins = template_and_behaviour();
@@ -102,26 +127,11 @@ fn a_saved_model_reproduces_its_test_metric_and_predicts_files_it_never_saw() {
         serde_json::from_slice(&std::fs::read(model.join("model.json")).unwrap()).unwrap();
     assert_eq!(card["plugin"]["name"], "template");
     assert_eq!(card["metrics"]["test_mse"].as_f64().unwrap(), reported);
-    let asset = &card["assets"][0];
-    let scale = asset["stats"]["target_scales"][0].as_f64().unwrap();
-    let test = [
-        asset["splits"]["test"][0].as_i64().unwrap(),
-        asset["splits"]["test"][1].as_i64().unwrap(),
-    ];
 
     // Consistency: the test rows' squared errors, in the trained units, are the reported test MSE.
     let own = predict_json(plugins.path(), &model, &short, &[]);
-    let scaled = |v: &serde_json::Value| (v.as_f64().unwrap() / scale) as f32;
-    let errors: Vec<f64> = own
-        .iter()
-        .filter(|r| (test[0]..=test[1]).contains(&ts(r)))
-        .map(|r| {
-            let e = scaled(&r["fwd_logret_1:mean"]) - scaled(&r["fwd_logret_1:actual"]);
-            f64::from(e) * f64::from(e)
-        })
-        .collect();
-    assert!(errors.len() > 300, "{} test rows", errors.len());
-    let mse = errors.iter().sum::<f64>() / errors.len() as f64;
+    let (test_rows, mse) = test_split_mse(&card, &own);
+    assert!(test_rows > 300, "{test_rows} test rows");
     assert!(
         ((mse - reported) / reported).abs() < 1e-6,
         "test MSE from predictions {mse}, reported {reported}"
@@ -386,23 +396,8 @@ fn a_hosts_tasks_are_models_that_export_and_predict() {
         serde_json::from_slice(&std::fs::read(model.join("model.json")).unwrap()).unwrap();
     let reported = card["metrics"]["test_mse"].as_f64().unwrap();
     assert_eq!(reported, es_task["metrics"]["test_mse"].as_f64().unwrap());
-    let asset = &card["assets"][0];
-    let scale = asset["stats"]["target_scales"][0].as_f64().unwrap();
-    let test = [
-        asset["splits"]["test"][0].as_i64().unwrap(),
-        asset["splits"]["test"][1].as_i64().unwrap(),
-    ];
     let rows = predict_json(plugins.path(), &model, &es, &[]);
-    let scaled = |v: &serde_json::Value| (v.as_f64().unwrap() / scale) as f32;
-    let errors: Vec<f64> = rows
-        .iter()
-        .filter(|r| (test[0]..=test[1]).contains(&ts(r)))
-        .map(|r| {
-            let e = scaled(&r["fwd_logret_1:mean"]) - scaled(&r["fwd_logret_1:actual"]);
-            f64::from(e) * f64::from(e)
-        })
-        .collect();
-    let mse = errors.iter().sum::<f64>() / errors.len() as f64;
+    let (_, mse) = test_split_mse(&card, &rows);
     assert!(
         ((mse - reported) / reported).abs() < 1e-6,
         "{mse} vs {reported}"
