@@ -9,6 +9,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "tli/v1/training.proto",
         "tli/v1/plugins.proto",
         "tli/v1/worker.proto",
+        "tli/v1/models.proto",
     ];
     for f in files {
         println!("cargo:rerun-if-changed={f}");

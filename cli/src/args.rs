@@ -100,9 +100,9 @@ pub enum Command {
         #[command(subcommand)]
         command: DataCommand,
     },
-    /// Trained models: every task of a state directory that was trained on bar files and
-    /// has a checkpoint. Read from the store (read-only, no host needed; safe while a
-    /// host runs); `export` writes one as a bundle for `tli predict`.
+    /// Trained models: tasks trained on bar files with a checkpoint, and imported
+    /// bundles. List, show, export and import them; load one on the host to serve
+    /// predictions.
     Models {
         #[command(subcommand)]
         command: ModelsCommand,
@@ -582,31 +582,76 @@ pub struct LocalArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum ModelsCommand {
-    /// The models of a state directory: task, plugin, assets, the checkpoint a bundle
-    /// would take, and its test or validation metric.
+    /// Every model: tasks trained on bar files with a checkpoint (id = the task id) and
+    /// imported bundles (id = their name), with plugin, assets, steps, size, metric and
+    /// whether it is loaded. From the host (--endpoint), or with --state-dir from a
+    /// state directory's store (read-only, no host needed).
     List {
-        /// The host's state directory (its store is read, never written).
-        #[arg(long, env = "TLI_STATE_DIR", default_value = ".tli")]
-        state_dir: PathBuf,
+        #[command(flatten)]
+        from: ModelsFrom,
     },
-    /// Write a task's model (its newest good checkpoint's weights and its model card)
-    /// as a bundle in DIR, a new directory.
+    /// One model in full: its card (config, feature pipeline, training statistics,
+    /// contract, data and metrics) and, when loaded, its reservation.
+    Show {
+        /// The model: a task id or an imported model's name (`tli models list`).
+        model: String,
+        #[command(flatten)]
+        from: ModelsFrom,
+    },
+    /// Write a model as a bundle in DIR, a new directory (model.json,
+    /// weights.safetensors, checksums.sha256): a task's model from its newest good
+    /// checkpoint. The bundle is checked before it appears.
     Export {
-        /// The host's state directory (its store is read, never written).
-        #[arg(long, env = "TLI_STATE_DIR", default_value = ".tli")]
-        state_dir: PathBuf,
-        /// The task whose model to export (`tli models list`).
-        #[arg(long)]
-        task: i64,
+        /// The model: a task id or an imported model's name.
+        model: String,
         /// The bundle directory to create.
         dir: PathBuf,
+        #[command(flatten)]
+        from: ModelsFrom,
     },
+    /// Copy a bundle into the host (--endpoint) as a model of its own; refused if
+    /// damaged, or if no loaded plugin accepts it.
+    Import {
+        /// The bundle directory (`tli models export`, `tli train local --save`).
+        dir: PathBuf,
+        /// The model's name on the host (default: the directory's name).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Keep a model resident on the host to answer `tli predict --model ID` and the
+    /// Predict API; its memory is reserved like a training task's (`tli resources`).
+    Load { model: String },
+    /// Free a resident model (after the requests using it end).
+    Unload { model: String },
+}
+
+/// Where `tli models` reads models from.
+#[derive(Args, Debug, Clone)]
+pub struct ModelsFrom {
+    /// Read this state directory's store (read-only) instead of asking the host;
+    /// works with no host running (the full `tli` binary only).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+}
+
+impl ModelsCommand {
+    /// The state directory to read offline, if this command reads one.
+    pub fn state_dir(&self) -> Option<&std::path::Path> {
+        match self {
+            Self::List { from } | Self::Show { from, .. } | Self::Export { from, .. } => {
+                from.state_dir.as_deref()
+            }
+            Self::Import { .. } | Self::Load { .. } | Self::Unload { .. } => None,
+        }
+    }
 }
 
 #[derive(Args, Debug)]
 pub struct PredictArgs {
-    /// The model: a bundle directory (`tli train local --save DIR`, `tli models export`).
-    #[arg(long, value_name = "BUNDLE")]
+    /// The model: a bundle directory (`tli train local --save DIR`, `tli models
+    /// export`), applied in this process; or the id of a model loaded on the host
+    /// (`tli models load ID`), which the host applies (--endpoint).
+    #[arg(long, value_name = "BUNDLE|ID")]
     pub model: PathBuf,
     /// Bar file to predict on (DBN, Parquet or CSV) of a contract the model was
     /// trained on; `SYMBOL=FILE` names the symbol of its bars.
@@ -630,6 +675,15 @@ pub struct PredictArgs {
     /// libtorch intra-op threads (default: one per core).
     #[arg(long, value_parser = clap::value_parser!(i32).range(1..=1024))]
     pub threads: Option<i32>,
+}
+
+impl PredictArgs {
+    /// Whether `--model` names a bundle directory (applied in this process)
+    /// rather than a model on the host: an existing directory, or any path
+    /// with a `/` (a model id never has one).
+    pub fn is_bundle(&self) -> bool {
+        self.model.is_dir() || self.model.as_os_str().to_string_lossy().contains('/')
+    }
 }
 
 fn parse_time(text: &str) -> Result<i64, String> {

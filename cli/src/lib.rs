@@ -19,8 +19,10 @@
 pub mod args;
 pub mod charts;
 pub mod data;
+pub mod model_view;
 pub mod plot;
 pub mod plugin_table;
+pub mod predictions;
 pub mod remote;
 pub mod render;
 pub mod stdout;
@@ -133,9 +135,11 @@ pub fn run_client(cli: &Cli, bin_name: &'static str) -> Option<Result<()>> {
         | Command::Doctor
         | Command::Host { .. }
         | Command::Profile { .. }
-        | Command::Predict(_)
-        | Command::Models { .. }
         | Command::Worker(_) => return None,
+        Command::Predict(args) if args.is_bundle() => return None,
+        Command::Predict(args) => remote::models::predict(cli, args),
+        Command::Models { command } if command.state_dir().is_some() => return None,
+        Command::Models { command } => remote::models::models(cli, command),
     };
     Some(result)
 }

@@ -365,12 +365,15 @@ pub fn resources_tables(r: &ResourcesJson) -> Vec<Table> {
     }
     let mut tables = vec![devices];
     if r.devices.iter().any(|d| !d.reservations.is_empty()) {
-        let mut reservations = new_table(vec!["DEVICE", "TASK", "RESERVED", "MEASURED"]);
+        let mut reservations = new_table(vec!["DEVICE", "HELD BY", "RESERVED", "MEASURED"]);
         for d in &r.devices {
             for res in &d.reservations {
                 reservations.add_row(vec![
                     d.name.clone(),
-                    res.task_id.to_string(),
+                    match &res.model {
+                        Some(model) => format!("model {model}"),
+                        None => format!("task {}", res.task_id),
+                    },
                     format_bytes(res.reserved_bytes),
                     opt(res.measured_bytes),
                 ]);

@@ -174,7 +174,11 @@ pub struct DeviceJson {
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ReservationJson {
+    /// 0 for a resident model's reservation.
     pub task_id: u64,
+    /// The resident model (or prediction stream) holding it; absent for a task.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
     pub reserved_bytes: u64,
     pub measured_bytes: Option<u64>,
     pub measured_memory: Option<MemoryJson>,
@@ -308,6 +312,7 @@ impl From<&pb::GetResourcesResponse> for ResourcesJson {
                         .iter()
                         .map(|r| ReservationJson {
                             task_id: r.task_id,
+                            model: (!r.model.is_empty()).then(|| r.model.clone()),
                             reserved_bytes: r.reserved_bytes,
                             measured_bytes: r.measured_bytes,
                             measured_memory: r.measured_memory.as_ref().map(MemoryJson::from),

@@ -78,6 +78,55 @@ pub enum BundleError {
 }
 
 impl BundleError {
+    /// The same error with the staging directory `from` named as `to` (what
+    /// the user knows it by).
+    fn at(self, from: &Path, to: &Path) -> Self {
+        let rename = |p: PathBuf| if p == from { to.to_path_buf() } else { p };
+        match self {
+            Self::Io { path, source } => Self::Io {
+                path: rename(path),
+                source,
+            },
+            Self::Missing { path, file } => Self::Missing {
+                path: rename(path),
+                file,
+            },
+            Self::NotRegular { path, file } => Self::NotRegular {
+                path: rename(path),
+                file,
+            },
+            Self::TooLarge { path, file, limit } => Self::TooLarge {
+                path: rename(path),
+                file,
+                limit,
+            },
+            Self::BadChecksums { path, problem } => Self::BadChecksums {
+                path: rename(path),
+                problem,
+            },
+            Self::ChecksumMismatch {
+                path,
+                file,
+                expected,
+                found,
+            } => Self::ChecksumMismatch {
+                path: rename(path),
+                file,
+                expected,
+                found,
+            },
+            Self::BadCard { path, problem } => Self::BadCard {
+                path: rename(path),
+                problem,
+            },
+            Self::NewerFormat { path, found } => Self::NewerFormat {
+                path: rename(path),
+                found,
+            },
+            other @ Self::Exists { .. } => other,
+        }
+    }
+
     fn io(path: &Path, source: std::io::Error) -> Self {
         Self::Io {
             path: path.to_path_buf(),
@@ -187,6 +236,38 @@ impl BundleWriter {
     }
 }
 
+impl BundleWriter {
+    /// Finishes a bundle whose three files came from elsewhere (an import):
+    /// the weights already written to [`weights_path`](Self::weights_path),
+    /// `model.json` and `checksums.sha256` as given. The staging directory
+    /// is opened and checked like any bundle ([`Bundle::open`]) before it is
+    /// moved into place, so a damaged import never appears.
+    pub fn finish_checked(
+        mut self,
+        card_json: &[u8],
+        checksums: &[u8],
+    ) -> Result<Bundle, BundleError> {
+        write_synced(&self.staging.join(CARD_FILE), card_json)?;
+        write_synced(&self.staging.join(CHECKSUMS_FILE), checksums)?;
+        let weights_path = self.weights_path();
+        File::open(&weights_path)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| BundleError::io(&weights_path, e))?;
+        let mut bundle =
+            Bundle::open(&self.staging).map_err(|e| e.at(&self.staging, &self.target))?;
+        sync_dir(&self.staging)?;
+        rename_no_replace(&self.staging, &self.target)?;
+        self.finished = true;
+        if let Some(parent) = self.target.parent() {
+            if !parent.as_os_str().is_empty() {
+                sync_dir(parent)?;
+            }
+        }
+        bundle.dir = self.target.clone();
+        Ok(bundle)
+    }
+}
+
 impl Drop for BundleWriter {
     fn drop(&mut self) {
         if !self.finished {
@@ -202,6 +283,8 @@ pub struct Bundle {
     pub card: ModelCard,
     /// `model.json` exactly as read (and checked).
     pub card_bytes: Vec<u8>,
+    /// `checksums.sha256` exactly as read.
+    pub checksums_bytes: Vec<u8>,
     pub weights_sha256: String,
     pub weights_bytes: u64,
     weights: File,
@@ -241,6 +324,7 @@ impl Bundle {
             dir: dir.to_path_buf(),
             card,
             card_bytes,
+            checksums_bytes: checksums,
             weights_sha256,
             weights_bytes,
             weights,

@@ -2,6 +2,8 @@
 //! API: the server (`tli host serve`) and every client (the `tli` command line,
 //! the client-only `tli-client` binary).
 //!
+//! * [`bars`]: `Bars` ↔ bar tables (checked like a file's rows) and `PredictionRows` ↔
+//!   prediction tables, for `Predict` and `PredictStream`.
 //! * [`convert`]: task states both ways, ids, measurements, state changes.
 //! * [`job_request`]: `StartTrainingRequest` ↔ [`JobSpec`](tli_core::job::JobSpec),
 //!   both directions sharing their rules and bounds.
@@ -15,6 +17,7 @@
 //! No libtorch, no engine: it builds on `tli-core`, `tli-store`'s row types
 //! `tli-plugin-api`'s data types and `tli-proto` only (checked by `scripts/check-layers.sh`).
 
+pub mod bars;
 pub mod convert;
 pub mod history;
 pub mod job_request;

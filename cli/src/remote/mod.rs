@@ -72,6 +72,7 @@
 mod connection;
 #[cfg(test)]
 mod mock_tests;
+pub(crate) mod models;
 mod request;
 
 mod watch;

@@ -4,10 +4,9 @@ use super::scan;
 use anyhow::{bail, Result};
 use std::path::Path;
 use tli_cli::args::{OutputFormat, PredictArgs};
-use tli_cli::new_table;
 use tli_data::contracts::ContractBook;
 use tli_data::BarSource;
-use tli_models::{Bundle, PredictionTable, TableFormat};
+use tli_models::Bundle;
 use tli_runtime::models::{LoadedModel, PredictWindow};
 
 pub(super) fn predict(
@@ -16,7 +15,7 @@ pub(super) fn predict(
     args: &PredictArgs,
     output: OutputFormat,
 ) -> Result<()> {
-    let format = table_format(output, args.out.as_deref())?;
+    let format = tli_cli::predictions::table_format(output, args.out.as_deref())?;
     if let (Some(start), Some(end)) = (args.start, args.end) {
         if start > end {
             bail!("--start is after --end; nothing was written");
@@ -52,53 +51,5 @@ pub(super) fn predict(
         model.plugin.label(),
         model_id
     );
-    match format {
-        Some(format) => predictions.write(args.out.as_deref(), format)?,
-        None => tli_cli::outln!("{}", human_table(&predictions)),
-    }
-    Ok(())
-}
-
-/// The file format: `-o csv|json|parquet`, or with `-o table` the `--out`
-/// file's extension; `None` for a table on the terminal.
-fn table_format(output: OutputFormat, out: Option<&Path>) -> Result<Option<TableFormat>> {
-    Ok(match output {
-        OutputFormat::Csv => Some(TableFormat::Csv),
-        OutputFormat::Json => Some(TableFormat::Json),
-        OutputFormat::Parquet => Some(TableFormat::Parquet),
-        OutputFormat::Table => match out {
-            None => None,
-            Some(path) => match path.extension().and_then(|e| e.to_str()) {
-                Some("csv") => Some(TableFormat::Csv),
-                Some("json") => Some(TableFormat::Json),
-                Some("parquet") => Some(TableFormat::Parquet),
-                _ => bail!(
-                    "--out {}: say the format with -o csv|json|parquet (or end the name in \
-                     .csv, .json or .parquet); nothing was written",
-                    path.display()
-                ),
-            },
-        },
-    })
-}
-
-fn human_table(predictions: &PredictionTable) -> comfy_table::Table {
-    let mut header = vec!["TIME".to_string(), "SYMBOL".to_string()];
-    header.extend(predictions.columns.iter().map(|c| c.to_uppercase()));
-    let mut table = new_table(header.iter().map(String::as_str).collect());
-    for i in 0..predictions.len() {
-        let mut row = vec![
-            tli_data::timefmt::format(predictions.timestamps[i]),
-            predictions.symbols[i].clone(),
-        ];
-        row.extend(predictions.row(i).iter().map(|v| {
-            if v.is_nan() {
-                "-".to_string()
-            } else {
-                format!("{v:.6}")
-            }
-        }));
-        table.add_row(row);
-    }
-    table
+    tli_cli::predictions::write(&predictions, format, args.out.as_deref())
 }

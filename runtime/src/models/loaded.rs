@@ -36,6 +36,8 @@ pub struct LoadedModel {
     /// The card's feature roles, parsed once.
     roles: Vec<FeatureRole>,
     predictor: PredictorHandle,
+    /// Rows streamed since the last reset (stream outputs are numbered so).
+    streamed: u64,
 }
 
 impl LoadedModel {
@@ -77,6 +79,7 @@ impl LoadedModel {
             plugin,
             roles,
             predictor,
+            streamed: 0,
         })
     }
 
@@ -161,7 +164,16 @@ impl LoadedModel {
     ) -> Result<PredictionTable, ModelError> {
         let predictions = self.predict_batch(prepared.batch.clone())?;
         let window = prepared.window;
-        let table = to_table(&prepared.asset, &prepared.rows, &predictions, window);
+        let table = to_table(
+            &prepared.asset,
+            &prepared.rows,
+            &predictions,
+            window,
+            TableRows {
+                offset: 0,
+                actual: true,
+            },
+        );
         if table.is_empty() {
             let text = |t: Option<i64>| t.map(tli_data::timefmt::format);
             return Err(ModelError::EmptyWindow {
@@ -194,11 +206,68 @@ impl LoadedModel {
 
     /// Forgets what was streamed.
     pub fn reset_stream(&mut self) -> Result<(), ModelError> {
+        self.streamed = 0;
         self.predictor.reset().map_err(|source| ModelError::Plugin {
             what: format!("plugin {} failed to reset", self.plugin.label()),
             source,
         })
     }
+
+    /// Streams the next featurized rows of one asset (the rows after every
+    /// row streamed before) and returns the outputs the predictor gave for
+    /// them, de-scaled like [`predict_bars`](Self::predict_bars)' but with
+    /// no `<target>:actual` columns (a stream does not know the future).
+    pub fn stream_rows(
+        &mut self,
+        rows: &FeatureRows,
+        contract: &ContractSpec,
+    ) -> Result<PredictionTable, ModelError> {
+        let asset = self.asset_for(contract)?.clone();
+        let batch = batch_of(&self.card, &self.roles, &asset, rows, contract, 0);
+        let predictions = self.stream_batch(batch)?;
+        let offset = self.streamed;
+        self.streamed += rows.len() as u64;
+        Ok(to_table(
+            &asset,
+            rows,
+            &predictions,
+            PredictWindow::default(),
+            TableRows {
+                offset,
+                actual: false,
+            },
+        ))
+    }
+}
+
+/// What a table of outputs holds: output rows are numbered from `offset`
+/// (a stream's rows so far), and with `actual` each target's realized value.
+#[derive(Clone, Copy)]
+struct TableRows {
+    offset: u64,
+    actual: bool,
+}
+
+/// Bytes a predictor of the model in `card` needs on `device` for batches
+/// of `rows` rows, from the plugin that would load it (before loading it).
+pub fn estimate_for(
+    registry: &PluginRegistry,
+    card: &ModelCard,
+    rows: u64,
+    device: Device,
+) -> Result<MemoryBreakdown, ModelError> {
+    let plugin = plugin_for(registry, card)?;
+    let shape = DatasetShape {
+        rows,
+        features: card.inputs.feature_names.len() as u64,
+        targets: card.inputs.target_names.len() as u64,
+    };
+    plugin
+        .estimate_predictor_memory(&card.config.to_string(), shape, &device.to_string())
+        .map_err(|source| ModelError::Plugin {
+            what: "estimating the predictor's memory".into(),
+            source,
+        })
 }
 
 /// New bars of one asset, featurized and packed for the predictor.
@@ -351,6 +420,7 @@ fn to_table(
     rows: &FeatureRows,
     predictions: &Predictions,
     window: PredictWindow,
+    numbering: TableRows,
 ) -> PredictionTable {
     let scales: Vec<f64> = predictions
         .columns
@@ -364,19 +434,30 @@ fn to_table(
         })
         .collect();
     let mut columns: Vec<String> = predictions.columns.iter().map(|c| c.to_string()).collect();
-    columns.extend(rows.target_names.iter().map(|t| format!("{t}:actual")));
+    if numbering.actual {
+        columns.extend(rows.target_names.iter().map(|t| format!("{t}:actual")));
+    }
     let n_targets = rows.target_names.len();
     let mut table = PredictionTable::new(columns);
     let mut values = Vec::with_capacity(table.columns.len());
     for i in 0..predictions.len() {
-        let r = predictions.rows[i] as usize;
+        // Rows outside this batch (a plugin numbering a stream wrongly) are not ours to write.
+        let Some(r) = predictions.rows[i]
+            .checked_sub(numbering.offset)
+            .map(|r| r as usize)
+            .filter(|&r| r < rows.len())
+        else {
+            continue;
+        };
         let ts = rows.timestamps[r];
         if !window.contains(ts) {
             continue;
         }
         values.clear();
         values.extend(predictions.row(i).iter().zip(&scales).map(|(v, s)| v * s));
-        values.extend_from_slice(&rows.realized[r * n_targets..(r + 1) * n_targets]);
+        if numbering.actual {
+            values.extend_from_slice(&rows.realized[r * n_targets..(r + 1) * n_targets]);
+        }
         table.push(ts, &rows.symbol, &values);
     }
     table

@@ -5,9 +5,10 @@
 //! beside them where the file has them.
 
 pub mod card;
+pub mod catalog;
 mod loaded;
 
-pub use loaded::{LoadedModel, PredictWindow, PreparedBatch};
+pub use loaded::{estimate_for, LoadedModel, PredictWindow, PreparedBatch};
 
 use tli_plugin_api::PluginError;
 

@@ -56,6 +56,19 @@
 //!   plugin that never returned) keep their bytes until released, but not
 //!   their place in `Sequential`'s or `Parallel(n)`'s count.
 //!
+//! # Holds
+//!
+//! Memory that is not a task's (a model kept resident to answer prediction
+//! requests, or a prediction stream's own predictor) is **held** under a
+//! [`HoldId`] ([`Arbiter::hold`]). A hold is admitted at once or refused,
+//! never queued: only when `reserved + bytes ≤ budget` (so admission never
+//! takes the device over its budget, as for tasks) and not while the device
+//! is over budget. Held bytes count in [`Arbiter::reserved`] and so against
+//! every task's admission; holds take no place in a strategy's number of
+//! tasks at once, and a re-measurement of a hold
+//! ([`Arbiter::update_hold`]) follows the rule of tasks: it replaces the
+//! bytes, and growth past the budget is kept and reported.
+//!
 //! The arbiter is pure bookkeeping: no I/O, no threads, no clock. The caller
 //! serialises calls (one arbiter per device behind the orchestrator's lock),
 //! calls [`Arbiter::select`] whenever the queue or the reservations change,
@@ -217,6 +230,31 @@ pub struct Arbiter {
     abandoned: Vec<TaskId>,
     /// The most tasks `Auto` runs at once (`None`: as many as fit).
     auto_limit: Option<usize>,
+    /// Memory held for what is not a task (see the module docs), in order.
+    holds: Vec<(HoldId, u64)>,
+}
+
+/// A hold's key (see the module docs): the caller numbers its holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HoldId(pub u64);
+
+/// A hold that does not fit now.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "needs {} on {} but only {} of its {} budget is free now ({} reserved by training tasks \
+     and resident models); unload a model or wait for tasks to finish",
+    format_bytes(*.needed),
+    .device,
+    format_bytes(*.free),
+    format_bytes(*.budget),
+    format_bytes(*.reserved)
+)]
+pub struct NoRoom {
+    pub needed: u64,
+    pub free: u64,
+    pub reserved: u64,
+    pub budget: u64,
+    pub device: String,
 }
 
 impl Arbiter {
@@ -240,6 +278,7 @@ impl Arbiter {
             skips: HashMap::new(),
             abandoned: Vec::new(),
             auto_limit: None,
+            holds: Vec::new(),
         }
     }
 
@@ -466,6 +505,58 @@ impl Arbiter {
             }
         }
         low
+    }
+
+    /// Holds `bytes` (already with the margin) under `id` if they fit now
+    /// (see the module docs); holding an id again replaces nothing and
+    /// refuses.
+    pub fn hold(&mut self, id: HoldId, bytes: u64) -> Result<(), NoRoom> {
+        let total = self.budget.total_bytes as u128;
+        let exists = self.holds.iter().any(|&(h, _)| h == id);
+        if exists || self.reserved + bytes as u128 > total {
+            return Err(NoRoom {
+                needed: bytes,
+                free: self.free(),
+                reserved: self.reserved(),
+                budget: self.budget.total_bytes,
+                device: self.budget.device.to_string(),
+            });
+        }
+        self.holds.push((id, bytes));
+        self.reserved += bytes as u128;
+        Ok(())
+    }
+
+    /// Replaces a hold's bytes by `measured_bytes` plus the margin (as
+    /// [`update_measured`](Self::update_measured) does for a task).
+    pub fn update_hold(&mut self, id: HoldId, measured_bytes: u64) -> Remeasure {
+        let now = self.with_margin(measured_bytes);
+        let Some(slot) = self.holds.iter_mut().find(|(h, _)| *h == id) else {
+            return Remeasure::NotRunning;
+        };
+        let previous = std::mem::replace(&mut slot.1, now);
+        self.reserved = self.reserved - previous as u128 + now as u128;
+        match self.over_budget_by() {
+            0 => Remeasure::WithinBudget { previous, now },
+            over_by => Remeasure::OverBudget {
+                previous,
+                now,
+                over_by,
+            },
+        }
+    }
+
+    /// Frees a hold; unknown ids: no-op.
+    pub fn release_hold(&mut self, id: HoldId) {
+        if let Some(i) = self.holds.iter().position(|&(h, _)| h == id) {
+            let (_, bytes) = self.holds.remove(i);
+            self.reserved -= bytes as u128;
+        }
+    }
+
+    /// The holds and their bytes, in the order they were taken.
+    pub fn holds(&self) -> Vec<(HoldId, u64)> {
+        self.holds.clone()
     }
 
     /// Replaces a running task's reservation by `measured_bytes` plus the

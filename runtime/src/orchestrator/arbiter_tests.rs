@@ -81,3 +81,65 @@ fn an_auto_limit_caps_auto_only() {
     let mut parallel = Arbiter::new(Strategy::Parallel(4), budget, 0.0).with_auto_limit(2);
     assert_eq!(parallel.select(&queue).len(), 4, "an explicit count wins");
 }
+
+#[test]
+fn holds_take_memory_from_tasks_but_no_place_in_the_count() {
+    let budget = Budget {
+        device: Device::Cpu,
+        total_bytes: 100,
+    };
+    let c = |task, bytes| Candidate {
+        task,
+        priority: 0,
+        order: task as u64,
+        bytes,
+    };
+    let mut arbiter = Arbiter::new(Strategy::Sequential, budget, 0.0);
+    arbiter.hold(HoldId(1), 60).unwrap();
+    assert_eq!(arbiter.reserved(), 60);
+    // A held model does not count as the sequential strategy's one task...
+    assert_eq!(arbiter.select(&[c(1, 40)]), vec![1]);
+    // ...but its bytes do: nothing more fits, and a second hold is refused, not queued.
+    let refused = arbiter.hold(HoldId(2), 1).unwrap_err();
+    assert_eq!(
+        (refused.needed, refused.free, refused.reserved),
+        (1, 0, 100)
+    );
+    assert!(refused.to_string().contains("unload a model"), "{refused}");
+    assert!(arbiter.hold(HoldId(1), 0).is_err(), "an id is held once");
+    arbiter.release(1);
+    assert!(arbiter.select(&[c(2, 41)]).is_empty(), "41 + 60 > 100");
+    // A re-measured hold replaces its bytes (with the margin, 0 here).
+    assert!(matches!(
+        arbiter.update_hold(HoldId(1), 50),
+        Remeasure::WithinBudget {
+            previous: 60,
+            now: 50
+        }
+    ));
+    assert_eq!(arbiter.select(&[c(2, 41)]), vec![2]);
+    assert_eq!(arbiter.holds(), vec![(HoldId(1), 50)]);
+    arbiter.release_hold(HoldId(1));
+    arbiter.release_hold(HoldId(9));
+    assert_eq!(arbiter.reserved(), 41);
+    assert!(arbiter.holds().is_empty());
+}
+
+#[test]
+fn a_hold_is_refused_while_the_device_is_over_budget() {
+    let budget = Budget {
+        device: Device::Cpu,
+        total_bytes: 100,
+    };
+    let mut arbiter = Arbiter::new(Strategy::Auto, budget, 0.0);
+    arbiter.hold(HoldId(1), 50).unwrap();
+    assert!(matches!(
+        arbiter.update_hold(HoldId(1), 120),
+        Remeasure::OverBudget { over_by: 20, .. }
+    ));
+    assert!(
+        arbiter.hold(HoldId(2), 0).is_err(),
+        "over budget: nothing more"
+    );
+    assert_eq!(arbiter.free(), 0);
+}

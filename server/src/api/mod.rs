@@ -5,6 +5,8 @@
 //!   history); [`history`]: `GetTrainingHistory`'s messages ↔ the store's history.
 //! * [`plugins`]: `PluginService` (the loaded and refused plugins).
 //! * [`resources`]: `ResourceService` (the device budget and reservations).
+//! * [`models`]: `ModelService` (models, bundles in chunks, resident models,
+//!   `Predict` and `PredictStream`).
 //! * [`worker_service`]: `WorkerService`, what `tli worker` processes call
 //!   (with the worker token; served when the host has a Slurm executor).
 //! * [`auth`]: the bearer-token interceptor.
@@ -20,6 +22,7 @@
 
 pub mod auth;
 pub mod convert;
+pub mod models;
 pub mod plugins;
 pub mod request_errors;
 pub mod resources;
@@ -34,6 +37,7 @@ use crate::telemetry::{RpcMetricsLayer, Telemetry};
 use auth::Auth;
 use request_errors::RequestErrorsLayer;
 use std::sync::Arc;
+use tli_proto::v1::model_service_server::ModelServiceServer;
 use tli_proto::v1::plugin_service_server::PluginServiceServer;
 use tli_proto::v1::resource_service_server::ResourceServiceServer;
 use tli_proto::v1::training_service_server::TrainingServiceServer;
@@ -143,11 +147,12 @@ pub struct ServerConfig {
 }
 
 /// The names the health service reports, besides "" (the whole server).
-pub fn service_names() -> [&'static str; 3] {
+pub fn service_names() -> [&'static str; 4] {
     [
         <TrainingServiceServer<training::TrainingApi> as NamedService>::NAME,
         <PluginServiceServer<plugins::PluginApi> as NamedService>::NAME,
         <ResourceServiceServer<resources::ResourceApi> as NamedService>::NAME,
+        <ModelServiceServer<models::ModelApi> as NamedService>::NAME,
     ]
 }
 
@@ -225,6 +230,7 @@ pub async fn router(
     let training = training::TrainingApi::new(orchestrator.clone(), shutdown.clone());
     let plugins = plugins::PluginApi::new(orchestrator.clone());
     let resources = resources::ResourceApi::new(orchestrator.clone());
+    let models = models::ModelApi::new(orchestrator.clone(), shutdown.clone());
     let workers = config.worker_token.as_deref().map(|token| {
         InterceptedService::new(
             WorkerServiceServer::new(worker_service::WorkerApi::new(orchestrator))
@@ -243,7 +249,11 @@ pub async fn router(
             auth.clone(),
         ))
         .add_service(PluginServiceServer::with_interceptor(plugins, auth.clone()))
-        .add_service(ResourceServiceServer::with_interceptor(resources, auth))
+        .add_service(ResourceServiceServer::with_interceptor(
+            resources,
+            auth.clone(),
+        ))
+        .add_service(ModelServiceServer::with_interceptor(models, auth))
         .add_optional_service(workers);
     Ok((router, reporter))
 }

@@ -23,7 +23,7 @@ impl ResourceApi {
 /// The device as a message (reads the store and, on CUDA, the runtime).
 pub fn device(orchestrator: &Orchestrator) -> Result<pb::Device, Status> {
     let r = orchestrator.resources().map_err(convert::store_error)?;
-    let reservations = r
+    let mut reservations: Vec<pb::Reservation> = r
         .running
         .iter()
         .map(|held| pb::Reservation {
@@ -31,8 +31,16 @@ pub fn device(orchestrator: &Orchestrator) -> Result<pb::Device, Status> {
             reserved_bytes: held.reserved_bytes,
             measured_bytes: held.measured_bytes,
             measured_memory: held.measured_memory.as_ref().map(convert::measured_memory),
+            model: String::new(),
         })
         .collect();
+    reservations.extend(r.held.iter().map(|(model, bytes)| pb::Reservation {
+        task_id: 0,
+        reserved_bytes: *bytes,
+        measured_bytes: None,
+        measured_memory: None,
+        model: model.clone(),
+    }));
     let cuda_info = r
         .budget
         .device

@@ -125,15 +125,27 @@ impl Orchestrator {
     /// The device's budget, strategy and current reservations, each with
     /// the task's measured bytes when known.
     pub fn resources(&self) -> Result<Resources, StoreError> {
-        let (budget, strategy, reserved_bytes, held) = {
+        let (budget, strategy, reserved_bytes, held, holds) = {
             let arbiter = lock(&self.arbiter);
             (
                 arbiter.budget().clone(),
                 arbiter.strategy(),
                 arbiter.reserved(),
                 arbiter.running(),
+                arbiter.holds(),
             )
         };
+        let names = self.hold_names();
+        let held_models = holds
+            .into_iter()
+            .map(|(id, bytes)| {
+                let name = names
+                    .get(&id)
+                    .cloned()
+                    .unwrap_or_else(|| format!("hold {}", id.0));
+                (name, bytes)
+            })
+            .collect();
         let mut running = Vec::with_capacity(held.len());
         for (task, reserved) in held {
             let row = self.store.task(task)?;
@@ -149,6 +161,7 @@ impl Orchestrator {
             strategy,
             reserved_bytes,
             running,
+            held: held_models,
         })
     }
 

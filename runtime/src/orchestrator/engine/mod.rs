@@ -23,12 +23,17 @@
 //!   it while it takes `pace` (start ranks) and then `running` (a started runner). No
 //!   other pair is ever held together; every other lock is taken alone and released before
 //!   the next (a forced stop takes `running`, lets it go, then takes `arbiter`).
+//! * Serving ([`serving`]) runs plugin code under two locks of its own, never under the
+//!   others: `loading` (one model load at a time; inside it `arbiter` and the resident
+//!   map are taken alone, briefly) and each resident model's predictor lock (one request
+//!   at a time per model). A slow plugin delays loads and its own model's requests only.
 
 mod containment;
 mod control;
 mod dispatch;
 mod errors;
 mod rounds;
+pub mod serving;
 mod start_order;
 mod task_data;
 
@@ -103,6 +108,8 @@ pub struct Resources {
     pub reserved_bytes: u64,
     /// Running tasks' reservations, in start order.
     pub running: Vec<Reservation>,
+    /// Memory held for resident models and prediction streams: who, bytes.
+    pub held: Vec<(String, u64)>,
 }
 
 /// One running task's reservation.
@@ -173,7 +180,9 @@ pub struct Orchestrator {
     store: Arc<Store>,
     registry: Arc<LiveRegistry>,
     contracts: ContractBook,
-    arbiter: Mutex<Arbiter>,
+    arbiter: Arc<Mutex<Arbiter>>,
+    /// Models kept resident for prediction requests (serving.rs).
+    serving: serving::Serving,
     datasets: DatasetCache,
     running: Mutex<HashMap<TaskId, RunningTask>>,
     events_tx: Sender<RunnerEvent>,
@@ -244,7 +253,8 @@ impl Orchestrator {
             store,
             registry,
             contracts,
-            arbiter: Mutex::new(arbiter),
+            arbiter: Arc::new(Mutex::new(arbiter)),
+            serving: serving::Serving::default(),
             datasets: DatasetCache::default(),
             running: Mutex::new(HashMap::new()),
             events_tx,

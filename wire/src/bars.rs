@@ -1,0 +1,193 @@
+//! Bars and prediction rows on the wire: `Bars` (columns of one symbol's
+//! bars) ↔ [`BarTable`], and `PredictionRows` ↔ [`PredictionTable`]. A
+//! client sends the bars of a file it read; the server checks them exactly
+//! as a bar file's rows are checked before any model sees them.
+
+use std::path::Path;
+use tli_data::table::{BarInterval, BarTable};
+use tli_models::PredictionTable;
+use tli_proto::v1 as pb;
+
+/// Why bars from the wire were refused (one line, what to fix).
+#[derive(Debug, thiserror::Error)]
+pub enum BarsError {
+    #[error("bars: {0}")]
+    Shape(String),
+    #[error(transparent)]
+    Data(#[from] tli_data::DataError),
+}
+
+/// The most bars one message may carry (about 48 bytes each).
+pub const MAX_BARS: usize = 80_000;
+
+/// A bar table as a message.
+pub fn bars_to_proto(table: &BarTable) -> pb::Bars {
+    pb::Bars {
+        symbol: table.symbol.clone(),
+        interval: table.interval.name().to_string(),
+        ts_unix_ns: table.ts.clone(),
+        open: table.open.clone(),
+        high: table.high.clone(),
+        low: table.low.clone(),
+        close: table.close.clone(),
+        volume: table.volume.clone(),
+    }
+}
+
+/// Bars from a message, every row checked; an empty interval is inferred
+/// from the timestamps, or `fallback` when there are too few of them.
+pub fn bars_from_proto(
+    bars: &pb::Bars,
+    fallback: Option<BarInterval>,
+) -> Result<BarTable, BarsError> {
+    let n = bars.ts_unix_ns.len();
+    if n > MAX_BARS {
+        return Err(BarsError::Shape(format!(
+            "{n} bars in one message; send at most {MAX_BARS} (split the file by time)"
+        )));
+    }
+    let lengths = [
+        bars.open.len(),
+        bars.high.len(),
+        bars.low.len(),
+        bars.close.len(),
+        bars.volume.len(),
+    ];
+    if lengths.iter().any(|&l| l != n) {
+        return Err(BarsError::Shape(format!(
+            "the columns have different lengths (ts {n}, open {}, high {}, low {}, close {}, \
+             volume {}); give every column one value per bar",
+            lengths[0], lengths[1], lengths[2], lengths[3], lengths[4]
+        )));
+    }
+    let symbol = bars.symbol.trim();
+    if symbol.is_empty() || symbol.len() > 64 {
+        return Err(BarsError::Shape(
+            "give the bars' symbol (1 to 64 characters, e.g. ES or ESZ4)".into(),
+        ));
+    }
+    let interval = if bars.interval.trim().is_empty() {
+        BarInterval::infer(&bars.ts_unix_ns)
+            .or(fallback)
+            .ok_or_else(|| {
+                BarsError::Shape(
+                    "the bar interval cannot be inferred from fewer than two bars; say it \
+                     (1s, 1m, 1h or 1d)"
+                        .into(),
+                )
+            })?
+    } else {
+        BarInterval::parse(&bars.interval).map_err(|e| BarsError::Shape(e.to_string()))?
+    };
+    let mut table = BarTable::new(symbol, interval);
+    table.ts = bars.ts_unix_ns.clone();
+    table.open = bars.open.clone();
+    table.high = bars.high.clone();
+    table.low = bars.low.clone();
+    table.close = bars.close.clone();
+    table.volume = bars.volume.clone();
+    table.validate(Path::new("bars"))?;
+    Ok(table)
+}
+
+/// Prediction rows as a message (one symbol per table on the wire).
+pub fn rows_to_proto(table: &PredictionTable) -> pb::PredictionRows {
+    pb::PredictionRows {
+        columns: table.columns.clone(),
+        symbol: table.symbols.first().cloned().unwrap_or_default(),
+        ts_unix_ns: table.timestamps.clone(),
+        values: table.values.clone(),
+    }
+}
+
+/// Prediction rows from a message; refuses values that do not fill whole rows.
+pub fn rows_from_proto(rows: &pb::PredictionRows) -> Result<PredictionTable, BarsError> {
+    let width = rows.columns.len();
+    let n = rows.ts_unix_ns.len();
+    if rows.values.len() != n * width {
+        return Err(BarsError::Shape(format!(
+            "{} values for {n} rows of {width} columns",
+            rows.values.len()
+        )));
+    }
+    let mut table = PredictionTable::new(rows.columns.clone());
+    for (i, ts) in rows.ts_unix_ns.iter().enumerate() {
+        table.push(*ts, &rows.symbol, &rows.values[i * width..(i + 1) * width]);
+    }
+    Ok(table)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn two_days() -> pb::Bars {
+        pb::Bars {
+            symbol: "ES".into(),
+            interval: String::new(),
+            ts_unix_ns: vec![0, 86_400_000_000_000],
+            open: vec![10.0, 11.0],
+            high: vec![12.0, 12.0],
+            low: vec![9.0, 10.0],
+            close: vec![11.0, 11.5],
+            volume: vec![5, 6],
+        }
+    }
+
+    #[test]
+    fn bars_round_trip_and_are_checked_like_a_file() {
+        let table = bars_from_proto(&two_days(), None).unwrap();
+        assert_eq!(table.interval, BarInterval::Day);
+        assert_eq!(
+            bars_to_proto(&table),
+            pb::Bars {
+                interval: "1d".into(),
+                ..two_days()
+            }
+        );
+        let mut short = two_days();
+        short.volume.pop();
+        assert!(bars_from_proto(&short, None)
+            .unwrap_err()
+            .to_string()
+            .contains("different lengths"));
+        let mut unsorted = two_days();
+        unsorted.ts_unix_ns.reverse();
+        let e = bars_from_proto(&unsorted, None).unwrap_err().to_string();
+        assert!(e.contains("not sorted"), "{e}");
+        let mut bad_price = two_days();
+        bad_price.close[1] = f64::NAN;
+        assert!(bars_from_proto(&bad_price, None).is_err());
+        let mut one = two_days();
+        for c in [&mut one.open, &mut one.high, &mut one.low, &mut one.close] {
+            c.truncate(1);
+        }
+        one.ts_unix_ns.truncate(1);
+        one.volume.truncate(1);
+        assert!(bars_from_proto(&one, None).is_err(), "no interval to infer");
+        assert_eq!(
+            bars_from_proto(&one, Some(BarInterval::Day)).unwrap().len(),
+            1
+        );
+        let nameless = pb::Bars {
+            symbol: " ".into(),
+            ..two_days()
+        };
+        assert!(bars_from_proto(&nameless, None).is_err());
+    }
+
+    #[test]
+    fn prediction_rows_round_trip() {
+        let mut table = PredictionTable::new(vec!["a".into(), "b".into()]);
+        table.push(1, "ES", &[0.5, f64::NAN]);
+        table.push(2, "ES", &[1.5, 2.0]);
+        let back = rows_from_proto(&rows_to_proto(&table)).unwrap();
+        assert_eq!(
+            back.to_bytes(tli_models::TableFormat::Csv).unwrap(),
+            table.to_bytes(tli_models::TableFormat::Csv).unwrap()
+        );
+        let mut broken = rows_to_proto(&table);
+        broken.values.pop();
+        assert!(rows_from_proto(&broken).is_err());
+    }
+}
