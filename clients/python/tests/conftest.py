@@ -4,7 +4,9 @@
 - ``TLI_TEST_ENDPOINT``: a host on loopback, no token (template and behaviour plugins);
 - ``TLI_TEST_SECURE_PORT``, ``TLI_TEST_TOKEN``, ``TLI_TEST_CA_CERT``: a host listening on
   every interface (0.0.0.0) with a bearer token and TLS (certificate for localhost/127.0.0.1);
-- ``TLI_TEST_DOCS``: docs/python.md, whose example is run as written.
+- ``TLI_TEST_DOCS``: docs/python.md, whose examples are run as written;
+- ``TLI_TEST_BUNDLE``: a model bundle (``tli train local --plugin template --save``, trained on
+  the ES sample) and ``TLI_TEST_BARS_CSV``: that sample's bar file (the model tests).
 
 Without them the host tests are skipped, unless ``TLI_TEST_REQUIRE_HOSTS=1`` (the e2e test
 sets it), which makes a missing host a failure.
@@ -61,3 +63,14 @@ def secure_host() -> tuple[int, str, Path]:
 @pytest.fixture
 def docs() -> Path:
     return Path(_need("TLI_TEST_DOCS"))
+
+
+@pytest.fixture
+def bundle() -> Path:
+    """A template model's bundle, trained on the ES sample (``TLI_TEST_BARS_CSV``)."""
+    return Path(_need("TLI_TEST_BUNDLE"))
+
+
+@pytest.fixture
+def bars_csv() -> Path:
+    return Path(_need("TLI_TEST_BARS_CSV"))

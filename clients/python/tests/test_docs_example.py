@@ -1,4 +1,5 @@
-"""docs/python.md's complete example, run as written against a real host.
+"""docs/python.md's complete example, run as written against a real host (its models example
+is run by test_models.py, with a bundle to import).
 
 The block is the ```python fence right after the `<!-- tested: … -->` marker; it is copied
 byte for byte into a script and run in a fresh interpreter, the host given by TLI_ENDPOINT as
@@ -15,10 +16,10 @@ from pathlib import Path
 MARKER = "<!-- tested: the python block below is run as written"
 
 
-def example_from(docs: Path) -> str:
+def example_from(docs: Path, marker: str = MARKER) -> str:
     text = docs.read_text(encoding="utf-8")
-    assert MARKER in text, f"{docs} lost its tested-example marker"
-    after = text.split(MARKER, 1)[1]
+    assert marker in text, f"{docs} lost its tested-example marker {marker!r}"
+    after = text.split(marker, 1)[1]
     found = re.search(r"^```python\n(.*?)^```$", after, re.MULTILINE | re.DOTALL)
     assert found, f"no ```python block after the marker in {docs}"
     return found.group(1)

@@ -18,6 +18,7 @@ mod io_faults;
 mod kill_storm;
 mod mamba2_plugin;
 mod misbehaving_plugins;
+mod model_service;
 mod orchestrator;
 mod plots;
 mod plugin_loading;

@@ -10,7 +10,7 @@ use tli_e2e_tests::*;
 const ES_SAMPLE: &str = "data/samples/es_proxy_sp500_1d.csv";
 const CL_SAMPLE: &str = "data/samples/cl_proxy_wti_1d.csv";
 
-fn sample(name: &str) -> PathBuf {
+pub(crate) fn sample(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(name)
 }
 
@@ -369,13 +369,15 @@ fn a_hosts_tasks_are_models_that_export_and_predict() {
         plugins.path(),
         &["models", "list", "--state-dir", state_arg, "-o", "json"],
     ));
-    let listed = listed.as_array().unwrap();
+    let listed = listed["models"].as_array().unwrap();
     assert_eq!(listed.len(), 2, "{listed:?}");
     let es_task = listed
         .iter()
-        .find(|m| m["assets"].as_str().unwrap().contains("es.csv"))
+        .find(|m| m["data"][0]["name"].as_str().unwrap().contains("es.csv"))
         .unwrap_or_else(|| panic!("no ES model: {listed:?}"));
-    let task = es_task["task"].as_i64().unwrap().to_string();
+    let task = es_task["task_id"].as_i64().unwrap().to_string();
+    assert_eq!(es_task["id"], task.as_str());
+    assert_eq!(es_task["source"], "task");
     let model = dir.path().join("es-model");
     let exported = ok_json(&run_tli(
         plugins.path(),
@@ -384,7 +386,6 @@ fn a_hosts_tasks_are_models_that_export_and_predict() {
             "export",
             "--state-dir",
             state_arg,
-            "--task",
             &task,
             model.to_str().unwrap(),
             "-o",
@@ -407,14 +408,11 @@ fn a_hosts_tasks_are_models_that_export_and_predict() {
     let synthetic = "3";
     for (args, expected) in [
         (
-            vec!["--task", synthetic, "x"],
-            "has no model card: it was trained on synthetic data",
+            vec![synthetic, "x"],
+            "has no model card (trained on synthetic data",
         ),
-        (vec!["--task", "99", "y"], "has no task 99"),
-        (
-            vec!["--task", &task, model.to_str().unwrap()],
-            "already exists",
-        ),
+        (vec!["99", "y"], "no model \"99\""),
+        (vec![&task, model.to_str().unwrap()], "already exists"),
     ] {
         let mut all = vec!["models", "export", "--state-dir", state_arg];
         all.extend(args);
@@ -451,7 +449,6 @@ fn a_pooled_host_model_predicts_each_of_its_assets() {
             "export",
             "--state-dir",
             state_arg,
-            "--task",
             "1",
             model.to_str().unwrap(),
         ],
@@ -491,7 +488,7 @@ fn a_pooled_host_model_predicts_each_of_its_assets() {
 
 /// Runs `job` to the end with `tli host run` on a state directory in `dir`
 /// (bar files under `dir` and the samples allowed); returns the state directory.
-fn host_run(plugins: &PluginDir, dir: &Path, job: serde_json::Value) -> PathBuf {
+pub(crate) fn host_run(plugins: &PluginDir, dir: &Path, job: serde_json::Value) -> PathBuf {
     let spec = dir.join("job.json");
     std::fs::write(&spec, job.to_string()).unwrap();
     let state = dir.join("state");

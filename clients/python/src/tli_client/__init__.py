@@ -11,6 +11,8 @@
         print(event)
     job.refresh().to_pandas()                    # final metrics per task (pandas optional)
     job.history().to_pandas()                    # metric curves by step
+    tli.load_model("es-mlp")                     # a model of the host (tli.models())
+    tli.predict("es-mlp", bars)                  # bars: a DataFrame; outputs: a DataFrame
 
 The package version follows the API: ``tli-client 1.x`` speaks ``tli.v1`` (:data:`API_PACKAGE`);
 docs/python.md is the guide.
@@ -38,6 +40,7 @@ from .config import (
 from .errors import (
     AlreadyExists,
     Cancelled,
+    DataLoss,
     DeadlineExceeded,
     FailedPrecondition,
     Internal,
@@ -51,6 +54,7 @@ from .errors import (
     Unimplemented,
 )
 from .history import History, MetricSeries, TaskHistory
+from .models import ModelData, ModelInfo, ResidentModel
 from .schema_config import SchemaConfig, config_type
 from .info import Device, PluginInfo, Plugins, RefusedPlugin, RescanReport, Reservation
 from .jobs import (
@@ -122,6 +126,9 @@ __all__ = [
     "Device",
     "RescanReport",
     "Reservation",
+    "ModelInfo",
+    "ModelData",
+    "ResidentModel",
     "ProgressDisplay",
     "TqdmDisplay",
     "TliError",
@@ -137,4 +144,5 @@ __all__ = [
     "Cancelled",
     "Internal",
     "Unimplemented",
+    "DataLoss",
 ]

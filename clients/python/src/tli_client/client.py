@@ -19,13 +19,32 @@ from __future__ import annotations
 import builtins
 import json
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence, Tuple, Type, TypeVar, Union
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    BinaryIO,
+    Callable,
+    Dict,
+    Iterable,
+    Iterator,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Type,
+    TypeVar,
+    Union,
+)
 
 import grpc
 
+from ._proto.tli.v1 import models_pb2 as mpb
+from ._proto.tli.v1 import models_pb2_grpc as mpb_grpc
 from ._proto.tli.v1 import plugins_pb2 as ppb
 from ._proto.tli.v1 import plugins_pb2_grpc as ppb_grpc
 from ._proto.tli.v1 import training_pb2 as pb
@@ -41,10 +60,23 @@ from .config import (
     TemplateConfig,
     TftConfig,
 )
-from .errors import TliError, error_from_rpc
+from .errors import DataLoss, TliError, error_from_rpc
 from .history import History
 from .info import Device, Plugins, RescanReport, devices_from_proto
 from .jobs import Event, Finished, Job, JobRef, TaskState, event_from_proto, job_id_of
+from .models import (
+    BUNDLE_FILES,
+    BarsLike,
+    ModelInfo,
+    ModelRef,
+    TimeLike,
+    bars_to_proto,
+    model_id_of,
+    parse_checksums,
+    rows_to_frame,
+    sha256_of,
+    time_to_unix_ns,
+)
 from .progress import ProgressDisplay, TqdmDisplay
 from .schema_config import SchemaConfig, config_type
 
@@ -53,7 +85,15 @@ __all__ = ["Client", "Tls", "CheckpointPolicy", "SlurmOptions", "Page", "Resumed
 #: Where the CLI looks too (``TLI_ENDPOINT`` overrides it).
 DEFAULT_ENDPOINT = "http://127.0.0.1:50051"
 
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas
+
 _T = TypeVar("_T")
+
+#: Bytes per message of an import (the host takes at most 4 MiB per chunk).
+IMPORT_CHUNK_BYTES = 1 << 20
+#: The largest message the client accepts (a Predict answer of many bars and columns).
+MAX_RECEIVE_BYTES = 64 << 20
 
 _ORDERS = {
     "newest": pb.JOB_ORDER_NEWEST_FIRST,
@@ -169,17 +209,20 @@ class Client:
         self._metadata: Optional[Tuple[Tuple[str, str], ...]] = (
             (("authorization", f"Bearer {token.strip()}"),) if token else None
         )
+        options: builtins.list[Tuple[str, Any]] = [
+            ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES)
+        ]
         if tls is False:
-            self._channel = grpc.insecure_channel(target)
+            self._channel = grpc.insecure_channel(target, options=options)
         else:
             settings = tls if isinstance(tls, Tls) else Tls()
-            options = []
             if settings.server_name:
                 options.append(("grpc.ssl_target_name_override", settings.server_name))
             self._channel = grpc.secure_channel(target, settings.credentials(), options=options)
         self._training = pb_grpc.TrainingServiceStub(self._channel)
         self._plugins = ppb_grpc.PluginServiceStub(self._channel)
         self._resources = ppb_grpc.ResourceServiceStub(self._channel)
+        self._models = mpb_grpc.ModelServiceStub(self._channel)
 
     def __repr__(self) -> str:
         return f"Client({self.endpoint!r}, tls={self.tls}, token={'set' if self._metadata else 'none'})"
@@ -487,7 +530,306 @@ class Client:
         return RescanReport.from_proto(reply)
 
     def resources(self) -> Tuple[Device, ...]:
-        """Each device: memory budget, reservations, measured usage per task."""
+        """Each device: memory budget, reservations (a task's, or a resident model's:
+        ``Reservation.model``), measured usage per task."""
         reply = self._call("GetResources", self._resources.GetResources, ppb.GetResourcesRequest())
         return devices_from_proto(reply)
+
+    # Models.
+
+    def models(self) -> builtins.list[ModelInfo]:
+        """Every model of the host (tasks with a checkpoint and a card, imported bundles),
+        newest first."""
+        reply = self._call("ListModels", self._models.ListModels, mpb.ListModelsRequest())
+        return [ModelInfo.from_proto(m) for m in reply.models]
+
+    def model(self, model_id: ModelRef) -> ModelInfo:
+        """One model, with its card (model.json) as a dict in ``.card``."""
+        reply = self._call(
+            "GetModel", self._models.GetModel, mpb.GetModelRequest(model=model_id_of(model_id))
+        )
+        return ModelInfo.from_proto(reply.model)
+
+    def load_model(self, model_id: ModelRef) -> ModelInfo:
+        """Makes the model resident (its predictor's memory reserved on the host's device);
+        ``.resident`` is then set. A loaded model is returned as it is.
+        :class:`~tli_client.errors.ResourceExhausted` when it does not fit now."""
+        reply = self._call(
+            "LoadModel", self._models.LoadModel, mpb.LoadModelRequest(model=model_id_of(model_id))
+        )
+        return ModelInfo.from_proto(reply.model)
+
+    def unload_model(self, model_id: ModelRef) -> bool:
+        """Frees a resident model's predictor and reservation; False when it was not loaded."""
+        reply = self._call(
+            "UnloadModel",
+            self._models.UnloadModel,
+            mpb.UnloadModelRequest(model=model_id_of(model_id)),
+        )
+        return bool(reply.unloaded)
+
+    def predict(
+        self,
+        model_id: ModelRef,
+        bars: BarsLike,
+        symbol: Optional[str] = None,
+        start: Optional[TimeLike] = None,
+        end: Optional[TimeLike] = None,
+        *,
+        interval: Optional[str] = None,
+    ) -> "pandas.DataFrame":
+        """Applies a resident model to bars of one symbol; one row per bar that has the
+        model's look-back.
+
+        ``bars``: a DataFrame with ``open``, ``high``, ``low``, ``close``, ``volume`` and a
+        DatetimeIndex (naive = UTC) or a ``ts`` / ``timestamp`` column, oldest first (at most
+        80,000 bars). ``symbol``: else the bars' ``symbol`` column. ``start`` / ``end``
+        (inclusive; Timestamps, datetimes, strings): rows only for those bars, earlier bars
+        still serve as look-back. ``interval``: ``1s`` ``1m`` ``1h`` ``1d``, default inferred.
+
+        A DataFrame indexed by UTC ``timestamp``: ``symbol``, then one float column per output
+        (``fwd_logret_1:mean``, ``fwd_logret_1:actual`` …; NaN kept). ``.attrs`` holds
+        ``model`` and ``served_by``. Needs pandas.
+        """
+        request = mpb.PredictRequest(
+            model=model_id_of(model_id), bars=bars_to_proto(bars, symbol, interval)
+        )
+        if start is not None:
+            request.start_unix_ns = time_to_unix_ns(start, "start")
+        if end is not None:
+            request.end_unix_ns = time_to_unix_ns(end, "end")
+        reply = self._call("Predict", self._models.Predict, request)
+        frame = rows_to_frame(reply.rows if reply.HasField("rows") else None)
+        frame.attrs.update(model=reply.model, served_by=reply.served_by)
+        return frame
+
+    def predict_stream(
+        self,
+        model_id: ModelRef,
+        symbol: str,
+        bars_iter: Iterable[BarsLike],
+        interval: Optional[str] = None,
+        *,
+        timeout: Optional[float] = None,
+    ) -> Iterator["pandas.DataFrame"]:
+        """Streams bars to a resident model and yields its outputs as they come: one
+        DataFrame (as :meth:`predict`'s, without ``:actual`` columns) per item of
+        ``bars_iter``, empty while the look-back is filling.
+
+        Each item: a DataFrame of one or more bars, or one bar as a dict or Series (``ts``,
+        ``open``, ``high``, ``low``, ``close``, ``volume``). The host keeps the state (the
+        recent bars, a recurrent state, an agent's position), so a new bar costs one step.
+        Items are read as the host takes them (``bars_iter`` may be a live feed); breaking
+        out of the loop closes the stream. ``.attrs["bars_seen"]``: bars received so far.
+        """
+        key = model_id_of(model_id)
+        if not symbol or not str(symbol).strip():
+            raise ValueError("predict_stream: give the symbol of the bars")
+        stream_symbol = str(symbol).strip()
+        failed: builtins.list[BaseException] = []
+
+        def requests() -> Iterator[mpb.PredictStreamRequest]:
+            # Runs on grpc's sending thread: an exception here would only cancel the call, so
+            # it is kept and raised to the reader once the answers so far are yielded.
+            yield mpb.PredictStreamRequest(
+                open=mpb.OpenPredictStream(
+                    model=key, symbol=stream_symbol, interval=interval or ""
+                )
+            )
+            items = iter(bars_iter)
+            while True:
+                try:
+                    item = next(items)
+                except StopIteration:
+                    return
+                except BaseException as e:  # the caller's iterator failed
+                    failed.append(e)
+                    return
+                try:
+                    message = bars_to_proto(item, None, interval, default_symbol=stream_symbol)
+                except BaseException as e:
+                    failed.append(e)
+                    return
+                yield mpb.PredictStreamRequest(bars=message)
+
+        call = self._models.PredictStream(requests(), metadata=self._metadata, timeout=timeout)
+        columns: Sequence[str] = ()
+        try:
+            opened = False
+            for message in call:
+                if not opened:  # the answer to `open`
+                    opened = True
+                    continue
+                rows = message.rows if message.HasField("rows") else None
+                frame = rows_to_frame(rows, columns)
+                if rows is not None and rows.columns:
+                    columns = list(rows.columns)
+                frame.attrs.update(model=key, bars_seen=message.bars_seen)
+                yield frame
+        except grpc.RpcError as e:
+            if failed:
+                raise failed[0]
+            raise error_from_rpc(e, "PredictStream") from None
+        finally:
+            call.cancel()
+        if failed:
+            raise failed[0]
+
+    def export_model(
+        self, model_id: ModelRef, directory: Union[str, "os.PathLike[str]"], *, timeout: Optional[float] = None
+    ) -> Path:
+        """Writes the model as a bundle into ``directory`` (which must not exist): model.json,
+        weights.safetensors, checksums.sha256. The files are written in a hidden directory
+        beside it, each checked against checksums.sha256, then renamed into place: the
+        bundle appears whole or not at all. A task's model is exported from its newest
+        checkpoint that verifies. The bundle's path."""
+        target = Path(directory)
+        if os.path.lexists(target):
+            raise FileExistsError(f"{target} already exists; export to a new directory (nothing was written)")
+        key = model_id_of(model_id)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
+        try:
+            call = self._models.ExportModel(
+                mpb.ExportModelRequest(model=key), metadata=self._metadata, timeout=timeout
+            )
+            files: Dict[str, BinaryIO] = {}
+            sizes: Dict[str, int] = {}
+            try:
+                for chunk in call:
+                    if chunk.file not in BUNDLE_FILES:
+                        raise DataLoss(
+                            grpc.StatusCode.DATA_LOSS,
+                            f"the host sent a file {chunk.file[:80]!r} that is not part of a bundle",
+                            "ExportModel",
+                        )
+                    out = files.get(chunk.file)
+                    if out is None:
+                        out = files[chunk.file] = open(staging / chunk.file, "xb")
+                    out.seek(chunk.offset)
+                    out.write(chunk.data)
+                    sizes[chunk.file] = chunk.file_size
+            except grpc.RpcError as e:
+                raise error_from_rpc(e, "ExportModel") from None
+            finally:
+                call.cancel()
+                for out in files.values():
+                    out.flush()
+                    os.fsync(out.fileno())
+                    out.close()
+            _check_bundle(staging, sizes, key)
+            if os.path.lexists(target):
+                raise FileExistsError(f"{target} appeared during the export; nothing was written")
+            os.rename(staging, target)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        _fsync_dir(target.parent)
+        return target
+
+    def import_model(
+        self,
+        directory: Union[str, "os.PathLike[str]"],
+        name: Optional[str] = None,
+        *,
+        timeout: Optional[float] = None,
+    ) -> ModelInfo:
+        """Sends a bundle directory (model.json, weights.safetensors, checksums.sha256) to the
+        host, where it becomes a model named ``name`` (default: the directory's name; 1 to 64
+        of ``A-Z a-z 0-9 . _ -``, not all digits). The host checks it whole (checksums, card,
+        its plugin) before it appears: :class:`~tli_client.errors.InvalidArgument` for a
+        damaged bundle, :class:`~tli_client.errors.AlreadyExists` for a name taken."""
+        source = Path(directory)
+        if not source.is_dir():
+            raise FileNotFoundError(f"{source} is not a bundle directory")
+        model_name = name if name is not None else source.resolve().name
+        for file in BUNDLE_FILES:
+            if not (source / file).is_file():
+                raise FileNotFoundError(f"{source} has no {file}; a bundle has {', '.join(BUNDLE_FILES)}")
+        card = (source / "model.json").read_bytes()
+        checksums = (source / "checksums.sha256").read_bytes()
+        weights = open(source / "weights.safetensors", "rb")
+        failed: builtins.list[BaseException] = []
+
+        def requests() -> Iterator[mpb.ImportModelRequest]:
+            first = [model_name]
+
+            def message(file: str, data: bytes) -> mpb.ImportModelRequest:
+                return mpb.ImportModelRequest(name=first.pop() if first else "", file=file, data=data)
+
+            for at in range(0, max(len(card), 1), IMPORT_CHUNK_BYTES):
+                yield message("model.json", card[at : at + IMPORT_CHUNK_BYTES])
+            while True:
+                try:
+                    data = weights.read(IMPORT_CHUNK_BYTES)
+                except BaseException as e:  # kept for the caller: grpc would only cancel
+                    failed.append(e)
+                    return
+                if not data:
+                    break
+                yield message("weights.safetensors", data)
+            for at in range(0, max(len(checksums), 1), IMPORT_CHUNK_BYTES):
+                yield message("checksums.sha256", checksums[at : at + IMPORT_CHUNK_BYTES])
+
+        try:
+            reply = self._models.ImportModel(requests(), metadata=self._metadata, timeout=timeout)
+        except grpc.RpcError as e:
+            if failed:
+                raise failed[0]
+            raise error_from_rpc(e, "ImportModel") from None
+        finally:
+            weights.close()
+        if failed:
+            raise failed[0]
+        return ModelInfo.from_proto(reply.model)
+
+
+def _check_bundle(staging: Path, sizes: Mapping[str, int], model_id: str) -> None:
+    """An exported bundle is whole: every file at its full size, each matching its SHA-256."""
+    for file in BUNDLE_FILES:
+        path = staging / file
+        if not path.is_file():
+            raise DataLoss(
+                grpc.StatusCode.DATA_LOSS,
+                f"the export of model {model_id} ended without {file}; nothing was written",
+                "ExportModel",
+            )
+        if path.stat().st_size != sizes.get(file, -1):
+            raise DataLoss(
+                grpc.StatusCode.DATA_LOSS,
+                f"the export of model {model_id} sent {path.stat().st_size} of "
+                f"{sizes.get(file)} bytes of {file}; nothing was written",
+                "ExportModel",
+            )
+    try:
+        listed = parse_checksums((staging / "checksums.sha256").read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise DataLoss(grpc.StatusCode.DATA_LOSS, f"the exported {e}; nothing was written", "ExportModel") from None
+    for file in BUNDLE_FILES[:2]:
+        if file not in listed:
+            raise DataLoss(
+                grpc.StatusCode.DATA_LOSS,
+                f"the exported checksums.sha256 does not list {file}; nothing was written",
+                "ExportModel",
+            )
+        if sha256_of(staging / file) != listed[file]:
+            raise DataLoss(
+                grpc.StatusCode.DATA_LOSS,
+                f"the exported {file} does not match its SHA-256 in checksums.sha256; nothing "
+                "was written",
+                "ExportModel",
+            )
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - a platform without directory descriptors
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
 

@@ -26,6 +26,7 @@ __all__ = [
     "Cancelled",
     "Internal",
     "Unimplemented",
+    "DataLoss",
     "error_from_rpc",
 ]
 
@@ -52,12 +53,14 @@ class InvalidArgument(TliError):
 
 
 class NotFound(TliError):
-    """No job (or task) with that id."""
+    """No job, task or model with that id."""
 
     default_code = grpc.StatusCode.NOT_FOUND
 
 
 class AlreadyExists(TliError):
+    """E.g. an import under the name of a model the host already has."""
+
     default_code = grpc.StatusCode.ALREADY_EXISTS
 
 
@@ -74,13 +77,15 @@ class Unauthenticated(TliError):
 
 
 class ResourceExhausted(TliError):
-    """A task too big for the memory budget, a message too large, a full disk."""
+    """A task (or a model to load) too big for the memory budget, a message too large, a full
+    disk."""
 
     default_code = grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
 class FailedPrecondition(TliError):
-    """The job is not in a state that allows the call, or the store is read-only."""
+    """The job is not in a state that allows the call, a model is not loaded (``model X is not
+    loaded``) or its plugin is missing, or the store is read-only."""
 
     default_code = grpc.StatusCode.FAILED_PRECONDITION
 
@@ -109,6 +114,13 @@ class Unimplemented(TliError):
     default_code = grpc.StatusCode.UNIMPLEMENTED
 
 
+class DataLoss(TliError):
+    """Bytes that arrived damaged: e.g. an exported file whose SHA-256 is not the one in the
+    bundle's ``checksums.sha256``."""
+
+    default_code = grpc.StatusCode.DATA_LOSS
+
+
 _BY_CODE: Dict[grpc.StatusCode, Type[TliError]] = {
     cls.default_code: cls
     for cls in (
@@ -124,6 +136,7 @@ _BY_CODE: Dict[grpc.StatusCode, Type[TliError]] = {
         Cancelled,
         Internal,
         Unimplemented,
+        DataLoss,
     )
 }
 

@@ -132,12 +132,16 @@ class RescanReport:
 
 @dataclass(frozen=True)
 class Reservation:
-    """Memory the arbiter holds for a task (bytes; measured once the task has run a slice)."""
+    """Memory the arbiter holds for a task (bytes; measured once the task has run a slice) or
+    for a resident model (``task_id`` 0, ``model`` set)."""
 
     task_id: int
     reserved_bytes: int
     measured_bytes: Optional[int]
     measured_memory: Optional[MeasuredMemory]
+    #: A resident model's id, or ``"<id> (stream N)"`` for a PredictStream's own predictor;
+    #: None for a task's reservation.
+    model: Optional[str] = None
 
 @dataclass(frozen=True)
 class Device:
@@ -166,6 +170,7 @@ class Device:
                     MeasuredMemory.from_proto(r.measured_memory)
                     if r.HasField("measured_memory")
                     else None,
+                    r.model or None,
                 )
                 for r in d.reservations
             ),

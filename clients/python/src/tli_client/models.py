@@ -1,0 +1,361 @@
+"""Trained models of a host (``tli.v1.ModelService``): typed values, and bars and prediction
+rows between pandas and the wire.
+
+A model is a training task with a checkpoint and a model card (its id is the task id, e.g.
+``"12"``) or a bundle imported into the host (its id is the name it was imported under). A
+:class:`ModelInfo` is a snapshot of one; ``resident`` is set while the model is loaded, i.e.
+holds a predictor and a memory reservation on the host's device.
+
+:func:`bars_to_proto` turns bars (a DataFrame with ``open``, ``high``, ``low``, ``close``,
+``volume`` and a DatetimeIndex or a ``ts`` / ``timestamp`` column) into the columnar ``Bars``
+message; :func:`rows_to_frame` turns ``PredictionRows`` into a DataFrame indexed by UTC
+timestamp. Both need pandas (``pip install 'tli-client[pandas]'``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import date, datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Tuple, Union
+
+from ._optional import require_pandas
+from ._proto.tli.v1 import models_pb2 as mpb
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas
+
+__all__ = [
+    "ModelData",
+    "ResidentModel",
+    "ModelInfo",
+    "ModelRef",
+    "BarsLike",
+    "TimeLike",
+    "BUNDLE_FILES",
+    "model_id_of",
+    "bars_to_proto",
+    "rows_to_frame",
+    "time_to_unix_ns",
+]
+
+#: The files of a bundle, in the order ExportModel sends them and ImportModel takes them.
+BUNDLE_FILES: Tuple[str, str, str] = ("model.json", "weights.safetensors", "checksums.sha256")
+
+#: The columns a bar needs besides its time (matched case-insensitively).
+_PRICE_COLUMNS = ("open", "high", "low", "close")
+#: Where a bar's time may be when the index is not a DatetimeIndex, in this order.
+_TIME_COLUMNS = ("ts", "timestamp", "ts_event")
+
+
+def _json(text: str) -> Any:
+    try:
+        return json.loads(text) if text else None
+    except ValueError:
+        return None
+
+
+def _time(unix_ms: int) -> datetime:
+    return datetime.fromtimestamp(unix_ms / 1000.0, tz=timezone.utc)
+
+
+@dataclass(frozen=True)
+class ModelData:
+    """A file the model was trained on: its name and SHA-256."""
+
+    name: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class ResidentModel:
+    """A loaded model: where its predictor lives and what the memory arbiter holds for it."""
+
+    #: ``cpu`` or ``cuda:N``.
+    device: str
+    #: What the arbiter holds for the predictor (measured, plus the margin), and what the
+    #: predictor measured after loading (bytes).
+    reserved_bytes: int
+    measured_bytes: int
+    loaded: datetime
+    #: Predict calls answered and streams opened since it was loaded; streams open now.
+    predictions: int
+    streams: int
+    open_streams: int
+    #: ``plugin@version`` that serves it (the trained version or a compatible later one).
+    served_by: str
+
+    @classmethod
+    def from_proto(cls, r: mpb.ResidentModel) -> "ResidentModel":
+        return cls(
+            device=r.device,
+            reserved_bytes=r.reserved_bytes,
+            measured_bytes=r.measured_bytes,
+            loaded=_time(r.loaded_unix_ms),
+            predictions=r.predictions,
+            streams=r.streams,
+            open_streams=r.open_streams,
+            served_by=r.served_by,
+        )
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """A model of the host: where it came from, what it was trained as, whether it is loaded."""
+
+    #: ``"12"`` (a task's model) or an imported model's name.
+    id: str
+    #: ``"task"`` or ``"imported"``.
+    source: str
+    #: The task and its job (None for an imported model).
+    task_id: Optional[int]
+    job_id: Optional[int]
+    plugin: str
+    plugin_version: str
+    #: The config it was trained with.
+    config: Dict[str, Any]
+    #: The symbols of the assets it was trained on, in asset-index order.
+    assets: Tuple[str, ...]
+    pooled: bool
+    #: Validation and test metrics (finite values only).
+    metrics: Dict[str, float]
+    #: Steps of the checkpoint it is exported from (a task), or the steps trained (imported).
+    steps: int
+    #: The task's state (None for an imported model).
+    task_state: Optional[str]
+    #: Bytes on disk: the newest checkpoint (a task) or the bundle's weights (imported).
+    size_bytes: int
+    #: Where the training data came from.
+    data: Tuple[ModelData, ...]
+    #: Set while the model is loaded.
+    resident: Optional[ResidentModel]
+    #: The model card (model.json) as a dict: from ``Client.model`` only, else None.
+    card: Optional[Dict[str, Any]]
+
+    @property
+    def is_resident(self) -> bool:
+        return self.resident is not None
+
+    @classmethod
+    def from_proto(cls, m: mpb.ModelInfo) -> "ModelInfo":
+        imported = m.source == "imported"
+        config = _json(m.config_json)
+        card = _json(m.card_json)
+        return cls(
+            id=m.id,
+            source=m.source,
+            task_id=None if imported else m.task_id,
+            job_id=None if imported else m.job_id,
+            plugin=m.plugin,
+            plugin_version=m.plugin_version,
+            config=config if isinstance(config, dict) else {},
+            assets=tuple(m.assets),
+            pooled=m.pooled,
+            metrics=dict(m.metrics),
+            steps=m.steps,
+            task_state=m.task_state or None,
+            size_bytes=m.size_bytes,
+            data=tuple(ModelData(d.name, d.sha256) for d in m.data),
+            resident=ResidentModel.from_proto(m.resident) if m.HasField("resident") else None,
+            card=card if isinstance(card, dict) else None,
+        )
+
+
+#: A model given by its :class:`ModelInfo`, its id, or a task id.
+ModelRef = Union[ModelInfo, str, int]
+
+
+def model_id_of(model: ModelRef) -> str:
+    if isinstance(model, ModelInfo):
+        return model.id
+    if isinstance(model, int) and not isinstance(model, bool):
+        return str(model)
+    if isinstance(model, str):
+        if not model.strip():
+            raise ValueError("a model id is needed (a task id or an imported model's name)")
+        return model.strip()
+    raise TypeError(f"a model is a ModelInfo, a model id (str) or a task id (int), not {type(model).__name__}")
+
+
+#: Bars: a DataFrame (a DatetimeIndex or a ts/timestamp column), one bar as a dict or a Series,
+#: a dict of columns, or a list of bars as dicts.
+BarsLike = Any
+
+#: A point in time: a pandas Timestamp, a datetime (naive = UTC), a date, a string pandas
+#: parses (``"2018-01-01"``, RFC 3339) or UTC nanoseconds (int).
+TimeLike = Union[datetime, date, str, int, Any]
+
+
+def time_to_unix_ns(value: TimeLike, what: str = "time") -> int:
+    """UTC nanoseconds of ``value`` (naive times are UTC)."""
+    pd = require_pandas()
+    if isinstance(value, bool):
+        raise TypeError(f"{what}: {value!r} is not a time")
+    try:
+        stamp = pd.Timestamp(value)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{what}: {value!r} is not a time ({e})") from None
+    if stamp is pd.NaT:
+        raise ValueError(f"{what}: {value!r} is not a time")
+    stamp = stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")
+    return int(stamp.as_unit("ns").value)
+
+
+def _frame(bars: BarsLike) -> "pandas.DataFrame":
+    """Bars in any accepted shape as a DataFrame (a copy when reshaped)."""
+    pd = require_pandas()
+    if isinstance(bars, pd.DataFrame):
+        return bars
+    if isinstance(bars, pd.Series):
+        one = bars.to_dict()
+        keys = {str(k).lower() for k in one}
+        if not keys & set(_TIME_COLUMNS) and isinstance(bars.name, (datetime, pd.Timestamp)):
+            one["ts"] = bars.name  # a row of a DataFrame indexed by time (df.iloc[i])
+        return pd.DataFrame([one])
+    if isinstance(bars, Mapping):
+        values = list(bars.values())
+        if values and not any(pd.api.types.is_scalar(v) for v in values):
+            return pd.DataFrame(dict(bars))  # columns
+        return pd.DataFrame([dict(bars)])
+    if isinstance(bars, Sequence) and not isinstance(bars, str):
+        return pd.DataFrame(list(bars))  # bars as dicts
+    raise TypeError(
+        "bars are a pandas DataFrame (open, high, low, close, volume and a DatetimeIndex or a "
+        f"ts/timestamp column), a dict or Series of one bar, or a list of them; not {type(bars).__name__}"
+    )
+
+
+def _timestamps(frame: "pandas.DataFrame", columns: Mapping[str, Any]) -> Any:
+    """The bars' times as a UTC DatetimeIndex."""
+    pd = require_pandas()
+    if isinstance(frame.index, pd.DatetimeIndex):
+        index = frame.index
+        index = index.tz_localize("UTC") if index.tz is None else index.tz_convert("UTC")
+    else:
+        name = next((columns[c] for c in _TIME_COLUMNS if c in columns), None)
+        if name is None:
+            raise ValueError(
+                "bars need their times: a DatetimeIndex, or a ts / timestamp column "
+                f"(the columns are {', '.join(map(str, frame.columns))})"
+            )
+        try:
+            index = pd.DatetimeIndex(pd.to_datetime(frame[name], utc=True))
+        except (TypeError, ValueError):
+            try:  # RFC 3339 / ISO 8601 times not all written alike ("…T00:00:00Z", "2024-01-03")
+                index = pd.DatetimeIndex(pd.to_datetime(frame[name], utc=True, format="ISO8601"))
+            except (TypeError, ValueError) as e:
+                first = str(e).splitlines()[0] if str(e) else type(e).__name__
+                raise ValueError(f"bars: column {name!r} does not hold times ({first})") from None
+    if index.isna().any():
+        raise ValueError("bars: a bar has no time (NaT)")
+    return index
+
+
+def bars_to_proto(
+    bars: BarsLike,
+    symbol: Optional[str] = None,
+    interval: Optional[str] = None,
+    *,
+    default_symbol: Optional[str] = None,
+) -> mpb.Bars:
+    """The ``Bars`` message of one symbol's bars (oldest first; the host checks every row).
+
+    The symbol is ``symbol``, else the bars' ``symbol`` column (one value), else
+    ``default_symbol``. ``interval``: ``1s``, ``1m``, ``1h`` or ``1d``; None = inferred by the
+    host from the timestamps.
+    """
+    pd = require_pandas()
+    frame = _frame(bars)
+    columns = {str(c).lower(): c for c in frame.columns}
+    missing = [c for c in (*_PRICE_COLUMNS, "volume") if c not in columns]
+    if missing:
+        raise ValueError(
+            f"bars: no column {', '.join(missing)} (the columns are "
+            f"{', '.join(map(str, frame.columns)) or 'none'})"
+        )
+    index = _timestamps(frame, columns)
+    if symbol is None and "symbol" in columns:
+        found = [str(s) for s in pd.unique(frame[columns["symbol"]].dropna())]
+        if len(found) > 1:
+            raise ValueError(
+                f"bars: several symbols ({', '.join(found[:5])}); give the bars of one symbol"
+            )
+        symbol = found[0] if found else None
+    symbol = symbol if symbol is not None else default_symbol
+    if not symbol or not str(symbol).strip():
+        raise ValueError("bars: no symbol; pass symbol=… or give the bars a symbol column")
+    prices = {}
+    for name in _PRICE_COLUMNS:
+        try:
+            prices[name] = pd.to_numeric(frame[columns[name]]).astype("float64").tolist()
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"bars: column {columns[name]!r} is not numeric ({e})") from None
+    try:
+        volume = pd.to_numeric(frame[columns["volume"]])
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"bars: column {columns['volume']!r} is not numeric ({e})") from None
+    bad = volume.isna() | (volume < 0) | (volume % 1 != 0)
+    if bad.any():
+        at = index[int(bad.to_numpy().argmax())]
+        raise ValueError(
+            f"bars: volume at {at.isoformat()} is {volume[bad].iloc[0]!r}; volumes are whole "
+            "numbers >= 0"
+        )
+    return mpb.Bars(
+        symbol=str(symbol).strip(),
+        interval=interval or "",
+        ts_unix_ns=index.as_unit("ns").asi8.tolist(),
+        open=prices["open"],
+        high=prices["high"],
+        low=prices["low"],
+        close=prices["close"],
+        volume=volume.astype("uint64").tolist(),
+    )
+
+
+def rows_to_frame(
+    rows: Optional[mpb.PredictionRows], columns: Sequence[str] = ()
+) -> "pandas.DataFrame":
+    """Prediction rows as a DataFrame: a UTC DatetimeIndex named ``timestamp``, a ``symbol``
+    column, then one float column per output (NaN kept). ``columns``: the output columns of
+    an answer without rows (a stream warming up), so empty frames concatenate cleanly."""
+    pd = require_pandas()
+    names = list(rows.columns) if rows is not None and rows.columns else list(columns)
+    stamps = list(rows.ts_unix_ns) if rows is not None else []
+    values = list(rows.values) if rows is not None else []
+    width = len(names)
+    if len(values) != len(stamps) * width:
+        raise ValueError(
+            f"the host sent {len(values)} values for {len(stamps)} rows of {width} columns"
+        )
+    index = pd.DatetimeIndex(pd.to_datetime(stamps, unit="ns", utc=True), name="timestamp")
+    data: Dict[str, Any] = {"symbol": [rows.symbol if rows is not None else ""] * len(stamps)}
+    for j, name in enumerate(names):
+        data[name] = pd.Series(values[j::width] if width else [], index=index, dtype="float64")
+    frame = pd.DataFrame(data, index=index)
+    frame["symbol"] = frame["symbol"].astype(str)
+    return frame
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def parse_checksums(text: str) -> Dict[str, str]:
+    """``checksums.sha256`` (``sha256sum`` format) as {file: hex digest}."""
+    found: Dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        digest, sep, name = line.strip().partition(" ")
+        name = name.strip().lstrip("*")
+        if not sep or len(digest) != 64 or not name or any(c not in "0123456789abcdef" for c in digest.lower()):
+            raise ValueError(f"checksums.sha256 line {number} is not `<sha256>  <file>`: {line[:80]!r}")
+        found[name] = digest.lower()
+    return found
