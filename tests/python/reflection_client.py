@@ -3,7 +3,8 @@
 
 Usage: reflection_client.py HOST:PORT JOB_ID
 Lists the services the server offers, then streams WatchTraining for JOB_ID until the
-job finishes, printing one line per event kind seen and the final job state. Exit 0 when
+job finishes, printing one line per event kind seen and the final job state, then lists
+the host's models (ModelService) and asks to load one that does not exist. Exit 0 when
 the stream ended with a `finished` event whose tasks all completed.
 """
 import sys
@@ -46,7 +47,28 @@ def main() -> int:
         return 1
     states = [t["state"] for t in finished["progress"]["tasks"]]
     print("final states:", " ".join(states))
+    models = pool.FindServiceByName("tli.v1.ModelService")
+    listed = unary(channel, models, "ListModels")(
+        GetMessageClass(models.methods_by_name["ListModels"].input_type)(), timeout=30
+    )
+    print("models:", len(listed.models))
+    load = models.methods_by_name["LoadModel"]
+    try:
+        unary(channel, models, "LoadModel")(GetMessageClass(load.input_type)(model="nope"), timeout=30)
+        print("load nope: accepted")
+    except grpc.RpcError as error:
+        print("load nope:", error.code().name, error.details())
     return 0 if all(s == "TASK_STATE_COMPLETED" for s in states) else 1
+
+
+def unary(channel, service, name):
+    """A unary call of `service.name` with messages built from its reflected descriptors."""
+    method = service.methods_by_name[name]
+    return channel.unary_unary(
+        f"/{service.full_name}/{name}",
+        request_serializer=GetMessageClass(method.input_type).SerializeToString,
+        response_deserializer=GetMessageClass(method.output_type).FromString,
+    )
 
 
 if __name__ == "__main__":

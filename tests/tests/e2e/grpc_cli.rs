@@ -318,10 +318,17 @@ fn a_python_client_with_reflection_only_lists_services_and_streams_a_watch() {
         "tli.v1.TrainingService",
         "tli.v1.PluginService",
         "tli.v1.ResourceService",
+        "tli.v1.ModelService",
         "grpc.health.v1.Health",
     ] {
         assert!(text.contains(service), "{service} not listed: {text}");
     }
+    // ModelService answers a client that knows it only by reflection.
+    assert!(text.contains("models: 0"), "{text}");
+    assert!(
+        text.contains("load nope: NOT_FOUND no model \"nope\""),
+        "{text}"
+    );
     assert!(
         text.contains("progress") && text.contains("finished"),
         "{text}"

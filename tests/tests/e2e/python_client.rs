@@ -8,7 +8,10 @@
 //! hosts: one on loopback without a token, one listening on 0.0.0.0 with a
 //! bearer token and TLS. They cover start, list over several pages, watch to
 //! `finished`, stop and resume, bad requests → the exception of the right
-//! gRPC code, the token rule, and docs/python.md's example run as written.
+//! gRPC code, the token rule, models (a bundle trained here with
+//! `tli train local --save`, imported, loaded, applied with Predict and bar
+//! by bar with PredictStream, exported, unloaded), and docs/python.md's
+//! examples run as written.
 //!
 //! Needs the project's Python (`.venv/bin/python`, scripts/bootstrap.sh) and
 //! PyPI (pip's cache makes reruns quick); `TLI_PYTHON` names another Python.
@@ -171,6 +174,30 @@ fn the_package_builds_in_a_fresh_venv_and_passes_its_tests_against_real_hosts() 
         .expect("a port")
         .to_string();
 
+    // A model bundle for the model tests: the template plugin on the ES sample.
+    let bars_csv = root.join("data/samples/es_proxy_sp500_1d.csv");
+    let bundle = work.path().join("bundle");
+    let trained = run_tli(
+        plugins.path(),
+        &[
+            "train",
+            "local",
+            "--plugin",
+            "template",
+            "--steps",
+            "60",
+            "--data",
+            bars_csv.to_str().expect("utf-8 path"),
+            "--save",
+            bundle.to_str().expect("utf-8 path"),
+        ],
+    );
+    assert!(
+        trained.status.success() && bundle.join("model.json").is_file(),
+        "tli train local --save (the model tests' bundle)\n{}",
+        both(&trained)
+    );
+
     let tests = Command::new(&python)
         .args(["-m", "pytest", "-v", "-rs", "-p", "no:cacheprovider"])
         .arg(root.join("clients/python/tests"))
@@ -181,6 +208,8 @@ fn the_package_builds_in_a_fresh_venv_and_passes_its_tests_against_real_hosts() 
         .env("TLI_TEST_TOKEN", token)
         .env("TLI_TEST_CA_CERT", &cert)
         .env("TLI_TEST_DOCS", root.join("docs/python.md"))
+        .env("TLI_TEST_BUNDLE", &bundle)
+        .env("TLI_TEST_BARS_CSV", &bars_csv)
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .env_remove("TLI_TOKEN")
         .env_remove("TLI_ENDPOINT")
@@ -214,6 +243,9 @@ fn the_package_builds_in_a_fresh_venv_and_passes_its_tests_against_real_hosts() 
         "test_bad_requests_raise_the_code_the_host_sent_and_change_nothing",
         "test_a_token_is_required_beyond_loopback",
         "test_the_docs_example_runs_as_written",
+        "test_an_imported_model_loads_predicts_streams_and_exports",
+        "test_bad_model_requests_raise_the_code_the_host_sent_and_change_nothing",
+        "test_the_docs_models_example_runs_as_written",
         "test_the_package_version_follows_the_api",
     ] {
         assert!(
