@@ -108,7 +108,7 @@ fn main() {
         .arg(&state)
         .env("TLI_PLUGIN_DIR", plugins.path())
         .env("TLI_LOG", "warn");
-    let host = ServeProcess::spawn(command, |_| false);
+    let mut host = ServeProcess::spawn(command, |_| false);
     let endpoint = format!("http://{}", host.address);
     let book = tli_data::contracts::ContractBook::builtin();
     let source = tli_data::BarSource {
@@ -213,4 +213,6 @@ fn main() {
             );
         });
     }
+    let _ = host.child.kill();
+    let _ = host.child.wait();
 }

@@ -38,12 +38,12 @@ pub enum ModelError {
         #[source]
         source: PluginError,
     },
-    #[error("the file is {root} bars but the model was trained on {known}; give a file of one of those contracts")]
+    #[error("these are {root} bars but the model was trained on {known}; give bars of one of those contracts")]
     OtherContract { root: String, known: String },
     #[error(transparent)]
     Data(#[from] tli_data::DataError),
     #[error(
-        "no bar of the file lies between {start} and {end} (with the model's look-back before it)"
+        "no bar lies between {start} and {end} with the model's look-back before it (give more bars, or widen the window)"
     )]
     EmptyWindow { start: String, end: String },
     #[error("{0}")]

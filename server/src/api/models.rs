@@ -239,10 +239,15 @@ impl ModelService for ModelApi {
             let name = name.clone();
             blocking(move || o.imported_model_path(&name).map_err(catalog_status)).await?
         };
-        let writer = blocking(move || {
-            BundleWriter::create(&target).map_err(|e| Status::internal(e.to_string()))
-        })
-        .await?;
+        // Messages name the model, never the host's directories.
+        let (path_text, model_text) = (target.display().to_string(), format!("model {name}"));
+        let hide = move |e: tli_models::BundleError| e.to_string().replace(&path_text, &model_text);
+        let writer = {
+            let target = target.clone();
+            let hide = hide.clone();
+            blocking(move || BundleWriter::create(&target).map_err(|e| Status::internal(hide(e))))
+                .await?
+        };
         let mut upload = Upload::new(&writer)?;
         upload.take(first)?;
         while let Some(chunk) = inbound.message().await? {
@@ -257,12 +262,12 @@ impl ModelService for ModelApi {
         let o = self.orchestrator.clone();
         let model = blocking(move || {
             // The plugin must accept it here before it appears as a model.
-            let parsed = tli_models::bundle::parse_card(std::path::Path::new(&name), &card)
-                .map_err(|e| Status::invalid_argument(e.to_string()))?;
+            let parsed = tli_models::bundle::parse_card(&target, &card)
+                .map_err(|e| Status::invalid_argument(hide(e)))?;
             estimate_for(&o.registry(), &parsed, 1, o.budget().device).map_err(model_status)?;
             let bundle: Bundle = writer
                 .finish_checked(&card, &checksums)
-                .map_err(|e| Status::invalid_argument(e.to_string()))?;
+                .map_err(|e| Status::invalid_argument(hide(e)))?;
             tracing::info!(model = %name, "model imported ({} bytes of weights)", bundle.weights_bytes);
             let entry = o.model(&name).map_err(catalog_status)?;
             Ok(info_of(&o, &entry))
@@ -319,11 +324,8 @@ impl ModelService for ModelApi {
         let bars = req
             .bars
             .ok_or_else(|| Status::invalid_argument("give the bars to predict on"))?;
-        let resident = self
-            .orchestrator
-            .resident_model(&req.model)
-            .map_err(serve_status)?;
         let o = self.orchestrator.clone();
+        let resident = resident_or_why(&o, &req.model).await?;
         let response = blocking(move || {
             let table = bars_from_proto(&bars, None).map_err(bars_status)?;
             let contract = o.contract_of(&table.symbol).map_err(serve_status)?;
@@ -366,6 +368,7 @@ impl ModelService for ModelApi {
             ),
         };
         let o = self.orchestrator.clone();
+        resident_or_why(&o, &open.model).await?;
         let mut stream = blocking(move || {
             o.open_stream(&open.model, open.symbol.trim(), interval)
                 .map_err(serve_status)
@@ -427,6 +430,22 @@ impl ModelService for ModelApi {
             }
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+/// The resident model `id`; NOT_FOUND when there is no such model at all,
+/// FAILED_PRECONDITION when it exists but is not loaded.
+async fn resident_or_why(o: &Arc<Orchestrator>, id: &str) -> Result<Arc<Resident>, Status> {
+    match o.resident_model(id) {
+        Ok(resident) => Ok(resident),
+        Err(not_loaded) => {
+            let (o, id) = (o.clone(), id.to_string());
+            blocking(move || match o.model(&id) {
+                Ok(_) => Err(serve_status(not_loaded)),
+                Err(e) => Err(catalog_status(e)),
+            })
+            .await
+        }
     }
 }
 

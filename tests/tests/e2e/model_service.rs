@@ -243,6 +243,10 @@ fn a_model_exported_by_one_host_predicts_the_same_on_another_and_streams_bar_by_
     );
     refused(&b.client(&["models", "load", "nope"]), "no model \"nope\"");
     refused(
+        &b.client(&["predict", "--model", "nope", "--data", &es]),
+        "not found: no model \"nope\"",
+    );
+    refused(
         &b.client(&[
             "predict",
             "--model",
@@ -274,8 +278,14 @@ fn a_model_exported_by_one_host_predicts_the_same_on_another_and_streams_bar_by_
             .unwrap_err();
         assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
         assert!(
-            status.message().contains("does not match its checksum"),
+            status
+                .message()
+                .contains("model edited: model.json does not match its checksum"),
             "{status:?}"
+        );
+        assert!(
+            !status.message().contains("state-b"),
+            "no host paths: {status:?}"
         );
     });
     let mut entries: Vec<String> = std::fs::read_dir(state_b.join("models"))

@@ -266,7 +266,7 @@ fn bad_predictions_and_saves_are_refused_with_one_line_and_nothing_written() {
     refused(
         plugins.path(),
         &args(&predict(cl.to_str().unwrap())),
-        "the file is CL bars but the model was trained on ES",
+        "these are CL bars but the model was trained on ES",
     );
     let empty = PluginDir::with(&[]);
     refused(
@@ -279,7 +279,7 @@ fn bad_predictions_and_saves_are_refused_with_one_line_and_nothing_written() {
     refused(
         plugins.path(),
         &args(&window),
-        "no bar of the file lies between 2030-01-01",
+        "no bar lies between 2030-01-01",
     );
 
     // A damaged bundle: truncated weights.
