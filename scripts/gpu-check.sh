@@ -26,6 +26,10 @@
 #      --bench predict_latency --no-run`): batch-1 latency, batch-256 throughput, a streamed
 #      bar and predictor memory of every bundled model, and the TFT's INT8/FP32 inference
 #      latency at hidden 64, 160 and 1024 (docs/benchmarks.md, "Inference").
+#  10. measures `Predict` through a real `tli host serve --device cuda:0` (binary from `cargo
+#      bench -p tli-host --bench predict_server --no-run`): batch-1 latency, batch-256
+#      throughput and 32 concurrent callers, template and TFT FP32/INT8 (docs/benchmarks.md,
+#      "Predict through the server").
 # Usage: scripts/gpu-check.sh            (after `make build`, or with TLI=/path/to/tli)
 # Binaries built on another machine find this machine's torch through LD_LIBRARY_PATH.
 set -euo pipefail
@@ -176,4 +180,12 @@ if [ -n "$predict_bench" ]; then
     "$predict_bench" --bench || echo "gpu-check: predict bench failed"
 else
   echo "gpu-check: predict bench not built (cargo bench -p tli-host --bench predict_latency --no-run); skipped"
+fi
+server_bench=$(ls -t target/release/deps/predict_server-* 2>/dev/null | grep -v '\.d$' | head -1 || true)
+if [ -n "$server_bench" ]; then
+  echo "gpu-check: Predict through a host on $DEVICE"
+  TLI_BENCH_DEVICE="$DEVICE" TLI_BENCH_ITERS=$([ "$SMALL" = 1 ] && echo 10 || echo 100) \
+    "$server_bench" --bench || echo "gpu-check: server predict bench failed"
+else
+  echo "gpu-check: server predict bench not built (cargo bench -p tli-host --bench predict_server --no-run); skipped"
 fi

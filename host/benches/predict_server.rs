@@ -12,8 +12,10 @@
 //!   the model's predictor: one request at a time per model).
 //!
 //! Run: `cargo build --release --workspace && cargo bench -p tli-host --bench
-//! predict_server` (`TLI_BENCH_ITERS`, default 200 requests per case; the
-//! host uses its defaults: all cores shared by its intra-op threads).
+//! predict_server` (`TLI_BENCH_ITERS`, default 200 requests per case;
+//! `TLI_BENCH_DEVICE`, default `cpu`, the host's device and where the models
+//! train (`scripts/gpu-check.sh` sets `cuda:0`); the host uses its defaults
+//! otherwise: all cores shared by its intra-op threads).
 //! Prints a Markdown table for docs/benchmarks.md.
 
 use std::path::{Path, PathBuf};
@@ -91,6 +93,7 @@ async fn rows(client: &mut ModelServiceClient<Channel>, req: pb::PredictRequest)
 
 fn main() {
     let iters = env_number("TLI_BENCH_ITERS", 200) as usize;
+    let device = std::env::var("TLI_BENCH_DEVICE").unwrap_or_else(|_| "cpu".into());
     let plugins = PluginDir::with(&[(TEMPLATE, "template"), (TFT, "tft")]);
     let work = tempfile::tempdir().expect("temporary directory");
     let state = work.path().join("state");
@@ -106,6 +109,7 @@ fn main() {
         ])
         .arg("--state-dir")
         .arg(&state)
+        .args(["--device", &device])
         .env("TLI_PLUGIN_DIR", plugins.path())
         .env("TLI_LOG", "warn");
     let mut host = ServeProcess::spawn(command, |_| false);
