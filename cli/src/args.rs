@@ -623,6 +623,25 @@ pub enum ModelsCommand {
     Load { model: String },
     /// Free a resident model (after the requests using it end).
     Unload { model: String },
+    /// Trace a bundle's FP32 forecaster into a TorchScript module for other runtimes
+    /// (Python's torch.jit.load, libtorch): OUT gets model.pt, the example inputs it was
+    /// traced on (the last 256 forecastable bars of --data, or from --start) and
+    /// signature.json (inputs, output columns, target scales, each output row's time).
+    /// INT8 TFTs and RL agents are refused (docs/models.md).
+    Torchscript {
+        /// The bundle directory.
+        bundle: PathBuf,
+        /// The directory to create.
+        out: PathBuf,
+        /// Bars of a contract the model was trained on, featurized with its statistics.
+        #[arg(long, value_name = "[SYMBOL=]FILE", value_parser = parse_bar_source)]
+        data: BarSource,
+        /// First bar whose forecast goes into the example (default: the last 256 bars).
+        #[arg(long, value_name = "TIME", value_parser = parse_time)]
+        start: Option<i64>,
+        #[arg(long, default_value = "cpu")]
+        device: Device,
+    },
 }
 
 /// Where `tli models` reads models from.
@@ -641,8 +660,16 @@ impl ModelsCommand {
             Self::List { from } | Self::Show { from, .. } | Self::Export { from, .. } => {
                 from.state_dir.as_deref()
             }
-            Self::Import { .. } | Self::Load { .. } | Self::Unload { .. } => None,
+            Self::Import { .. }
+            | Self::Load { .. }
+            | Self::Unload { .. }
+            | Self::Torchscript { .. } => None,
         }
+    }
+
+    /// Whether this command runs in this process (it loads plugins).
+    pub fn is_local(&self) -> bool {
+        self.state_dir().is_some() || matches!(self, Self::Torchscript { .. })
     }
 }
 

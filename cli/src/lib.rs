@@ -138,7 +138,7 @@ pub fn run_client(cli: &Cli, bin_name: &'static str) -> Option<Result<()>> {
         | Command::Worker(_) => return None,
         Command::Predict(args) if args.is_bundle() => return None,
         Command::Predict(args) => remote::models::predict(cli, args),
-        Command::Models { command } if command.state_dir().is_some() => return None,
+        Command::Models { command } if command.is_local() => return None,
         Command::Models { command } => remote::models::models(cli, command),
     };
     Some(result)

@@ -150,6 +150,74 @@ pub struct PluginModule {
         spec: PredictorSpec,
         host: HostServices,
     ) -> RResult<PredictorBox, PluginError>,
+    /// 1.3: the model of `spec` (as for `create_predictor`) traced on the
+    /// windows of `example` into a TorchScript module, written with its
+    /// example inputs into the existing directory `out_dir`; returns the
+    /// module's signature as JSON (docs/plugin-api.md, "TorchScript").
+    #[sabi(missing_field(option))]
+    pub export_torchscript: extern "C" fn(
+        spec: PredictorSpec,
+        example: TaskInputs,
+        out_dir: RStr<'_>,
+        host: HostServices,
+    ) -> RResult<RString, PluginError>,
+}
+
+/// The root module exactly as plugin API 1.2 declared it: used only to check
+/// the layout of plugins that declare a 1.2.x API (see [`PluginModule`]).
+/// Never change it.
+pub mod v1_2 {
+    use super::*;
+
+    /// The 1.2 root module (same name, fields and types as 1.2.0 shipped).
+    #[repr(C)]
+    #[derive(StableAbi)]
+    #[sabi(kind(Prefix(prefix_ref = PluginModuleRef)))]
+    #[sabi(missing_field(panic))]
+    pub struct PluginModule {
+        pub manifest: extern "C" fn() -> RResult<PluginManifest, PluginError>,
+        pub validate_config: extern "C" fn(config_json: RStr<'_>) -> RResult<RString, PluginError>,
+        pub estimate_memory: extern "C" fn(
+            config_json: RStr<'_>,
+            shape: DatasetShape,
+            device: RStr<'_>,
+        ) -> RResult<MemoryBreakdown, PluginError>,
+        #[sabi(last_prefix_field)]
+        pub create_trainer:
+            extern "C" fn(spec: TaskSpec, host: HostServices) -> RResult<TrainerBox, PluginError>,
+        #[sabi(missing_field(option))]
+        pub capabilities: extern "C" fn() -> RResult<RVec<RString>, PluginError>,
+        #[sabi(missing_field(option))]
+        pub create_trainer_with_inputs: extern "C" fn(
+            spec: TaskSpec,
+            inputs: TaskInputs,
+            host: HostServices,
+        ) -> RResult<TrainerBox, PluginError>,
+        #[sabi(missing_field(option))]
+        pub export_weights: extern "C" fn(
+            config_json: RStr<'_>,
+            checkpoint_dir: RStr<'_>,
+            weights_path: RStr<'_>,
+        ) -> RResult<(), PluginError>,
+        #[sabi(missing_field(option))]
+        pub estimate_predictor_memory: extern "C" fn(
+            config_json: RStr<'_>,
+            shape: DatasetShape,
+            device: RStr<'_>,
+        ) -> RResult<MemoryBreakdown, PluginError>,
+        #[sabi(missing_field(option))]
+        pub create_predictor: extern "C" fn(
+            spec: PredictorSpec,
+            host: HostServices,
+        ) -> RResult<PredictorBox, PluginError>,
+    }
+
+    impl RootModule for PluginModuleRef {
+        declare_root_module_statics! {PluginModuleRef}
+        const BASE_NAME: &'static str = "tli_plugin";
+        const NAME: &'static str = "tli_plugin";
+        const VERSION_STRINGS: VersionStrings = VersionStrings::new("1.2.0");
+    }
 }
 
 /// The root module exactly as plugin API 1.1 declared it: used only to check
@@ -259,5 +327,16 @@ mod tests {
         assert!(check_layout_compatibility(current, v1_1).is_err());
         let v1_0 = <super::v1_0::PluginModuleRef as StableAbi>::LAYOUT;
         assert!(check_layout_compatibility(v1_0, v1_1).is_ok());
+    }
+
+    /// The same for 1.2 (predictors), checked against the frozen 1.2 module.
+    #[test]
+    fn abi_v1_2_is_a_prefix_of_the_current_module() {
+        let v1_2 = <super::v1_2::PluginModuleRef as StableAbi>::LAYOUT;
+        let current = <super::PluginModuleRef as StableAbi>::LAYOUT;
+        assert!(check_layout_compatibility(v1_2, current).is_ok());
+        assert!(check_layout_compatibility(current, v1_2).is_err());
+        let v1_1 = <super::v1_1::PluginModuleRef as StableAbi>::LAYOUT;
+        assert!(check_layout_compatibility(v1_1, v1_2).is_ok());
     }
 }

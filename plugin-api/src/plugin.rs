@@ -109,6 +109,27 @@ pub trait Plugin: 'static {
         let _ = (spec, host);
         Err(train_only())
     }
+
+    /// 1.3: traces the model of `spec` on the windows of `example` (rows
+    /// from its `predict_from` on, as `predict` would forecast them) into a
+    /// TorchScript module, and writes into `out_dir` (which exists) the file
+    /// `model.pt` and one file per input, `input<i>.bin` (little-endian,
+    /// row-major). Returns the signature as JSON: `{"inputs": [{"name",
+    /// "file", "dtype" ("float32" | "int64"), "shape"}], "columns": [..],
+    /// "rows": [[dataset, row], ..]}`, one output row per window, in the
+    /// target's trained units like `predict`'s. The default refuses
+    /// (`UNSUPPORTED`): say why in a plugin that cannot.
+    fn export_torchscript(
+        spec: PredictorSpec,
+        example: &TaskInputs,
+        out_dir: &Path,
+        host: Host,
+    ) -> Result<String, PluginError> {
+        let _ = (spec, example, out_dir, host);
+        Err(PluginError::unsupported(
+            "this plugin cannot export its models to TorchScript",
+        ))
+    }
 }
 
 fn train_only() -> PluginError {
@@ -196,6 +217,7 @@ pub fn root_module<P: Plugin>(api_version: &'static str) -> PluginModuleRef {
         export_weights: export_weights_shim::<P>,
         estimate_predictor_memory: estimate_predictor_memory_shim::<P>,
         create_predictor: create_predictor_shim::<P>,
+        export_torchscript: export_torchscript_shim::<P>,
     }
     .leak_into_prefix()
 }
@@ -314,6 +336,26 @@ extern "C" fn create_predictor_shim<P: Plugin>(
             Guarded::new(predictor, "predictor"),
             TD_Opaque,
         ))
+    })
+}
+
+extern "C" fn export_torchscript_shim<P: Plugin>(
+    spec: PredictorSpec,
+    example: TaskInputs,
+    out_dir: RStr<'_>,
+    host: HostServices,
+) -> RResult<RString, PluginError> {
+    guarded("export_torchscript", || {
+        for dataset in spec.schema.datasets.iter().chain(example.datasets.iter()) {
+            dataset.check_consistent()?;
+        }
+        if spec.schema.datasets.is_empty() || example.datasets.is_empty() {
+            return Err(PluginError::invalid_data(
+                "a TorchScript export needs the model's schema and example rows",
+            ));
+        }
+        P::export_torchscript(spec, &example, Path::new(out_dir.as_str()), Host::new(host))
+            .map(RString::from)
     })
 }
 

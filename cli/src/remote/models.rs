@@ -107,6 +107,9 @@ pub(crate) fn models(cli: &Cli, command: &ModelsCommand) -> Result<()> {
             );
             Ok(())
         }),
+        ModelsCommand::Torchscript { .. } => {
+            bail!("`tli models torchscript` loads plugins: run it with the full `tli`")
+        }
         ModelsCommand::Unload { model } => run(cli, |remote| async move {
             let unloaded = client(&remote)
                 .unload_model(pb::UnloadModelRequest {

@@ -20,6 +20,7 @@ mod plugins;
 mod predict;
 mod profile;
 mod serve;
+mod torchscript;
 mod train;
 mod worker;
 
@@ -64,7 +65,7 @@ pub fn run(cli: Cli) -> Result<()> {
             command: ProfileCommand::Memory(args),
         } => profile::memory(&plugin_dir, contracts, args, cli.output),
         Command::Predict(args) => predict::predict(&plugin_dir, contracts, args, cli.output),
-        Command::Models { command } => models::run(&plugin_dir, command, cli.output),
+        Command::Models { command } => models::run(&plugin_dir, contracts, command, cli.output),
         Command::Worker(args) => worker::worker(&plugin_dir, args),
         // Every other command is a client command, run above.
         other => anyhow::bail!("internal: {other:?} is neither a host nor a client command"),

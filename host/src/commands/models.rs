@@ -15,7 +15,33 @@ use tli_runtime::models::catalog::Catalog;
 use tli_server::api::models::model_info;
 use tli_store::Store;
 
-pub(super) fn run(plugin_dir: &Path, command: &ModelsCommand, output: OutputFormat) -> Result<()> {
+pub(super) fn run(
+    plugin_dir: &Path,
+    contracts: Option<&Path>,
+    command: &ModelsCommand,
+    output: OutputFormat,
+) -> Result<()> {
+    if let ModelsCommand::Torchscript {
+        bundle,
+        out,
+        data,
+        start,
+        device,
+    } = command
+    {
+        return super::torchscript::export(
+            plugin_dir,
+            contracts,
+            &super::torchscript::Request {
+                bundle,
+                out,
+                data,
+                start: *start,
+                device: *device,
+            },
+            output,
+        );
+    }
     let Some(state_dir) = command.state_dir() else {
         bail!("internal: `tli models` without --state-dir is a client command");
     };
@@ -69,7 +95,8 @@ pub(super) fn run(plugin_dir: &Path, command: &ModelsCommand, output: OutputForm
         }
         ModelsCommand::Import { .. }
         | ModelsCommand::Load { .. }
-        | ModelsCommand::Unload { .. } => {
+        | ModelsCommand::Unload { .. }
+        | ModelsCommand::Torchscript { .. } => {
             bail!("internal: this `tli models` command is a client command")
         }
     }

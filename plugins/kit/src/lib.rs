@@ -75,6 +75,7 @@ pub mod rl;
 pub mod schedule;
 pub mod staged;
 pub mod task_rows;
+pub mod torchscript;
 pub mod weights;
 pub mod windows;
 pub use tli_rng as rng;

@@ -125,6 +125,15 @@ impl Plugin for TemplatePlugin {
     ) -> Result<Box<dyn Predictor>, PluginError> {
         Ok(Box::new(predictor::TemplatePredictor::new(spec, host)?))
     }
+
+    fn export_torchscript(
+        spec: PredictorSpec,
+        example: &TaskInputs,
+        out_dir: &std::path::Path,
+        host: Host,
+    ) -> Result<String, PluginError> {
+        predictor::TemplatePredictor::new(spec, host)?.export_torchscript(example, out_dir)
+    }
 }
 
 /// Bytes of the dataset copies the trainer keeps on the device: all feature

@@ -96,9 +96,37 @@ impl TemplatePredictor {
         })
     }
 
-    /// Forecasts of the rows of dataset `index` of `batch` from its
-    /// `predict_from` on (a row needs no context), and that first row.
-    fn forecast(&self, batch: &TaskInputs, index: usize) -> Result<(usize, Vec<f32>), PluginError> {
+    /// The MLP traced into TorchScript on the rows of the example's first
+    /// dataset (plugin API 1.3): `forward(x: float32[rows, inputs]) ->
+    /// float32[rows, 1]`, `x` the z-scored features (and a pooled model's
+    /// asset one-hot), the output the forecast in the target's trained units.
+    pub fn export_torchscript(
+        &self,
+        example: &TaskInputs,
+        out_dir: &Path,
+    ) -> Result<String, PluginError> {
+        let x = self.inputs(example, 0)?;
+        let from = example.predict_from(0).min(example.datasets[0].rows());
+        let rows: Vec<(u32, u64)> = (0..x.size()[0] as usize)
+            .map(|i| (0, (from + i) as u64))
+            .collect();
+        let model = &self.model;
+        tli_plugin_kit::torchscript::export(
+            out_dir,
+            &model.parameters(),
+            &[tli_plugin_kit::torchscript::Input {
+                name: "x",
+                tensor: x,
+            }],
+            std::slice::from_ref(&self.column),
+            &rows,
+            |xs| model.forward(&xs[0]),
+        )
+    }
+
+    /// The MLP's input for the rows of dataset `index` of `batch` from its
+    /// `predict_from` on: features, and a pooled model's asset one-hot.
+    fn inputs(&self, batch: &TaskInputs, index: usize) -> Result<Tensor, PluginError> {
         let dataset = &batch.datasets[index];
         if dataset
             .feature_names
@@ -115,15 +143,24 @@ impl TemplatePredictor {
         }
         let from = batch.predict_from(index).min(dataset.rows());
         let rows = dataset.rows() - from;
-        if rows == 0 {
-            return Ok((from, Vec::new()));
-        }
         let mut x = data::features(dataset, from..dataset.rows(), self.device)?;
         if let Some(assets) = self.assets {
             let asset = batch.annex(index)?.asset_index as usize;
             let one_hot = data::one_hot_rows(rows, assets, asset, self.device)?;
             x = Tensor::f_cat(&[x, one_hot], 1).plugin_err("appending the asset one-hot")?;
         }
+        Ok(x)
+    }
+
+    /// Forecasts of the rows of dataset `index` of `batch` from its
+    /// `predict_from` on (a row needs no context), and that first row.
+    fn forecast(&self, batch: &TaskInputs, index: usize) -> Result<(usize, Vec<f32>), PluginError> {
+        let dataset = &batch.datasets[index];
+        let from = batch.predict_from(index).min(dataset.rows());
+        if dataset.rows() == from {
+            return Ok((from, Vec::new()));
+        }
+        let x = self.inputs(batch, index)?;
         let y = tch::no_grad(|| self.model.forward(&x))?;
         let values = y
             .f_to_kind(Kind::Float)

@@ -5,6 +5,7 @@ use super::ModelError;
 use crate::registry::{LoadedPlugin, PluginRegistry, PredictorHandle};
 use crate::services::TaskServices;
 use abi_stable::std_types::{RArc, RString};
+use std::path::Path;
 use std::sync::Arc;
 use tli_data::contracts::ContractSpec;
 use tli_data::inference::{featurize_with_stats, FeatureRows};
@@ -35,6 +36,8 @@ pub struct LoadedModel {
     pub plugin: Arc<LoadedPlugin>,
     /// The card's feature roles, parsed once.
     roles: Vec<FeatureRole>,
+    /// The config as the plugin normalized it.
+    config: String,
     predictor: PredictorHandle,
     /// Rows streamed since the last reset (stream outputs are numbered so).
     streamed: u64,
@@ -61,13 +64,7 @@ impl LoadedModel {
                 source,
             })?;
         let roles = roles(&card)?;
-        let spec = PredictorSpec {
-            model_id: model_id.into(),
-            config_json: config.into(),
-            device: device.to_string().into(),
-            weights_path: RString::from(bundle.weights_path().to_string_lossy().as_ref()),
-            schema: schema(&card, &roles)?,
-        };
+        let spec = predictor_spec(&card, &roles, &config, bundle, model_id, device)?;
         let predictor = plugin
             .create_predictor(spec, TaskServices::new(plugin.name(), model_id))
             .map_err(|source| ModelError::Plugin {
@@ -78,6 +75,7 @@ impl LoadedModel {
             card,
             plugin,
             roles,
+            config,
             predictor,
             streamed: 0,
         })
@@ -238,6 +236,54 @@ impl LoadedModel {
             },
         ))
     }
+}
+
+impl LoadedModel {
+    /// The model (from `bundle`, the one it was loaded from) traced into a
+    /// TorchScript module in `out_dir` by its plugin, on the windows of
+    /// `prepared` (plugin API 1.3); the plugin's signature as JSON.
+    pub fn export_torchscript(
+        &self,
+        bundle: &Bundle,
+        prepared: &PreparedBatch,
+        out_dir: &Path,
+        device: Device,
+    ) -> Result<String, ModelError> {
+        let spec = predictor_spec(
+            &self.card,
+            &self.roles,
+            &self.config,
+            bundle,
+            &self.card.plugin.name,
+            device,
+        )?;
+        let services = TaskServices::new(self.plugin.name(), &self.card.plugin.name);
+        self.plugin
+            .export_torchscript(spec, prepared.batch.clone(), out_dir, services)
+            .map_err(|source| ModelError::Plugin {
+                what: format!("plugin {} cannot export TorchScript", self.plugin.label()),
+                source,
+            })
+    }
+}
+
+/// What a predictor is made with: the checked weights (through the
+/// bundle's open descriptor) and the training inputs without rows.
+fn predictor_spec(
+    card: &ModelCard,
+    roles: &[FeatureRole],
+    config: &str,
+    bundle: &Bundle,
+    model_id: &str,
+    device: Device,
+) -> Result<PredictorSpec, ModelError> {
+    Ok(PredictorSpec {
+        model_id: model_id.into(),
+        config_json: config.into(),
+        device: device.to_string().into(),
+        weights_path: RString::from(bundle.weights_path().to_string_lossy().as_ref()),
+        schema: schema(card, roles)?,
+    })
 }
 
 /// What a table of outputs holds: output rows are numbered from `offset`

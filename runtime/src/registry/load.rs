@@ -26,7 +26,7 @@ use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tli_plugin_api::{
-    abi::{v1_0, v1_1},
+    abi::{v1_0, v1_1, v1_2},
     capability, check_compatible,
     version::Incompatibility,
     DatasetAnnex, DatasetShape, EvalReport, MemoryBreakdown, PluginError, PluginModuleRef,
@@ -171,6 +171,7 @@ fn load_checked(path: &Path, host_api: &str, checksum: String) -> Result<LoadedP
     match declared_version.minor {
         0 => header.ensure_layout::<v1_0::PluginModuleRef>(),
         1 => header.ensure_layout::<v1_1::PluginModuleRef>(),
+        2 => header.ensure_layout::<v1_2::PluginModuleRef>(),
         _ => header.ensure_layout::<PluginModuleRef>(),
     }
     .map_err(refused)?;
@@ -422,6 +423,32 @@ impl LoadedPlugin {
     ) -> Result<MemoryBreakdown, PluginError> {
         let estimate = self.predict_entry(self.module.estimate_predictor_memory())?;
         into_result(estimate(RStr::from(config_json), shape, RStr::from(device)))
+    }
+
+    /// The model of `spec` traced into a TorchScript module in `out_dir`
+    /// on the windows of `example` (plugin API 1.3); its signature as JSON.
+    pub fn export_torchscript(
+        &self,
+        spec: PredictorSpec,
+        example: TaskInputs,
+        out_dir: &Path,
+        services: TaskServices,
+    ) -> Result<String, PluginError> {
+        self.predict_entry(Some(()))?;
+        let export = self.module.export_torchscript().ok_or_else(|| {
+            PluginError::unsupported(format!(
+                "plugin {} speaks plugin API {}, which cannot export TorchScript (1.3 and later)",
+                self.label(),
+                self.manifest.api_version
+            ))
+        })?;
+        into_result(export(
+            spec,
+            example,
+            RStr::from(out_dir.to_string_lossy().as_ref()),
+            services.into_abi(),
+        ))
+        .map(|s| s.into_string())
     }
 
     /// A predictor from exported weights.
