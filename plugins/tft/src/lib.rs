@@ -168,4 +168,13 @@ impl Plugin for TftPlugin {
     ) -> Result<Box<dyn Predictor>, PluginError> {
         Ok(Box::new(predictor::TftPredictor::new(spec, host)?))
     }
+
+    fn export_torchscript(
+        spec: PredictorSpec,
+        example: &TaskInputs,
+        out_dir: &std::path::Path,
+        host: Host,
+    ) -> Result<String, PluginError> {
+        predictor::TftPredictor::new(spec, host)?.export_torchscript(example, out_dir)
+    }
 }

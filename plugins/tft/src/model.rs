@@ -135,12 +135,18 @@ const CONTEXT_NAMES: [&str; 4] = [
 /// bar appended as one more input → `[B, len, k + 1]`.
 fn with_position(x: &Tensor, start: i64, scale: i64) -> Result<Tensor, PluginError> {
     let ctx = "TFT position input";
-    let size = x.size();
-    let (b, len) = (size[0], size[1]);
+    let len = x.size()[1];
+    // Broadcast over a `[B, len, 1]` of zeros shaped by `x` itself, not by a
+    // batch size read into a number: a traced module (TorchScript export)
+    // then takes any batch size.
+    let zeros = x
+        .f_sum_dim_intlist(Some(&[2i64][..]), true, Kind::Float)
+        .and_then(|z| z.f_zeros_like())
+        .plugin_err(ctx)?;
     let position = Tensor::f_arange_start(start, start + len, (Kind::Float, x.device()))
         .and_then(|p| p.f_div_scalar(scale as f64))
         .and_then(|p| p.f_view([1, len, 1]))
-        .and_then(|p| p.f_expand([b, len, 1], false))
+        .and_then(|p| zeros.f_add(&p))
         .plugin_err(ctx)?;
     Tensor::f_cat(&[x.shallow_clone(), position], 2).plugin_err(ctx)
 }
@@ -364,10 +370,10 @@ impl Tft {
         let hidden = s.hidden as i64;
         let [encoded, state_h, state_c] =
             graph.stage(&["encoder"], &[past_emb, c_h, c_c], move |xs, rng| {
-                let b = xs[0].size()[0];
+                // -1 keeps the batch size free (see `with_position`).
                 let init = |c: &Tensor| {
                     c.f_unsqueeze(0)
-                        .and_then(|c| c.f_expand([layers, b, hidden], false))
+                        .and_then(|c| c.f_expand([layers, -1, hidden], false))
                         .and_then(|c| c.f_contiguous())
                         .plugin_err(ctx)
                 };

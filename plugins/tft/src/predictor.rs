@@ -348,6 +348,95 @@ impl TftPredictor {
         Ok(values)
     }
 
+    /// The FP32 TFT traced into TorchScript on the windows of the example's
+    /// first dataset (plugin API 1.3): `forward(windows: float32[n, lookback
+    /// + ahead, features], asset: int64[n]) -> float32[n, horizons ×
+    /// quantiles]`, each window the z-scored rows ending `ahead` rows (the
+    /// known-future decoder rows; 0 without known features) after the bar it
+    /// forecasts, outputs in the target's trained units in `columns` order.
+    pub fn export_torchscript(
+        &self,
+        example: &TaskInputs,
+        out_dir: &Path,
+    ) -> Result<String, PluginError> {
+        if !self.quantized.is_empty() || self.config.precision == Precision::Int8 {
+            return Err(PluginError::unsupported(
+                "an INT8 TFT keeps int8 codes and row scales and dequantizes them at every call;                  TorchScript export is for FP32 models (train with \"precision\": \"fp32\")",
+            ));
+        }
+        let ctx = "assembling TFT windows";
+        let (markers, asset) = self.check(example, 0)?;
+        let dataset = &example.datasets[0];
+        let (lookback, ahead) = (self.config.lookback, self.ahead());
+        let from = example.predict_from(0);
+        let mut ends = window_rows(dataset.rows(), &markers, lookback, ahead)?;
+        ends.retain(|&e| e >= from);
+        if ends.is_empty() {
+            return Err(PluginError::invalid_data(format!(
+                "{}: no row from predict_from {from} on has a full window of {} rows",
+                dataset.symbol,
+                lookback + ahead
+            )));
+        }
+        let source = data::features(dataset, 0..dataset.rows(), self.device)?;
+        let last: Vec<usize> = ends.iter().map(|e| e + ahead).collect();
+        let windows = window_batch(&source, lookback + ahead, &last)?;
+        let assets = Tensor::f_full([ends.len() as i64], asset, (Kind::Int64, self.device))
+            .plugin_err(ctx)?;
+        let rows: Vec<(u32, u64)> = ends.iter().map(|&e| (0, e as u64)).collect();
+        let (t, h) = (self.config.lookback as i64, self.config.horizons as i64);
+        let known = self.known;
+        let params: Vec<&Tensor> = self
+            .model
+            .named_parameters("")
+            .into_iter()
+            .map(|(_, t)| t)
+            .collect();
+        tli_plugin_kit::torchscript::export(
+            out_dir,
+            &params,
+            &[
+                tli_plugin_kit::torchscript::Input {
+                    name: "windows",
+                    tensor: windows,
+                },
+                tli_plugin_kit::torchscript::Input {
+                    name: "asset",
+                    tensor: assets,
+                },
+            ],
+            &self.columns,
+            &rows,
+            |xs| {
+                let rows = &xs[0];
+                let pick = |from: i64, len: i64, columns: &Tensor| {
+                    rows.f_narrow(1, from, len)
+                        .and_then(|r| r.f_index_select(2, columns))
+                        .plugin_err(ctx)
+                };
+                let future = if known > 0 {
+                    pick(t, h, &self.known_columns)?
+                } else {
+                    // [n, h, 0] without reading n into a number (the batch stays free).
+                    rows.f_narrow(1, 0, 1)
+                        .and_then(|r| r.f_narrow(2, 0, 0))
+                        .and_then(|r| r.f_expand([-1, h, 0], false))
+                        .plugin_err(ctx)?
+                };
+                let batch = TftBatch {
+                    past: pick(0, t, &self.past_columns)?,
+                    future,
+                    static_reals: pick(t - 1, 1, &self.static_columns)?
+                        .f_squeeze_dim(1)
+                        .plugin_err(ctx)?,
+                    asset: xs[1].shallow_clone(),
+                };
+                let out = self.model.forward(&batch, None)?;
+                out.forecast.f_flatten(1, -1).plugin_err(ctx)
+            },
+        )
+    }
+
     /// Runs `windows` with the INT8 weights dequantized for the call, and
     /// appends their outputs to `out`.
     fn run(&mut self, windows: &[Windows], out: &mut Predictions) -> Result<(), PluginError> {

@@ -103,16 +103,17 @@ impl MultiHeadAttention {
                  got {qs:?} and {ks:?}"
             )));
         }
-        let (b, tq, tk) = (qs[0], qs[1], ks[1]);
+        let (tq, tk) = (qs[1], ks[1]);
         if causal && tq > tk {
             return Err(PluginError::invalid_data(format!(
                 "a causal mask needs no more queries ({tq}) than keys ({tk})"
             )));
         }
         let (h, dk) = (self.heads as i64, self.d_k() as i64);
-        // [B, T, h·dk] → [B, h, T, dk]
+        // [B, T, h·dk] → [B, h, T, dk]; B as -1, never read into a number,
+        // so a traced module (TorchScript export) takes any batch size.
         let split_heads = |x: Tensor, t: i64| {
-            x.f_reshape([b, t, h, dk])
+            x.f_reshape([-1, t, h, dk])
                 .and_then(|x| x.f_transpose(1, 2))
                 .plugin_err(ctx)
         };
@@ -135,7 +136,7 @@ impl MultiHeadAttention {
                 let v = split_heads(self.value.forward(memory)?, tk)?;
                 attn.f_matmul(&v)
                     .and_then(|o| o.f_transpose(1, 2))
-                    .and_then(|o| o.f_reshape([b, tq, h * dk]))
+                    .and_then(|o| o.f_reshape([-1, tq, h * dk]))
                     .plugin_err(ctx)?
             }
             AttentionKind::Interpretable => {
