@@ -204,7 +204,8 @@ pub mod v1_2 {
             config_json: RStr<'_>,
             shape: DatasetShape,
             device: RStr<'_>,
-        ) -> RResult<MemoryBreakdown, PluginError>,
+        )
+            -> RResult<MemoryBreakdown, PluginError>,
         #[sabi(missing_field(option))]
         pub create_predictor: extern "C" fn(
             spec: PredictorSpec,

@@ -6,7 +6,8 @@ Loads EXPORT_DIR/model.pt with torch.jit.load, runs it on the example inputs the
 wrote (signature.json says their files, dtypes and shapes), multiplies each column by its
 target scale, and compares every value with the same bar's and column's value in the
 `tli predict -o json` output of the same file. Also runs the module on the first half of
-the inputs (another batch size). Prints one JSON line: rows compared, the largest absolute
+the inputs (another batch size) when the module takes any batch size (signature.json's
+`batch` is null); a module traced for a fixed batch is called that many windows at a time. Prints one JSON line: rows compared, the largest absolute
 and relative differences, and whether the half batch agreed. Exit 0 when every value is
 within 1e-5 (relative to the forecasts' scale).
 """
@@ -27,10 +28,19 @@ def main() -> int:
         tensor = torch.frombuffer(data, dtype=dtypes[spec["dtype"]]).reshape(spec["shape"])
         inputs.append(tensor)
     module = torch.jit.load(str(export / "model.pt"))
+    batch = signature.get("batch")  # None: any batch size; else the size it was traced for
+    n = len(inputs[0])
     with torch.no_grad():
-        out = module(*inputs).double()
-        half = len(inputs[0]) // 2
-        out_half = module(*[x[:half] for x in inputs]).double()
+        if batch is None:
+            out = module(*inputs).double()
+            half = n // 2
+            out_half = module(*[x[:half] for x in inputs]).double()
+        else:
+            out = torch.cat(
+                [module(*[x[i:i + batch] for x in inputs]) for i in range(0, n, batch)]
+            ).double()
+            half = n // 2
+            out_half = out[:half]
     scales = torch.tensor(signature["target_scales"], dtype=torch.float64)
     forecasts = out.reshape(out.shape[0], -1) * scales
     by_time = {row["timestamp"]: row for row in json.loads(predictions.read_text())}

@@ -62,7 +62,8 @@ pub(super) fn export(
     std::fs::create_dir_all(request.out)
         .with_context(|| format!("creating {}", request.out.display()))?;
     let result = (|| -> Result<serde_json::Value> {
-        let signature = model.export_torchscript(&bundle, &prepared, request.out, request.device)?;
+        let signature =
+            model.export_torchscript(&bundle, &prepared, request.out, request.device)?;
         let mut signature: serde_json::Value = serde_json::from_str(&signature)
             .context("the plugin's TorchScript signature is not JSON")?;
         let rows: Vec<usize> = signature["rows"]

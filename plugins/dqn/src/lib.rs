@@ -151,6 +151,20 @@ impl Plugin for DqnPlugin {
     ) -> Result<Box<dyn Predictor>, PluginError> {
         Ok(Box::new(predictor::DqnPredictor::new(spec, host)?))
     }
+
+    fn export_torchscript(
+        _spec: PredictorSpec,
+        _example: &tli_plugin_api::TaskInputs,
+        _out_dir: &std::path::Path,
+        _host: Host,
+    ) -> Result<String, PluginError> {
+        Err(PluginError::unsupported(
+            "an agent's action depends on the position it holds, which its predictor carries \
+             bar by bar as the trading environment does; its policy alone would not trade the \
+             same, so agents are not exported to TorchScript (use `tli predict` or the Predict \
+             API)",
+        ))
+    }
 }
 
 /// Peak bytes of one gradient step (three forward passes over a minibatch and

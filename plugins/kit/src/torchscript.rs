@@ -24,19 +24,28 @@ pub struct Input {
 
 /// Traces `forward` over `inputs` (with `params` frozen: no gradients), and
 /// writes `model.pt` and the inputs into `out_dir`. Returns the signature
-/// JSON with `columns` and, per output row, its `[dataset, row]`.
+/// JSON with `columns`, per output row its `[dataset, row]`, and `batch`:
+/// `null` when the module takes any batch size, or the one size it was
+/// traced for (`fixed_batch`: traced on the inputs' first rows; callers send
+/// that many windows per call).
 pub fn export(
     out_dir: &Path,
     params: &[&Tensor],
     inputs: &[Input],
     columns: &[String],
     rows: &[(u32, u64)],
+    fixed_batch: Option<usize>,
     mut forward: impl FnMut(&[Tensor]) -> Result<Tensor, PluginError>,
 ) -> Result<String, PluginError> {
     for p in params {
         let _ = p.set_requires_grad(false);
     }
-    let tensors: Vec<Tensor> = inputs.iter().map(|i| i.tensor.shallow_clone()).collect();
+    let traced_rows = fixed_batch.unwrap_or(rows.len()).min(rows.len());
+    let tensors: Vec<Tensor> = inputs
+        .iter()
+        .map(|i| i.tensor.f_narrow(0, 0, traced_rows as i64))
+        .collect::<Result<_, _>>()
+        .plugin_err("the example inputs")?;
     let mut failure = None;
     let module = tch::no_grad(|| {
         CModule::create_by_tracing("tli_model", "forward", &tensors, &mut |xs: &[Tensor]| {
@@ -54,12 +63,12 @@ pub fn export(
         return Err(e);
     }
     // The module must answer its example inputs with one row per window.
-    let check = tch::no_grad(|| module.forward_ts(&tensors)).plugin_err("running the traced module")?;
-    if check.size().first().copied() != Some(rows.len() as i64) {
+    let check =
+        tch::no_grad(|| module.forward_ts(&tensors)).plugin_err("running the traced module")?;
+    if check.size().first().copied() != Some(traced_rows as i64) {
         return Err(PluginError::other(format!(
-            "the traced module gives {:?} for {} windows",
+            "the traced module gives {:?} for {traced_rows} windows",
             check.size(),
-            rows.len()
         )));
     }
     module
@@ -82,6 +91,7 @@ pub fn export(
         "inputs": described,
         "columns": columns,
         "rows": rows,
+        "batch": fixed_batch,
     })
     .to_string())
 }
@@ -96,12 +106,19 @@ fn raw_bytes(t: &Tensor) -> Result<(Vec<u8>, &'static str), PluginError> {
     match t.kind() {
         Kind::Int64 => {
             let values = Vec::<i64>::try_from(&flat).plugin_err("reading an input")?;
-            Ok((values.iter().flat_map(|v| v.to_le_bytes()).collect(), "int64"))
+            Ok((
+                values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+                "int64",
+            ))
         }
         _ => {
-            let values = Vec::<f32>::try_from(&flat.f_to_kind(Kind::Float).plugin_err("reading an input")?)
-                .plugin_err("reading an input")?;
-            Ok((values.iter().flat_map(|v| v.to_le_bytes()).collect(), "float32"))
+            let values =
+                Vec::<f32>::try_from(&flat.f_to_kind(Kind::Float).plugin_err("reading an input")?)
+                    .plugin_err("reading an input")?;
+            Ok((
+                values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+                "float32",
+            ))
         }
     }
 }

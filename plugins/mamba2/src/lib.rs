@@ -150,6 +150,15 @@ impl Plugin for Mamba2Plugin {
     ) -> Result<Box<dyn Predictor>, PluginError> {
         Ok(Box::new(predictor::Mamba2Predictor::new(spec, host)?))
     }
+
+    fn export_torchscript(
+        spec: PredictorSpec,
+        example: &TaskInputs,
+        out_dir: &std::path::Path,
+        host: Host,
+    ) -> Result<String, PluginError> {
+        predictor::Mamba2Predictor::new(spec, host)?.export_torchscript(example, out_dir)
+    }
 }
 
 /// A float32 leaf parameter of `shape` holding `values`.

@@ -230,6 +230,58 @@ impl Mamba2Predictor {
         Ok((x, annex))
     }
 
+    /// The Mamba-2 forecaster traced into TorchScript on the windows of the
+    /// example's first dataset (plugin API 1.3): `forward(windows:
+    /// float32[1, lookback, inputs]) -> float32[1, horizons × quantiles]`,
+    /// one window per call (its chunked scan sizes its tensors by the batch,
+    /// so the module is traced for batches of one), each window the z-scored
+    /// rows (and a pooled model's asset one-hot) ending at the bar it
+    /// forecasts, outputs in the target's trained units.
+    pub fn export_torchscript(
+        &self,
+        example: &TaskInputs,
+        out_dir: &Path,
+    ) -> Result<String, PluginError> {
+        let lookback = self.config.lookback;
+        let rows = example.datasets[0].rows();
+        let (x, annex) = self.inputs(example, 0)?;
+        let from = example.predict_from(0);
+        let mut ends = window_rows(rows, &annex.row_markers, lookback)?;
+        ends.retain(|&e| e >= from);
+        if ends.is_empty() {
+            return Err(PluginError::invalid_data(format!(
+                "{}: no row from predict_from {from} on has a full window of {lookback} rows",
+                example.datasets[0].symbol
+            )));
+        }
+        let windows = window_batch(&x, lookback, &ends)?;
+        let outputs: Vec<(u32, u64)> = ends.iter().map(|&e| (0, e as u64)).collect();
+        let params: Vec<&Tensor> = self
+            .model
+            .named_parameters("")
+            .into_iter()
+            .map(|(_, t)| t)
+            .collect();
+        let model = &self.model;
+        tli_plugin_kit::torchscript::export(
+            out_dir,
+            &params,
+            &[tli_plugin_kit::torchscript::Input {
+                name: "windows",
+                tensor: windows,
+            }],
+            &self.columns,
+            &outputs,
+            Some(1),
+            |xs| {
+                model
+                    .forward(&xs[0], 1, None)?
+                    .f_flatten(1, -1)
+                    .plugin_err("flattening the forecast")
+            },
+        )
+    }
+
     /// One streamed bar `x_t [1, width]` of a dataset: advances its windows
     /// in flight; the forecast `[horizons, outputs]` once a window is full.
     fn stream_bar(

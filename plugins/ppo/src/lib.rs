@@ -125,4 +125,18 @@ impl Plugin for PpoPlugin {
     ) -> Result<Box<dyn Predictor>, PluginError> {
         Ok(Box::new(predictor::PpoPredictor::new(spec, host)?))
     }
+
+    fn export_torchscript(
+        _spec: PredictorSpec,
+        _example: &tli_plugin_api::TaskInputs,
+        _out_dir: &std::path::Path,
+        _host: Host,
+    ) -> Result<String, PluginError> {
+        Err(PluginError::unsupported(
+            "an agent's action depends on the position it holds, which its predictor carries \
+             bar by bar as the trading environment does; its policy alone would not trade the \
+             same, so agents are not exported to TorchScript (use `tli predict` or the Predict \
+             API)",
+        ))
+    }
 }

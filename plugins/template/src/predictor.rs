@@ -120,6 +120,7 @@ impl TemplatePredictor {
             }],
             std::slice::from_ref(&self.column),
             &rows,
+            None,
             |xs| model.forward(&xs[0]),
         )
     }

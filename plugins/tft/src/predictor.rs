@@ -349,11 +349,12 @@ impl TftPredictor {
     }
 
     /// The FP32 TFT traced into TorchScript on the windows of the example's
-    /// first dataset (plugin API 1.3): `forward(windows: float32[n, lookback
-    /// + ahead, features], asset: int64[n]) -> float32[n, horizons ×
-    /// quantiles]`, each window the z-scored rows ending `ahead` rows (the
-    /// known-future decoder rows; 0 without known features) after the bar it
-    /// forecasts, outputs in the target's trained units in `columns` order.
+    /// first dataset (plugin API 1.3):
+    /// `forward(windows: float32[n, lookback+ahead, features], asset: int64[n])
+    /// -> float32[n, horizons × quantiles]`. Each window is the z-scored rows
+    /// ending `ahead` rows (the known-future decoder rows; 0 without known
+    /// features) after the bar it forecasts; outputs are in the target's
+    /// trained units, in `columns` order.
     pub fn export_torchscript(
         &self,
         example: &TaskInputs,
@@ -361,7 +362,8 @@ impl TftPredictor {
     ) -> Result<String, PluginError> {
         if !self.quantized.is_empty() || self.config.precision == Precision::Int8 {
             return Err(PluginError::unsupported(
-                "an INT8 TFT keeps int8 codes and row scales and dequantizes them at every call;                  TorchScript export is for FP32 models (train with \"precision\": \"fp32\")",
+                "an INT8 TFT keeps int8 codes and row scales and dequantizes them at every call; \
+                 TorchScript export is for FP32 models (train with \"precision\": \"fp32\")",
             ));
         }
         let ctx = "assembling TFT windows";
@@ -407,6 +409,7 @@ impl TftPredictor {
             ],
             &self.columns,
             &rows,
+            None,
             |xs| {
                 let rows = &xs[0];
                 let pick = |from: i64, len: i64, columns: &Tensor| {

@@ -32,4 +32,5 @@ mod slurm_executor;
 mod status_page;
 mod tensorboard;
 mod tft_plugin;
+mod torchscript_export;
 mod training_through_the_abi;

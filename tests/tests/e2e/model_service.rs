@@ -80,7 +80,7 @@ fn reservations(server: &Server) -> Vec<serde_json::Value> {
 }
 
 fn refused(out: &std::process::Output, expected: &str) {
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(out));
     let text = stderr(out);
     assert!(text.contains(expected), "expected {expected:?} in: {text}");
     assert_eq!(text.trim().lines().count(), 1, "one line: {text}");
