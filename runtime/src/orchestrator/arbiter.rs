@@ -531,18 +531,12 @@ impl Arbiter {
     /// [`update_measured`](Self::update_measured) does for a task).
     pub fn update_hold(&mut self, id: HoldId, measured_bytes: u64) -> Remeasure {
         let now = self.with_margin(measured_bytes);
-        let Some(slot) = self.holds.iter_mut().find(|(h, _)| *h == id) else {
-            return Remeasure::NotRunning;
-        };
-        let previous = std::mem::replace(&mut slot.1, now);
-        self.reserved = self.reserved - previous as u128 + now as u128;
-        match self.over_budget_by() {
-            0 => Remeasure::WithinBudget { previous, now },
-            over_by => Remeasure::OverBudget {
-                previous,
-                now,
-                over_by,
-            },
+        match self.holds.iter().position(|(h, _)| *h == id) {
+            Some(i) => {
+                let previous = std::mem::replace(&mut self.holds[i].1, now);
+                self.replaced(previous, now)
+            }
+            None => Remeasure::NotRunning,
         }
     }
 
@@ -564,10 +558,18 @@ impl Arbiter {
     /// starts nothing until releases bring the device back within budget.
     pub fn update_measured(&mut self, task: TaskId, measured_bytes: u64) -> Remeasure {
         let now = self.with_margin(measured_bytes);
-        let Some(slot) = self.running.iter_mut().find(|(t, _)| *t == task) else {
-            return Remeasure::NotRunning;
-        };
-        let previous = std::mem::replace(&mut slot.1, now);
+        match self.running.iter().position(|(t, _)| *t == task) {
+            Some(i) => {
+                let previous = std::mem::replace(&mut self.running[i].1, now);
+                self.replaced(previous, now)
+            }
+            None => Remeasure::NotRunning,
+        }
+    }
+
+    /// Books a reservation's change from `previous` to `now` bytes and says
+    /// whether the device is still within its budget.
+    fn replaced(&mut self, previous: u64, now: u64) -> Remeasure {
         self.reserved = self.reserved - previous as u128 + now as u128;
         match self.over_budget_by() {
             0 => Remeasure::WithinBudget { previous, now },

@@ -86,6 +86,27 @@ fn refused(out: &std::process::Output, expected: &str) {
     assert_eq!(text.trim().lines().count(), 1, "one line: {text}");
 }
 
+/// `grpcurl -plaintext ADDRESS args…` (scripts/grpcurl.sh installs it); its stdout.
+fn grpcurl(server: &Server, args: &[&str]) -> String {
+    let binary = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/tools/grpcurl");
+    assert!(
+        binary.exists(),
+        "{} is missing: run `make grpc-tools` (scripts/grpcurl.sh)",
+        binary.display()
+    );
+    let mut all = vec!["-plaintext", "-max-time", "30"];
+    let (last, head) = args.split_last().unwrap();
+    all.extend(head);
+    all.push(&server.address);
+    all.push(last);
+    let out = std::process::Command::new(binary)
+        .args(&all)
+        .output()
+        .expect("run grpcurl");
+    assert!(out.status.success(), "grpcurl {all:?}: {}", stderr(&out));
+    stdout(&out)
+}
+
 fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
     ["model.json", "weights.safetensors", "checksums.sha256"]
         .iter()
@@ -401,6 +422,36 @@ fn a_model_exported_by_one_host_predicts_the_same_on_another_and_streams_bar_by_
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+    // grpcurl, knowing the API only through reflection, lists and calls it.
+    let listed = grpcurl(&b, &["list"]);
+    assert!(listed.contains("tli.v1.ModelService"), "{listed}");
+    let models: serde_json::Value = serde_json::from_str(&grpcurl(
+        &b,
+        &["-d", "{}", "tli.v1.ModelService/ListModels"],
+    ))
+    .unwrap();
+    assert_eq!(models["models"][0]["id"], "es-template", "{models}");
+    assert!(models["models"][0]["resident"]["reservedBytes"].is_string());
+    let bars = bars_of(&short, 100);
+    let request = serde_json::json!({
+        "model": "es-template",
+        "bars": {
+            "symbol": bars.symbol, "ts_unix_ns": bars.ts_unix_ns, "open": bars.open,
+            "high": bars.high, "low": bars.low, "close": bars.close, "volume": bars.volume,
+        }
+    });
+    let answer: serde_json::Value = serde_json::from_str(&grpcurl(
+        &b,
+        &["-d", &request.to_string(), "tli.v1.ModelService/Predict"],
+    ))
+    .unwrap();
+    let rows = &answer["rows"];
+    assert_eq!(rows["columns"][0], "fwd_logret_1:mean", "{answer}");
+    assert_eq!(
+        rows["tsUnixNs"].as_array().unwrap().len(),
+        80,
+        "100 bars less the features' look-back of 20: {answer}"
+    );
     let unloaded = ok_json(&b.client(&["models", "unload", "es-template", "-o", "json"]));
     assert_eq!(unloaded["unloaded"], true);
     assert!(reservations(&b).iter().all(|r| r["model"].is_null()));

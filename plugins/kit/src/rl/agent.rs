@@ -391,6 +391,16 @@ impl TradingAgent {
     }
 }
 
+/// Why an agent is not exported to TorchScript (plugin API 1.3): the RL
+/// plugins' `export_torchscript` answer.
+pub fn torchscript_refusal() -> PluginError {
+    PluginError::unsupported(
+        "an agent's action depends on the position it holds, which its predictor carries bar \
+         by bar as the trading environment does; its policy alone would not trade the same, so \
+         agents are not exported to TorchScript (use `tli predict` or the Predict API)",
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
