@@ -161,7 +161,7 @@ impl VecTradingEnv {
             true => {
                 config.validate()?;
                 let all = ewma_volatility(&dataset.close[..rows.end], config.vol_halflife)
-                    .map_err(context)?;
+                    .map_err(|e| context(e.into()))?;
                 Some(all[rows.start..].to_vec())
             }
         };

@@ -147,7 +147,13 @@ pub fn trading_walk(
         config.commission_per_contract,
         config.slippage_ticks,
     )?;
-    compare_with_baselines(close, &positions, terms, dataset.periods_per_year, None).map(Some)
+    Ok(Some(compare_with_baselines(
+        close,
+        &positions,
+        terms,
+        dataset.periods_per_year,
+        None,
+    )?))
 }
 
 /// Strategy and buy-and-hold metrics of a walk, named `{prefix}sharpe`,

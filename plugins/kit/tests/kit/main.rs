@@ -7,7 +7,6 @@
 mod cartpole_env;
 mod counter_rng;
 mod flat_adamw;
-mod metrics;
 mod nn_blocks;
 mod trading_env;
 mod windows;

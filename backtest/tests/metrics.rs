@@ -3,7 +3,7 @@
 // Expected values are written as the explicit hand arithmetic (`-1.0 * 50.0 * …`).
 #![allow(clippy::neg_multiply, clippy::identity_op, clippy::erasing_op)]
 
-use tli_plugin_kit::metrics::{
+use tli_backtest::metrics::{
     compare_with_baselines, evaluate_pnl, evaluate_strategy, max_drawdown, sharpe_ratio,
     sortino_ratio, CostTerms,
 };
@@ -121,18 +121,24 @@ fn degenerate_series_and_errors() {
     assert_eq!(max_drawdown(&[1.0, 2.0]), 0.0);
 
     let e = evaluate_pnl(&[], &[], 252.0, None).unwrap_err();
-    assert!(e.message.contains("zero periods"), "{e}");
+    assert!(e.to_string().contains("zero periods"), "{e}");
     let e = evaluate_pnl(&[1.0], &[1.0, 2.0], 252.0, None).unwrap_err();
-    assert!(e.message.contains("1 P&L periods but 2 positions"), "{e}");
+    assert!(
+        e.to_string().contains("1 P&L periods but 2 positions"),
+        "{e}"
+    );
     let e = evaluate_pnl(&[f64::NAN], &[1.0], 252.0, None).unwrap_err();
-    assert!(e.message.contains("pnl[0]"), "{e}");
+    assert!(e.to_string().contains("pnl[0]"), "{e}");
     let e = evaluate_pnl(&[1.0], &[1.0], 0.0, None).unwrap_err();
-    assert!(e.message.contains("periods_per_year"), "{e}");
+    assert!(e.to_string().contains("periods_per_year"), "{e}");
     let e = evaluate_pnl(&[1.0], &[1.0], 252.0, Some(-5.0)).unwrap_err();
-    assert!(e.message.contains("capital"), "{e}");
+    assert!(e.to_string().contains("capital"), "{e}");
     let terms = CostTerms::new(50.0, 0.0).unwrap();
     let e = evaluate_strategy(&[1.0, 2.0, 3.0], &[1.0, 1.0, 1.0], terms, 252.0, None).unwrap_err();
-    assert!(e.message.contains("3 positions for 3 close prices"), "{e}");
+    assert!(
+        e.to_string().contains("3 positions for 3 close prices"),
+        "{e}"
+    );
     assert!(evaluate_strategy(&[1.0], &[], terms, 252.0, None).is_err());
     assert!(CostTerms::new(0.0, 1.0).is_err());
     assert!(CostTerms::new(50.0, -1.0).is_err());

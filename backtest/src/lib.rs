@@ -1,0 +1,46 @@
+//! `tli-backtest`: the arithmetic of trading a futures contract, shared by
+//! the RL plugins (their environments' reported P&L and evaluation, through
+//! the plugin kit) and the host (backtests of any model's predictions), so
+//! that both price positions with one piece of code.
+//!
+//! * [`metrics`]: positions → per-period P&L under a contract's costs, and
+//!   the performance report (Sharpe, Sortino, drawdown, turnover, hit rate)
+//!   beside buy-and-hold and flat.
+//!
+//! Pure arithmetic: no libtorch, no I/O (checked by `scripts/check-layers.sh`).
+
+pub mod metrics;
+
+use tli_plugin_api::PluginError;
+
+/// Why a series could not be priced or evaluated: one line naming the value.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MetricsError {
+    /// The data cannot be evaluated (a non-finite price, mismatched lengths).
+    #[error("{0}")]
+    Data(String),
+    /// A setting is out of range (a negative cost, a non-positive capital).
+    #[error("{0}")]
+    Config(String),
+}
+
+impl MetricsError {
+    pub(crate) fn data(message: impl Into<String>) -> Self {
+        Self::Data(message.into())
+    }
+
+    pub(crate) fn config(message: impl Into<String>) -> Self {
+        Self::Config(message.into())
+    }
+}
+
+/// Plugins report these errors with the ABI's codes: `INVALID_DATA` and
+/// `INVALID_CONFIG`.
+impl From<MetricsError> for PluginError {
+    fn from(e: MetricsError) -> Self {
+        match e {
+            MetricsError::Data(m) => PluginError::invalid_data(m),
+            MetricsError::Config(m) => PluginError::invalid_config(m),
+        }
+    }
+}
