@@ -6,10 +6,16 @@
 //! * [`metrics`]: positions → per-period P&L under a contract's costs, and
 //!   the performance report (Sharpe, Sortino, drawdown, turnover, hit rate)
 //!   beside buy-and-hold and flat.
+//! * [`ledger`]: a backtest bar by bar (the environment's timing, rolls),
+//!   and its report (gross, costs, trades, exposure, drawdown duration).
+//! * [`rules`]: forecasts → positions (sign of P50, sized by the P10–P90
+//!   width, a threshold).
 //!
 //! Pure arithmetic: no libtorch, no I/O (checked by `scripts/check-layers.sh`).
 
+pub mod ledger;
 pub mod metrics;
+pub mod rules;
 
 use tli_plugin_api::PluginError;
 
