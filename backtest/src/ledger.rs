@@ -93,7 +93,7 @@ pub fn ledger(
     }
     let mut rows = Vec::with_capacity(n);
     let (mut held, mut before, mut equity) = (0.0f64, 0.0f64, 0.0f64);
-    for t in 0..n {
+    for (t, &position) in positions.iter().enumerate() {
         let roll = bars.roll_before[t];
         let (gross, mut costs) = match t {
             0 => (0.0, 0.0),
@@ -116,7 +116,7 @@ pub fn ledger(
         rows.push(LedgerRow {
             ts: bars.ts[t],
             close: bars.close[t],
-            position: positions[t],
+            position,
             gross_pnl: gross,
             costs,
             net_pnl: net,
@@ -126,7 +126,7 @@ pub fn ledger(
         if t > 0 {
             before = held;
         }
-        held = positions[t];
+        held = position;
     }
     Ok(rows)
 }
