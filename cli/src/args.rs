@@ -113,6 +113,12 @@ pub enum Command {
     /// The file is featurized with the model's own pipeline and the statistics of
     /// its training split. Write it with -o csv|json|parquet [--out FILE].
     Predict(PredictArgs),
+    /// Trade a model's predictions on a bar file, bar by bar with no look-ahead: an agent's
+    /// own positions, or a forecaster's by a position rule; priced with the contract's point
+    /// value, commission and slippage (rolls of continuous series cost a roll, never earn
+    /// the jump). Prints net and gross P&L, costs, Sharpe, Sortino, drawdown, trades and
+    /// exposure beside buy-and-hold and flat; --ledger writes every bar.
+    Backtest(BacktestArgs),
     /// Measure what a plugin's trainer costs (memory).
     Profile {
         #[command(subcommand)]
@@ -702,6 +708,45 @@ pub struct PredictArgs {
     /// libtorch intra-op threads (default: one per core).
     #[arg(long, value_parser = clap::value_parser!(i32).range(1..=1024))]
     pub threads: Option<i32>,
+}
+
+#[derive(Args, Debug)]
+pub struct BacktestArgs {
+    /// The model: a bundle directory (`tli train local --save DIR`, `tli models export`).
+    #[arg(long, value_name = "BUNDLE")]
+    pub model: PathBuf,
+    /// Bar file of a contract the model was trained on; `SYMBOL=FILE` names its symbol.
+    #[arg(long, value_name = "[SYMBOL=]FILE", value_parser = parse_bar_source)]
+    pub data: BarSource,
+    /// IANA time zone of the file's timestamps written without one.
+    #[arg(long, value_name = "ZONE", value_parser = parse_time_zone)]
+    pub tz: Option<String>,
+    /// First bar to trade (earlier bars serve as look-back; an agent starts flat here).
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub start: Option<i64>,
+    /// Last bar to trade (inclusive).
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub end: Option<i64>,
+    /// A forecaster's position rule: sign (of P50), scaled (P50 over the P10–P90 width,
+    /// fractional contracts) or threshold[:K] (trade only when |P50| > K × width; K 0.1).
+    /// Agents trade their own actions.
+    #[arg(long, default_value = "sign")]
+    pub rule: String,
+    /// The largest position a rule takes, in contracts.
+    #[arg(long, default_value_t = 1.0)]
+    pub max_contracts: f64,
+    /// Commission per contract traded (currency); default: an agent's own, else 2.0.
+    #[arg(long)]
+    pub commission: Option<f64>,
+    /// Slippage in ticks per contract traded; default: an agent's own, else 0.5.
+    #[arg(long)]
+    pub slippage_ticks: Option<f64>,
+    /// Write every bar's close, position, gross and net P&L, costs and equity to this file
+    /// (.csv, .json or .parquet), atomically.
+    #[arg(long, value_name = "FILE")]
+    pub ledger: Option<PathBuf>,
+    #[arg(long, default_value = "cpu")]
+    pub device: Device,
 }
 
 impl PredictArgs {

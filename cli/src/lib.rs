@@ -135,6 +135,7 @@ pub fn run_client(cli: &Cli, bin_name: &'static str) -> Option<Result<()>> {
         | Command::Doctor
         | Command::Host { .. }
         | Command::Profile { .. }
+        | Command::Backtest(_)
         | Command::Worker(_) => return None,
         Command::Predict(args) if args.is_bundle() => return None,
         Command::Predict(args) => remote::models::predict(cli, args),

@@ -13,6 +13,7 @@
 //! Every other command (the gRPC client commands, plots, `data`,
 //! `completions`) is `tli-cli`'s, shared with the `tli-client` binary.
 
+mod backtest;
 mod executor;
 mod host;
 mod models;
@@ -65,6 +66,7 @@ pub fn run(cli: Cli) -> Result<()> {
             command: ProfileCommand::Memory(args),
         } => profile::memory(&plugin_dir, contracts, args, cli.output),
         Command::Predict(args) => predict::predict(&plugin_dir, contracts, args, cli.output),
+        Command::Backtest(args) => backtest::backtest(&plugin_dir, contracts, args, cli.output),
         Command::Models { command } => models::run(&plugin_dir, contracts, command, cli.output),
         Command::Worker(args) => worker::worker(&plugin_dir, args),
         // Every other command is a client command, run above.

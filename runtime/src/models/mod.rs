@@ -4,6 +4,7 @@
 //! training statistics, forecasts de-scaled to returns, realized returns
 //! beside them where the file has them.
 
+pub mod backtest;
 pub mod card;
 pub mod catalog;
 mod loaded;
@@ -48,4 +49,6 @@ pub enum ModelError {
     EmptyWindow { start: String, end: String },
     #[error("{0}")]
     Card(String),
+    #[error("backtest: {0}")]
+    Backtest(#[from] tli_backtest::MetricsError),
 }

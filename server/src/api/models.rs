@@ -90,6 +90,7 @@ fn model_status(e: ModelError) -> Status {
             Status::invalid_argument(text)
         }
         ModelError::Config { .. } | ModelError::Card(_) => Status::failed_precondition(text),
+        ModelError::Backtest(_) => Status::invalid_argument(text),
         ModelError::Plugin { source, .. }
             if source.code == tli_plugin_api::ErrorCode::INVALID_DATA =>
         {

@@ -14,7 +14,7 @@ use tli_e2e_tests::*;
 
 struct Trained {
     plugins: PluginDir,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
     data: String,
     model: std::path::PathBuf,
     evaluation: serde_json::Value,
@@ -65,7 +65,7 @@ fn train(lib: &str, plugin: &str, steps: &str, config: &str) -> Trained {
         .collect();
     Trained {
         plugins,
-        _dir: dir,
+        dir,
         data,
         model,
         evaluation,
@@ -195,6 +195,52 @@ fn agent_reproduces_its_test_pnl(t: &Trained, window: usize) {
         .filter(|w| w[0]["position"] != w[1]["position"])
         .count();
     assert!(moves > 0, "the agent never traded");
+
+    // `tli backtest` on the same rows prices the same positions with its own ledger: the
+    // task's reported P&L and Sharpe, exactly, and the agent's P&L bar by bar.
+    let ledger = t.dir.path().join("ledger.csv");
+    let report = ok_json(&run_tli(
+        t.plugins.path(),
+        &[
+            "backtest",
+            "--model",
+            t.model.to_str().unwrap(),
+            "--data",
+            &t.data,
+            "--start",
+            &start,
+            "--end",
+            &end,
+            "--ledger",
+            ledger.to_str().unwrap(),
+            "-o",
+            "json",
+        ],
+    ));
+    assert_eq!(report["positions_from"], "agent");
+    let strategy = &report["strategy"];
+    assert_eq!(
+        strategy["net_pnl"].as_f64().unwrap(),
+        t.metric("test_total_pnl")
+    );
+    assert_eq!(
+        strategy["performance"]["sharpe"].as_f64().unwrap(),
+        t.metric("test_sharpe")
+    );
+    assert_eq!(
+        strategy["performance"]["periods"].as_f64().unwrap(),
+        t.metric("test_periods")
+    );
+    let text = std::fs::read_to_string(&ledger).unwrap();
+    let booked: Vec<f64> = text
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').nth(6).unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(
+        booked, pnl,
+        "the ledger's net P&L is the agent's, bar by bar"
+    );
 }
 
 #[test]

@@ -1,0 +1,117 @@
+//! `tli backtest --model BUNDLE --data FILE`: a bundle's predictions traded
+//! in this process (tli-runtime `models::backtest`), the summary beside
+//! buy-and-hold and flat, and optionally every bar's ledger.
+
+use super::scan;
+use anyhow::{bail, Result};
+use std::path::Path;
+use tli_backtest::ledger::BacktestReport;
+use tli_backtest::rules::PositionRule;
+use tli_cli::args::{BacktestArgs, OutputFormat};
+use tli_cli::{new_table, print_json};
+use tli_data::contracts::ContractBook;
+use tli_data::BarSource;
+use tli_models::Bundle;
+use tli_runtime::models::backtest::{ledger_table, BacktestOptions};
+use tli_runtime::models::{LoadedModel, PredictWindow};
+
+pub(super) fn backtest(
+    plugin_dir: &Path,
+    contracts: Option<&Path>,
+    args: &BacktestArgs,
+    output: OutputFormat,
+) -> Result<()> {
+    let rule = PositionRule::parse(&args.rule)?;
+    if let (Some(start), Some(end)) = (args.start, args.end) {
+        if start > end {
+            bail!("--start is after --end; nothing was run");
+        }
+    }
+    for (name, value) in [
+        ("--commission", args.commission),
+        ("--slippage-ticks", args.slippage_ticks),
+    ] {
+        if value.is_some_and(|v| !(v.is_finite() && v >= 0.0)) {
+            bail!("{name} must be a finite number ≥ 0");
+        }
+    }
+    let ledger_format = match &args.ledger {
+        None => None,
+        Some(path) => tli_cli::predictions::table_format(OutputFormat::Table, Some(path))?,
+    };
+    let bundle = Bundle::open(&args.model)?;
+    let book = ContractBook::load(contracts)?;
+    let source = BarSource {
+        tz: args.tz.clone(),
+        ..args.data.clone()
+    };
+    let (table, notes) = source.read(&book)?;
+    let contract = source.contract(&table, &notes, &book)?;
+    let registry = scan(plugin_dir)?;
+    let name = bundle.card.plugin.name.clone();
+    let mut model = LoadedModel::load(&registry, &bundle, &name, args.device)?;
+    let result = model.backtest(
+        &table,
+        contract,
+        BacktestOptions {
+            rule,
+            max_contracts: args.max_contracts,
+            commission: args.commission,
+            slippage_ticks: args.slippage_ticks,
+            window: PredictWindow {
+                start: args.start,
+                end: args.end,
+            },
+        },
+    )?;
+    if let (Some(path), Some(format)) = (&args.ledger, ledger_format) {
+        ledger_table(&result.symbol, &result.ledger).write(Some(path), format)?;
+    }
+    if output == OutputFormat::Json {
+        return print_json(&result);
+    }
+    let first = result.ledger.first().map(|r| r.ts).unwrap_or(0);
+    let last = result.ledger.last().map(|r| r.ts).unwrap_or(0);
+    eprintln!(
+        "{} on {} from {} to {} ({} bars): positions from {}{}; {} per contract traded \
+         (commission {} + {} ticks)",
+        model.plugin.label(),
+        result.symbol,
+        tli_data::timefmt::format(first),
+        tli_data::timefmt::format(last),
+        result.ledger.len(),
+        result.positions_from,
+        result
+            .forecast
+            .as_deref()
+            .map(|f| format!(" of {f}"))
+            .unwrap_or_default(),
+        result.cost_per_contract,
+        result.commission,
+        result.slippage_ticks
+    );
+    let mut summary = new_table(vec![
+        "", "NET P&L", "GROSS", "COSTS", "SHARPE", "SORTINO", "MAX DD", "DD BARS", "HIT",
+        "EXPOSURE", "TRADES",
+    ]);
+    let row = |label: &str, r: &BacktestReport| {
+        vec![
+            label.to_string(),
+            format!("{:.2}", r.net_pnl),
+            format!("{:.2}", r.gross_pnl),
+            format!("{:.2}", r.costs),
+            format!("{:.3}", r.performance.sharpe),
+            format!("{:.3}", r.performance.sortino),
+            format!("{:.2}", r.performance.max_drawdown),
+            r.max_drawdown_periods.to_string(),
+            format!("{:.1}%", 100.0 * r.performance.hit_rate),
+            format!("{:.1}%", 100.0 * r.exposure),
+            r.trades.to_string(),
+        ]
+    };
+    summary.add_row(row("model", &result.strategy));
+    summary.add_row(row("buy and hold", &result.buy_and_hold));
+    summary.add_row(row("flat", &result.flat));
+    tli_cli::outln!("{summary}");
+    Ok(())
+}

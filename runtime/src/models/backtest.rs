@@ -1,0 +1,242 @@
+//! A model's predictions as a trader's P&L: the model applied to bars (as
+//! `tli predict` does), its outputs turned into positions, and the positions
+//! priced bar by bar with the contract's economics ([`tli_backtest`]),
+//! beside buy-and-hold and flat on the same bars.
+//!
+//! * **Positions.** An agent's own (`position` column). A forecaster's from
+//!   its one-bar-ahead forecast by a [`PositionRule`]: the P50 of horizon 1
+//!   (`<target>:h1:p50`, or `<target>:p50`), sized with its P10–P90 band, or
+//!   a point forecast (`<target>:mean`, the sign rule only). A bar the model
+//!   gives no output for (inside the span, e.g. a window across a roll) is
+//!   flat.
+//! * **Bars.** From the first bar with an output to the last; roll markers
+//!   from the file (continuous DBN series).
+//! * **Costs.** Commission per contract and slippage in ticks: given, or an
+//!   agent's own trading config, or the trading environment's defaults (2.0
+//!   and 0.5 ticks).
+
+use super::{LoadedModel, ModelError, PredictWindow};
+use serde::Serialize;
+use tli_backtest::ledger::{self, BacktestReport, Bars, LedgerRow};
+use tli_backtest::metrics::CostTerms;
+use tli_backtest::rules::{self, PositionRule};
+use tli_data::contracts::ContractSpec;
+use tli_data::table::BarTable;
+use tli_models::PredictionTable;
+use tli_plugin_api::ROLL_BEFORE;
+
+/// The trading environment's default commission per contract (currency).
+pub const DEFAULT_COMMISSION: f64 = 2.0;
+/// The trading environment's default slippage (ticks per contract traded).
+pub const DEFAULT_SLIPPAGE_TICKS: f64 = 0.5;
+
+/// How to trade a model's outputs.
+#[derive(Clone, Copy, Debug)]
+pub struct BacktestOptions {
+    pub rule: PositionRule,
+    pub max_contracts: f64,
+    /// `None`: the agent's config, else the defaults.
+    pub commission: Option<f64>,
+    pub slippage_ticks: Option<f64>,
+    pub window: PredictWindow,
+}
+
+/// A backtest's results (see the module docs).
+#[derive(Clone, Debug, Serialize)]
+pub struct Backtest {
+    pub symbol: String,
+    /// `"agent"` or the rule's name.
+    pub positions_from: String,
+    /// The forecast column the rule read (`None` for an agent).
+    pub forecast: Option<String>,
+    pub commission: f64,
+    pub slippage_ticks: f64,
+    pub cost_per_contract: f64,
+    pub point_value: f64,
+    pub strategy: BacktestReport,
+    pub buy_and_hold: BacktestReport,
+    pub flat: BacktestReport,
+    #[serde(skip)]
+    pub ledger: Vec<LedgerRow>,
+}
+
+fn bad(message: String) -> ModelError {
+    ModelError::Card(message)
+}
+
+impl LoadedModel {
+    /// The model backtested on `table`'s bars inside `options.window`.
+    pub fn backtest(
+        &mut self,
+        table: &BarTable,
+        contract: &ContractSpec,
+        options: BacktestOptions,
+    ) -> Result<Backtest, ModelError> {
+        let prepared = self.prepare(table, contract, options.window)?;
+        let outputs = self.predict_prepared(&prepared)?;
+        let rows = &prepared.rows;
+        // The span: from the first bar with an output to the last.
+        let index = |ts: i64| rows.timestamps.binary_search(&ts).ok();
+        let (Some(first), Some(last)) = (
+            outputs.timestamps.first().and_then(|&t| index(t)),
+            outputs.timestamps.last().and_then(|&t| index(t)),
+        ) else {
+            return Err(bad("the model gave no outputs to trade".into()));
+        };
+        if last <= first {
+            return Err(ModelError::EmptyWindow {
+                start: "the first output".into(),
+                end: "one more bar (a backtest needs at least 2 bars)".into(),
+            });
+        }
+        let span = first..last + 1;
+        let (wanted, forecast, positions_from) = self.positions(&outputs, options)?;
+        let mut positions = vec![0.0; span.len()];
+        for (i, &ts) in outputs.timestamps.iter().enumerate() {
+            if let Some(r) = index(ts) {
+                positions[r - first] = wanted[i];
+            }
+        }
+        let (commission, slippage_ticks) = self.costs(options);
+        let terms = CostTerms::new(
+            contract.point_value,
+            commission + slippage_ticks * contract.tick_size * contract.point_value,
+        )?;
+        let roll_before: Vec<bool> = rows.row_markers[span.clone()]
+            .iter()
+            .map(|m| m & ROLL_BEFORE != 0)
+            .collect();
+        let bars = Bars {
+            ts: &rows.timestamps[span.clone()],
+            close: &rows.close[span.clone()],
+            roll_before: &roll_before,
+        };
+        let ppy = self.card.inputs.periods_per_year;
+        let run = |positions: &[f64]| -> Result<(Vec<LedgerRow>, BacktestReport), ModelError> {
+            let rows = ledger::ledger(bars, positions, terms)?;
+            let report = ledger::report(&rows, ppy)?;
+            Ok((rows, report))
+        };
+        let (ledger, strategy) = run(&positions)?;
+        let (_, buy_and_hold) = run(&vec![1.0; span.len()])?;
+        let (_, flat) = run(&vec![0.0; span.len()])?;
+        Ok(Backtest {
+            symbol: rows.symbol.clone(),
+            positions_from,
+            forecast,
+            commission,
+            slippage_ticks,
+            cost_per_contract: terms.cost_per_contract,
+            point_value: terms.point_value,
+            strategy,
+            buy_and_hold,
+            flat,
+            ledger,
+        })
+    }
+
+    /// The position of every output row, the forecast column read, and
+    /// where the positions came from.
+    fn positions(
+        &self,
+        outputs: &PredictionTable,
+        options: BacktestOptions,
+    ) -> Result<(Vec<f64>, Option<String>, String), ModelError> {
+        let column = |name: &str| outputs.columns.iter().position(|c| c == name);
+        let values =
+            |c: usize| -> Vec<f64> { (0..outputs.len()).map(|i| outputs.row(i)[c]).collect() };
+        if let Some(c) = column("position") {
+            return Ok((values(c), None, "agent".into()));
+        }
+        let target = self
+            .card
+            .inputs
+            .target_names
+            .first()
+            .ok_or_else(|| bad("the model has no target".into()))?;
+        let prefixes = [format!("{target}:h1:"), format!("{target}:")];
+        for prefix in &prefixes {
+            if let Some(p50) = column(&format!("{prefix}p50")) {
+                let band = column(&format!("{prefix}p10")).zip(column(&format!("{prefix}p90")));
+                let (p10, p90) = match band {
+                    Some((lo, hi)) => (values(lo), values(hi)),
+                    None => (Vec::new(), Vec::new()),
+                };
+                let band = (!p10.is_empty()).then_some((&p10[..], &p90[..]));
+                let positions =
+                    rules::positions(options.rule, &values(p50), band, options.max_contracts)?;
+                return Ok((positions, Some(format!("{prefix}p50")), options.rule.name()));
+            }
+        }
+        for prefix in &prefixes {
+            if let Some(mean) = column(&format!("{prefix}mean")) {
+                let positions =
+                    rules::positions(options.rule, &values(mean), None, options.max_contracts)?;
+                return Ok((
+                    positions,
+                    Some(format!("{prefix}mean")),
+                    options.rule.name(),
+                ));
+            }
+        }
+        Err(bad(format!(
+            "the model's outputs [{}] hold no position and no forecast of {target} to trade",
+            outputs.columns.join(", ")
+        )))
+    }
+
+    /// Commission and slippage: given, the agent's own, or the defaults.
+    fn costs(&self, options: BacktestOptions) -> (f64, f64) {
+        let own = |key: &str| {
+            self.card
+                .config
+                .get("trading")
+                .and_then(|t| t.get(key))
+                .and_then(|v| v.as_f64())
+        };
+        (
+            options
+                .commission
+                .or_else(|| own("commission_per_contract"))
+                .unwrap_or(DEFAULT_COMMISSION),
+            options
+                .slippage_ticks
+                .or_else(|| own("slippage_ticks"))
+                .unwrap_or(DEFAULT_SLIPPAGE_TICKS),
+        )
+    }
+}
+
+/// A ledger as a table (CSV, JSON or Parquet with the prediction tables'
+/// writer): one row per bar.
+pub fn ledger_table(symbol: &str, rows: &[LedgerRow]) -> PredictionTable {
+    let mut table = PredictionTable::new(
+        [
+            "close",
+            "position",
+            "gross_pnl",
+            "costs",
+            "net_pnl",
+            "equity",
+            "roll",
+        ]
+        .map(String::from)
+        .to_vec(),
+    );
+    for r in rows {
+        table.push(
+            r.ts,
+            symbol,
+            &[
+                r.close,
+                r.position,
+                r.gross_pnl,
+                r.costs,
+                r.net_pnl,
+                r.equity,
+                f64::from(u8::from(r.roll)),
+            ],
+        );
+    }
+    table
+}
