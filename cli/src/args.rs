@@ -745,6 +745,9 @@ pub struct BacktestArgs {
     /// (.csv, .json or .parquet), atomically.
     #[arg(long, value_name = "FILE")]
     pub ledger: Option<PathBuf>,
+    /// Draw the equity curve against buy-and-hold, with the drawdown beneath, as a PNG.
+    #[arg(long, value_name = "FILE.png")]
+    pub plot: Option<PathBuf>,
     #[arg(long, default_value = "cpu")]
     pub device: Device,
 }

@@ -11,6 +11,7 @@
 //! vision deficiencies); a task has the same colour in every chart of a job.
 //! Text needs a TrueType font found at run time ([`font`]).
 
+pub mod equity_chart;
 pub mod font;
 pub mod memory_chart;
 pub mod metrics_chart;

@@ -35,6 +35,14 @@ pub(super) fn backtest(
             bail!("{name} must be a finite number ≥ 0");
         }
     }
+    if let Some(path) = &args.plot {
+        if path.extension().and_then(|e| e.to_str()) != Some("png") {
+            bail!(
+                "--plot {}: the chart is a PNG; name the file *.png",
+                path.display()
+            );
+        }
+    }
     let ledger_format = match &args.ledger {
         None => None,
         Some(path) => tli_cli::predictions::table_format(OutputFormat::Table, Some(path))?,
@@ -66,6 +74,32 @@ pub(super) fn backtest(
     )?;
     if let (Some(path), Some(format)) = (&args.ledger, ledger_format) {
         ledger_table(&result.symbol, &result.ledger).write(Some(path), format)?;
+    }
+    if let Some(path) = &args.plot {
+        let ts: Vec<i64> = result.ledger.iter().map(|r| r.ts).collect();
+        let equity: Vec<f64> = result.ledger.iter().map(|r| r.equity).collect();
+        let title = format!(
+            "{} on {}: {} · net P&L after {} per contract traded",
+            model.plugin.label(),
+            result.symbol,
+            match &result.forecast {
+                Some(f) => format!("{} of {f}", result.positions_from),
+                None => "the agent's positions".into(),
+            },
+            result.cost_per_contract
+        );
+        tli_cli::charts::equity_chart::draw(
+            path,
+            &tli_cli::charts::equity_chart::EquityCurves {
+                title,
+                ts: &ts,
+                model: &equity,
+                buy_and_hold: &result.buy_and_hold_equity,
+                currency: contract.currency.clone(),
+            },
+            (1200, 760),
+        )?;
+        eprintln!("equity chart written to {}", path.display());
     }
     if output == OutputFormat::Json {
         return print_json(&result);

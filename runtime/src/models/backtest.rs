@@ -58,6 +58,9 @@ pub struct Backtest {
     pub flat: BacktestReport,
     #[serde(skip)]
     pub ledger: Vec<LedgerRow>,
+    /// Buy-and-hold's equity on the same bars (for charts).
+    #[serde(skip)]
+    pub buy_and_hold_equity: Vec<f64>,
 }
 
 fn bad(message: String) -> ModelError {
@@ -118,7 +121,7 @@ impl LoadedModel {
             Ok((rows, report))
         };
         let (ledger, strategy) = run(&positions)?;
-        let (_, buy_and_hold) = run(&vec![1.0; span.len()])?;
+        let (held, buy_and_hold) = run(&vec![1.0; span.len()])?;
         let (_, flat) = run(&vec![0.0; span.len()])?;
         Ok(Backtest {
             symbol: rows.symbol.clone(),
@@ -132,6 +135,7 @@ impl LoadedModel {
             buy_and_hold,
             flat,
             ledger,
+            buy_and_hold_equity: held.iter().map(|r| r.equity).collect(),
         })
     }
 

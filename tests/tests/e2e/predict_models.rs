@@ -199,6 +199,7 @@ fn agent_reproduces_its_test_pnl(t: &Trained, window: usize) {
     // `tli backtest` on the same rows prices the same positions with its own ledger: the
     // task's reported P&L and Sharpe, exactly, and the agent's P&L bar by bar.
     let ledger = t.dir.path().join("ledger.csv");
+    let chart = t.dir.path().join("equity.png");
     let report = ok_json(&run_tli(
         t.plugins.path(),
         &[
@@ -213,11 +214,18 @@ fn agent_reproduces_its_test_pnl(t: &Trained, window: usize) {
             &end,
             "--ledger",
             ledger.to_str().unwrap(),
+            "--plot",
+            chart.to_str().unwrap(),
             "-o",
             "json",
         ],
     ));
     assert_eq!(report["positions_from"], "agent");
+    let png = std::fs::read(&chart).unwrap();
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 10_000,
+        "an equity chart"
+    );
     let strategy = &report["strategy"];
     assert_eq!(
         strategy["net_pnl"].as_f64().unwrap(),
