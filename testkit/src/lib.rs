@@ -66,6 +66,8 @@ pub const PPO: &str = "tli_plugin_ppo";
 pub const MAMBA2: &str = "tli_plugin_mamba2";
 pub const TFT: &str = "tli_plugin_tft";
 pub const BEHAVIOUR: &str = "tli_fixture_behaviour";
+/// Forecasts from the closes it is given (perfect foresight, or one bar late).
+pub const ORACLE: &str = "tli_fixture_oracle";
 pub const FUTURE_API: &str = "tli_fixture_future_api";
 pub const NOT_A_PLUGIN: &str = "tli_fixture_not_a_plugin";
 /// The template plugin's source built as version 0.2.0.

@@ -16,7 +16,7 @@ use std::process::{Command, Output};
 // tests and benchmarks (one definition, in `tli_testkit`).
 pub use tli_testkit::{
     artifact, http, library, profile_dir, PluginDir, BEHAVIOUR, DQN, FUTURE_API, MAMBA2,
-    NOT_A_PLUGIN, PPO, TEMPLATE, TEMPLATE_NEXT, TFT,
+    NOT_A_PLUGIN, ORACLE, PPO, TEMPLATE, TEMPLATE_NEXT, TFT,
 };
 
 pub fn tli_binary() -> PathBuf {

@@ -3,6 +3,7 @@
 //! `cargo test --release -p tli-e2e-tests --test e2e -- <module>::`.
 //! Helpers shared by the modules are the crate's library (`tests/src`).
 
+mod backtest_cli;
 mod bring_your_own_bars;
 mod client_binary;
 mod data_cli;
