@@ -745,9 +745,11 @@ pub struct BacktestArgs {
     /// (.csv, .json or .parquet), atomically.
     #[arg(long, value_name = "FILE")]
     pub ledger: Option<PathBuf>,
-    /// Draw the equity curve against buy-and-hold, with the drawdown beneath, as a PNG.
-    #[arg(long, value_name = "FILE.png")]
-    pub plot: Option<PathBuf>,
+    /// Draw into this directory (created if missing) `equity.png`: the equity curve against
+    /// buy-and-hold with the drawdown beneath; and for a forecaster `forecast.png`: its P50
+    /// with the P10–P90 band over the realized returns (the last 300 bars).
+    #[arg(long, value_name = "DIR")]
+    pub plots: Option<PathBuf>,
     #[arg(long, default_value = "cpu")]
     pub device: Device,
 }

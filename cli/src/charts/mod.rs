@@ -13,6 +13,7 @@
 
 pub mod equity_chart;
 pub mod font;
+pub mod forecast_chart;
 pub mod memory_chart;
 pub mod metrics_chart;
 

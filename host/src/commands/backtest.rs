@@ -8,11 +8,12 @@ use std::path::Path;
 use tli_backtest::ledger::BacktestReport;
 use tli_backtest::rules::PositionRule;
 use tli_cli::args::{BacktestArgs, OutputFormat};
+use tli_cli::charts::{equity_chart, forecast_chart};
 use tli_cli::{new_table, print_json};
 use tli_data::contracts::ContractBook;
 use tli_data::BarSource;
 use tli_models::Bundle;
-use tli_runtime::models::backtest::{ledger_table, BacktestOptions};
+use tli_runtime::models::backtest::{ledger_table, Backtest, BacktestOptions};
 use tli_runtime::models::{LoadedModel, PredictWindow};
 
 pub(super) fn backtest(
@@ -33,14 +34,6 @@ pub(super) fn backtest(
     ] {
         if value.is_some_and(|v| !(v.is_finite() && v >= 0.0)) {
             bail!("{name} must be a finite number ≥ 0");
-        }
-    }
-    if let Some(path) = &args.plot {
-        if path.extension().and_then(|e| e.to_str()) != Some("png") {
-            bail!(
-                "--plot {}: the chart is a PNG; name the file *.png",
-                path.display()
-            );
         }
     }
     let ledger_format = match &args.ledger {
@@ -75,31 +68,8 @@ pub(super) fn backtest(
     if let (Some(path), Some(format)) = (&args.ledger, ledger_format) {
         ledger_table(&result.symbol, &result.ledger).write(Some(path), format)?;
     }
-    if let Some(path) = &args.plot {
-        let ts: Vec<i64> = result.ledger.iter().map(|r| r.ts).collect();
-        let equity: Vec<f64> = result.ledger.iter().map(|r| r.equity).collect();
-        let title = format!(
-            "{} on {}: {} · net P&L after {} per contract traded",
-            model.plugin.label(),
-            result.symbol,
-            match &result.forecast {
-                Some(f) => format!("{} of {f}", result.positions_from),
-                None => "the agent's positions".into(),
-            },
-            result.cost_per_contract
-        );
-        tli_cli::charts::equity_chart::draw(
-            path,
-            &tli_cli::charts::equity_chart::EquityCurves {
-                title,
-                ts: &ts,
-                model: &equity,
-                buy_and_hold: &result.buy_and_hold_equity,
-                currency: contract.currency.clone(),
-            },
-            (1200, 760),
-        )?;
-        eprintln!("equity chart written to {}", path.display());
+    if let Some(dir) = &args.plots {
+        plots(dir, &result, &model.plugin.label(), &contract.currency)?;
     }
     if output == OutputFormat::Json {
         return print_json(&result);
@@ -147,5 +117,52 @@ pub(super) fn backtest(
     summary.add_row(row("buy and hold", &result.buy_and_hold));
     summary.add_row(row("flat", &result.flat));
     tli_cli::outln!("{summary}");
+    Ok(())
+}
+
+/// `equity.png` and, for a forecaster, `forecast.png` in `dir`.
+fn plots(dir: &Path, result: &Backtest, label: &str, currency: &str) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let ts: Vec<i64> = result.ledger.iter().map(|r| r.ts).collect();
+    let equity: Vec<f64> = result.ledger.iter().map(|r| r.equity).collect();
+    let how = match &result.forecast {
+        Some(f) => format!("{} of {f}", result.positions_from),
+        None => "the agent's positions".into(),
+    };
+    let path = dir.join("equity.png");
+    equity_chart::draw(
+        &path,
+        &equity_chart::EquityCurves {
+            title: format!(
+                "{label} on {}: {how} · net P&L after {} per contract traded",
+                result.symbol, result.cost_per_contract
+            ),
+            ts: &ts,
+            model: &equity,
+            buy_and_hold: &result.buy_and_hold_equity,
+            currency: currency.to_string(),
+        },
+        (1200, 760),
+    )?;
+    eprintln!("equity chart written to {}", path.display());
+    if let Some(f) = &result.forecasts {
+        let path = dir.join("forecast.png");
+        forecast_chart::draw(
+            &path,
+            &forecast_chart::ForecastSeries {
+                title: format!(
+                    "{label} on {}: forecasts against what happened",
+                    result.symbol
+                ),
+                ts: &f.ts,
+                p50: &f.p50,
+                p10: &f.p10,
+                p90: &f.p90,
+                actual: &f.actual,
+            },
+            (1200, 700),
+        )?;
+        eprintln!("forecast chart written to {}", path.display());
+    }
     Ok(())
 }

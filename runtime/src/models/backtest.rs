@@ -61,6 +61,42 @@ pub struct Backtest {
     /// Buy-and-hold's equity on the same bars (for charts).
     #[serde(skip)]
     pub buy_and_hold_equity: Vec<f64>,
+    /// A forecaster's forecasts and the realized returns (for charts).
+    #[serde(skip)]
+    pub forecasts: Option<Forecasts>,
+}
+
+/// A forecaster's output rows as the backtest read them: one value per
+/// output row (`p10`/`p90` empty for a point forecast), log returns.
+#[derive(Clone, Debug, Default)]
+pub struct Forecasts {
+    pub ts: Vec<i64>,
+    pub p50: Vec<f64>,
+    pub p10: Vec<f64>,
+    pub p90: Vec<f64>,
+    pub actual: Vec<f64>,
+}
+
+/// The forecast column `read` (`…p50` or `…mean`), its band and the
+/// target's realized values, from `outputs`.
+fn forecasts(outputs: &PredictionTable, read: &str, target: &str) -> Forecasts {
+    let column = |name: &str| -> Vec<f64> {
+        match outputs.columns.iter().position(|c| c == name) {
+            Some(c) => (0..outputs.len()).map(|i| outputs.row(i)[c]).collect(),
+            None => Vec::new(),
+        }
+    };
+    let prefix = read
+        .strip_suffix("p50")
+        .or_else(|| read.strip_suffix("mean"))
+        .unwrap_or(read);
+    Forecasts {
+        ts: outputs.timestamps.clone(),
+        p50: column(read),
+        p10: column(&format!("{prefix}p10")),
+        p90: column(&format!("{prefix}p90")),
+        actual: column(&format!("{target}:actual")),
+    }
 }
 
 fn bad(message: String) -> ModelError {
@@ -123,6 +159,10 @@ impl LoadedModel {
         let (ledger, strategy) = run(&positions)?;
         let (held, buy_and_hold) = run(&vec![1.0; span.len()])?;
         let (_, flat) = run(&vec![0.0; span.len()])?;
+        let forecasts = forecast
+            .as_deref()
+            .zip(self.card.inputs.target_names.first())
+            .map(|(read, target)| self::forecasts(&outputs, read, target));
         Ok(Backtest {
             symbol: rows.symbol.clone(),
             positions_from,
@@ -136,6 +176,7 @@ impl LoadedModel {
             flat,
             ledger,
             buy_and_hold_equity: held.iter().map(|r| r.equity).collect(),
+            forecasts,
         })
     }
 

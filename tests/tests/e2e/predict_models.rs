@@ -199,7 +199,7 @@ fn agent_reproduces_its_test_pnl(t: &Trained, window: usize) {
     // `tli backtest` on the same rows prices the same positions with its own ledger: the
     // task's reported P&L and Sharpe, exactly, and the agent's P&L bar by bar.
     let ledger = t.dir.path().join("ledger.csv");
-    let chart = t.dir.path().join("equity.png");
+    let charts = t.dir.path().join("charts");
     let report = ok_json(&run_tli(
         t.plugins.path(),
         &[
@@ -214,14 +214,18 @@ fn agent_reproduces_its_test_pnl(t: &Trained, window: usize) {
             &end,
             "--ledger",
             ledger.to_str().unwrap(),
-            "--plot",
-            chart.to_str().unwrap(),
+            "--plots",
+            charts.to_str().unwrap(),
             "-o",
             "json",
         ],
     ));
     assert_eq!(report["positions_from"], "agent");
-    let png = std::fs::read(&chart).unwrap();
+    let png = std::fs::read(charts.join("equity.png")).unwrap();
+    assert!(
+        !charts.join("forecast.png").exists(),
+        "an agent has no forecasts"
+    );
     assert!(
         png.starts_with(b"\x89PNG") && png.len() > 10_000,
         "an equity chart"
