@@ -4,7 +4,7 @@
 //! beneath, on one time axis.
 
 use super::font::FONT;
-use super::{draw_error, draw_legend, short_number, PlotError, PALETTE};
+use super::{date_label, draw_error, draw_legend, short_number, PlotError, NS_PER_DAY, PALETTE};
 use plotters::prelude::*;
 use std::path::Path;
 
@@ -18,17 +18,6 @@ pub struct EquityCurves<'a> {
     pub buy_and_hold: &'a [f64],
     /// The currency of the P&L.
     pub currency: String,
-}
-
-const NS_PER_DAY: f64 = 86_400e9;
-
-fn date_label(days: &f64) -> String {
-    let ns = (*days * NS_PER_DAY) as i64;
-    tli_data::timefmt::format(ns)
-        .split('T')
-        .next()
-        .unwrap_or_default()
-        .to_string()
 }
 
 fn range(values: impl Iterator<Item = f64>) -> (f64, f64) {

@@ -4,7 +4,7 @@
 //! last bars of the backtest (a few hundred stay readable).
 
 use super::font::FONT;
-use super::{draw_error, draw_legend, PlotError, PALETTE};
+use super::{date_label, draw_error, draw_legend, PlotError, NS_PER_DAY, PALETTE};
 use plotters::prelude::*;
 use std::path::Path;
 
@@ -21,16 +21,6 @@ pub struct ForecastSeries<'a> {
 
 /// Bars drawn at most (the last ones).
 pub const MAX_BARS: usize = 300;
-
-const NS_PER_DAY: f64 = 86_400e9;
-
-fn date_label(days: &f64) -> String {
-    tli_data::timefmt::format((*days * NS_PER_DAY) as i64)
-        .split('T')
-        .next()
-        .unwrap_or_default()
-        .to_string()
-}
 
 /// Draws `series` (its last [`MAX_BARS`] bars) to `path`.
 pub fn draw(path: &Path, series: &ForecastSeries<'_>, size: (u32, u32)) -> Result<(), PlotError> {

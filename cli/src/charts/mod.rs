@@ -281,6 +281,18 @@ pub(crate) fn draw_error(path: &Path, e: &dyn std::fmt::Display) -> PlotError {
     }
 }
 
+/// Nanoseconds per day: time axes in days since the epoch.
+pub(crate) const NS_PER_DAY: f64 = 86_400e9;
+
+/// A time axis label: the date (UTC) of `days` since the epoch.
+pub(crate) fn date_label(days: &f64) -> String {
+    tli_data::timefmt::format((*days * NS_PER_DAY) as i64)
+        .split('T')
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
 /// A byte count's unit for an axis whose top is `max` bytes: MiB up to
 /// 4 GiB, GiB above.
 pub fn byte_unit(max: f64) -> (&'static str, f64) {
