@@ -686,19 +686,8 @@ pub struct PredictArgs {
     /// (`tli models load ID`), which the host applies (--endpoint).
     #[arg(long, value_name = "BUNDLE|ID")]
     pub model: PathBuf,
-    /// Bar file to predict on (DBN, Parquet or CSV) of a contract the model was
-    /// trained on; `SYMBOL=FILE` names the symbol of its bars.
-    #[arg(long, value_name = "[SYMBOL=]FILE", value_parser = parse_bar_source)]
-    pub data: BarSource,
-    /// IANA time zone of the file's timestamps written without one.
-    #[arg(long, value_name = "ZONE", value_parser = parse_time_zone)]
-    pub tz: Option<String>,
-    /// First bar to write (a date or RFC 3339 time, UTC); earlier bars still serve as look-back.
-    #[arg(long, value_name = "TIME", value_parser = parse_time)]
-    pub start: Option<i64>,
-    /// Last bar to write (inclusive).
-    #[arg(long, value_name = "TIME", value_parser = parse_time)]
-    pub end: Option<i64>,
+    #[command(flatten)]
+    pub bars: BarWindow,
     /// Write to this file (atomically) instead of standard output; with `-o table`
     /// the format follows its extension (.csv, .json, .parquet).
     #[arg(long, value_name = "FILE")]
@@ -710,23 +699,48 @@ pub struct PredictArgs {
     pub threads: Option<i32>,
 }
 
+/// A bar file and the bars of it a command writes or trades (`tli predict`,
+/// `tli backtest`): earlier bars still serve as the model's look-back.
 #[derive(Args, Debug)]
-pub struct BacktestArgs {
-    /// The model: a bundle directory (`tli train local --save DIR`, `tli models export`).
-    #[arg(long, value_name = "BUNDLE")]
-    pub model: PathBuf,
-    /// Bar file of a contract the model was trained on; `SYMBOL=FILE` names its symbol.
+pub struct BarWindow {
+    /// Bar file (DBN, Parquet or CSV) of a contract the model was trained on;
+    /// `SYMBOL=FILE` names the symbol of its bars.
     #[arg(long, value_name = "[SYMBOL=]FILE", value_parser = parse_bar_source)]
     pub data: BarSource,
     /// IANA time zone of the file's timestamps written without one.
     #[arg(long, value_name = "ZONE", value_parser = parse_time_zone)]
     pub tz: Option<String>,
-    /// First bar to trade (earlier bars serve as look-back; an agent starts flat here).
+    /// First bar (a date, an RFC 3339 time or UTC nanoseconds); earlier bars still serve
+    /// as look-back, and an agent starts flat here.
     #[arg(long, value_name = "TIME", value_parser = parse_time)]
     pub start: Option<i64>,
-    /// Last bar to trade (inclusive).
+    /// Last bar (inclusive).
     #[arg(long, value_name = "TIME", value_parser = parse_time)]
     pub end: Option<i64>,
+}
+
+impl BarWindow {
+    /// The file with its time zone.
+    pub fn source(&self) -> BarSource {
+        BarSource {
+            tz: self.tz.clone(),
+            ..self.data.clone()
+        }
+    }
+
+    /// `--start` is not after `--end`.
+    pub fn is_ordered(&self) -> bool {
+        !matches!((self.start, self.end), (Some(s), Some(e)) if s > e)
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct BacktestArgs {
+    /// The model: a bundle directory (`tli train local --save DIR`, `tli models export`).
+    #[arg(long, value_name = "BUNDLE")]
+    pub model: PathBuf,
+    #[command(flatten)]
+    pub bars: BarWindow,
     /// A forecaster's position rule: sign (of P50), scaled (P50 over the P10–P90 width,
     /// fractional contracts) or threshold[:K] (trade only when |P50| > K × width; K 0.1).
     /// Agents trade their own actions.

@@ -11,7 +11,6 @@ use anyhow::{anyhow, bail, Context, Result};
 use std::io::Read;
 use std::path::Path;
 use tli_data::contracts::ContractBook;
-use tli_data::BarSource;
 use tli_models::bundle::{CARD_FILE, CHECKSUMS_FILE, WEIGHTS_FILE};
 use tli_models::{Bundle, BundleWriter};
 use tli_proto::v1 as pb;
@@ -240,16 +239,11 @@ async fn import(remote: Remote, bundle: Bundle, name: String, output: OutputForm
 /// `tli predict --model ID`: the bar file read here, the model applied by the host.
 pub(crate) fn predict(cli: &Cli, args: &PredictArgs) -> Result<()> {
     let format = crate::predictions::table_format(cli.output, args.out.as_deref())?;
-    if let (Some(start), Some(end)) = (args.start, args.end) {
-        if start > end {
-            bail!("--start is after --end; nothing was written");
-        }
+    if !args.bars.is_ordered() {
+        bail!("--start is after --end; nothing was written");
     }
     let book = ContractBook::load(cli.contracts.as_deref())?;
-    let source = BarSource {
-        tz: args.tz.clone(),
-        ..args.data.clone()
-    };
+    let source = args.bars.source();
     let (table, _notes) = source.read(&book)?;
     if table.len() > MAX_BARS {
         bail!(
@@ -264,8 +258,8 @@ pub(crate) fn predict(cli: &Cli, args: &PredictArgs) -> Result<()> {
     let request = pb::PredictRequest {
         model: model.clone(),
         bars: Some(bars_to_proto(&table)),
-        start_unix_ns: args.start,
-        end_unix_ns: args.end,
+        start_unix_ns: args.bars.start,
+        end_unix_ns: args.bars.end,
     };
     let out = args.out.clone();
     run(cli, |remote| async move {

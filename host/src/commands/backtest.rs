@@ -11,7 +11,6 @@ use tli_cli::args::{BacktestArgs, OutputFormat};
 use tli_cli::charts::{equity_chart, forecast_chart};
 use tli_cli::{new_table, print_json};
 use tli_data::contracts::ContractBook;
-use tli_data::BarSource;
 use tli_models::Bundle;
 use tli_runtime::models::backtest::{ledger_table, Backtest, BacktestOptions};
 use tli_runtime::models::{LoadedModel, PredictWindow};
@@ -23,10 +22,8 @@ pub(super) fn backtest(
     output: OutputFormat,
 ) -> Result<()> {
     let rule = PositionRule::parse(&args.rule)?;
-    if let (Some(start), Some(end)) = (args.start, args.end) {
-        if start > end {
-            bail!("--start is after --end; nothing was run");
-        }
+    if !args.bars.is_ordered() {
+        bail!("--start is after --end; nothing was run");
     }
     for (name, value) in [
         ("--commission", args.commission),
@@ -42,10 +39,7 @@ pub(super) fn backtest(
     };
     let bundle = Bundle::open(&args.model)?;
     let book = ContractBook::load(contracts)?;
-    let source = BarSource {
-        tz: args.tz.clone(),
-        ..args.data.clone()
-    };
+    let source = args.bars.source();
     let (table, notes) = source.read(&book)?;
     let contract = source.contract(&table, &notes, &book)?;
     let registry = scan(plugin_dir)?;
@@ -60,8 +54,8 @@ pub(super) fn backtest(
             commission: args.commission,
             slippage_ticks: args.slippage_ticks,
             window: PredictWindow {
-                start: args.start,
-                end: args.end,
+                start: args.bars.start,
+                end: args.bars.end,
             },
         },
     )?;

@@ -5,7 +5,6 @@ use anyhow::{bail, Result};
 use std::path::Path;
 use tli_cli::args::{OutputFormat, PredictArgs};
 use tli_data::contracts::ContractBook;
-use tli_data::BarSource;
 use tli_models::Bundle;
 use tli_runtime::models::{LoadedModel, PredictWindow};
 
@@ -16,17 +15,12 @@ pub(super) fn predict(
     output: OutputFormat,
 ) -> Result<()> {
     let format = tli_cli::predictions::table_format(output, args.out.as_deref())?;
-    if let (Some(start), Some(end)) = (args.start, args.end) {
-        if start > end {
-            bail!("--start is after --end; nothing was written");
-        }
+    if !args.bars.is_ordered() {
+        bail!("--start is after --end; nothing was written");
     }
     let bundle = Bundle::open(&args.model)?;
     let book = ContractBook::load(contracts)?;
-    let source = BarSource {
-        tz: args.tz.clone(),
-        ..args.data.clone()
-    };
+    let source = args.bars.source();
     let (table, notes) = source.read(&book)?;
     let contract = source.contract(&table, &notes, &book)?;
     if let Some(threads) = args.threads {
@@ -40,8 +34,8 @@ pub(super) fn predict(
         .unwrap_or_else(|| "model".into());
     let mut model = LoadedModel::load(&registry, &bundle, &model_id, args.device)?;
     let window = PredictWindow {
-        start: args.start,
-        end: args.end,
+        start: args.bars.start,
+        end: args.bars.end,
     };
     let predictions = model.predict_bars(&table, contract, window)?;
     eprintln!(
