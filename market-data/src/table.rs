@@ -79,6 +79,14 @@ impl BarInterval {
         }
     }
 
+    /// Every interval, shortest first.
+    pub const ALL: [Self; 4] = [Self::Second, Self::Minute, Self::Hour, Self::Day];
+
+    /// The interval exactly `nanos` long (a model card's `bar_interval_ns`).
+    pub fn from_nanos(nanos: i64) -> Option<Self> {
+        Self::ALL.into_iter().find(|i| i.nanos() == nanos)
+    }
+
     /// The interval whose length is nearest the median spacing of `ts`.
     pub fn infer(ts: &[i64]) -> Option<Self> {
         if ts.len() < 2 {
@@ -87,13 +95,11 @@ impl BarInterval {
         let mut spacing: Vec<i64> = ts.windows(2).map(|w| w[1] - w[0]).collect();
         spacing.sort_unstable();
         let median = spacing[spacing.len() / 2] as f64;
-        [Self::Second, Self::Minute, Self::Hour, Self::Day]
-            .into_iter()
-            .min_by(|a, b| {
-                let da = (median / a.nanos() as f64).ln().abs();
-                let db = (median / b.nanos() as f64).ln().abs();
-                da.total_cmp(&db)
-            })
+        Self::ALL.into_iter().min_by(|a, b| {
+            let da = (median / a.nanos() as f64).ln().abs();
+            let db = (median / b.nanos() as f64).ln().abs();
+            da.total_cmp(&db)
+        })
     }
 }
 

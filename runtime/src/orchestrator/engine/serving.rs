@@ -414,14 +414,7 @@ impl Drop for PredictStream {
 /// The bar interval the model was trained on.
 fn interval_of(card: &tli_models::ModelCard) -> Result<tli_data::table::BarInterval, ServeError> {
     let ns = card.inputs.bar_interval_ns;
-    [
-        tli_data::table::BarInterval::Second,
-        tli_data::table::BarInterval::Minute,
-        tli_data::table::BarInterval::Hour,
-        tli_data::table::BarInterval::Day,
-    ]
-    .into_iter()
-    .find(|i| i.nanos() == ns)
+    tli_data::table::BarInterval::from_nanos(ns)
     .ok_or_else(|| {
         ServeError::BadBars(format!(
             "the model's bar interval ({ns} ns) is not one tli reads; say the interval when opening the stream"
