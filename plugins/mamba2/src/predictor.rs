@@ -376,11 +376,13 @@ fn load_weights(
         .map(|(n, _)| n.as_str())
         .filter(|n| !tensors.iter().any(|(t, _)| t == n))
         .collect();
-    let unknown: Vec<&str> = tensors
+    let mut unknown: Vec<&str> = tensors
         .iter()
         .map(|(n, _)| n.as_str())
         .filter(|n| !own.iter().any(|(o, _)| o == n))
         .collect();
+    // A file's tensors come in no fixed order: sorted, the message is stable.
+    unknown.sort_unstable();
     if !missing.is_empty() || !unknown.is_empty() {
         let list = |names: &[&str]| {
             let shown: Vec<&str> = names.iter().take(4).copied().collect();

@@ -513,11 +513,14 @@ fn load_weights(
         .map(String::as_str)
         .filter(|n| !tensors.iter().any(|(t, _)| t == n))
         .collect();
-    let unknown: Vec<&str> = tensors
+    let mut unknown: Vec<&str> = tensors
         .iter()
         .map(|(n, _)| n.as_str())
         .filter(|n| !expected.iter().any(|e| e == n))
         .collect();
+    // A file's tensors come in no fixed order: sort, so that the message
+    // is the same every time.
+    unknown.sort_unstable();
     let refuse = |why: String| {
         PluginError::io(format!(
             "{path} does not hold the weights of this TFT model: {why}; export the weights from \
@@ -534,6 +537,17 @@ fn load_weights(
             }
         };
         let mut why = Vec::new();
+        let holds_int8 = tensors.iter().any(|(n, _)| n.ends_with(".int8"));
+        let wants_int8 = !quantized_shapes.is_empty();
+        if holds_int8 != wants_int8 {
+            let (file, config) = match holds_int8 {
+                true => ("INT8 (<name>.int8 codes with <name>.scale)", "FP32"),
+                false => ("FP32", "INT8 (<name>.int8 codes with <name>.scale)"),
+            };
+            why.push(format!(
+                "its weights are {file} but the config's precision is {config}"
+            ));
+        }
         if !missing.is_empty() {
             why.push(format!("it lacks {}", list(&missing)));
         }

@@ -404,12 +404,16 @@ fn int8_weights_are_exported_and_held_as_int8_codes_and_scales() {
             "no f32 copy of {base}"
         );
     }
-    // The FP32 config refuses them, naming the int8 tensors.
+    // The FP32 config refuses them, saying why: the precisions differ.
     let e = TftPlugin::create_predictor(spec(FP32, &weights, &roles), host())
         .err()
         .expect("refused");
     assert_eq!(e.code, ErrorCode::IO);
-    assert!(e.message.contains(".int8"), "{e}");
+    assert!(
+        e.message
+            .contains("its weights are INT8 (<name>.int8 codes with <name>.scale) but the config's precision is FP32"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -524,7 +528,11 @@ fn damaged_or_foreign_weights_and_other_inputs_are_refused() {
     let e = refused(&wider, &weights);
     assert!(e.message.contains("does not hold the weights"), "{e}");
     let e = refused(&int8(), &weights);
-    assert!(e.message.contains(".int8"), "{e}");
+    assert!(
+        e.message
+            .contains("its weights are FP32 but the config's precision is INT8"),
+        "{e}"
+    );
     let foreign = dir.path().join("mamba.safetensors");
     let w = tch::Tensor::zeros([8, 4], (tch::Kind::Float, tch::Device::Cpu));
     tli_plugin_kit::weights::save(&foreign, &[("input.weight".to_string(), &w)]).unwrap();
