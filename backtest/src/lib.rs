@@ -10,11 +10,14 @@
 //!   and its report (gross, costs, trades, exposure, drawdown duration).
 //! * [`rules`]: forecasts → positions (sign of P50, sized by the P10–P90
 //!   width, a threshold).
+//! * [`outcome`]: a whole backtest's result as clients see it (reports,
+//!   costs, ledger, forecasts).
 //!
 //! Pure arithmetic: no libtorch, no I/O (checked by `scripts/check-layers.sh`).
 
 pub mod ledger;
 pub mod metrics;
+pub mod outcome;
 pub mod rules;
 
 use tli_plugin_api::PluginError;

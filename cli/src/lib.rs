@@ -17,6 +17,7 @@
 //! [`run_client`].
 
 pub mod args;
+pub mod backtests;
 pub mod charts;
 pub mod data;
 pub mod model_view;

@@ -1,18 +1,14 @@
 //! `tli backtest --model BUNDLE --data FILE`: a bundle's predictions traded
-//! in this process (tli-runtime `models::backtest`), the summary beside
-//! buy-and-hold and flat, and optionally every bar's ledger.
+//! in this process (tli-runtime `models::backtest`); shown as every client
+//! shows a backtest (`tli_cli::backtests`).
 
 use super::scan;
-use anyhow::{bail, Result};
+use anyhow::Result;
 use std::path::Path;
-use tli_backtest::ledger::BacktestReport;
-use tli_backtest::rules::PositionRule;
 use tli_cli::args::{BacktestArgs, OutputFormat};
-use tli_cli::charts::{equity_chart, forecast_chart};
-use tli_cli::{new_table, print_json};
 use tli_data::contracts::ContractBook;
 use tli_models::Bundle;
-use tli_runtime::models::backtest::{ledger_table, Backtest, BacktestOptions};
+use tli_runtime::models::backtest::BacktestOptions;
 use tli_runtime::models::{LoadedModel, PredictWindow};
 
 pub(super) fn backtest(
@@ -21,22 +17,7 @@ pub(super) fn backtest(
     args: &BacktestArgs,
     output: OutputFormat,
 ) -> Result<()> {
-    let rule = PositionRule::parse(&args.rule)?;
-    if !args.bars.is_ordered() {
-        bail!("--start is after --end; nothing was run");
-    }
-    for (name, value) in [
-        ("--commission", args.commission),
-        ("--slippage-ticks", args.slippage_ticks),
-    ] {
-        if value.is_some_and(|v| !(v.is_finite() && v >= 0.0)) {
-            bail!("{name} must be a finite number ≥ 0");
-        }
-    }
-    let ledger_format = match &args.ledger {
-        None => None,
-        Some(path) => tli_cli::predictions::table_format(OutputFormat::Table, Some(path))?,
-    };
+    let (rule, ledger) = tli_cli::backtests::check(args)?;
     let bundle = Bundle::open(&args.model)?;
     let book = ContractBook::load(contracts)?;
     let source = args.bars.source();
@@ -59,104 +40,5 @@ pub(super) fn backtest(
             },
         },
     )?;
-    if let (Some(path), Some(format)) = (&args.ledger, ledger_format) {
-        ledger_table(&result.symbol, &result.ledger).write(Some(path), format)?;
-    }
-    if let Some(dir) = &args.plots {
-        plots(dir, &result, &model.plugin.label(), &contract.currency)?;
-    }
-    if output == OutputFormat::Json {
-        return print_json(&result);
-    }
-    let first = result.ledger.first().map(|r| r.ts).unwrap_or(0);
-    let last = result.ledger.last().map(|r| r.ts).unwrap_or(0);
-    eprintln!(
-        "{} on {} from {} to {} ({} bars): positions from {}{}; {} per contract traded \
-         (commission {} + {} ticks)",
-        model.plugin.label(),
-        result.symbol,
-        tli_data::timefmt::format(first),
-        tli_data::timefmt::format(last),
-        result.ledger.len(),
-        result.positions_from,
-        result
-            .forecast
-            .as_deref()
-            .map(|f| format!(" of {f}"))
-            .unwrap_or_default(),
-        result.cost_per_contract,
-        result.commission,
-        result.slippage_ticks
-    );
-    let mut summary = new_table(vec![
-        "", "NET P&L", "GROSS", "COSTS", "SHARPE", "SORTINO", "MAX DD", "DD BARS", "HIT",
-        "EXPOSURE", "TRADES",
-    ]);
-    let row = |label: &str, r: &BacktestReport| {
-        vec![
-            label.to_string(),
-            format!("{:.2}", r.net_pnl),
-            format!("{:.2}", r.gross_pnl),
-            format!("{:.2}", r.costs),
-            format!("{:.3}", r.performance.sharpe),
-            format!("{:.3}", r.performance.sortino),
-            format!("{:.2}", r.performance.max_drawdown),
-            r.max_drawdown_periods.to_string(),
-            format!("{:.1}%", 100.0 * r.performance.hit_rate),
-            format!("{:.1}%", 100.0 * r.exposure),
-            r.trades.to_string(),
-        ]
-    };
-    summary.add_row(row("model", &result.strategy));
-    summary.add_row(row("buy and hold", &result.buy_and_hold));
-    summary.add_row(row("flat", &result.flat));
-    tli_cli::outln!("{summary}");
-    Ok(())
-}
-
-/// `equity.png` and, for a forecaster, `forecast.png` in `dir`.
-fn plots(dir: &Path, result: &Backtest, label: &str, currency: &str) -> Result<()> {
-    std::fs::create_dir_all(dir)?;
-    let ts: Vec<i64> = result.ledger.iter().map(|r| r.ts).collect();
-    let equity: Vec<f64> = result.ledger.iter().map(|r| r.equity).collect();
-    let how = match &result.forecast {
-        Some(f) => format!("{} of {f}", result.positions_from),
-        None => "the agent's positions".into(),
-    };
-    let path = dir.join("equity.png");
-    equity_chart::draw(
-        &path,
-        &equity_chart::EquityCurves {
-            title: format!(
-                "{label} on {}: {how} · net P&L after {} per contract traded",
-                result.symbol, result.cost_per_contract
-            ),
-            ts: &ts,
-            model: &equity,
-            buy_and_hold: &result.buy_and_hold_equity,
-            currency: currency.to_string(),
-        },
-        (1200, 760),
-    )?;
-    eprintln!("equity chart written to {}", path.display());
-    if let Some(f) = &result.forecasts {
-        let path = dir.join("forecast.png");
-        forecast_chart::draw(
-            &path,
-            &forecast_chart::ForecastSeries {
-                title: format!(
-                    "{label} on {}: forecasts against what happened",
-                    result.symbol
-                ),
-                ts: &f.ts,
-                p50: &f.p50,
-                p10: &f.p10,
-                p90: &f.p90,
-                actual: &f.actual,
-            },
-            (1200, 700),
-        )?;
-        eprintln!("forecast chart written to {}", path.display());
-    }
-    Ok(())
+    tli_cli::backtests::show(&result, &model.plugin.label(), args, ledger, output)
 }

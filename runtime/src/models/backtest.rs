@@ -16,9 +16,9 @@
 //!   and 0.5 ticks).
 
 use super::{LoadedModel, ModelError, PredictWindow};
-use serde::Serialize;
 use tli_backtest::ledger::{self, BacktestReport, Bars, LedgerRow};
 use tli_backtest::metrics::CostTerms;
+pub use tli_backtest::outcome::{Backtest, Forecasts};
 use tli_backtest::rules::{self, PositionRule};
 use tli_data::contracts::ContractSpec;
 use tli_data::table::BarTable;
@@ -39,42 +39,6 @@ pub struct BacktestOptions {
     pub commission: Option<f64>,
     pub slippage_ticks: Option<f64>,
     pub window: PredictWindow,
-}
-
-/// A backtest's results (see the module docs).
-#[derive(Clone, Debug, Serialize)]
-pub struct Backtest {
-    pub symbol: String,
-    /// `"agent"` or the rule's name.
-    pub positions_from: String,
-    /// The forecast column the rule read (`None` for an agent).
-    pub forecast: Option<String>,
-    pub commission: f64,
-    pub slippage_ticks: f64,
-    pub cost_per_contract: f64,
-    pub point_value: f64,
-    pub strategy: BacktestReport,
-    pub buy_and_hold: BacktestReport,
-    pub flat: BacktestReport,
-    #[serde(skip)]
-    pub ledger: Vec<LedgerRow>,
-    /// Buy-and-hold's equity on the same bars (for charts).
-    #[serde(skip)]
-    pub buy_and_hold_equity: Vec<f64>,
-    /// A forecaster's forecasts and the realized returns (for charts).
-    #[serde(skip)]
-    pub forecasts: Option<Forecasts>,
-}
-
-/// A forecaster's output rows as the backtest read them: one value per
-/// output row (`p10`/`p90` empty for a point forecast), log returns.
-#[derive(Clone, Debug, Default)]
-pub struct Forecasts {
-    pub ts: Vec<i64>,
-    pub p50: Vec<f64>,
-    pub p10: Vec<f64>,
-    pub p90: Vec<f64>,
-    pub actual: Vec<f64>,
 }
 
 /// The forecast column `read` (`…p50` or `…mean`), its band and the
@@ -171,6 +135,7 @@ impl LoadedModel {
             slippage_ticks,
             cost_per_contract: terms.cost_per_contract,
             point_value: terms.point_value,
+            currency: contract.currency.clone(),
             strategy,
             buy_and_hold,
             flat,
@@ -250,38 +215,4 @@ impl LoadedModel {
                 .unwrap_or(DEFAULT_SLIPPAGE_TICKS),
         )
     }
-}
-
-/// A ledger as a table (CSV, JSON or Parquet with the prediction tables'
-/// writer): one row per bar.
-pub fn ledger_table(symbol: &str, rows: &[LedgerRow]) -> PredictionTable {
-    let mut table = PredictionTable::new(
-        [
-            "close",
-            "position",
-            "gross_pnl",
-            "costs",
-            "net_pnl",
-            "equity",
-            "roll",
-        ]
-        .map(String::from)
-        .to_vec(),
-    );
-    for r in rows {
-        table.push(
-            r.ts,
-            symbol,
-            &[
-                r.close,
-                r.position,
-                r.gross_pnl,
-                r.costs,
-                r.net_pnl,
-                r.equity,
-                f64::from(u8::from(r.roll)),
-            ],
-        );
-    }
-    table
 }

@@ -1,0 +1,190 @@
+//! How `tli backtest` checks its arguments and shows a backtest, wherever
+//! it ran (a bundle in this process, or a model loaded on the host): the
+//! summary beside buy-and-hold and flat (or `-o json`), the per-bar ledger
+//! (`--ledger FILE`) and the charts (`--plots DIR`).
+
+use crate::args::{BacktestArgs, OutputFormat};
+use crate::charts::{equity_chart, forecast_chart};
+use crate::{new_table, print_json};
+use anyhow::{bail, Result};
+use std::path::Path;
+use tli_backtest::ledger::{BacktestReport, LedgerRow};
+use tli_backtest::outcome::Backtest;
+use tli_backtest::rules::PositionRule;
+use tli_models::{PredictionTable, TableFormat};
+
+/// The arguments checked before anything runs: the rule, and the ledger
+/// file's format.
+pub fn check(args: &BacktestArgs) -> Result<(PositionRule, Option<TableFormat>)> {
+    let rule = PositionRule::parse(&args.rule)?;
+    if !args.bars.is_ordered() {
+        bail!("--start is after --end; nothing was run");
+    }
+    if !(args.max_contracts.is_finite() && args.max_contracts > 0.0) {
+        bail!("--max-contracts must be a finite number > 0");
+    }
+    for (name, value) in [
+        ("--commission", args.commission),
+        ("--slippage-ticks", args.slippage_ticks),
+    ] {
+        if value.is_some_and(|v| !(v.is_finite() && v >= 0.0)) {
+            bail!("{name} must be a finite number ≥ 0");
+        }
+    }
+    let ledger = match &args.ledger {
+        None => None,
+        Some(path) => crate::predictions::table_format(OutputFormat::Table, Some(path))?,
+    };
+    Ok((rule, ledger))
+}
+
+/// Writes the ledger and the charts the arguments ask for, then prints the
+/// summary (`label` names the model: "tft@1.3.0").
+pub fn show(
+    result: &Backtest,
+    label: &str,
+    args: &BacktestArgs,
+    ledger: Option<TableFormat>,
+    output: OutputFormat,
+) -> Result<()> {
+    if let (Some(path), Some(format)) = (&args.ledger, ledger) {
+        ledger_table(result).write(Some(path), format)?;
+    }
+    if let Some(dir) = &args.plots {
+        plots(dir, result, label)?;
+    }
+    if output == OutputFormat::Json {
+        return print_json(result);
+    }
+    let first = result.ledger.first().map(|r| r.ts).unwrap_or(0);
+    let last = result.ledger.last().map(|r| r.ts).unwrap_or(0);
+    eprintln!(
+        "{label} on {} from {} to {} ({} bars): positions from {}{}; {} {} per contract traded \
+         (commission {} + {} ticks)",
+        result.symbol,
+        tli_data::timefmt::format(first),
+        tli_data::timefmt::format(last),
+        result.ledger.len(),
+        result.positions_from,
+        result
+            .forecast
+            .as_deref()
+            .map(|f| format!(" of {f}"))
+            .unwrap_or_default(),
+        result.cost_per_contract,
+        result.currency,
+        result.commission,
+        result.slippage_ticks
+    );
+    let mut summary = new_table(vec![
+        "", "NET P&L", "GROSS", "COSTS", "SHARPE", "SORTINO", "MAX DD", "DD BARS", "HIT",
+        "EXPOSURE", "TRADES",
+    ]);
+    let row = |label: &str, r: &BacktestReport| {
+        vec![
+            label.to_string(),
+            format!("{:.2}", r.net_pnl),
+            format!("{:.2}", r.gross_pnl),
+            format!("{:.2}", r.costs),
+            format!("{:.3}", r.performance.sharpe),
+            format!("{:.3}", r.performance.sortino),
+            format!("{:.2}", r.performance.max_drawdown),
+            r.max_drawdown_periods.to_string(),
+            format!("{:.1}%", 100.0 * r.performance.hit_rate),
+            format!("{:.1}%", 100.0 * r.exposure),
+            r.trades.to_string(),
+        ]
+    };
+    summary.add_row(row("model", &result.strategy));
+    summary.add_row(row("buy and hold", &result.buy_and_hold));
+    summary.add_row(row("flat", &result.flat));
+    crate::outln!("{summary}");
+    Ok(())
+}
+
+/// The columns of a ledger file, after the time and symbol.
+pub const LEDGER_COLUMNS: [&str; 8] = [
+    "close",
+    "position",
+    "gross_pnl",
+    "costs",
+    "net_pnl",
+    "equity",
+    "roll",
+    "buy_and_hold_equity",
+];
+
+/// A backtest's ledger as a table (CSV, JSON or Parquet with the prediction
+/// tables' writer): one row per bar, with buy-and-hold's equity beside.
+pub fn ledger_table(result: &Backtest) -> PredictionTable {
+    let mut table = PredictionTable::new(LEDGER_COLUMNS.map(String::from).to_vec());
+    for (i, r) in result.ledger.iter().enumerate() {
+        let held = result
+            .buy_and_hold_equity
+            .get(i)
+            .copied()
+            .unwrap_or(f64::NAN);
+        table.push(r.ts, &result.symbol, &ledger_values(r, held));
+    }
+    table
+}
+
+fn ledger_values(r: &LedgerRow, buy_and_hold_equity: f64) -> [f64; 8] {
+    [
+        r.close,
+        r.position,
+        r.gross_pnl,
+        r.costs,
+        r.net_pnl,
+        r.equity,
+        f64::from(u8::from(r.roll)),
+        buy_and_hold_equity,
+    ]
+}
+
+/// `equity.png` and, for a forecaster, `forecast.png` in `dir`.
+pub fn plots(dir: &Path, result: &Backtest, label: &str) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let ts: Vec<i64> = result.ledger.iter().map(|r| r.ts).collect();
+    let equity: Vec<f64> = result.ledger.iter().map(|r| r.equity).collect();
+    let how = match &result.forecast {
+        Some(f) => format!("{} of {f}", result.positions_from),
+        None => "the agent's positions".into(),
+    };
+    let path = dir.join("equity.png");
+    equity_chart::draw(
+        &path,
+        &equity_chart::EquityCurves {
+            title: format!(
+                "{label} on {}: {how} · net P&L after {} per contract traded",
+                result.symbol, result.cost_per_contract
+            ),
+            ts: &ts,
+            model: &equity,
+            buy_and_hold: &result.buy_and_hold_equity,
+            currency: result.currency.clone(),
+        },
+        (1200, 760),
+    )?;
+    eprintln!("equity chart written to {}", path.display());
+    if let Some(f) = &result.forecasts {
+        let path = dir.join("forecast.png");
+        forecast_chart::draw(
+            &path,
+            &forecast_chart::ForecastSeries {
+                title: format!(
+                    "{label} on {}: forecasts against what happened",
+                    result.symbol
+                ),
+                ts: &f.ts,
+                p50: &f.p50,
+                p10: &f.p10,
+                p90: &f.p90,
+                actual: &f.actual,
+            },
+            (1200, 700),
+        )?;
+        eprintln!("forecast chart written to {}", path.display());
+    }
+    Ok(())
+}
