@@ -1,7 +1,7 @@
 //! The `tli` command line, declared with clap.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use tli_core::byte_size::ByteSize;
 use tli_core::executor::ExecutorKind;
 use tli_core::strategy::{parse_margin, Strategy};
@@ -736,8 +736,10 @@ impl BarWindow {
 
 #[derive(Args, Debug)]
 pub struct BacktestArgs {
-    /// The model: a bundle directory (`tli train local --save DIR`, `tli models export`).
-    #[arg(long, value_name = "BUNDLE")]
+    /// The model: a bundle directory (`tli train local --save DIR`, `tli models
+    /// export`), traded in this process; or the id of a model loaded on the host
+    /// (`tli models load ID`), which the host trades (--endpoint).
+    #[arg(long, value_name = "BUNDLE|ID")]
     pub model: PathBuf,
     #[command(flatten)]
     pub bars: BarWindow,
@@ -764,16 +766,29 @@ pub struct BacktestArgs {
     /// with the P10–P90 band over the realized returns (the last 300 bars).
     #[arg(long, value_name = "DIR")]
     pub plots: Option<PathBuf>,
+    /// Device of a bundle traded in this process (a host's model runs on the host's).
     #[arg(long, default_value = "cpu")]
     pub device: Device,
 }
 
+/// Whether `--model` names a bundle directory (applied in this process)
+/// rather than a model on the host: an existing directory, or any path with
+/// a `/` (a model id never has one).
+fn names_a_bundle(model: &Path) -> bool {
+    model.is_dir() || model.as_os_str().to_string_lossy().contains('/')
+}
+
 impl PredictArgs {
-    /// Whether `--model` names a bundle directory (applied in this process)
-    /// rather than a model on the host: an existing directory, or any path
-    /// with a `/` (a model id never has one).
+    /// `--model` names a bundle, not a model on the host.
     pub fn is_bundle(&self) -> bool {
-        self.model.is_dir() || self.model.as_os_str().to_string_lossy().contains('/')
+        names_a_bundle(&self.model)
+    }
+}
+
+impl BacktestArgs {
+    /// `--model` names a bundle, not a model on the host.
+    pub fn is_bundle(&self) -> bool {
+        names_a_bundle(&self.model)
     }
 }
 

@@ -8,10 +8,10 @@ use crate::charts::{equity_chart, forecast_chart};
 use crate::{new_table, print_json};
 use anyhow::{bail, Result};
 use std::path::Path;
-use tli_backtest::ledger::{BacktestReport, LedgerRow};
+use tli_backtest::ledger::BacktestReport;
 use tli_backtest::outcome::Backtest;
 use tli_backtest::rules::PositionRule;
-use tli_models::{PredictionTable, TableFormat};
+use tli_models::TableFormat;
 
 /// The arguments checked before anything runs: the rule, and the ledger
 /// file's format.
@@ -48,7 +48,7 @@ pub fn show(
     output: OutputFormat,
 ) -> Result<()> {
     if let (Some(path), Some(format)) = (&args.ledger, ledger) {
-        ledger_table(result).write(Some(path), format)?;
+        tli_wire::backtest::ledger_table(result).write(Some(path), format)?;
     }
     if let Some(dir) = &args.plots {
         plots(dir, result, label)?;
@@ -100,46 +100,6 @@ pub fn show(
     summary.add_row(row("flat", &result.flat));
     crate::outln!("{summary}");
     Ok(())
-}
-
-/// The columns of a ledger file, after the time and symbol.
-pub const LEDGER_COLUMNS: [&str; 8] = [
-    "close",
-    "position",
-    "gross_pnl",
-    "costs",
-    "net_pnl",
-    "equity",
-    "roll",
-    "buy_and_hold_equity",
-];
-
-/// A backtest's ledger as a table (CSV, JSON or Parquet with the prediction
-/// tables' writer): one row per bar, with buy-and-hold's equity beside.
-pub fn ledger_table(result: &Backtest) -> PredictionTable {
-    let mut table = PredictionTable::new(LEDGER_COLUMNS.map(String::from).to_vec());
-    for (i, r) in result.ledger.iter().enumerate() {
-        let held = result
-            .buy_and_hold_equity
-            .get(i)
-            .copied()
-            .unwrap_or(f64::NAN);
-        table.push(r.ts, &result.symbol, &ledger_values(r, held));
-    }
-    table
-}
-
-fn ledger_values(r: &LedgerRow, buy_and_hold_equity: f64) -> [f64; 8] {
-    [
-        r.close,
-        r.position,
-        r.gross_pnl,
-        r.costs,
-        r.net_pnl,
-        r.equity,
-        f64::from(u8::from(r.roll)),
-        buy_and_hold_equity,
-    ]
 }
 
 /// `equity.png` and, for a forecaster, `forecast.png` in `dir`.

@@ -136,8 +136,9 @@ pub fn run_client(cli: &Cli, bin_name: &'static str) -> Option<Result<()>> {
         | Command::Doctor
         | Command::Host { .. }
         | Command::Profile { .. }
-        | Command::Backtest(_)
         | Command::Worker(_) => return None,
+        Command::Backtest(args) if args.is_bundle() => return None,
+        Command::Backtest(args) => remote::models::backtest(cli, args),
         Command::Predict(args) if args.is_bundle() => return None,
         Command::Predict(args) => remote::models::predict(cli, args),
         Command::Models { command } if command.is_local() => return None,

@@ -17,6 +17,7 @@
 //! No libtorch, no engine: it builds on `tli-core`, `tli-store`'s row types
 //! `tli-plugin-api`'s data types and `tli-proto` only (checked by `scripts/check-layers.sh`).
 
+pub mod backtest;
 pub mod bars;
 pub mod convert;
 pub mod history;

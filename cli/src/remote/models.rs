@@ -5,16 +5,18 @@
 //! by the host.
 
 use super::connection::{api_error, run, Authed, Remote};
-use crate::args::{Cli, ModelsCommand, OutputFormat, PredictArgs};
+use crate::args::{BacktestArgs, BarWindow, Cli, ModelsCommand, OutputFormat, PredictArgs};
 use crate::model_view::{print_model, print_models};
 use anyhow::{anyhow, bail, Context, Result};
 use std::io::Read;
 use std::path::Path;
 use tli_data::contracts::ContractBook;
+use tli_data::table::BarTable;
 use tli_models::bundle::{CARD_FILE, CHECKSUMS_FILE, WEIGHTS_FILE};
 use tli_models::{Bundle, BundleWriter};
 use tli_proto::v1 as pb;
 use tli_proto::v1::model_service_client::ModelServiceClient;
+use tli_wire::backtest::backtest_from_proto;
 use tli_wire::bars::{bars_to_proto, rows_from_proto, MAX_BARS};
 
 /// Bytes per chunk of an import.
@@ -237,23 +239,30 @@ async fn import(remote: Remote, bundle: Bundle, name: String, output: OutputForm
 }
 
 /// `tli predict --model ID`: the bar file read here, the model applied by the host.
+/// The bars of `window`'s file, read and checked here before they are sent
+/// (no more than a message may carry).
+fn bars_for_the_host(cli: &Cli, window: &BarWindow, command: &str) -> Result<BarTable> {
+    let book = ContractBook::load(cli.contracts.as_deref())?;
+    let source = window.source();
+    let (table, _notes) = source.read(&book)?;
+    if table.len() > MAX_BARS {
+        bail!(
+            "{} has {} bars; a host takes at most {MAX_BARS} at once: split the file by \
+             time (keep the model's look-back before each piece) or export the model and run \
+             `tli {command} --model BUNDLE` here",
+            source.path.display(),
+            table.len()
+        );
+    }
+    Ok(table)
+}
+
 pub(crate) fn predict(cli: &Cli, args: &PredictArgs) -> Result<()> {
     let format = crate::predictions::table_format(cli.output, args.out.as_deref())?;
     if !args.bars.is_ordered() {
         bail!("--start is after --end; nothing was written");
     }
-    let book = ContractBook::load(cli.contracts.as_deref())?;
-    let source = args.bars.source();
-    let (table, _notes) = source.read(&book)?;
-    if table.len() > MAX_BARS {
-        bail!(
-            "{} has {} bars; a host predicts on at most {MAX_BARS} at once: split the file by \
-             time (keep the model's look-back before each piece) or export the model and run \
-             `tli predict --model BUNDLE` here",
-            source.path.display(),
-            table.len()
-        );
-    }
+    let table = bars_for_the_host(cli, &args.bars, "predict")?;
     let model = args.model.to_string_lossy().into_owned();
     let request = pb::PredictRequest {
         model: model.clone(),
@@ -279,5 +288,37 @@ pub(crate) fn predict(cli: &Cli, args: &PredictArgs) -> Result<()> {
             response.served_by
         );
         crate::predictions::write(&predictions, format, out.as_deref())
+    })
+}
+
+/// `tli backtest --model ID`: the host trades its loaded model on the bars
+/// of a local file; shown, written and drawn here as a bundle's backtest is.
+pub(crate) fn backtest(cli: &Cli, args: &BacktestArgs) -> Result<()> {
+    let (rule, ledger) = crate::backtests::check(args)?;
+    let table = bars_for_the_host(cli, &args.bars, "backtest")?;
+    let request = pb::BacktestRequest {
+        model: args.model.to_string_lossy().into_owned(),
+        bars: Some(bars_to_proto(&table)),
+        start_unix_ns: args.bars.start,
+        end_unix_ns: args.bars.end,
+        rule: rule.name(),
+        max_contracts: Some(args.max_contracts),
+        commission: args.commission,
+        slippage_ticks: args.slippage_ticks,
+        summary_only: args.ledger.is_none() && args.plots.is_none(),
+    };
+    let output = cli.output;
+    run(cli, |remote| async move {
+        let response = client(&remote)
+            .backtest(request)
+            .await
+            .map_err(|s| api_error(&remote, s))?
+            .into_inner();
+        let outcome = backtest_from_proto(&response)?;
+        let label = format!(
+            "{} (model {} on the host)",
+            response.served_by, response.model
+        );
+        crate::backtests::show(&outcome, &label, args, ledger, output)
     })
 }

@@ -15,15 +15,18 @@ use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
+use tli_backtest::rules::PositionRule;
 use tli_data::table::BarInterval;
 use tli_models::bundle::{CARD_FILE, CHECKSUMS_FILE, WEIGHTS_FILE};
 use tli_models::{Bundle, BundleWriter};
 use tli_proto::v1 as pb;
 use tli_proto::v1::model_service_server::ModelService;
+use tli_runtime::models::backtest::BacktestOptions;
 use tli_runtime::models::catalog::{CatalogError, ModelEntry, ModelSource};
 use tli_runtime::models::{estimate_for, ModelError, PredictWindow};
 use tli_runtime::orchestrator::engine::serving::{Resident, ServeError};
 use tli_runtime::orchestrator::engine::Orchestrator;
+use tli_wire::backtest::backtest_to_proto;
 use tli_wire::bars::{bars_from_proto, rows_to_proto, BarsError};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -337,6 +340,72 @@ impl ModelService for ModelApi {
                 model: resident.id().to_string(),
                 served_by: resident.served_by.clone(),
                 rows: Some(rows_to_proto(&rows)),
+            })
+        })
+        .await?;
+        Ok(Response::new(response))
+    }
+
+    async fn backtest(
+        &self,
+        request: Request<pb::BacktestRequest>,
+    ) -> Result<Response<pb::BacktestResponse>, Status> {
+        self.refuse_when_shutting_down()?;
+        let req = request.into_inner();
+        let window = PredictWindow {
+            start: req.start_unix_ns,
+            end: req.end_unix_ns,
+        };
+        if let (Some(s), Some(e)) = (window.start, window.end) {
+            if s > e {
+                return Err(Status::invalid_argument("start is after end"));
+            }
+        }
+        let rule = match req.rule.trim() {
+            "" => PositionRule::Sign,
+            text => {
+                PositionRule::parse(text).map_err(|e| Status::invalid_argument(e.to_string()))?
+            }
+        };
+        let max_contracts = req.max_contracts.unwrap_or(1.0);
+        if !(max_contracts.is_finite() && max_contracts > 0.0) {
+            return Err(Status::invalid_argument(
+                "max_contracts must be a finite number > 0",
+            ));
+        }
+        for (name, value) in [
+            ("commission", req.commission),
+            ("slippage_ticks", req.slippage_ticks),
+        ] {
+            if value.is_some_and(|v| !(v.is_finite() && v >= 0.0)) {
+                return Err(Status::invalid_argument(format!(
+                    "{name} must be a finite number ≥ 0"
+                )));
+            }
+        }
+        let options = BacktestOptions {
+            rule,
+            max_contracts,
+            commission: req.commission,
+            slippage_ticks: req.slippage_ticks,
+            window,
+        };
+        let bars = req
+            .bars
+            .ok_or_else(|| Status::invalid_argument("give the bars to trade on"))?;
+        let o = self.orchestrator.clone();
+        let resident = resident_or_why(&o, &req.model).await?;
+        let summary_only = req.summary_only;
+        let response = blocking(move || {
+            let table = bars_from_proto(&bars, None).map_err(bars_status)?;
+            let contract = o.contract_of(&table.symbol).map_err(serve_status)?;
+            let outcome = resident
+                .backtest(&table, &contract, options)
+                .map_err(serve_status)?;
+            Ok(pb::BacktestResponse {
+                model: resident.id().to_string(),
+                served_by: resident.served_by.clone(),
+                ..backtest_to_proto(&outcome, summary_only)
             })
         })
         .await?;

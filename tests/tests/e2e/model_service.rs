@@ -198,6 +198,69 @@ fn a_model_exported_by_one_host_predicts_the_same_on_another_and_streams_bar_by_
     assert_eq!(again["loaded_now"], false);
     assert_eq!(csv_predict(&a, "1", &es), in_process);
 
+    // Backtested on the host: the bundle's backtest here, to the bit (summary, ledger),
+    // and the charts drawn from what the host sent.
+    let backtest = |model: &str, ledger: &Path, extra: &[&str]| {
+        let mut args = vec!["backtest", "--model", model, "--data", &es];
+        args.extend(["--ledger", ledger.to_str().unwrap(), "-o", "json"]);
+        args.extend(extra);
+        ok_json(&a.client(&args))
+    };
+    let plots = dir.path().join("host-plots");
+    let (host_ledger, local_ledger) = (dir.path().join("host.csv"), dir.path().join("local.csv"));
+    let on_host = backtest("1", &host_ledger, &["--plots", plots.to_str().unwrap()]);
+    let here = backtest(through_host.to_str().unwrap(), &local_ledger, &[]);
+    assert_eq!(on_host, here);
+    assert_eq!(on_host["positions_from"], "sign");
+    assert_eq!(on_host["currency"], "USD");
+    assert!(
+        on_host["strategy"]["trades"].as_u64().unwrap() > 0,
+        "{on_host}"
+    );
+    assert_eq!(
+        std::fs::read(&host_ledger).unwrap(),
+        std::fs::read(&local_ledger).unwrap()
+    );
+    for chart in ["equity.png", "forecast.png"] {
+        let png = std::fs::read(plots.join(chart)).unwrap();
+        assert!(png.starts_with(b"\x89PNG") && png.len() > 10_000, "{chart}");
+    }
+    let costly = ok_json(&a.client(&[
+        "backtest",
+        "--model",
+        "1",
+        "--data",
+        &es,
+        "--commission",
+        "20",
+        "-o",
+        "json",
+    ]));
+    assert_eq!(costly["commission"], 20.0);
+    let (turnover, gross) = (
+        on_host["strategy"]["performance"]["turnover"]
+            .as_f64()
+            .unwrap(),
+        on_host["strategy"]["gross_pnl"].as_f64().unwrap(),
+    );
+    assert_eq!(costly["strategy"]["gross_pnl"].as_f64().unwrap(), gross);
+    let paid = costly["strategy"]["costs"].as_f64().unwrap();
+    let cost = 20.0 + 0.5 * 0.25 * 50.0;
+    assert!(
+        turnover >= 1.0 && (paid - turnover * cost).abs() < 1e-6,
+        "costs are the contracts traded × (commission + slippage): {paid} vs {turnover} × {cost}"
+    );
+    refused(
+        &a.client(&[
+            "backtest", "--model", "1", "--data", &es, "--rule", "scaled",
+        ]),
+        "the scaled rule needs P10 and P90 forecasts",
+    );
+    refused(
+        &a.client(&["backtest", "--model", "nope", "--data", &es]),
+        "not found: no model \"nope\"",
+    );
+
     // A fresh host imports the bundle: byte-identical predictions, and exports it unchanged.
     let state_b = dir.path().join("state-b");
     let b = Server::start(plugins.path(), &state_b, &[]);

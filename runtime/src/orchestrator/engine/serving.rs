@@ -22,6 +22,7 @@
 //! with none loaded.
 
 use super::{lock, Orchestrator};
+use crate::models::backtest::{Backtest, BacktestOptions};
 use crate::models::catalog::{Catalog, CatalogError, ModelEntry};
 use crate::models::{estimate_for, LoadedModel, ModelError, PredictWindow};
 use crate::orchestrator::arbiter::{Arbiter, HoldId, NoRoom, Remeasure};
@@ -121,6 +122,20 @@ impl Resident {
         let table = model.predict_bars(table, contract, window)?;
         self.predictions.fetch_add(1, Ordering::Relaxed);
         Ok(table)
+    }
+
+    /// The model's outputs on `table`'s bars traded as `options` say
+    /// ([`LoadedModel::backtest`]).
+    pub fn backtest(
+        &self,
+        table: &BarTable,
+        contract: &ContractSpec,
+        options: BacktestOptions,
+    ) -> Result<Backtest, ServeError> {
+        let mut model = lock(&self.model);
+        let outcome = model.backtest(table, contract, options)?;
+        self.predictions.fetch_add(1, Ordering::Relaxed);
+        Ok(outcome)
     }
 }
 
