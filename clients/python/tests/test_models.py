@@ -1,9 +1,10 @@
 """Models against a real host (loopback, no token): a bundle (TLI_TEST_BUNDLE, a template model
 trained on the ES sample TLI_TEST_BARS_CSV) imported, listed, loaded (its reservation in
 GetResources), applied to bars with Predict and bar by bar with PredictStream (the same
-forecasts), exported back byte for byte and unloaded; bad requests raising the exception of
-the right gRPC code; docs/python.md's models example run as written. The bars <-> wire
-conversions are checked without a host."""
+forecasts), exported back byte for byte and unloaded; backtested (the ledger and summary against a hand
+computation from Predict's forecasts); bad requests raising the exception of the right gRPC
+code; docs/python.md's models example run as written. The bars <-> wire conversions and a
+backtest's frames are checked without a host."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from test_docs_example import example_from
 
 from tli_client import (
     AlreadyExists,
+    Backtest,
     Client,
     FailedPrecondition,
     InvalidArgument,
@@ -35,7 +37,15 @@ from tli_client import (
     Reservation,
 )
 from tli_client._proto.tli.v1 import models_pb2 as mpb
-from tli_client.models import BUNDLE_FILES, bars_to_proto, parse_checksums, rows_to_frame, time_to_unix_ns
+from tli_client.models import (
+    BACKTEST_REPORT_COLUMNS,
+    BUNDLE_FILES,
+    LEDGER_COLUMNS,
+    bars_to_proto,
+    parse_checksums,
+    rows_to_frame,
+    time_to_unix_ns,
+)
 
 MODELS_MARKER = "<!-- tested: the models example below is run as written"
 FORECAST = "fwd_logret_1:mean"
@@ -261,6 +271,144 @@ def test_bad_model_requests_raise_the_code_the_host_sent_and_change_nothing(
         assert client.unload_model(name) is True
 
 
+def sign(x: float) -> float:
+    return 0.0 if x == 0 or math.isnan(x) else math.copysign(1.0, x)
+
+
+def ledger_by_hand(close: List[float], positions: List[float], point_value: float, cost: float) -> pd.DataFrame:
+    """The ledger's timing rule, no rolls: row t books gross_t = p_{t-1}·pv·(c_t − c_{t-1}),
+    costs_t = cost·|p_{t-1} − p_{t-2}| (p_{-1} = p_{-2} = 0); row 0 books nothing."""
+    rows = []
+    equity = 0.0
+    for t in range(len(close)):
+        held = positions[t - 1] if t >= 1 else 0.0
+        before = positions[t - 2] if t >= 2 else 0.0
+        gross = held * point_value * (close[t] - close[t - 1]) if t >= 1 else 0.0
+        costs = cost * abs(held - before) if t >= 1 else 0.0
+        equity += gross - costs
+        rows.append((positions[t], gross, costs, gross - costs, equity))
+    return pd.DataFrame(rows, columns=["position", "gross_pnl", "costs", "net_pnl", "equity"])
+
+
+def assert_close(got: pd.Series, want: List[float], what: str, tol: float = 1e-9) -> None:
+    assert len(got) == len(want), (what, len(got), len(want))
+    for i, (a, b) in enumerate(zip(got.to_list(), want)):
+        assert abs(a - b) <= tol, f"{what}[{i}] at {got.index[i]}: {a} vs {b}"
+
+
+def test_a_backtest_trades_the_forecasts_by_the_timing_rule_as_counted_by_hand(
+    client: Client, bundle: Path, bars_csv: Path
+) -> None:
+    name = unique("py-bt")
+    client.import_model(bundle, name=name)
+    bars = read_bars(bars_csv, 600)
+    with pytest.raises(FailedPrecondition, match="not loaded") as not_loaded:
+        client.backtest(name, bars)
+    assert not_loaded.value.method == "Backtest"
+    loaded = client.load_model(name)
+    assert loaded.resident is not None
+    try:
+        out = client.predict(name, bars)
+        bt = client.backtest(name, bars)
+        assert isinstance(bt, Backtest)
+        assert (bt.model, bt.served_by, bt.symbol) == (name, loaded.resident.served_by, "ES.FUT")
+        assert (bt.positions_from, bt.forecast, bt.currency) == ("sign", FORECAST, "USD")
+        assert (bt.commission, bt.slippage_ticks, bt.point_value) == (2.0, 0.5, 50.0)
+        assert bt.cost_per_contract == 2.0 + 0.5 * 0.25 * 50.0 == 8.25
+
+        # The summary: one row per strategy, the report's fields in proto order.
+        summary = bt.summary
+        assert list(summary.index) == ["model", "buy_and_hold", "flat"]
+        assert list(summary.columns) == list(BACKTEST_REPORT_COLUMNS)
+        for column in ("periods", "max_drawdown_periods", "periods_in_market", "trades"):
+            assert summary[column].dtype == "int64", column
+        assert summary["net_pnl"].dtype == "float64" and summary["sharpe"].dtype == "float64"
+
+        # The ledger: the predicted rows (first output to last), indexed as Predict's.
+        ledger = bt.ledger
+        assert ledger is not None
+        assert list(ledger.columns) == ["symbol", *LEDGER_COLUMNS]
+        assert ledger.index.name == "timestamp" and str(ledger.index.tz) == "UTC"
+        assert list(ledger.index) == list(out.index)
+        assert set(ledger["symbol"]) == {"ES.FUT"}
+        assert ledger["roll"].dtype == bool and not ledger["roll"].any()  # no rolls in this file
+        close = bars["close"].loc[out.index].to_list()
+        assert ledger["close"].to_list() == close
+
+        # By hand: p_t = sign(forecast_t), priced with the timing rule.
+        positions = [sign(x) for x in out[FORECAST]]
+        want = ledger_by_hand(close, positions, 50.0, 8.25)
+        for column in want.columns:
+            assert_close(ledger[column], want[column].to_list(), column)
+        n = len(positions)
+        model = summary.loc["model"]
+        assert abs(model["net_pnl"] - math.fsum(want["net_pnl"])) <= 1e-9
+        assert abs(model["gross_pnl"] - math.fsum(want["gross_pnl"])) <= 1e-9
+        assert abs(model["costs"] - math.fsum(want["costs"])) <= 1e-9
+        held = positions[: n - 1]  # the positions rows 1..n-1 earn on
+        trades = sum(1 for i, p in enumerate(held) if p != (held[i - 1] if i else 0.0))
+        assert model["trades"] == trades and model["periods"] == n - 1
+        assert model["turnover"] == sum(abs(p - (held[i - 1] if i else 0.0)) for i, p in enumerate(held))
+        assert model["exposure"] == sum(1 for p in held if p != 0) / (n - 1)
+
+        # Buy-and-hold: one contract bought at the first bar, held to the last.
+        hold = ledger_by_hand(close, [1.0] * n, 50.0, 8.25)
+        assert_close(ledger["buy_and_hold_equity"], hold["equity"].to_list(), "buy_and_hold_equity")
+        held_net = summary.loc["buy_and_hold", "net_pnl"]
+        assert abs(held_net - (50.0 * (close[-1] - close[0]) - 8.25)) <= 1e-6
+        assert summary.loc["buy_and_hold", "costs"] == 8.25 and summary.loc["buy_and_hold", "trades"] == 1
+        assert summary.loc["buy_and_hold", "exposure"] == 1.0
+        flat = summary.loc["flat"]
+        for column in BACKTEST_REPORT_COLUMNS:
+            assert flat[column] == (n - 1 if column == "periods" else 0), (column, flat[column])
+
+        # The forecasts it traded: Predict's, with the realized log returns.
+        forecasts = bt.forecasts
+        assert forecasts is not None
+        assert list(forecasts.columns) == ["symbol", "p50", "actual"]  # a point forecast
+        assert list(forecasts.index) == list(out.index)
+        assert forecasts["p50"].to_list() == out[FORECAST].to_list()
+        assert forecasts["actual"].iloc[:-1].to_list() == out[ACTUAL].iloc[:-1].to_list()
+        assert math.isnan(forecasts["actual"].iloc[-1])
+
+        # The summary alone is the same summary.
+        alone = client.backtest(name, bars, summary_only=True)
+        assert alone.ledger is None and alone.forecasts is None
+        pd.testing.assert_frame_equal(alone.summary, summary)
+
+        # Without costs, net is gross; max_contracts scales the positions; start trades later.
+        free = client.backtest(name, bars, commission=0, slippage_ticks=0)
+        assert (free.commission, free.slippage_ticks, free.cost_per_contract) == (0.0, 0.0, 0.0)
+        assert free.ledger is not None
+        assert (free.ledger["costs"] == 0).all() and free.summary.loc["model", "costs"] == 0
+        assert free.ledger["net_pnl"].to_list() == free.ledger["gross_pnl"].to_list()
+        assert free.ledger["gross_pnl"].to_list() == ledger["gross_pnl"].to_list()
+        assert free.summary.loc["model", "net_pnl"] == free.summary.loc["model", "gross_pnl"]
+        two = client.backtest(name, bars, max_contracts=2, summary_only=True)
+        assert abs(two.summary.loc["model", "net_pnl"] - 2 * model["net_pnl"]) <= 1e-6
+        later = client.backtest(name, bars, start=out.index[100])
+        assert later.ledger is not None and list(later.ledger.index) == list(out.index[100:])
+        assert later.ledger["position"].to_list() == positions[100:]
+        assert later.ledger["gross_pnl"].iloc[0] == 0.0 and later.ledger["costs"].iloc[1] == 8.25
+
+        # Refusals: a rule a point forecast cannot take, a bad size, an unknown model.
+        with pytest.raises(InvalidArgument, match="P10 and P90") as banded:
+            client.backtest(name, bars, rule="threshold:0.5")
+        assert banded.value.method == "Backtest"
+        with pytest.raises(InvalidArgument, match="position rule"):
+            client.backtest(name, bars, rule="martingale")
+        with pytest.raises(InvalidArgument, match="max_contracts"):
+            client.backtest(name, bars, max_contracts=0)
+        with pytest.raises(InvalidArgument, match="commission"):
+            client.backtest(name, bars, commission=-1)
+        missing = unique("no-such-model")
+        with pytest.raises(NotFound) as unknown:
+            client.backtest(missing, bars)
+        assert missing in unknown.value.message
+    finally:
+        assert client.unload_model(name) is True
+
+
 def test_the_docs_models_example_runs_as_written(
     docs: Path, endpoint: str, bundle: Path, bars_csv: Path, tmp_path: Path
 ) -> None:
@@ -344,3 +492,42 @@ def test_prediction_rows_become_a_frame_indexed_by_utc_time_with_nan_kept() -> N
     }
     with pytest.raises(ValueError, match="line 1"):
         parse_checksums("nonsense\n")
+
+
+def test_a_backtest_response_becomes_frames() -> None:
+    def report(net: float, trades: int) -> mpb.BacktestReport:
+        return mpb.BacktestReport(net_pnl=net, gross_pnl=net + 1, costs=1.0, periods=1, trades=trades)
+
+    day = 86_400_000_000_000
+    reply = mpb.BacktestResponse(
+        model="m", served_by="template@0.1.0", symbol="ES", positions_from="sign",
+        forecast="r:mean", commission=2.0, slippage_ticks=0.5, cost_per_contract=8.25,
+        point_value=50.0, currency="USD",
+        strategy=report(10.0, 1), buy_and_hold=report(-5.0, 1), flat=report(0.0, 0),
+        ledger=mpb.PredictionRows(
+            columns=list(LEDGER_COLUMNS), symbol="ES", ts_unix_ns=[0, day],
+            values=[100, 1, 0, 0, 0, 0, 0, 0,  101, 1, 50, 8.25, 41.75, 41.75, 1, 41.75],
+        ),
+        forecasts=mpb.PredictionRows(
+            columns=["p50", "actual"], symbol="ES", ts_unix_ns=[0, day], values=[0.1, 0.01, 0.2, float("nan")]
+        ),
+    )
+    # The summary's columns are BacktestReport's fields, in proto order.
+    assert list(BACKTEST_REPORT_COLUMNS) == [f.name for f in mpb.BacktestReport.DESCRIPTOR.fields]
+    bt = Backtest.from_proto(reply)
+    assert (bt.model, bt.forecast, bt.cost_per_contract, bt.currency) == ("m", "r:mean", 8.25, "USD")
+    assert list(bt.summary.index) == ["model", "buy_and_hold", "flat"]
+    assert bt.summary["net_pnl"].to_list() == [10.0, -5.0, 0.0]
+    assert bt.summary["trades"].dtype == "int64" and bt.summary["sharpe"].dtype == "float64"
+    assert bt.ledger is not None and bt.ledger["roll"].to_list() == [False, True]
+    assert bt.ledger.index.name == "timestamp" and bt.ledger["equity"].to_list() == [0.0, 41.75]
+    assert bt.forecasts is not None and list(bt.forecasts.columns) == ["symbol", "p50", "actual"]
+
+    reply.ClearField("ledger")
+    reply.ClearField("forecasts")
+    reply.forecast = ""
+    alone = Backtest.from_proto(reply)
+    assert alone.ledger is None and alone.forecasts is None and alone.forecast is None
+    reply.ClearField("flat")
+    with pytest.raises(ValueError, match="flat report"):
+        Backtest.from_proto(reply)

@@ -25,10 +25,7 @@ use tli_data::table::BarTable;
 use tli_models::PredictionTable;
 use tli_plugin_api::ROLL_BEFORE;
 
-/// The trading environment's default commission per contract (currency).
-pub const DEFAULT_COMMISSION: f64 = 2.0;
-/// The trading environment's default slippage (ticks per contract traded).
-pub const DEFAULT_SLIPPAGE_TICKS: f64 = 0.5;
+pub use tli_backtest::{DEFAULT_COMMISSION, DEFAULT_SLIPPAGE_TICKS};
 
 /// How to trade a model's outputs.
 #[derive(Clone, Copy, Debug)]
@@ -63,6 +60,13 @@ fn forecasts(outputs: &PredictionTable, read: &str, target: &str) -> Forecasts {
     }
 }
 
+/// Too few bars to trade (a request to fix: more bars, a wider window).
+fn too_few(what: &str) -> ModelError {
+    ModelError::Backtest(tli_backtest::MetricsError::Data(format!(
+        "{what}: give more bars or widen the window"
+    )))
+}
+
 fn bad(message: String) -> ModelError {
     ModelError::Card(message)
 }
@@ -84,13 +88,14 @@ impl LoadedModel {
             outputs.timestamps.first().and_then(|&t| index(t)),
             outputs.timestamps.last().and_then(|&t| index(t)),
         ) else {
-            return Err(bad("the model gave no outputs to trade".into()));
+            return Err(too_few(
+                "the model gave no outputs on these bars (fewer bars than its look-back?)",
+            ));
         };
         if last <= first {
-            return Err(ModelError::EmptyWindow {
-                start: "the first output".into(),
-                end: "one more bar (a backtest needs at least 2 bars)".into(),
-            });
+            return Err(too_few(
+                "the model gave an output for one bar only; a backtest needs at least 2",
+            ));
         }
         let span = first..last + 1;
         let (wanted, forecast, positions_from) = self.positions(&outputs, options)?;

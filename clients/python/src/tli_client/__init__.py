@@ -13,6 +13,7 @@
     job.history().to_pandas()                    # metric curves by step
     tli.load_model("es-mlp")                     # a model of the host (tli.models())
     tli.predict("es-mlp", bars)                  # bars: a DataFrame; outputs: a DataFrame
+    tli.backtest("es-mlp", bars).summary         # its P&L beside buy-and-hold and flat
 
 The package version follows the API: ``tli-client 1.x`` speaks ``tli.v1`` (:data:`API_PACKAGE`);
 docs/python.md is the guide.
@@ -54,7 +55,7 @@ from .errors import (
     Unimplemented,
 )
 from .history import History, MetricSeries, TaskHistory
-from .models import ModelData, ModelInfo, ResidentModel
+from .models import Backtest, ModelData, ModelInfo, ResidentModel
 from .schema_config import SchemaConfig, config_type
 from .info import Device, PluginInfo, Plugins, RefusedPlugin, RescanReport, Reservation
 from .jobs import (
@@ -129,6 +130,7 @@ __all__ = [
     "ModelInfo",
     "ModelData",
     "ResidentModel",
+    "Backtest",
     "ProgressDisplay",
     "TqdmDisplay",
     "TliError",

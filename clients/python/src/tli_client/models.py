@@ -10,6 +10,10 @@ holds a predictor and a memory reservation on the host's device.
 ``volume`` and a DatetimeIndex or a ``ts`` / ``timestamp`` column) into the columnar ``Bars``
 message; :func:`rows_to_frame` turns ``PredictionRows`` into a DataFrame indexed by UTC
 timestamp. Both need pandas (``pip install 'tli-client[pandas]'``).
+
+A :class:`Backtest` is what ``Client.backtest`` returns: a model's outputs traded bar by bar
+on bars, priced with the contract's point value and costs, beside buy-and-hold and flat; its
+summary, per-bar ledger and forecasts are DataFrames.
 """
 
 from __future__ import annotations
@@ -32,6 +36,10 @@ __all__ = [
     "ResidentModel",
     "ModelInfo",
     "ModelRef",
+    "Backtest",
+    "BACKTEST_REPORT_COLUMNS",
+    "BACKTEST_STRATEGIES",
+    "LEDGER_COLUMNS",
     "BarsLike",
     "TimeLike",
     "BUNDLE_FILES",
@@ -337,6 +345,132 @@ def rows_to_frame(
     frame = pd.DataFrame(data, index=index)
     frame["symbol"] = frame["symbol"].astype(str)
     return frame
+
+
+#: The columns of :attr:`Backtest.summary`: the fields of ``BacktestReport``, in proto order.
+BACKTEST_REPORT_COLUMNS: Tuple[str, ...] = (
+    "net_pnl",
+    "gross_pnl",
+    "costs",
+    "periods",
+    "mean_pnl",
+    "std_pnl",
+    "sharpe",
+    "sortino",
+    "max_drawdown",
+    "max_drawdown_periods",
+    "turnover",
+    "avg_turnover",
+    "hit_rate",
+    "periods_in_market",
+    "exposure",
+    "trades",
+)
+#: The summary's integer columns (counts of periods and trades; int64).
+_REPORT_INTS = frozenset({"periods", "max_drawdown_periods", "periods_in_market", "trades"})
+#: The rows of :attr:`Backtest.summary` and the response fields they come from.
+BACKTEST_STRATEGIES: Tuple[Tuple[str, str], ...] = (
+    ("model", "strategy"),
+    ("buy_and_hold", "buy_and_hold"),
+    ("flat", "flat"),
+)
+#: The ledger's columns after ``symbol``, as the host sends them.
+LEDGER_COLUMNS: Tuple[str, ...] = (
+    "close",
+    "position",
+    "gross_pnl",
+    "costs",
+    "net_pnl",
+    "equity",
+    "roll",
+    "buy_and_hold_equity",
+)
+
+
+@dataclass(frozen=True, eq=False)
+class Backtest:
+    """A model's outputs traded on bars (``Client.backtest``), beside buy-and-hold (one
+    contract long throughout) and flat on the same bars. P&L and costs are in ``currency``.
+
+    Compared by identity (it holds DataFrames).
+    """
+
+    #: The model's id and ``plugin@version`` that answered.
+    model: str
+    served_by: str
+    symbol: str
+    #: ``"agent"`` (its own positions) or the position rule (``"sign"``, ``"scaled"``,
+    #: ``"threshold:0.1"``).
+    positions_from: str
+    #: The forecast column the rule read (``"fwd_logret_1:mean"``, ``"…:p50"``); None for an
+    #: agent.
+    forecast: Optional[str]
+    #: Commission per contract traded (currency) and slippage in ticks per contract traded.
+    commission: float
+    slippage_ticks: float
+    #: commission + slippage_ticks × tick size × point value: the cost of one contract traded.
+    cost_per_contract: float
+    point_value: float
+    currency: str
+    #: One row per strategy, indexed ``model``, ``buy_and_hold``, ``flat``; one column per
+    #: ``BacktestReport`` field (:data:`BACKTEST_REPORT_COLUMNS`): ``net_pnl``, ``gross_pnl``,
+    #: ``costs``, ``periods``, ``mean_pnl``, ``std_pnl``, ``sharpe``, ``sortino``,
+    #: ``max_drawdown``, ``max_drawdown_periods``, ``turnover``, ``avg_turnover``,
+    #: ``hit_rate``, ``periods_in_market``, ``exposure``, ``trades`` (counts as int64).
+    summary: "pandas.DataFrame"
+    #: One row per bar traded, indexed by UTC ``timestamp``: ``symbol``, ``close``,
+    #: ``position`` (decided at this bar's close, held over the next), ``gross_pnl``,
+    #: ``costs``, ``net_pnl``, ``equity`` (cumulative net), ``roll`` (bool: the bar starts a
+    #: new contract), ``buy_and_hold_equity``. None with ``summary_only``.
+    ledger: Optional["pandas.DataFrame"]
+    #: A forecaster's outputs as traded (log returns), indexed like the ledger: ``symbol``,
+    #: ``p50`` (or the point forecast), ``p10`` and ``p90`` (absent for a point forecast),
+    #: ``actual``. None for an agent and with ``summary_only``.
+    forecasts: Optional["pandas.DataFrame"]
+
+    @classmethod
+    def from_proto(cls, r: mpb.BacktestResponse) -> "Backtest":
+        """A ``BacktestResponse`` as a :class:`Backtest`; ``ValueError`` when it lacks a
+        report or a ledger column. Needs pandas."""
+        pd = require_pandas()
+        reports = []
+        for row, field in BACKTEST_STRATEGIES:
+            if not r.HasField(field):
+                raise ValueError(f"the host sent a backtest without its {row} report")
+            report = getattr(r, field)
+            reports.append([getattr(report, c) for c in BACKTEST_REPORT_COLUMNS])
+        summary = pd.DataFrame(
+            reports,
+            index=[row for row, _ in BACKTEST_STRATEGIES],
+            columns=list(BACKTEST_REPORT_COLUMNS),
+        ).astype({c: "int64" if c in _REPORT_INTS else "float64" for c in BACKTEST_REPORT_COLUMNS})
+        ledger = None
+        if r.HasField("ledger"):
+            ledger = rows_to_frame(r.ledger)
+            missing = [c for c in LEDGER_COLUMNS if c not in ledger.columns]
+            if missing:
+                raise ValueError(f"the host sent a backtest ledger without {', '.join(missing)}")
+            ledger["roll"] = ledger["roll"] != 0.0
+            ledger.attrs.update(model=r.model, served_by=r.served_by)
+        forecasts = None
+        if r.HasField("forecasts"):
+            forecasts = rows_to_frame(r.forecasts)
+            forecasts.attrs.update(model=r.model, served_by=r.served_by)
+        return cls(
+            model=r.model,
+            served_by=r.served_by,
+            symbol=r.symbol,
+            positions_from=r.positions_from,
+            forecast=r.forecast or None,
+            commission=r.commission,
+            slippage_ticks=r.slippage_ticks,
+            cost_per_contract=r.cost_per_contract,
+            point_value=r.point_value,
+            currency=r.currency,
+            summary=summary,
+            ledger=ledger,
+            forecasts=forecasts,
+        )
 
 
 def sha256_of(path: Path) -> str:
