@@ -22,6 +22,13 @@ pub mod rules;
 
 use tli_plugin_api::PluginError;
 
+/// The trading environment's commission per contract traded (currency),
+/// used wherever nobody said otherwise: forecasters' trading metrics,
+/// backtests of models without a trading config.
+pub const DEFAULT_COMMISSION: f64 = 2.0;
+/// The trading environment's slippage, in ticks per contract traded.
+pub const DEFAULT_SLIPPAGE_TICKS: f64 = 0.5;
+
 /// Why a series could not be priced or evaluated: one line naming the value.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum MetricsError {

@@ -436,7 +436,14 @@ pub enum TrainCommand {
         verbose: bool,
     },
     /// A job's tasks, states, progress and latest metrics.
-    Status { job: u64 },
+    Status {
+        job: u64,
+        /// Order the tasks by this metric, best first (e.g. valid_trade_sharpe,
+        /// valid_qrisk_p50): lower is better for losses, errors, risks, drawdowns and
+        /// costs, higher for the rest; tasks without it come last.
+        #[arg(long, value_name = "METRIC")]
+        rank: Option<String>,
+    },
     /// Jobs on the host, newest first, with filters.
     List(ListArgs),
     /// Stop a job (or one task): graceful with a checkpoint, or forced with a deadline.

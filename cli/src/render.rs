@@ -117,19 +117,28 @@ pub fn format_time(unix_ms: i64) -> String {
 /// Metrics shown in a table cell at most (`-o json` has them all).
 const TABLE_METRICS: usize = 4;
 
-/// The first few metrics for a table: losses, then skills, then the rest
+/// The first few metrics for a table: `first` (a ranking metric), then
+/// losses, skills, a forecaster's trading Sharpe and P&L, then the rest
 /// (each group by name), and how many were left out.
 pub fn format_metrics(metrics: &BTreeMap<String, f64>) -> String {
+    format_metrics_first(metrics, None)
+}
+
+fn format_metrics_first(metrics: &BTreeMap<String, f64>, first: Option<&str>) -> String {
     if metrics.is_empty() {
         return "-".into();
     }
     let rank = |name: &str| {
-        if name.contains("loss") {
+        if Some(name) == first {
             0
-        } else if name.contains("skill") {
+        } else if name.contains("loss") {
             1
-        } else {
+        } else if name.contains("skill") {
             2
+        } else if name.ends_with("_trade_sharpe") || name.ends_with("_trade_net_pnl") {
+            3
+        } else {
+            4
         }
     };
     let mut names: Vec<&String> = metrics.keys().collect();
@@ -152,6 +161,70 @@ fn format_value(v: f64) -> String {
     } else {
         format!("{v:.4}")
     }
+}
+
+/// Whether a smaller value of `metric` is better: losses, errors, risks,
+/// drawdowns, costs and turnover.
+pub fn lower_is_better(metric: &str) -> bool {
+    let name = metric.split('@').next().unwrap_or(metric);
+    [
+        "loss", "mse", "mae", "qrisk", "pinball", "drawdown", "costs", "turnover",
+    ]
+    .iter()
+    .any(|word| name.contains(word))
+}
+
+/// Orders `tasks` by `metric`, best first (tasks without a finite value
+/// last, in their order); says which way is better ("lower" or "higher").
+/// Refuses a metric no task reports, naming those they do.
+pub fn rank_tasks(tasks: &mut [TaskJson], metric: &str) -> anyhow::Result<&'static str> {
+    let value = |t: &TaskJson| t.metrics.get(metric).copied().filter(|v| v.is_finite());
+    if !tasks.iter().any(|t| value(t).is_some()) {
+        let mut known: Vec<&str> = tasks
+            .iter()
+            .flat_map(|t| t.metrics.keys().map(String::as_str))
+            .collect();
+        known.sort_unstable();
+        known.dedup();
+        // Names sharing a word with the one asked for ("sharpe"), else all.
+        let words: Vec<&str> = metric
+            .split(['_', '@'])
+            .filter(|w| w.len() >= 4 && !["valid", "test", "train"].contains(w))
+            .collect();
+        let similar: Vec<&str> = known
+            .iter()
+            .copied()
+            .filter(|k| words.iter().any(|w| k.contains(w)))
+            .collect();
+        let (label, names) = match similar.is_empty() {
+            true => ("they report", known),
+            false => ("similar ones they report", similar),
+        };
+        let shown = names
+            .iter()
+            .take(12)
+            .copied()
+            .collect::<Vec<_>>()
+            .join(", ");
+        anyhow::bail!(
+            "no task reports {metric}; {label}: {}{}",
+            if shown.is_empty() {
+                "nothing yet"
+            } else {
+                &shown
+            },
+            if names.len() > 12 { ", …" } else { "" }
+        );
+    }
+    let lower = lower_is_better(metric);
+    tasks.sort_by(|a, b| match (value(a), value(b)) {
+        (Some(x), Some(y)) if lower => x.total_cmp(&y),
+        (Some(x), Some(y)) => y.total_cmp(&x),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => std::cmp::Ordering::Equal,
+    });
+    Ok(if lower { "lower" } else { "higher" })
 }
 
 /// The metric a progress line shows: `train_loss`, else any `*loss*`, else the first.
@@ -230,6 +303,11 @@ pub fn started_table(job: &JobJson) -> Table {
 
 /// `train status|stop|resume|watch`: one row per task.
 pub fn tasks_table(job: &JobJson) -> Table {
+    tasks_table_ranked(job, None)
+}
+
+/// [`tasks_table`] with the ranking metric first in each METRICS cell.
+pub fn tasks_table_ranked(job: &JobJson, rank: Option<&str>) -> Table {
     let on = stdout_colours();
     // Slurm tasks show their Slurm job and node.
     let slurm = job.progress.tasks.iter().any(|t| t.slurm.is_some());
@@ -267,7 +345,7 @@ pub fn tasks_table(job: &JobJson) -> Table {
                 "-".into()
             }),
             Cell::new(format_eta(t.eta_seconds)),
-            Cell::new(format_metrics(&t.metrics)),
+            Cell::new(format_metrics_first(&t.metrics, rank)),
         ]);
         table.add_row(row);
     }
@@ -313,7 +391,12 @@ pub fn job_summary(job: &JobJson) -> Vec<String> {
 }
 
 pub fn print_job(job: &JobJson) {
-    crate::outln!("{}", tasks_table(job));
+    print_job_ranked(job, None);
+}
+
+/// [`print_job`] with `rank`'s metric first in each task's METRICS cell.
+pub fn print_job_ranked(job: &JobJson, rank: Option<&str>) {
+    crate::outln!("{}", tasks_table_ranked(job, rank));
     for line in job_summary(job) {
         crate::outln!("{line}");
     }
@@ -461,5 +544,47 @@ mod tests {
             "train_loss=1.000e-5 valid_loss=0.2500 valid_skill=0.1000 accuracy=0.9000 (+1 more)"
         );
         assert_eq!(format_metrics(&BTreeMap::new()), "-");
+    }
+
+    #[test]
+    fn tasks_rank_by_a_metric_best_first_and_a_metric_nobody_reports_is_refused() {
+        let mut tasks: Vec<TaskJson> = (0..4)
+            .map(|i| TaskJson::from(&task(i, pb::TaskState::Completed)))
+            .collect();
+        for (t, (sharpe, qrisk)) in
+            tasks
+                .iter_mut()
+                .zip([(0.5, 0.3), (1.5, 0.2), (f64::NAN, 0.1), (-1.0, 0.4)])
+        {
+            t.metrics.insert("valid_trade_sharpe".into(), sharpe);
+            t.metrics.insert("valid_qrisk_p50".into(), qrisk);
+        }
+        let ids = |tasks: &[TaskJson]| tasks.iter().map(|t| t.task_id).collect::<Vec<_>>();
+        assert_eq!(
+            rank_tasks(&mut tasks, "valid_trade_sharpe").unwrap(),
+            "higher"
+        );
+        assert_eq!(ids(&tasks), [1, 0, 3, 2], "NaN last");
+        assert_eq!(rank_tasks(&mut tasks, "valid_qrisk_p50").unwrap(), "lower");
+        assert_eq!(ids(&tasks), [2, 1, 0, 3]);
+        assert!(
+            lower_is_better("test_trade_max_drawdown@ES") && !lower_is_better("test_trade_net_pnl")
+        );
+        let e = rank_tasks(&mut tasks, "valid_sharp")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("no task reports valid_sharp; similar ones they report: valid_trade_sharpe"),
+            "{e}"
+        );
+        let e = rank_tasks(&mut tasks, "x").unwrap_err().to_string();
+        assert!(
+            e.contains("they report: train_loss, valid_qrisk_p50, valid_trade_sharpe"),
+            "{e}"
+        );
+        let m: BTreeMap<String, f64> = tasks[0].metrics.clone();
+        assert!(
+            format_metrics_first(&m, Some("valid_trade_sharpe")).starts_with("valid_trade_sharpe=")
+        );
     }
 }

@@ -106,7 +106,9 @@ pub(super) fn train(cli: &Cli, command: &TrainCommand) -> Result<()> {
         } => run(cli, |remote| async move {
             watch::watch(&remote, *job, *interval_ms, *verbose, output).await
         }),
-        TrainCommand::Status { job } => run(cli, |remote| status(remote, *job, output)),
+        TrainCommand::Status { job, rank } => {
+            run(cli, |remote| status(remote, *job, rank.as_deref(), output))
+        }
         TrainCommand::List(args) => {
             let request = list_request(args)?;
             run(cli, |remote| list(remote, request, args, output))
@@ -270,14 +272,28 @@ async fn start(
     Ok(())
 }
 
-async fn status(remote: Remote, job_id: u64, output: OutputFormat) -> Result<()> {
+async fn status(
+    remote: Remote,
+    job_id: u64,
+    rank: Option<&str>,
+    output: OutputFormat,
+) -> Result<()> {
     let response = remote
         .training()
         .get_training_status(GetTrainingStatusRequest { job_id })
         .await
         .map_err(|s| api_error(&remote, s))?
         .into_inner();
-    print_job_result(&response.job.unwrap_or_default(), output)
+    let mut job = JobJson::from(&response.job.unwrap_or_default());
+    if let Some(metric) = rank {
+        let order = render::rank_tasks(&mut job.progress.tasks, metric)?;
+        eprintln!("tasks ranked by {metric}, best first ({order} is better)");
+    }
+    if output == OutputFormat::Json {
+        return print_json(&job);
+    }
+    render::print_job_ranked(&job, rank);
+    Ok(())
 }
 
 async fn stop(remote: Remote, request: StopTrainingRequest, output: OutputFormat) -> Result<()> {

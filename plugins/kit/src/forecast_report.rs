@@ -12,13 +12,18 @@
 //! outermost pair `coverage_p{lo}_p{hi}`.
 
 use crate::forecast_metrics as fm;
-use tli_plugin_api::Metric;
+use crate::task_rows::AssetRows;
+use crate::trade_report::{task_metrics, Market};
+use tli_plugin_api::{Metric, PluginError};
 
 /// Forecasts and targets of some windows, row-major `[windows × horizons]`
 /// (forecasts `× outputs`), with the targets' validity and each window's asset.
 #[derive(Clone, Debug, Default)]
 pub struct ForecastSet {
     pub asset: Vec<u32>,
+    /// Each window's last row, in the task's pooled row numbering
+    /// ([`WindowEnd::row`](crate::task_rows::WindowEnd)).
+    pub row: Vec<u32>,
     pub forecast: Vec<f32>,
     pub target: Vec<f32>,
     pub valid: Vec<bool>,
@@ -44,6 +49,10 @@ impl ForecastSet {
         let (h, q) = (layout.horizons, layout.outputs());
         let mut out = ForecastSet {
             asset: rows.iter().map(|&r| self.asset[r]).collect(),
+            row: rows
+                .iter()
+                .filter_map(|&r| self.row.get(r).copied())
+                .collect(),
             forecast: Vec::with_capacity(rows.len() * h * q),
             target: Vec::with_capacity(rows.len() * h),
             valid: Vec::with_capacity(rows.len() * h),
@@ -79,6 +88,36 @@ impl ForecastSet {
             }
         }
         out
+    }
+
+    /// The trading metrics of the default position rule
+    /// ([`trade_report`](crate::trade_report)) on each asset's windows: the
+    /// point forecast of horizon 1 at each window's last row.
+    pub fn trading_metrics(
+        &self,
+        layout: ForecastLayout<'_>,
+        assets: &[AssetRows],
+        prefix: &str,
+    ) -> Result<Vec<Metric>, PluginError> {
+        let (h, q) = (layout.horizons, layout.outputs());
+        let point = point_output(layout.quantiles);
+        let mut per_asset: Vec<Vec<(usize, f64)>> = vec![Vec::new(); assets.len()];
+        for (i, (&asset, &row)) in self.asset.iter().zip(&self.row).enumerate() {
+            let Some(a) = assets.get(asset as usize) else {
+                continue;
+            };
+            let local = (row as usize).saturating_sub(a.rows.start);
+            per_asset[asset as usize].push((local, f64::from(self.forecast[i * h * q + point])));
+        }
+        let traded: Vec<(Vec<usize>, Vec<f64>)> = per_asset
+            .into_iter()
+            .map(|mut rows| {
+                rows.sort_by_key(|(row, _)| *row);
+                rows.into_iter().unzip()
+            })
+            .collect();
+        let markets: Vec<Option<Market>> = assets.iter().map(|a| a.market.clone()).collect();
+        task_metrics(&markets, &traded, prefix)
     }
 
     /// The metrics of the whole set (see the module docs).

@@ -76,6 +76,7 @@ pub mod schedule;
 pub mod staged;
 pub mod task_rows;
 pub mod torchscript;
+pub mod trade_report;
 pub mod weights;
 pub mod windows;
 pub use tli_rng as rng;

@@ -14,6 +14,7 @@
 //! to that of `e + h`, the TFT's per-step decoder targets).
 
 use crate::data::{self, Split};
+use crate::trade_report::Market;
 use crate::windows::{HorizonTarget, RowRuns, BREAK_ON_DEFAULT};
 use crate::TchResultExt;
 use std::ops::Range;
@@ -54,6 +55,9 @@ pub struct AssetRows {
     pub asset_index: u32,
     /// Its rows in the task's tensors.
     pub rows: Range<usize>,
+    /// Its bars as a backtest prices them (the trading metrics); `None`
+    /// when they cannot be traded.
+    pub market: Option<Market>,
 }
 
 pub struct TaskData {
@@ -164,6 +168,7 @@ impl TaskData {
                     0
                 },
                 rows: offset..offset + rows,
+                market: Market::of(d, &annex.row_markers)?,
             });
             offset += rows;
         }

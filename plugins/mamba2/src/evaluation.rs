@@ -52,6 +52,7 @@ pub fn split_metrics(
         quantiles: &config.quantiles,
     };
     metrics.extend(all.metrics_with_assets(layout, prefix, &symbols));
+    metrics.extend(all.trading_metrics(layout, &data.assets, prefix)?);
     Ok(metrics)
 }
 
@@ -89,6 +90,7 @@ fn forecasts(
     }
     let mut out = ForecastSet {
         asset: Vec::new(),
+        row: Vec::new(),
         forecast: Vec::new(),
         target: Vec::new(),
         valid: Vec::new(),
@@ -118,6 +120,7 @@ fn forecasts(
             for (asset, _) in batch {
                 out.asset.extend(std::iter::repeat_n(*asset, positions));
             }
+            out.row.extend(rows.iter().map(|&r| r as u32));
             out.forecast.extend(f);
             out.target.extend(t);
             out.valid.extend(v.into_iter().map(|v| v > 0.5));

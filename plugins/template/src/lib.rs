@@ -21,6 +21,7 @@ use tli_plugin_api::{
     StepReport, TaskInputs, TaskSpec, Trainer,
 };
 use tli_plugin_kit::schedule::learning_rate_at;
+use tli_plugin_kit::trade_report::{self, Market};
 use tli_plugin_kit::{
     adam::AdamConfig,
     checkpoint,
@@ -92,8 +93,7 @@ impl Plugin for TemplatePlugin {
         inputs: TaskInputs,
         host: Host,
     ) -> Result<TemplateTrainer, PluginError> {
-        let pooled = inputs.pooled.then_some(inputs);
-        TemplateTrainer::new(spec, pooled.as_ref(), host)
+        TemplateTrainer::new(spec, Some(&inputs), host)
     }
 
     fn export_weights(
@@ -182,10 +182,14 @@ pub struct TemplateTrainer {
     test_rows: std::ops::Range<usize>,
     /// A pooled task's assets: symbol and validation rows (empty otherwise).
     pooled_valid: Vec<(String, std::ops::Range<usize>)>,
+    /// Each asset's market and the first row of its validation split in its
+    /// own dataset (the trading metrics' rows).
+    markets: Vec<(Option<Market>, usize)>,
 }
 
 impl TemplateTrainer {
-    fn new(spec: TaskSpec, pooled: Option<&TaskInputs>, host: Host) -> Result<Self, PluginError> {
+    fn new(spec: TaskSpec, inputs: Option<&TaskInputs>, host: Host) -> Result<Self, PluginError> {
+        let pooled = inputs.filter(|i| i.pooled);
         let config = TemplateConfig::parse(&spec.config_json)?;
         let device = parse_device(&spec.device)?;
         let dataset: &RArc<Dataset> = &spec.dataset;
@@ -234,6 +238,26 @@ impl TemplateTrainer {
             }
         };
 
+        // Each asset's market (closes, rolls, contract) and the first row of
+        // its validation split, for the trading metrics.
+        let mut markets = Vec::new();
+        match pooled {
+            None => {
+                let markers = match inputs {
+                    Some(inputs) => inputs.annex(0)?.row_markers,
+                    None => Vec::new(),
+                };
+                let valid = data::split_rows(dataset, Split::Validation).start;
+                markets.push((Market::of(dataset, &markers)?, valid));
+            }
+            Some(inputs) => {
+                for (i, d) in inputs.datasets.iter().enumerate() {
+                    let valid = data::split_rows(d, Split::Validation).start;
+                    markets.push((Market::of(d, &inputs.annex(i)?.row_markers)?, valid));
+                }
+            }
+        }
+
         let rng = Rng::new(spec.seed);
         let model = Mlp::new(
             &config.layer_sizes(shape.features as usize),
@@ -265,6 +289,7 @@ impl TemplateTrainer {
         Ok(Self {
             train_rows,
             shape,
+            markets,
             valid_rows,
             test_rows,
             pooled_valid,
@@ -317,13 +342,14 @@ impl TemplateTrainer {
         loss.f_double_value(&[]).plugin_err("reading the loss")
     }
 
-    /// Metrics over `rows` of the data tensors, named `{prefix}_…{suffix}`.
+    /// Metrics over `rows` of the data tensors, named `{prefix}_…{suffix}`,
+    /// and the forecasts of the rows.
     fn split_metrics(
         &self,
         prefix: &str,
         rows: std::ops::Range<usize>,
         suffix: &str,
-    ) -> Result<Vec<Metric>, PluginError> {
+    ) -> Result<(Vec<Metric>, Vec<f64>), PluginError> {
         let (start, len) = (rows.start as i64, rows.len() as i64);
         // Forecasts and targets of the validation split; the kit computes the metrics.
         let (forecast, target) = tch::no_grad(|| -> Result<(Vec<f32>, Vec<f32>), tch::TchError> {
@@ -344,7 +370,7 @@ impl TemplateTrainer {
         self.host.debug(&format!(
             "{prefix}{suffix} mse {mse:.6e} vs zero forecast {zero_mse:.6e}"
         ));
-        Ok(vec![
+        let metrics = vec![
             Metric::new(&format!("{prefix}_mse{suffix}"), mse),
             Metric::new(&format!("{prefix}_mse_zero_forecast{suffix}"), zero_mse),
             Metric::new(&format!("{prefix}_skill{suffix}"), m.skill),
@@ -355,7 +381,8 @@ impl TemplateTrainer {
                 &format!("{prefix}_qrisk_p50{suffix}"),
                 forecast_metrics::quantile_risk(&target, &forecast, 0.5),
             ),
-        ])
+        ];
+        Ok((metrics, forecast.iter().map(|&f| f64::from(f)).collect()))
     }
 
     fn named_tensors(&self) -> Vec<(String, &Tensor)> {
@@ -392,15 +419,30 @@ impl Trainer for TemplateTrainer {
         if rows.is_empty() {
             return Err(PluginError::invalid_data("the validation split is empty"));
         }
-        let mut metrics = self.split_metrics("valid", rows, "")?;
-        for (symbol, rows) in self.pooled_valid.clone() {
-            if !rows.is_empty() {
-                metrics.extend(self.split_metrics("valid", rows, &format!("@{symbol}"))?);
+        let (mut metrics, forecasts) = self.split_metrics("valid", rows.clone(), "")?;
+        let markets: Vec<Option<Market>> = self.markets.iter().map(|(m, _)| m.clone()).collect();
+        if self.pooled_valid.is_empty() {
+            // A per-asset task: its tensors hold every row of its dataset.
+            let traded = [(rows.collect(), forecasts)];
+            metrics.extend(trade_report::task_metrics(&markets, &traded, "valid")?);
+        } else {
+            let mut traded = Vec::new();
+            for (i, (symbol, rows)) in self.pooled_valid.clone().into_iter().enumerate() {
+                let (m, forecasts) =
+                    self.split_metrics("valid", rows.clone(), &format!("@{symbol}"))?;
+                metrics.extend(m);
+                let first = self.markets.get(i).map_or(0, |(_, valid)| *valid);
+                traded.push(((first..first + rows.len()).collect(), forecasts));
             }
+            metrics.extend(trade_report::task_metrics(&markets, &traded, "valid")?);
         }
         // The test split of a per-asset task (its rows are on the device already).
         if self.pooled_valid.is_empty() && !self.test_rows.is_empty() {
-            metrics.extend(self.split_metrics("test", self.test_rows.clone(), "")?);
+            let rows = self.test_rows.clone();
+            let (m, forecasts) = self.split_metrics("test", rows.clone(), "")?;
+            metrics.extend(m);
+            let traded = [(rows.collect(), forecasts)];
+            metrics.extend(trade_report::task_metrics(&markets, &traded, "test")?);
         }
         Ok(EvalReport {
             metrics: metrics.into(),

@@ -96,6 +96,7 @@ pub fn split_metrics(
         let batch = data.batch(chunk, config.lookback, config.horizons)?;
         let out = forward(&batch.inputs)?;
         set.asset.extend(chunk.iter().map(|w| w.asset));
+        set.row.extend(chunk.iter().map(|w| w.row));
         set.forecast.extend(to_f32(&out.forecast)?);
         set.target.extend(to_f32(&batch.targets)?);
         set.valid
@@ -139,6 +140,7 @@ pub fn split_metrics(
     let symbols: Vec<&str> = data.rows.assets.iter().map(|a| a.symbol.as_str()).collect();
     let mut metrics = vec![Metric::new(&format!("{prefix}_windows"), r.windows)];
     metrics.extend(set.metrics_with_assets(layout, prefix, &symbols));
+    metrics.extend(set.trading_metrics(layout, &data.rows.assets, prefix)?);
     let mean = |v: f64| v / r.windows.max(1.0);
     let mut named = |group: &str, names: Vec<String>, sums: &[f64]| {
         for (name, sum) in names.iter().zip(sums) {

@@ -124,3 +124,71 @@ fn an_oracle_earns_perfect_foresight_and_one_bar_late_what_the_hand_count_says()
         }
     }
 }
+
+/// A job's forecasters report the trading metrics of the default rule beside their forecast
+/// metrics, and `tli train status --rank METRIC` orders the tasks by any of them.
+#[test]
+fn a_jobs_forecasters_report_trading_metrics_and_rank_by_them() {
+    let plugins = PluginDir::with(&[(TEMPLATE, "template")]);
+    let dir = tempfile::tempdir().unwrap();
+    let es = es_bars(dir.path(), "es.csv", 1500, 1.0);
+    let model = |hidden: u32, lr: f64| {
+        serde_json::json!({"plugin": "template", "steps": 150,
+            "config": {"hidden_sizes": [hidden], "learning_rate": lr}})
+    };
+    let state = super::predict_cli::host_run(
+        &plugins,
+        dir.path(),
+        serde_json::json!({
+            "name": "ranked",
+            "models": [model(8, 0.01), model(32, 0.001), model(16, 0.003)],
+            "assets": [{"data": es}],
+        }),
+    );
+    let server = Server::start(plugins.path(), &state, &[]);
+    let status = |metric: &str| {
+        ok_json(&server.client(&["train", "status", "1", "--rank", metric, "-o", "json"]))
+    };
+    let values = |job: &serde_json::Value, metric: &str| -> Vec<f64> {
+        job["progress"]["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["metrics"][metric].as_f64().unwrap())
+            .collect()
+    };
+    let by_sharpe = status("valid_trade_sharpe");
+    let sharpes = values(&by_sharpe, "valid_trade_sharpe");
+    assert_eq!(sharpes.len(), 3);
+    assert!(
+        sharpes.windows(2).all(|w| w[0] >= w[1]),
+        "best first: {sharpes:?}"
+    );
+    for name in [
+        "valid_trade_net_pnl",
+        "valid_trade_bh_sharpe",
+        "test_trade_net_pnl",
+        "test_trade_costs",
+        "test_trade_max_drawdown",
+    ] {
+        assert!(
+            values(&by_sharpe, name).iter().all(|v| v.is_finite()),
+            "{name}"
+        );
+    }
+    let risks = values(&status("valid_qrisk_p50"), "valid_qrisk_p50");
+    assert!(
+        risks.windows(2).all(|w| w[0] <= w[1]),
+        "lower first: {risks:?}"
+    );
+    let table = stdout(&server.client(&["train", "status", "1", "--rank", "test_trade_net_pnl"]));
+    assert!(table.contains("test_trade_net_pnl="), "{table}");
+    let out = server.client(&["train", "status", "1", "--rank", "valid_sharpe_ratio"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let text = stderr(&out);
+    assert!(
+        text.contains("no task reports valid_sharpe_ratio; similar ones they report:")
+            && text.contains("valid_trade_sharpe"),
+        "{text}"
+    );
+}

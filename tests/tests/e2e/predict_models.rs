@@ -144,6 +144,70 @@ fn tft_reproduces(config: &str) {
     );
     // Every window without a gap gets a row: most of the file.
     assert!(predictions.len() > 4000, "{} rows", predictions.len());
+    trades_as_reported(&t, bars);
+}
+
+/// A forecaster's reported test trading metrics (the sign of its one-bar-ahead forecast at
+/// each evaluation row, at the default costs) from `tli backtest --start <first evaluation
+/// bar> --end <last>`, exactly.
+fn trades_as_reported(t: &Trained, bars: &[i64]) {
+    let (start, end) = (bars[0].to_string(), bars[bars.len() - 1].to_string());
+    let report = ok_json(&run_tli(
+        t.plugins.path(),
+        &[
+            "backtest",
+            "--model",
+            t.model.to_str().unwrap(),
+            "--data",
+            &t.data,
+            "--start",
+            &start,
+            "--end",
+            &end,
+            "-o",
+            "json",
+        ],
+    ));
+    assert_eq!(report["positions_from"], "sign");
+    assert_eq!(report["cost_per_contract"], 2.0 + 0.5 * 0.25 * 50.0);
+    let (s, bh) = (&report["strategy"], &report["buy_and_hold"]);
+    let pairs = [
+        (&s["net_pnl"], "test_trade_net_pnl"),
+        (&s["gross_pnl"], "test_trade_gross_pnl"),
+        (&s["costs"], "test_trade_costs"),
+        (&s["trades"], "test_trade_trades"),
+        (&s["exposure"], "test_trade_exposure"),
+        (&s["performance"]["sharpe"], "test_trade_sharpe"),
+        (&s["performance"]["sortino"], "test_trade_sortino"),
+        (&s["performance"]["max_drawdown"], "test_trade_max_drawdown"),
+        (&s["performance"]["periods"], "test_trade_periods"),
+        (&bh["net_pnl"], "test_trade_bh_net_pnl"),
+        (&bh["performance"]["sharpe"], "test_trade_bh_sharpe"),
+    ];
+    for (value, name) in pairs {
+        assert_eq!(value.as_f64().unwrap(), t.metric(name), "{name}");
+    }
+    assert_eq!(t.metric("test_trade_periods"), (bars.len() - 1) as f64);
+    assert!(
+        t.metric("test_trade_trades") > 0.0,
+        "the forecasts' sign changes"
+    );
+}
+
+#[test]
+fn template_test_trading_metrics_are_reproduced_by_tli_backtest() {
+    let t = train(TEMPLATE, "template", "200", r#"{"hidden_sizes":[16]}"#);
+    // Every row of the test split is an evaluation row (one row of features each).
+    let bars = t.test_bars.clone();
+    trades_as_reported(&t, &bars);
+    // The validation split's rows are traded too.
+    for name in [
+        "valid_trade_net_pnl",
+        "valid_trade_sharpe",
+        "valid_trade_bh_net_pnl",
+    ] {
+        assert!(t.metric(name).is_finite(), "{name}");
+    }
 }
 
 #[test]
@@ -169,6 +233,7 @@ fn mamba2_test_mse_is_reproduced_from_tli_predict() {
         .sum::<f64>()
         / y.len() as f64;
     close(mse, t.metric("test_mse"), "test_mse");
+    trades_as_reported(&t, bars);
 }
 
 /// An agent's test P&L, Sharpe and periods from `tli predict --start <the

@@ -32,8 +32,8 @@ impl Default for TradingConfig {
         Self {
             window: 32,
             max_contracts: 1,
-            commission_per_contract: 2.0,
-            slippage_ticks: 0.5,
+            commission_per_contract: tli_backtest::DEFAULT_COMMISSION,
+            slippage_ticks: tli_backtest::DEFAULT_SLIPPAGE_TICKS,
             vol_scaled: false,
             episode_len: 256,
             vol_halflife: 20.0,
