@@ -527,6 +527,10 @@ pub struct StartArgs {
     /// (`America/New_York`); applies to every file asset.
     #[arg(long, value_name = "ZONE", value_parser = parse_time_zone, conflicts_with = "spec")]
     pub tz: Option<String>,
+    /// Cuts of every bar file asset and split dates (a job spec sets them per asset
+    /// and in its "features").
+    #[command(flatten)]
+    pub dates: DateCuts,
     /// Train each plugin once across all the assets (one pooled task per plugin,
     /// the asset as a static covariate) instead of once per asset. Needs plugins
     /// with the `pooled` capability (plugin API 1.1; `tli plugins list` shows it).
@@ -817,6 +821,59 @@ pub struct InProcessArgs {
 }
 
 /// The dataset of an in-process run (`train local`, `profile memory`).
+/// Where a bar file's bars are cut and split by time (a date, an RFC 3339
+/// time or UTC nanoseconds each).
+#[derive(Args, Debug, Clone, Default)]
+pub struct DateCuts {
+    /// Use only the bars at or after this time of every bar file.
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub start: Option<i64>,
+    /// Use only the bars at or before this time.
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub end: Option<i64>,
+    /// The validation split starts at this bar (instead of valid_fraction).
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub valid_start: Option<i64>,
+    /// The test split is every bar from this time on (instead of test_fraction).
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub test_start: Option<i64>,
+}
+
+impl DateCuts {
+    /// Whether any is given.
+    pub fn any(&self) -> bool {
+        self.start.is_some()
+            || self.end.is_some()
+            || self.valid_start.is_some()
+            || self.test_start.is_some()
+    }
+
+    /// A feature config (JSON object) with the split dates set on it.
+    pub fn apply_to_features(
+        &self,
+        features: Option<&str>,
+    ) -> Result<Option<String>, serde_json::Error> {
+        if self.valid_start.is_none() && self.test_start.is_none() {
+            return Ok(features.map(str::to_string));
+        }
+        let mut value: serde_json::Value = match features {
+            Some(text) => serde_json::from_str(text)?,
+            None => serde_json::json!({}),
+        };
+        if let Some(object) = value.as_object_mut() {
+            for (key, time) in [
+                ("valid_start", self.valid_start),
+                ("test_start", self.test_start),
+            ] {
+                if let Some(t) = time {
+                    object.insert(key.into(), t.into());
+                }
+            }
+        }
+        Ok(Some(value.to_string()))
+    }
+}
+
 #[derive(Args, Debug, Clone)]
 pub struct DataArgs {
     /// Bar file to train on (DBN, Parquet or CSV), through the feature pipeline;
@@ -831,6 +888,8 @@ pub struct DataArgs {
     /// Feature pipeline settings as JSON (see docs/data.md), with --data.
     #[arg(long, requires = "data")]
     pub features: Option<String>,
+    #[command(flatten)]
+    pub dates: DateCuts,
     /// Rows of the synthetic AR(1) dataset (without --data).
     #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(64..=10_000_000))]
     pub rows: u64,

@@ -41,6 +41,7 @@ use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use tli_data::bar_source::check_symbol;
 use tli_data::features::FeatureConfig;
+use tli_data::timefmt::UtcTime;
 use tli_data::zones::LocalZone;
 use tli_data::BarSource;
 use tli_plugin_api::Device;
@@ -284,8 +285,23 @@ impl JobSpec {
                 ));
             }
         }
+        self.features
+            .check()
+            .map_err(|e| SpecError::field("features", e))?;
         for (i, a) in self.assets.iter().enumerate() {
             if let AssetSpec::Data(source) = a {
+                if let (Some(start), Some(end)) = (source.start, source.end) {
+                    if start > end {
+                        return Err(SpecError::field(
+                            format!("assets[{i}].start"),
+                            format!(
+                                "{} is after end {}",
+                                tli_data::timefmt::format(start),
+                                tli_data::timefmt::format(end)
+                            ),
+                        ));
+                    }
+                }
                 if source.path.as_os_str().is_empty() {
                     return Err(SpecError::field(
                         format!("assets[{i}].data"),
@@ -389,6 +405,13 @@ struct AssetFile {
     /// With `data`: the IANA zone of timestamps written without one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     tz: Option<String>,
+    /// With `data`: only the bars at or after this time (a date, an RFC 3339
+    /// time or UTC nanoseconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    start: Option<UtcTime>,
+    /// With `data`: only the bars at or before this time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    end: Option<UtcTime>,
 }
 
 /// `every_steps` left out = never, `every_seconds` left out = the default;
@@ -443,11 +466,20 @@ impl TryFrom<JobSpecFile> for JobSpec {
                     path,
                     symbol: a.symbol,
                     tz: a.tz,
+                    start: a.start.map(|t| t.0),
+                    end: a.end.map(|t| t.0),
                 })),
-                (None, Some(_)) if a.symbol.is_some() || a.tz.is_some() => Err(format!(
-                    "assets[{i}]: \"symbol\" and \"tz\" go with a \"data\" file, not \
-                     \"synthetic\""
-                )),
+                (None, Some(_))
+                    if a.symbol.is_some()
+                        || a.tz.is_some()
+                        || a.start.is_some()
+                        || a.end.is_some() =>
+                {
+                    Err(format!(
+                        "assets[{i}]: \"symbol\", \"tz\", \"start\" and \"end\" go with a \
+                         \"data\" file, not \"synthetic\""
+                    ))
+                }
                 (None, Some(s)) => Ok(AssetSpec::Synthetic(s)),
                 _ => Err(format!(
                     "assets[{i}]: give exactly one of \"data\" or \"synthetic\""
@@ -484,12 +516,16 @@ impl From<JobSpec> for JobSpecFile {
                         synthetic: None,
                         symbol: source.symbol,
                         tz: source.tz,
+                        start: source.start.map(UtcTime),
+                        end: source.end.map(UtcTime),
                     },
                     AssetSpec::Synthetic(s) => AssetFile {
                         data: None,
                         synthetic: Some(s),
                         symbol: None,
                         tz: None,
+                        start: None,
+                        end: None,
                     },
                 })
                 .collect(),
@@ -615,10 +651,45 @@ mod tests {
                 r#"{"synthetic":{"rows":100},"symbol":"ES"}"#,
                 "go with a \"data\" file",
             ),
+            (
+                r#"{"synthetic":{"rows":100},"start":"2010-01-01"}"#,
+                "go with a \"data\" file",
+            ),
+            (
+                r#"{"data":"p.csv","start":"2012-01-01","end":"2011-01-01"}"#,
+                "assets[0].start: 2012-01-01",
+            ),
+            (r#"{"data":"p.csv","end":"yesterday"}"#, "yesterday"),
         ] {
             let e = spec(asset).unwrap_err();
             assert!(e.to_string().contains(field), "{asset}: {e}");
         }
+    }
+
+    #[test]
+    fn an_asset_may_be_cut_by_time_and_the_splits_given_as_dates() {
+        let text = r#"{"name":"x","models":[{"plugin":"t","steps":1}],
+            "assets":[{"data":"p.csv","start":"2005-01-03","end":1514505600000000000}],
+            "features":{"valid_start":"2014-01-02","test_start":"2016-01-04T00:00:00Z"}}"#;
+        let spec = JobSpec::from_json(text).unwrap();
+        let AssetSpec::Data(source) = &spec.assets[0] else {
+            panic!("{:?}", spec.assets[0])
+        };
+        let day = |y, m, d| tli_data::timefmt::days_from_civil(y, m, d) * 86_400_000_000_000;
+        assert_eq!(source.start, Some(day(2005, 1, 3)));
+        assert_eq!(source.end, Some(day(2017, 12, 29)));
+        assert_eq!(spec.features.valid_start, Some(UtcTime(day(2014, 1, 2))));
+        assert_eq!(spec.features.test_start, Some(UtcTime(day(2016, 1, 4))));
+        // Stored and read back: the same spec.
+        let again: JobSpec = serde_json::from_str(&serde_json::to_string(&spec).unwrap()).unwrap();
+        assert_eq!(again, spec);
+        // Split dates out of order are refused when the spec is read, not when a task runs.
+        let swapped = text.replace("2014-01-02", "2017-01-02");
+        let e = JobSpec::from_json(&swapped).unwrap_err().to_string();
+        assert!(
+            e.contains("features") && e.contains("is not before test_start"),
+            "{e}"
+        );
     }
 
     /// Specs stored by earlier hosts (assets with `"synthetic": null`) still read.

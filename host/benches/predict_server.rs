@@ -116,9 +116,8 @@ fn main() {
     let endpoint = format!("http://{}", host.address);
     let book = tli_data::contracts::ContractBook::builtin();
     let source = tli_data::BarSource {
-        path: sample(),
         symbol: Some("ES".into()),
-        tz: None,
+        ..tli_data::BarSource::file(sample())
     };
     let (table, _) = source.read(&book).expect("read the ES sample");
     let all = tli_wire::bars::bars_to_proto(&table);

@@ -131,6 +131,9 @@ pub enum SourceError {
     /// The given time zone is no IANA zone.
     #[error(transparent)]
     Zone(#[from] ZoneError),
+    /// The cut's start is after its end.
+    #[error("start {start} is after end {end}")]
+    StartAfterEnd { start: String, end: String },
 }
 
 /// A symbol given on an asset: 1 to [`MAX_SYMBOL_BYTES`] ASCII letters,
@@ -160,6 +163,10 @@ pub struct BarSource {
     pub symbol: Option<String>,
     /// IANA time zone of timestamps written without one.
     pub tz: Option<String>,
+    /// Only bars at or after this time (UTC nanoseconds).
+    pub start: Option<i64>,
+    /// Only bars at or before this time (UTC nanoseconds).
+    pub end: Option<i64>,
 }
 
 impl BarSource {
@@ -189,7 +196,7 @@ impl BarSource {
                 Ok(Self {
                     path: path.into(),
                     symbol: Some(symbol.to_string()),
-                    tz: None,
+                    ..Self::default()
                 })
             }
             _ => Ok(Self::file(text)),
@@ -218,6 +225,14 @@ impl BarSource {
         if let Some(tz) = &self.tz {
             LocalZone::parse(tz)?;
         }
+        if let (Some(start), Some(end)) = (self.start, self.end) {
+            if start > end {
+                return Err(SourceError::StartAfterEnd {
+                    start: crate::timefmt::format(start),
+                    end: crate::timefmt::format(end),
+                });
+            }
+        }
         Ok(())
     }
 
@@ -225,6 +240,32 @@ impl BarSource {
     /// symbol applied by the rule of the module docs (`book` tells which
     /// symbols are contracts).
     pub fn read(&self, book: &ContractBook) -> Result<(BarTable, ReadNotes), DataError> {
+        let (table, notes) = self.read_whole(book)?;
+        if self.start.is_none() && self.end.is_none() {
+            return Ok((table, notes));
+        }
+        let (first, last) = (table.ts.first().copied(), table.ts.last().copied());
+        let cut = table.between(self.start, self.end);
+        if cut.is_empty() {
+            let at = |t: Option<i64>| t.map_or("the file's end".into(), crate::timefmt::format);
+            return Err(DataError::bad_file(
+                &self.path,
+                format!(
+                    "no bar lies between {} and {} (the file's bars run from {} to {}); give \
+                     start and end within them",
+                    self.start
+                        .map_or("its start".into(), crate::timefmt::format),
+                    at(self.end),
+                    at(first),
+                    at(last)
+                ),
+            ));
+        }
+        Ok((cut, notes))
+    }
+
+    /// [`read`](Self::read) without the start/end cut.
+    fn read_whole(&self, book: &ContractBook) -> Result<(BarTable, ReadNotes), DataError> {
         let path = &self.path;
         let zone = match &self.tz {
             Some(tz) => Some(

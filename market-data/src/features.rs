@@ -38,6 +38,7 @@ use super::calendar::ExchangeCalendar;
 use super::contracts::ContractSpec;
 use super::table::BarTable;
 use super::DataError;
+use crate::timefmt::UtcTime;
 use abi_stable::std_types::{RString, RVec};
 use serde::{Deserialize, Serialize};
 use tli_plugin_api::{Dataset, DatasetAnnex, FeatureRole, SplitBounds, GAP_BEFORE, ROLL_BEFORE};
@@ -60,6 +61,15 @@ pub struct FeatureConfig {
     pub test_fraction: f64,
     /// Rows left out between splits; default (and minimum) the longest target horizon.
     pub embargo: Option<usize>,
+    /// The validation split starts at the first usable bar at or after this
+    /// time (instead of `valid_fraction`); it ends `embargo` rows before the
+    /// test split.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub valid_start: Option<UtcTime>,
+    /// The test split is every usable bar at or after this time (instead of
+    /// `test_fraction`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub test_start: Option<UtcTime>,
 }
 
 impl Default for FeatureConfig {
@@ -72,6 +82,8 @@ impl Default for FeatureConfig {
             valid_fraction: 0.15,
             test_fraction: 0.15,
             embargo: None,
+            valid_start: None,
+            test_start: None,
         }
     }
 }
@@ -82,7 +94,9 @@ impl Default for FeatureConfig {
 pub const MAX_HORIZONS: usize = 64;
 
 impl FeatureConfig {
-    pub(crate) fn check(&self) -> Result<(), String> {
+    /// The settings are in range (a job spec is checked with this before it
+    /// is accepted; the pipeline checks again).
+    pub fn check(&self) -> Result<(), String> {
         for (name, horizons) in [
             ("return_horizons", &self.return_horizons),
             ("target_horizons", &self.target_horizons),
@@ -109,6 +123,15 @@ impl FeatureConfig {
                 "valid_fraction {} + test_fraction {} must leave at least 10% for training",
                 f.0, f.1
             ));
+        }
+        if let (Some(v), Some(t)) = (self.valid_start, self.test_start) {
+            if v >= t {
+                return Err(format!(
+                    "valid_start {} is not before test_start {}",
+                    crate::timefmt::format(v.0),
+                    crate::timefmt::format(t.0)
+                ));
+            }
         }
         if let Some(e) = self.embargo {
             if e < self.max_target_horizon() {
@@ -277,23 +300,12 @@ pub fn build_with_stats(
     let embargo = config.embargo.unwrap_or(horizon);
     let usable: Vec<usize> = (lookback..n.saturating_sub(horizon)).collect();
     let m = usable.len();
-    let test_rows = (m as f64 * config.test_fraction).round() as usize;
-    let valid_rows = (m as f64 * config.valid_fraction).round() as usize;
-    // Saturating: an embargo near usize::MAX (a job spec can say so) must
-    // fail the size check below, not wrap around it.
-    let embargoes = embargo.saturating_mul((valid_rows > 0) as usize + (test_rows > 0) as usize);
-    let held_out = test_rows
-        .saturating_add(valid_rows)
-        .saturating_add(embargoes);
-    if m < held_out.saturating_add(10) {
-        return Err(invalid(format!(
-            "{n} bars leave {m} usable rows (look-back {lookback}, horizon {horizon}); too few for the splits and embargo"
-        )));
-    }
-    let train_end = m - held_out;
-    let valid_start = train_end + if valid_rows > 0 { embargo } else { 0 };
-    let valid_end = valid_start + valid_rows;
-    let test_start = valid_end + if test_rows > 0 { embargo } else { 0 };
+    let [train_end, valid_start, valid_end, test_start] =
+        split_rows(table, &usable, config, embargo).map_err(|why| {
+            invalid(format!(
+                "{n} bars leave {m} usable rows (look-back {lookback}, horizon {horizon}); {why}"
+            ))
+        })?;
 
     let raw = raw_features(table, &calendar, config);
     let width = raw.names.len();
@@ -360,6 +372,87 @@ pub fn build_with_stats(
         periods_per_year: table.interval.periods_per_year(),
     };
     Ok((AnnotatedDataset { dataset, annex }, stats))
+}
+
+/// The split bounds `[train_end, valid_start, valid_end, test_start]` of the
+/// usable rows (indices into `usable`, bars of `table`): the test split from
+/// `test_start`'s time or the last `test_fraction` of the rows, the
+/// validation split from `valid_start`'s time or the `valid_fraction`
+/// before it, `embargo` rows left out before each split that has rows, and
+/// at least 10 training rows.
+fn split_rows(
+    table: &BarTable,
+    usable: &[usize],
+    config: &FeatureConfig,
+    embargo: usize,
+) -> Result<[usize; 4], String> {
+    let m = usable.len();
+    let date = |t: i64| crate::timefmt::format(t);
+    let span = || match (usable.first(), usable.last()) {
+        (Some(&a), Some(&b)) => format!("{} to {}", date(table.ts[a]), date(table.ts[b])),
+        _ => "none".into(),
+    };
+    // The first usable row at or after `t`.
+    let at = |name: &str, t: UtcTime| -> Result<usize, String> {
+        let i = usable.partition_point(|&r| table.ts[r] < t.0);
+        if i == 0 || i == m {
+            return Err(format!(
+                "{name} {} must fall after the first usable bar and on or before the last \
+                 (usable bars run from {})",
+                date(t.0),
+                span()
+            ));
+        }
+        Ok(i)
+    };
+    let too_few = || "too few for the splits and embargo".to_string();
+    let (test_start, test_rows) = match config.test_start {
+        Some(t) => {
+            let i = at("test_start", t)?;
+            (i, m - i)
+        }
+        None => {
+            let rows = (m as f64 * config.test_fraction).round() as usize;
+            (m.checked_sub(rows).ok_or_else(too_few)?, rows)
+        }
+    };
+    // Saturating: an embargo near usize::MAX (a job spec can say so) must
+    // fail the size checks, not wrap around them.
+    let valid_end = test_start
+        .checked_sub(if test_rows > 0 { embargo } else { 0 })
+        .ok_or_else(too_few)?;
+    let (valid_start, valid_rows) = match config.valid_start {
+        Some(t) => {
+            let i = at("valid_start", t)?;
+            if i > valid_end {
+                return Err(format!(
+                    "valid_start {} leaves no validation rows before the test split's embargo \
+                     ({embargo} rows before {})",
+                    date(t.0),
+                    date(table.ts[usable[test_start.min(m - 1)]])
+                ));
+            }
+            (i, valid_end - i)
+        }
+        None => {
+            let rows = (m as f64 * config.valid_fraction).round() as usize;
+            (valid_end.checked_sub(rows).ok_or_else(too_few)?, rows)
+        }
+    };
+    let train_end = valid_start
+        .checked_sub(if valid_rows > 0 { embargo } else { 0 })
+        .ok_or_else(too_few)?;
+    if train_end < 10 {
+        return Err(match (config.valid_start, config.test_start) {
+            (None, None) => too_few(),
+            _ => format!(
+                "the dates leave {train_end} training rows (at least 10; usable bars run from \
+                 {})",
+                span()
+            ),
+        });
+    }
+    Ok([train_end, valid_start, valid_end, test_start])
 }
 
 /// The names of the targets `config` asks for (`fwd_logret_<h>`).
@@ -541,5 +634,84 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("too few"));
+    }
+
+    #[test]
+    fn splits_given_as_dates_start_at_those_bars_and_keep_the_embargo() {
+        let table = bars(BarInterval::Day, 1000);
+        let es = ContractBook::builtin().lookup("ES").unwrap().clone();
+        let fractions = FeatureConfig {
+            target_horizons: vec![1, 5],
+            ..FeatureConfig::default()
+        };
+        let by_fraction = build_dataset(&table, &es, &fractions).unwrap();
+        // The same bounds given as the times of those rows give the same splits.
+        let at = |row: u64| UtcTime(by_fraction.timestamps[row as usize]);
+        let s = by_fraction.splits;
+        let dated = FeatureConfig {
+            valid_start: Some(at(s.valid_start)),
+            test_start: Some(at(s.test_start)),
+            valid_fraction: 0.3,
+            test_fraction: 0.01,
+            ..fractions.clone()
+        };
+        assert_eq!(build_dataset(&table, &es, &dated).unwrap().splits, s);
+        // A time between bars starts the split at the next bar; 5 rows of embargo before it.
+        let between = FeatureConfig {
+            test_start: Some(UtcTime(by_fraction.timestamps[600] - 1)),
+            valid_start: None,
+            ..fractions.clone()
+        };
+        let d = build_dataset(&table, &es, &between).unwrap();
+        let m = d.timestamps.len() as u64;
+        assert_eq!(d.splits.test_start, 600);
+        assert_eq!(d.splits.valid_end, 595);
+        let valid_rows = (m as f64 * 0.15).round() as u64;
+        assert_eq!(d.splits.valid_start, 595 - valid_rows);
+        assert_eq!(d.splits.train_end, 595 - valid_rows - 5);
+        // Refusals: outside the bars, in the wrong order, into the embargo, no training rows.
+        let refused = |c: FeatureConfig, expected: &str| {
+            let e = build_dataset(&table, &es, &c).unwrap_err().to_string();
+            assert!(e.contains(expected), "{expected:?} in: {e}");
+        };
+        let last = *by_fraction.timestamps.last().unwrap();
+        refused(
+            FeatureConfig {
+                test_start: Some(UtcTime(last + 1)),
+                ..fractions.clone()
+            },
+            "test_start",
+        );
+        refused(
+            FeatureConfig {
+                valid_start: Some(at(500)),
+                test_start: Some(at(400)),
+                ..fractions.clone()
+            },
+            "is not before test_start",
+        );
+        refused(
+            FeatureConfig {
+                valid_start: Some(at(598)),
+                test_start: Some(at(600)),
+                ..fractions.clone()
+            },
+            "leaves no validation rows before the test split's embargo",
+        );
+        refused(
+            FeatureConfig {
+                valid_start: Some(at(12)),
+                test_start: Some(at(600)),
+                ..fractions.clone()
+            },
+            "the dates leave 7 training rows",
+        );
+        // Written back as nanoseconds: a stored spec reads back the same.
+        let text = serde_json::to_string(&dated).unwrap();
+        assert_eq!(serde_json::from_str::<FeatureConfig>(&text).unwrap(), dated);
+        let from_dates: FeatureConfig =
+            serde_json::from_str(r#"{"valid_start": "2019-06-01", "test_start": "2019-09-01"}"#)
+                .unwrap();
+        assert!(from_dates.valid_start < from_dates.test_start);
     }
 }

@@ -154,6 +154,39 @@ impl BarTable {
         }
     }
 
+    /// The bars at or after `start` and at or before `end` (UTC ns; `None`:
+    /// unbounded), with the rolls between them (a roll at the first kept
+    /// bar is dropped: nothing before it is kept).
+    pub fn between(&self, start: Option<i64>, end: Option<i64>) -> BarTable {
+        let from = start.map_or(0, |s| self.ts.partition_point(|&t| t < s));
+        let to = end.map_or(self.ts.len(), |e| self.ts.partition_point(|&t| t <= e));
+        let to = to.max(from);
+        let rows = from..to;
+        let (first, last) = match (
+            self.ts.get(from),
+            to.checked_sub(1).and_then(|l| self.ts.get(l)),
+        ) {
+            (Some(&f), Some(&l)) if from < to => (f, l),
+            _ => (i64::MAX, i64::MIN),
+        };
+        BarTable {
+            symbol: self.symbol.clone(),
+            interval: self.interval,
+            ts: self.ts[rows.clone()].to_vec(),
+            open: self.open[rows.clone()].to_vec(),
+            high: self.high[rows.clone()].to_vec(),
+            low: self.low[rows.clone()].to_vec(),
+            close: self.close[rows.clone()].to_vec(),
+            volume: self.volume[rows].to_vec(),
+            rolls: self
+                .rolls
+                .iter()
+                .filter(|r| r.ts > first && r.ts <= last)
+                .cloned()
+                .collect(),
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.ts.len()
     }

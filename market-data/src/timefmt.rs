@@ -407,3 +407,60 @@ mod tests {
         assert_eq!(format_offset(5 * 3600 + 1800), "+05:30");
     }
 }
+
+/// A time a user writes in a spec or config (a date, an RFC 3339 time with
+/// `Z` or an offset, or UTC nanoseconds), held as UTC nanoseconds; written
+/// back as nanoseconds, so a spec read and stored reads back the same.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct UtcTime(pub i64);
+
+impl serde::Serialize for UtcTime {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_i64(self.0)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for UtcTime {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = UtcTime;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(
+                    "a date (2016-01-04), an RFC 3339 time with Z or an offset, or UTC nanoseconds",
+                )
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<UtcTime, E> {
+                Ok(UtcTime(v))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<UtcTime, E> {
+                i64::try_from(v)
+                    .map(UtcTime)
+                    .map_err(|_| E::custom(format!("{v} ns is out of range")))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<UtcTime, E> {
+                parse(v).map(UtcTime).map_err(E::custom)
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
+#[cfg(test)]
+mod utc_time_tests {
+    use super::*;
+
+    #[test]
+    fn a_time_is_read_as_a_date_a_time_or_nanoseconds_and_written_as_nanoseconds() {
+        let day: UtcTime = serde_json::from_str("\"2016-01-04\"").unwrap();
+        assert_eq!(day.0, days_from_civil(2016, 1, 4) * NANOS_PER_DAY);
+        let same: UtcTime = serde_json::from_str("\"2016-01-04T00:00:00Z\"").unwrap();
+        assert_eq!(same, day);
+        let ns: UtcTime = serde_json::from_str(&day.0.to_string()).unwrap();
+        assert_eq!(ns, day);
+        assert_eq!(serde_json::to_string(&day).unwrap(), day.0.to_string());
+        let e = serde_json::from_str::<UtcTime>("\"2016-01-04T10:00:00\"").unwrap_err();
+        assert!(e.to_string().contains("2016-01-04T10:00:00"), "{e}");
+        assert!(serde_json::from_str::<UtcTime>("true").is_err());
+    }
+}

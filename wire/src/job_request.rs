@@ -261,11 +261,18 @@ fn asset_spec(i: usize, a: &pb::AssetSpec) -> Result<AssetSpec, Status> {
                 path: PathBuf::from(path),
                 symbol: given(&a.symbol),
                 tz: given(&a.tz),
+                start: a.start_unix_ns,
+                end: a.end_unix_ns,
             }))
         }
-        Some(pb::asset_spec::Source::Synthetic(_)) if !a.symbol.is_empty() || !a.tz.is_empty() => {
+        Some(pb::asset_spec::Source::Synthetic(_))
+            if !a.symbol.is_empty()
+                || !a.tz.is_empty()
+                || a.start_unix_ns.is_some()
+                || a.end_unix_ns.is_some() =>
+        {
             Err(invalid(format!(
-                "assets[{i}]: symbol and tz go with data_path, not synthetic"
+                "assets[{i}]: symbol, tz, start and end go with data_path, not synthetic"
             )))
         }
         Some(pb::asset_spec::Source::Synthetic(s)) => {
@@ -351,6 +358,8 @@ pub fn request_from_spec(
                 )),
                 symbol: source.symbol.clone().unwrap_or_default(),
                 tz: source.tz.clone().unwrap_or_default(),
+                start_unix_ns: source.start,
+                end_unix_ns: source.end,
             },
             AssetSpec::Synthetic(s) => pb::AssetSpec {
                 source: Some(pb::asset_spec::Source::Synthetic(pb::SyntheticAsset {
@@ -621,7 +630,8 @@ mod tests {
     #[test]
     fn a_file_assets_symbol_and_time_zone_survive_the_wire() {
         let text = r#"{"name":"w","models":[{"plugin":"dqn","steps":9}],
-            "assets":[{"data":"p.csv","symbol":"ES","tz":"America/New_York"},{"data":"q.csv"}]}"#;
+            "assets":[{"data":"p.csv","symbol":"ES","tz":"America/New_York","start":"2010-01-04"},
+                {"data":"q.csv","end":1514505600000000000}]}"#;
         let spec = JobSpec::from_json(text).unwrap();
         let back = job_spec(&request_from_spec(&spec, String::new()).unwrap()).unwrap();
         assert_eq!(back.assets, spec.assets);
@@ -629,6 +639,7 @@ mod tests {
             source: Some(pb::asset_spec::Source::DataPath("p.csv".into())),
             symbol: symbol.into(),
             tz: tz.into(),
+            ..pb::AssetSpec::default()
         };
         for (asset, wanted) in [
             (file("E S", ""), "assets[0].symbol: symbol \"E S\""),
@@ -642,6 +653,20 @@ mod tests {
         }
         let mut req = request();
         req.assets[0].symbol = "ES".into();
-        assert!(message(&req).contains("symbol and tz go with data_path"));
+        assert!(message(&req).contains("symbol, tz, start and end go with data_path"));
+        let mut req = request();
+        req.assets[0].start_unix_ns = Some(0);
+        assert!(message(&req).contains("symbol, tz, start and end go with data_path"));
+        let mut req = request();
+        req.assets = vec![pb::AssetSpec {
+            start_unix_ns: Some(2),
+            end_unix_ns: Some(1),
+            ..file("ES", "")
+        }];
+        assert!(
+            message(&req).contains("assets[0].start"),
+            "{}",
+            message(&req)
+        );
     }
 }

@@ -231,6 +231,12 @@ fn start_request(args: &StartArgs, endpoint: &str) -> Result<StartTrainingReques
             if !args.config.is_empty() {
                 bail!("--config cannot be combined with --spec (put configs in the spec file)");
             }
+            if args.dates.any() {
+                bail!(
+                    "--start, --end, --valid-start and --test-start cannot be combined with \
+                     --spec (put them on the spec's assets and in its \"features\")"
+                );
+            }
             request::request_from_spec_file(path)?
         }
         None => request::request_from_flags(args)?,

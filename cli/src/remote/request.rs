@@ -81,7 +81,7 @@ pub(super) fn parse_asset(text: &str) -> Result<AssetSpec> {
                     file.path.to_string_lossy().into_owned(),
                 )),
                 symbol: file.symbol.unwrap_or_default(),
-                tz: String::new(),
+                ..AssetSpec::default()
             });
         }
     };
@@ -145,11 +145,29 @@ pub(super) fn request_from_flags(args: &StartArgs) -> Result<StartTrainingReques
         }
         files.for_each(|a| a.tz = tz.clone());
     }
+    let dates = &args.dates;
+    if dates.start.is_some() || dates.end.is_some() {
+        if !assets
+            .iter()
+            .any(|a| matches!(a.source, Some(asset_spec::Source::DataPath(_))))
+        {
+            bail!("--start/--end: apply to bar file assets, and every --asset is synthetic");
+        }
+        for a in assets
+            .iter_mut()
+            .filter(|a| matches!(a.source, Some(asset_spec::Source::DataPath(_))))
+        {
+            a.start_unix_ns = dates.start;
+            a.end_unix_ns = dates.end;
+        }
+    }
+    let features_json = dates.apply_to_features(None)?.unwrap_or_default();
     let mut request = StartTrainingRequest {
         name: args.name.clone(),
         assets,
         seed: args.seed,
         device: args.device.to_string(),
+        features_json,
         ..Default::default()
     };
     set_models(&mut request, models);

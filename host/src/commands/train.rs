@@ -50,6 +50,9 @@ pub(super) fn local_data(
     seed: u64,
 ) -> Result<LocalData> {
     let Some(source) = &args.data else {
+        if args.dates.any() {
+            bail!("--start, --end, --valid-start and --test-start cut a bar file: give --data");
+        }
         return Ok(LocalData {
             annotated: synthetic_ar_annotated(SyntheticArSpec {
                 rows: args.rows as usize,
@@ -59,7 +62,11 @@ pub(super) fn local_data(
             fitted: None,
         });
     };
-    let config: FeatureConfig = match &args.features {
+    let features = args
+        .dates
+        .apply_to_features(args.features.as_deref())
+        .context("--features is not a valid feature config")?;
+    let config: FeatureConfig = match &features {
         Some(json) => {
             serde_json::from_str(json).context("--features is not a valid feature config")?
         }
@@ -67,8 +74,11 @@ pub(super) fn local_data(
     };
     let source = BarSource {
         tz: args.tz.clone(),
+        start: args.dates.start,
+        end: args.dates.end,
         ..source.clone()
     };
+    source.check()?;
     let book = ContractBook::load(contracts)?;
     let (table, notes) = source.read(&book)?;
     let contract = source.contract(&table, &notes, &book)?;

@@ -114,6 +114,7 @@ fn source(path: &Path, symbol: Option<&str>, tz: Option<&str>) -> BarSource {
         path: path.to_path_buf(),
         symbol: symbol.map(str::to_string),
         tz: tz.map(str::to_string),
+        ..BarSource::default()
     }
 }
 
@@ -411,4 +412,46 @@ fn a_yfinance_intraday_export_with_a_datetime_column_reads() {
     let from_utc = read(&source(&utc, Some("ES"), None));
     let from_yf = read(&source(&yf, Some("ES"), None));
     assert_same_bars("yfinance Datetime", &from_yf, &from_utc);
+}
+
+#[test]
+fn a_source_cut_by_start_and_end_reads_only_those_bars_and_an_empty_cut_is_refused() {
+    let v = versions("2024-03-10T05:00:00Z", 240);
+    let all = read(&source(&v.utc, None, None));
+    let (start, end) = (all.ts[10] + 1, all.ts[100]);
+    let cut = read(&BarSource {
+        start: Some(start),
+        end: Some(end),
+        ..source(&v.utc, None, None)
+    });
+    // From the first bar at or after start to the last at or before end, both inclusive.
+    assert_eq!(cut.ts, all.ts[11..=100].to_vec());
+    assert_eq!(cut.close, all.close[11..=100].to_vec());
+    let open_ended = read(&BarSource {
+        start: Some(all.ts[200]),
+        ..source(&v.utc, None, None)
+    });
+    assert_eq!(open_ended.ts, all.ts[200..].to_vec());
+    let after = BarSource {
+        start: Some(all.ts[239] + 1),
+        ..source(&v.utc, None, None)
+    };
+    let e = after
+        .read(&ContractBook::builtin())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("no bar lies between") && e.contains("the file's bars run from 2024-03-10"),
+        "{e}"
+    );
+    let backwards = BarSource {
+        start: Some(end),
+        end: Some(start),
+        ..source(&v.utc, None, None)
+    };
+    assert!(backwards
+        .check()
+        .unwrap_err()
+        .to_string()
+        .contains("is after end"));
 }

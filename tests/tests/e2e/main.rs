@@ -8,6 +8,7 @@ mod bring_your_own_bars;
 mod client_binary;
 mod data_cli;
 mod data_roots;
+mod date_splits;
 mod defects_in_use;
 mod dqn_plugin;
 mod grpc_cli;

@@ -32,11 +32,7 @@ async fn connect(server: &Server) -> ModelServiceClient<tonic::transport::Channe
 /// The bars of a CSV bar file, as the client sends them.
 fn bars_of(path: &str, take: usize) -> pb::Bars {
     let book = tli_data::contracts::ContractBook::load(None).unwrap();
-    let source = tli_data::BarSource {
-        path: path.into(),
-        symbol: None,
-        tz: None,
-    };
+    let source = tli_data::BarSource::file(path);
     let (table, _) = source.read(&book).unwrap();
     let mut bars = tli_wire::bars::bars_to_proto(&table);
     bars.ts_unix_ns.truncate(take);
