@@ -26,7 +26,7 @@ from tli_client import (
     synthetic,
 )
 from tli_client._proto.tli.v1 import training_pb2 as pb
-from tli_client.assets import BarFile, SyntheticAsset, asset_to_proto
+from tli_client.assets import BarFile, SyntheticAsset, asset_to_proto, bar_file
 from tli_client.config import TYPED_CONFIGS
 from tli_client.errors import InvalidArgument, NotFound, TliError, Unauthenticated
 
@@ -117,6 +117,9 @@ def test_assets_in_every_form() -> None:
             parse_asset(bad)
     assert asset_to_proto(synthetic(100, seed=3)).synthetic.seed == 3
     assert asset_to_proto(Path("bars.csv")).data_path == "bars.csv"
+    cut = asset_to_proto(bar_file("es.csv", "ES", start="2005-01-03", end=1514505600000000000))
+    assert (cut.start_unix_ns, cut.end_unix_ns) == (1104710400000000000, 1514505600000000000)
+    assert not asset_to_proto(bar_file("es.csv")).HasField("start_unix_ns")
     with pytest.raises(TypeError):
         asset_to_proto(42)  # type: ignore[arg-type]
 

@@ -12,7 +12,7 @@ import math
 import os
 import re
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 from ._proto.tli.v1 import training_pb2 as pb
 
@@ -40,15 +40,26 @@ class BarFile:
     """A bar file (DBN, Parquet or CSV) on the host, under one of its ``--data-root``s.
 
     ``symbol`` names the bars' symbol (``ES``) when the file does not; ``tz`` is the IANA zone
-    of timestamps written without one (docs/data.md).
+    of timestamps written without one; ``start`` / ``end`` (inclusive; dates, datetimes,
+    strings, UTC nanoseconds) use only the bars between them (docs/data.md; needs pandas).
     """
 
     path: str
     symbol: Optional[str] = None
     tz: Optional[str] = None
+    start: Optional[Any] = None
+    end: Optional[Any] = None
 
     def to_proto(self) -> pb.AssetSpec:
-        return pb.AssetSpec(data_path=self.path, symbol=self.symbol or "", tz=self.tz or "")
+        spec = pb.AssetSpec(data_path=self.path, symbol=self.symbol or "", tz=self.tz or "")
+        if self.start is not None or self.end is not None:
+            from .models import time_to_unix_ns
+
+            if self.start is not None:
+                spec.start_unix_ns = time_to_unix_ns(self.start, "start")
+            if self.end is not None:
+                spec.end_unix_ns = time_to_unix_ns(self.end, "end")
+        return spec
 
 
 AssetLike = Union[SyntheticAsset, BarFile, str, "os.PathLike[str]"]
@@ -60,10 +71,15 @@ def synthetic(rows: int, seed: int = 0, sigma: float = 0.0) -> SyntheticAsset:
 
 
 def bar_file(
-    path: Union[str, "os.PathLike[str]"], symbol: Optional[str] = None, tz: Optional[str] = None
+    path: Union[str, "os.PathLike[str]"],
+    symbol: Optional[str] = None,
+    tz: Optional[str] = None,
+    start: Optional[Any] = None,
+    end: Optional[Any] = None,
 ) -> BarFile:
-    """A bar file on the host (the path as the host sees it)."""
-    return BarFile(os.fspath(path), symbol, tz)
+    """A bar file on the host (the path as the host sees it), optionally cut to the bars
+    from ``start`` to ``end``."""
+    return BarFile(os.fspath(path), symbol, tz, start, end)
 
 
 def parse_asset(text: str) -> Union[SyntheticAsset, BarFile]:
