@@ -531,6 +531,17 @@ pub struct StartArgs {
     /// and in its "features").
     #[command(flatten)]
     pub dates: DateCuts,
+    /// Walk-forward evaluation: train every (model, asset) once per fold, each fold a task,
+    /// the out-of-sample windows consecutive at the end of the bars (2 to 50).
+    #[arg(long, value_name = "N", conflicts_with = "spec")]
+    pub folds: Option<u32>,
+    /// With --folds: usable rows per out-of-sample window (default: the last half of the
+    /// rows shared by the folds).
+    #[arg(long, value_name = "ROWS", requires = "folds")]
+    pub test_bars: Option<u64>,
+    /// With --folds: a sliding training window of this many rows (default: expanding).
+    #[arg(long, value_name = "ROWS", requires = "folds")]
+    pub train_bars: Option<u64>,
     /// Train each plugin once across all the assets (one pooled task per plugin,
     /// the asset as a static covariate) instead of once per asset. Needs plugins
     /// with the `pooled` capability (plugin API 1.1; `tli plugins list` shows it).

@@ -42,6 +42,7 @@ use std::path::PathBuf;
 use tli_data::bar_source::check_symbol;
 use tli_data::features::FeatureConfig;
 use tli_data::timefmt::UtcTime;
+pub use tli_data::walk_forward::{FoldDates, WalkForward};
 use tli_data::zones::LocalZone;
 use tli_data::BarSource;
 use tli_plugin_api::Device;
@@ -83,6 +84,9 @@ pub struct JobSpec {
     pub executor: Option<ExecutorKind>,
     /// What each task asks of Slurm (the Slurm executor only).
     pub slurm: SlurmJobOptions,
+    /// Walk-forward evaluation: every (model, asset) trained once per fold,
+    /// each fold a task (tli_data::walk_forward).
+    pub walk_forward: Option<WalkForward>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -200,8 +204,12 @@ impl JobSpec {
     /// Every task of the job, in ordinal order: one per (model, asset), one per
     /// pooled model. A pure function of the spec, so a stored task's ordinal
     /// finds its assets again after a restart.
+    /// A walk-forward job's tasks are one per (model, asset, fold), in that
+    /// order: `TaskAssets::One(asset × folds + fold)` (the datasets of
+    /// [`JobSpec::folds`] are laid out so).
     pub fn task_plan(&self) -> Vec<PlannedTask> {
         let spec = self;
+        let units = spec.assets.len() * self.folds();
         let mut plan = Vec::new();
         for (model, m) in spec.models.iter().enumerate() {
             if m.pooled {
@@ -210,7 +218,7 @@ impl JobSpec {
                     assets: TaskAssets::Pooled,
                 });
             } else {
-                plan.extend((0..spec.assets.len()).map(|a| PlannedTask {
+                plan.extend((0..units).map(|a| PlannedTask {
                     model,
                     assets: TaskAssets::One(a),
                 }));
@@ -219,11 +227,45 @@ impl JobSpec {
         plan
     }
 
-    /// The asset label of a task as stored and shown (`pooled[a,b,c]` for a pooled task).
+    /// The feature config of dataset `unit`: a walk-forward fold's has the
+    /// fold's split dates (once planned).
+    pub fn unit_features(&self, unit: usize) -> FeatureConfig {
+        let (asset, fold) = self.unit(unit);
+        let planned = fold.and_then(|k| {
+            let w = self.walk_forward.as_ref()?;
+            w.plan.get(asset)?.get(k).copied()
+        });
+        match planned {
+            Some(f) => f.features(&self.features),
+            None => self.features.clone(),
+        }
+    }
+
+    /// Folds per asset: 1 without walk-forward.
+    pub fn folds(&self) -> usize {
+        self.walk_forward.as_ref().map_or(1, |w| w.folds.max(1))
+    }
+
+    /// Dataset `unit` of the job (an index of [`TaskAssets::One`]): its
+    /// asset and, in a walk-forward job, its fold (0-based).
+    pub fn unit(&self, unit: usize) -> (usize, Option<usize>) {
+        match &self.walk_forward {
+            Some(w) => (unit / w.folds.max(1), Some(unit % w.folds.max(1))),
+            None => (unit, None),
+        }
+    }
+
+    /// The asset label of a task as stored and shown (`pooled[a,b,c]` for a
+    /// pooled task, `… fold 2/5` for a walk-forward fold).
     pub fn assets_label(&self, assets: TaskAssets) -> String {
         let spec = self;
         match assets {
-            TaskAssets::One(a) => spec.assets[a].label(),
+            TaskAssets::One(unit) => match spec.unit(unit) {
+                (a, Some(k)) => {
+                    format!("{} fold {}/{}", spec.assets[a].label(), k + 1, spec.folds())
+                }
+                (a, None) => spec.assets[a].label(),
+            },
             TaskAssets::Pooled => {
                 let labels: Vec<String> = spec.assets.iter().map(AssetSpec::label).collect();
                 format!("pooled[{}]", labels.join(","))
@@ -288,6 +330,39 @@ impl JobSpec {
         self.features
             .check()
             .map_err(|e| SpecError::field("features", e))?;
+        if let Some(w) = &self.walk_forward {
+            w.check().map_err(|e| SpecError::field("walk_forward", e))?;
+            if self.models.iter().any(|m| m.pooled) {
+                return Err(SpecError::field(
+                    "walk_forward",
+                    "pooled models train across assets, not per fold; drop \"pooled\"",
+                ));
+            }
+            if self.features.valid_start.is_some() || self.features.test_start.is_some() {
+                return Err(SpecError::field(
+                    "walk_forward",
+                    "the folds set the split dates; drop features.valid_start and test_start",
+                ));
+            }
+            if self
+                .assets
+                .iter()
+                .any(|a| matches!(a, AssetSpec::Synthetic(_)))
+            {
+                return Err(SpecError::field(
+                    "walk_forward",
+                    "folds are cut by date from bar files; synthetic assets have none",
+                ));
+            }
+            let planned = w.plan.is_empty()
+                || (w.plan.len() == self.assets.len() && w.plan.iter().all(|p| p.len() == w.folds));
+            if !planned {
+                return Err(SpecError::field(
+                    "walk_forward.plan",
+                    "is made when the job is submitted; leave it out",
+                ));
+            }
+        }
         for (i, a) in self.assets.iter().enumerate() {
             if let AssetSpec::Data(source) = a {
                 if let (Some(start), Some(end)) = (source.start, source.end) {
@@ -390,6 +465,8 @@ struct JobSpecFile {
     executor: Option<ExecutorKind>,
     #[serde(default, skip_serializing_if = "SlurmJobOptions::is_default")]
     slurm: SlurmJobOptions,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    walk_forward: Option<WalkForward>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -498,6 +575,7 @@ impl TryFrom<JobSpecFile> for JobSpec {
             slice_steps: f.slice_steps,
             executor: f.executor,
             slurm: f.slurm,
+            walk_forward: f.walk_forward,
         })
     }
 }
@@ -536,6 +614,7 @@ impl From<JobSpec> for JobSpecFile {
             slice_steps: s.slice_steps,
             executor: s.executor,
             slurm: s.slurm,
+            walk_forward: s.walk_forward,
         }
     }
 }

@@ -144,7 +144,7 @@ impl FeatureConfig {
         Ok(())
     }
 
-    fn max_target_horizon(&self) -> usize {
+    pub(crate) fn max_target_horizon(&self) -> usize {
         self.target_horizons.iter().copied().max().unwrap_or(1)
     }
 

@@ -40,6 +40,7 @@ pub mod synthetic_memory;
 pub mod synthetic_seasonal;
 pub mod table;
 pub mod timefmt;
+pub mod walk_forward;
 pub mod zones;
 
 pub use bar_source::{read_bars_with, BarSource, SourceError, SymbolError};

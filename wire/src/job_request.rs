@@ -187,6 +187,12 @@ pub fn job_spec(req: &pb::StartTrainingRequest) -> Result<JobSpec, Status> {
         },
         executor: executor_kind(req.executor)?,
         slurm: slurm_options(req.slurm.as_ref()),
+        walk_forward: req.walk_forward.as_ref().map(|w| job::WalkForward {
+            folds: w.folds as usize,
+            test_bars: (w.test_bars > 0).then_some(w.test_bars as usize),
+            train_bars: (w.train_bars > 0).then_some(w.train_bars as usize),
+            plan: Vec::new(),
+        }),
     };
     spec.check().map_err(|e| invalid(e.to_string()))?;
     Ok(spec)
@@ -394,6 +400,11 @@ pub fn request_from_spec(
         slurm: (!spec.slurm.is_default()).then(|| pb::SlurmOptions {
             gpus_per_task: spec.slurm.gpus_per_task.unwrap_or(0),
             time_limit_minutes: spec.slurm.time_limit_minutes.unwrap_or(0),
+        }),
+        walk_forward: spec.walk_forward.as_ref().map(|w| pb::WalkForward {
+            folds: w.folds as u32,
+            test_bars: w.test_bars.unwrap_or(0) as u64,
+            train_bars: w.train_bars.unwrap_or(0) as u64,
         }),
         ..Default::default()
     };

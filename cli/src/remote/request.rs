@@ -168,6 +168,11 @@ pub(super) fn request_from_flags(args: &StartArgs) -> Result<StartTrainingReques
         seed: args.seed,
         device: args.device.to_string(),
         features_json,
+        walk_forward: args.folds.map(|folds| tli_proto::v1::WalkForward {
+            folds,
+            test_bars: args.test_bars.unwrap_or(0),
+            train_bars: args.train_bars.unwrap_or(0),
+        }),
         ..Default::default()
     };
     set_models(&mut request, models);

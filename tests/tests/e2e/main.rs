@@ -36,3 +36,4 @@ mod tensorboard;
 mod tft_plugin;
 mod torchscript_export;
 mod training_through_the_abi;
+mod walk_forward;

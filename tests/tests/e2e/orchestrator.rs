@@ -64,7 +64,7 @@ fn run_to_completion(
 }
 
 /// Largest total of bytes reserved at the same time, from the timeline.
-fn peak_reserved(rows: &[ReservationRow]) -> (u64, usize) {
+pub(crate) fn peak_reserved(rows: &[ReservationRow]) -> (u64, usize) {
     let mut events: Vec<(i64, i64, u64)> = Vec::new(); // (time, +1/-1 ordering, bytes)
     for r in rows {
         events.push((r.reserved_ms, 1, r.bytes));

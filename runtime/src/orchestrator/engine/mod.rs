@@ -47,7 +47,7 @@ use task_data::DatasetCache;
 
 use super::arbiter::{Arbiter, Budget, Candidate, Strategy};
 use super::executor::ExecutorKind;
-use super::job::JobSpec;
+use super::job::{JobSpec, TaskAssets};
 use super::live::LiveProgress;
 use super::observer::{Observers, TaskObserver};
 use super::pace::{PaceBook, PaceKey};
@@ -394,6 +394,15 @@ impl Orchestrator {
                 .check_assets(&spec.assets)
                 .map_err(|(asset, error)| SubmitError::DataRoot { asset, error })?;
         }
+        // A walk-forward job's folds are planned on the bars once, and stored with it.
+        let planned = DatasetCache::plan_folds(spec, &self.contracts).map_err(|(i, message)| {
+            SubmitError::Asset {
+                asset: i,
+                label: spec.assets[i].label(),
+                message,
+            }
+        })?;
+        let spec = &planned;
         let data = self
             .datasets
             .job(spec, &self.contracts)
@@ -459,10 +468,14 @@ impl Orchestrator {
                 )
                 .map_err(|e| model_err(e.to_string()))?;
             let ordinal = tasks.len() as u64;
+            let features = match planned.assets {
+                TaskAssets::One(unit) => spec.unit_features(unit),
+                TaskAssets::Pooled => spec.features.clone(),
+            };
             let model_card = data.model_card(
                 &plugin.manifest,
                 &config,
-                &spec.features,
+                &features,
                 planned.assets,
                 tli_models::card::TrainingRecord {
                     task: String::new(),

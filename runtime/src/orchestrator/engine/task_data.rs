@@ -188,12 +188,18 @@ impl DatasetCache {
         features: &FeatureConfig,
         contracts: &ContractBook,
     ) -> Result<AssetData, String> {
-        let tz = match asset {
-            AssetSpec::Data(source) => source.tz.as_deref().unwrap_or_default(),
-            AssetSpec::Synthetic(_) => "",
+        // Everything that changes the dataset: the file, symbol, zone and cut.
+        let source = match asset {
+            AssetSpec::Data(source) => format!(
+                "{}|{:?}|{:?}",
+                source.tz.as_deref().unwrap_or_default(),
+                source.start,
+                source.end
+            ),
+            AssetSpec::Synthetic(_) => String::new(),
         };
         let key = format!(
-            "{}|{tz}|{}",
+            "{}|{source}|{}",
             asset.label(),
             serde_json::to_string(features).unwrap_or_default()
         );
@@ -232,21 +238,75 @@ impl DatasetCache {
         Ok(data)
     }
 
-    /// Every asset of `spec`, or the index and message of the first that fails.
+    /// Every asset of `spec` (of a walk-forward job, every fold of every
+    /// asset, asset by asset: [`JobSpec::unit`]), or the index of the asset
+    /// and the message of the first that fails.
     pub fn job(
         &self,
         spec: &JobSpec,
         contracts: &ContractBook,
     ) -> Result<JobData, (usize, String)> {
-        spec.assets
-            .iter()
-            .enumerate()
-            .map(|(i, asset)| {
-                self.get(asset, &spec.features, contracts)
-                    .map_err(|m| (i, m))
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map(JobData)
+        let Some(walk) = &spec.walk_forward else {
+            return spec
+                .assets
+                .iter()
+                .enumerate()
+                .map(|(i, asset)| {
+                    self.get(asset, &spec.features, contracts)
+                        .map_err(|m| (i, m))
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(JobData);
+        };
+        let mut units = Vec::new();
+        for (i, asset) in spec.assets.iter().enumerate() {
+            let folds = walk
+                .plan
+                .get(i)
+                .ok_or_else(|| (i, "its walk-forward folds were not planned".to_string()))?;
+            for fold in folds {
+                let cut = match asset {
+                    AssetSpec::Data(source) => AssetSpec::Data(tli_data::BarSource {
+                        start: fold.start.map(|t| t.0).or(source.start),
+                        end: Some(fold.end.0),
+                        ..source.clone()
+                    }),
+                    AssetSpec::Synthetic(_) => asset.clone(),
+                };
+                units.push(
+                    self.get(&cut, &fold.features(&spec.features), contracts)
+                        .map_err(|m| (i, m))?,
+                );
+            }
+        }
+        Ok(JobData(units))
+    }
+
+    /// `spec` with its walk-forward folds planned on each asset's bars (as
+    /// it is, without walk-forward or when planned already).
+    pub fn plan_folds(
+        spec: &JobSpec,
+        contracts: &ContractBook,
+    ) -> Result<JobSpec, (usize, String)> {
+        let Some(walk) = spec.walk_forward.as_ref().filter(|w| w.plan.is_empty()) else {
+            return Ok(spec.clone());
+        };
+        let mut plan = Vec::new();
+        for (i, asset) in spec.assets.iter().enumerate() {
+            let AssetSpec::Data(source) = asset else {
+                return Err((i, "walk-forward folds need a bar file".into()));
+            };
+            let (table, _) = source.read(contracts).map_err(|e| (i, e.to_string()))?;
+            plan.push(
+                walk.folds(&table, &spec.features)
+                    .map_err(|m| (i, format!("walk_forward: {m}")))?,
+            );
+        }
+        let mut planned = spec.clone();
+        if let Some(w) = planned.walk_forward.as_mut() {
+            w.plan = plan;
+        }
+        Ok(planned)
     }
 }
 

@@ -1,0 +1,146 @@
+//! Walk-forward (rolling-origin) evaluation: a bar file's usable rows cut
+//! into folds, each a training window followed by an out-of-sample window,
+//! the out-of-sample windows consecutive and never overlapping, so that
+//! their predictions concatenate into one out-of-sample span (sklearn's
+//! `TimeSeriesSplit`, Darts' `historical_forecasts`).
+//!
+//! A fold is given as dates ([`FoldDates`]): a cut of the file (its last
+//! bar is the last out-of-sample row's target bar; a sliding window also
+//! cuts the start) and the split dates of the feature pipeline, so that
+//! each fold's dataset is built exactly as any dated split is (the
+//! normalization fitted on the fold's own training rows, the embargo
+//! before each split). Fold `k` of `F` with `T` out-of-sample rows,
+//! `m` usable rows and embargo `E`:
+//!
+//! ```text
+//! test        = rows [m − (F − k)·T, m − (F − k − 1)·T)
+//! validation  = the last valid_fraction of the rows before test − E
+//! train       = from the first row (expanding) or the last train_bars rows
+//!               (sliding) before validation − E
+//! ```
+
+use crate::features::FeatureConfig;
+use crate::table::BarTable;
+use crate::timefmt::{self, UtcTime};
+use serde::{Deserialize, Serialize};
+
+/// Most folds a walk-forward may have.
+pub const MAX_FOLDS: usize = 50;
+
+/// How to cut the folds (a job spec's `"walk_forward"`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WalkForward {
+    /// Out-of-sample windows, oldest first (2 to [`MAX_FOLDS`]).
+    pub folds: usize,
+    /// Usable rows per out-of-sample window; default: the last half of the
+    /// rows shared equally by the folds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test_bars: Option<usize>,
+    /// A sliding training window of this many rows; default: expanding (every
+    /// row before the fold's validation split).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub train_bars: Option<usize>,
+    /// Each asset's folds, filled when the job is submitted (a stored job
+    /// plans the same tasks after a restart); empty in a spec a user writes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub plan: Vec<Vec<FoldDates>>,
+}
+
+/// One fold of one asset, as dates (UTC ns).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FoldDates {
+    /// First bar of the cut (a sliding window), else `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<UtcTime>,
+    /// Last bar of the cut.
+    pub end: UtcTime,
+    pub valid_start: UtcTime,
+    pub test_start: UtcTime,
+}
+
+impl WalkForward {
+    /// The settings are in range (the plan is checked when it is made).
+    pub fn check(&self) -> Result<(), String> {
+        if !(2..=MAX_FOLDS).contains(&self.folds) {
+            return Err(format!("folds {} must be 2 to {MAX_FOLDS}", self.folds));
+        }
+        if self.test_bars == Some(0) {
+            return Err("test_bars must be at least 1".into());
+        }
+        if self.train_bars.is_some_and(|t| t < 20) {
+            return Err("train_bars must be at least 20 (10 training rows and validation)".into());
+        }
+        Ok(())
+    }
+
+    /// The folds of `table`'s bars under `config` (whose own split dates
+    /// are replaced by each fold's), oldest first.
+    pub fn folds(
+        &self,
+        table: &BarTable,
+        config: &FeatureConfig,
+    ) -> Result<Vec<FoldDates>, String> {
+        self.check()?;
+        let n = table.len();
+        let lookback = config.lookback();
+        let horizon = config.max_target_horizon();
+        let embargo = config.embargo.unwrap_or(horizon);
+        let m = n.saturating_sub(lookback + horizon);
+        // Usable row r is bar lookback + r.
+        let bar = |r: usize| table.ts[lookback + r];
+        let f = self.folds;
+        let test_bars = self.test_bars.unwrap_or(m / 2 / f);
+        let date = |r: usize| timefmt::format(bar(r));
+        let held = test_bars.saturating_mul(f);
+        if test_bars == 0 || held >= m {
+            return Err(format!(
+                "{n} bars leave {m} usable rows (look-back {lookback}, horizon {horizon}): too few \
+                 for {f} out-of-sample windows of {test_bars} rows; give fewer folds or test_bars"
+            ));
+        }
+        let mut out = Vec::with_capacity(f);
+        for k in 0..f {
+            let test_lo = m - (f - k) * test_bars;
+            let test_hi = test_lo + test_bars;
+            let before = test_lo.checked_sub(embargo).unwrap_or(0);
+            let first = match self.train_bars {
+                Some(t) => before.saturating_sub(t),
+                None => 0,
+            };
+            let span = before - first;
+            let valid_rows = ((span as f64) * config.valid_fraction).round().max(1.0) as usize;
+            let valid_lo = before.saturating_sub(valid_rows);
+            let train_rows = valid_lo.saturating_sub(embargo).saturating_sub(first);
+            if train_rows < 10 || valid_lo <= first {
+                return Err(format!(
+                    "fold {} of {f} (out-of-sample from {}) has {train_rows} training rows; at \
+                     least 10 are needed (give fewer folds, fewer test_bars or more train_bars)",
+                    k + 1,
+                    date(test_lo)
+                ));
+            }
+            out.push(FoldDates {
+                // The cut keeps the look-back before the first training row.
+                start: self.train_bars.map(|_| UtcTime(table.ts[first])),
+                // The last out-of-sample row's target bar.
+                end: UtcTime(table.ts[lookback + test_hi - 1 + horizon]),
+                valid_start: UtcTime(bar(valid_lo)),
+                test_start: UtcTime(bar(test_lo)),
+            });
+        }
+        Ok(out)
+    }
+}
+
+impl FoldDates {
+    /// `config` with this fold's split dates.
+    pub fn features(&self, config: &FeatureConfig) -> FeatureConfig {
+        FeatureConfig {
+            valid_start: Some(self.valid_start),
+            test_start: Some(self.test_start),
+            ..config.clone()
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! Walk-forward evaluation with the real binaries: `tli train start --folds 5` with 2 models ×
+//! 2 assets is one job of 20 tasks, run side by side by the memory arbiter (from the store's
+//! reservation timeline); every fold's model card shows its training and validation rows
+//! ending, with the embargo, before its out-of-sample rows begin (no out-of-sample bar is
+//! predicted by a model that trained on it); the out-of-sample windows of the folds follow
+//! one another without a gap or an overlap, ending at the file's last usable bar.
+
+use super::orchestrator::peak_reserved;
+use super::predict_cli::{day_ns, sample};
+use tli_e2e_tests::*;
+use tli_host::orchestrator::store::Store;
+
+const FILES: [(&str, &str); 2] = [
+    ("ES", "data/samples/es_proxy_sp500_1d.csv"),
+    ("NQ", "data/samples/nq_proxy_nasdaq_1d.csv"),
+];
+
+fn bar_times(path: &str) -> Vec<i64> {
+    std::fs::read_to_string(sample(path))
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(|l| day_ns(l.split(',').next().unwrap()))
+        .collect()
+}
+
+#[test]
+fn five_folds_of_two_models_on_two_assets_run_as_one_packed_job_with_no_look_ahead() {
+    let plugins = PluginDir::with(&[(TEMPLATE, "template")]);
+    let state = tempfile::tempdir().unwrap();
+    let server = Server::start(plugins.path(), state.path(), &[]);
+    let assets: Vec<String> = FILES
+        .iter()
+        .map(|(symbol, path)| format!("{symbol}={}", sample(path).display()))
+        .collect();
+    let spec = state.path().join("walk.json");
+    std::fs::write(
+        &spec,
+        serde_json::json!({
+            "name": "walk",
+            "models": [
+                {"plugin": "template", "steps": 300, "config": {"hidden_sizes": [8]}},
+                {"plugin": "template", "steps": 300, "config": {"hidden_sizes": [32]}},
+            ],
+            "assets": [{"data": assets[0]["ES=".len()..], "symbol": "ES"},
+                       {"data": assets[1]["NQ=".len()..], "symbol": "NQ"}],
+            "walk_forward": {"folds": 5, "test_bars": 200},
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let out = server.client(&[
+        "train",
+        "start",
+        "--spec",
+        spec.to_str().unwrap(),
+        "--watch",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let status = ok_json(&server.client(&["train", "status", "1", "-o", "json"]));
+    let tasks = status["progress"]["tasks"].as_array().unwrap();
+    assert_eq!(tasks.len(), 20, "2 models × 2 assets × 5 folds");
+    assert!(tasks.iter().all(|t| t["state"] == "completed"), "{status}");
+    for (i, t) in tasks.iter().enumerate() {
+        let fold = i % 5 + 1;
+        assert!(
+            t["asset"]
+                .as_str()
+                .unwrap()
+                .ends_with(&format!(" fold {fold}/5")),
+            "{}",
+            t["asset"]
+        );
+        assert!(t["metrics"]["test_trade_net_pnl"].is_number(), "{t}");
+    }
+
+    // The flags say the same (through the API's WalkForward); bad folds are refused.
+    let refused = server.client(&[
+        "train", "start", "-p", "template", "-a", &assets[0], "--folds", "1",
+    ]);
+    assert_eq!(refused.status.code(), Some(1), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("walk_forward: folds 1 must be 2 to 50"),
+        "{}",
+        stderr(&refused)
+    );
+    let too_many = server.client(&[
+        "train",
+        "start",
+        "-p",
+        "template",
+        "-a",
+        &assets[0],
+        "--folds",
+        "20",
+        "--test-bars",
+        "400",
+    ]);
+    assert!(
+        stderr(&too_many).contains("too few for 20 out-of-sample windows of 400 rows"),
+        "{}",
+        stderr(&too_many)
+    );
+
+    // Packed: folds of the job ran side by side.
+    let store = Store::open_read_only(state.path()).unwrap();
+    let (_, concurrent) = peak_reserved(&store.reservation_timeline().unwrap());
+    assert!(concurrent >= 2, "folds ran one at a time ({concurrent})");
+
+    // Every fold's card: its training and validation targets end before its first
+    // out-of-sample bar; the folds' out-of-sample windows are consecutive.
+    for (a, (_, path)) in FILES.iter().enumerate() {
+        let bars = bar_times(path);
+        let index = |t: i64| bars.binary_search(&t).unwrap();
+        for model in 0..2 {
+            let mut previous_end: Option<usize> = None;
+            for fold in 0..5 {
+                let id = 1 + model * 10 + a * 5 + fold;
+                let card =
+                    &ok_json(&server.client(&["models", "show", &id.to_string(), "-o", "json"]))
+                        ["card"];
+                let s = &card["assets"][0]["splits"];
+                let at = |k: &str, i: usize| index(s[k][i].as_i64().unwrap());
+                let (train_last, valid_last) = (at("train", 1), at("valid", 1));
+                let (test_first, test_last) = (at("test", 0), at("test", 1));
+                // Targets are the next bar's return: the training row r learns bar r + 1.
+                assert!(
+                    train_last + 1 < test_first && valid_last + 1 < test_first,
+                    "fold {} of model {model} on {path}: train ends {train_last}, valid \
+                     {valid_last}, test starts {test_first}",
+                    fold + 1
+                );
+                assert!(at("train", 0) == 20, "expanding from the first usable bar");
+                assert_eq!(test_last - test_first + 1, 200);
+                if let Some(end) = previous_end {
+                    assert_eq!(test_first, end + 1, "consecutive out-of-sample windows");
+                }
+                previous_end = Some(test_last);
+            }
+            // The last window ends at the last usable bar (the one before the last).
+            assert_eq!(previous_end, Some(bars.len() - 2));
+        }
+    }
+}
