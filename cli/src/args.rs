@@ -119,6 +119,10 @@ pub enum Command {
     /// the jump). Prints net and gross P&L, costs, Sharpe, Sortino, drawdown, trades and
     /// exposure beside buy-and-hold and flat; --ledger writes every bar.
     Backtest(BacktestArgs),
+    /// A walk-forward job's out-of-sample record: every fold's model backtested on its own
+    /// out-of-sample bars (which it never trained on), the folds concatenated into one
+    /// ledger per model and asset, with forecast scores; per fold and over the whole span.
+    WalkForward(WalkForwardArgs),
     /// Measure what a plugin's trainer costs (memory).
     Profile {
         #[command(subcommand)]
@@ -756,15 +760,9 @@ impl BarWindow {
     }
 }
 
-#[derive(Args, Debug)]
-pub struct BacktestArgs {
-    /// The model: a bundle directory (`tli train local --save DIR`, `tli models
-    /// export`), traded in this process; or the id of a model loaded on the host
-    /// (`tli models load ID`), which the host trades (--endpoint).
-    #[arg(long, value_name = "BUNDLE|ID")]
-    pub model: PathBuf,
-    #[command(flatten)]
-    pub bars: BarWindow,
+/// How a backtest trades a model's outputs and what it pays.
+#[derive(Args, Debug, Clone)]
+pub struct TradingArgs {
     /// A forecaster's position rule: sign (of P50), scaled (P50 over the P10–P90 width,
     /// fractional contracts) or threshold[:K] (trade only when |P50| > K × width; K 0.1).
     /// Agents trade their own actions.
@@ -779,6 +777,34 @@ pub struct BacktestArgs {
     /// Slippage in ticks per contract traded; default: an agent's own, else 0.5.
     #[arg(long)]
     pub slippage_ticks: Option<f64>,
+}
+
+#[derive(Args, Debug)]
+pub struct WalkForwardArgs {
+    /// The walk-forward job (trained with "walk_forward" or --folds).
+    pub job: u64,
+    /// The host's state directory (read-only: run it beside a host or after it).
+    #[arg(long, default_value = ".tli")]
+    pub state_dir: PathBuf,
+    #[command(flatten)]
+    pub trading: TradingArgs,
+    /// Write each series' out-of-sample ledger and charts into this directory (created if
+    /// missing): `model<M>-<SYMBOL>/ledger.csv`, `equity.png`, `forecast.png`.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct BacktestArgs {
+    /// The model: a bundle directory (`tli train local --save DIR`, `tli models
+    /// export`), traded in this process; or the id of a model loaded on the host
+    /// (`tli models load ID`), which the host trades (--endpoint).
+    #[arg(long, value_name = "BUNDLE|ID")]
+    pub model: PathBuf,
+    #[command(flatten)]
+    pub bars: BarWindow,
+    #[command(flatten)]
+    pub trading: TradingArgs,
     /// Write every bar's close, position, gross and net P&L, costs and equity to this file
     /// (.csv, .json or .parquet), atomically.
     #[arg(long, value_name = "FILE")]

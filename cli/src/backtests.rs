@@ -3,7 +3,7 @@
 //! summary beside buy-and-hold and flat (or `-o json`), the per-bar ledger
 //! (`--ledger FILE`) and the charts (`--plots DIR`).
 
-use crate::args::{BacktestArgs, OutputFormat};
+use crate::args::{BacktestArgs, OutputFormat, TradingArgs};
 use crate::charts::{equity_chart, forecast_chart};
 use crate::{new_table, print_json};
 use anyhow::{bail, Result};
@@ -16,10 +16,20 @@ use tli_models::TableFormat;
 /// The arguments checked before anything runs: the rule, and the ledger
 /// file's format.
 pub fn check(args: &BacktestArgs) -> Result<(PositionRule, Option<TableFormat>)> {
-    let rule = PositionRule::parse(&args.rule)?;
+    let rule = check_trading(&args.trading)?;
     if !args.bars.is_ordered() {
         bail!("--start is after --end; nothing was run");
     }
+    let ledger = match &args.ledger {
+        None => None,
+        Some(path) => crate::predictions::table_format(OutputFormat::Table, Some(path))?,
+    };
+    Ok((rule, ledger))
+}
+
+/// The position rule, with the numbers checked.
+pub fn check_trading(args: &TradingArgs) -> Result<PositionRule> {
+    let rule = PositionRule::parse(&args.rule)?;
     if !(args.max_contracts.is_finite() && args.max_contracts > 0.0) {
         bail!("--max-contracts must be a finite number > 0");
     }
@@ -31,11 +41,47 @@ pub fn check(args: &BacktestArgs) -> Result<(PositionRule, Option<TableFormat>)>
             bail!("{name} must be a finite number ≥ 0");
         }
     }
-    let ledger = match &args.ledger {
-        None => None,
-        Some(path) => crate::predictions::table_format(OutputFormat::Table, Some(path))?,
-    };
-    Ok((rule, ledger))
+    Ok(rule)
+}
+
+/// Forecast scores of what a forecaster traded: rows with a realized
+/// return, the MSE of the P50 (or point forecast), the share whose sign was
+/// right, and the correlation (log returns).
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+pub struct ForecastScores {
+    pub rows: usize,
+    pub mse: f64,
+    pub hit_rate: f64,
+    pub correlation: f64,
+}
+
+/// The scores of `f` (`None` without realized rows).
+pub fn forecast_scores(f: &tli_backtest::outcome::Forecasts) -> Option<ForecastScores> {
+    let pairs: Vec<(f64, f64)> = f
+        .p50
+        .iter()
+        .zip(&f.actual)
+        .filter(|(p, a)| p.is_finite() && a.is_finite())
+        .map(|(p, a)| (*p, *a))
+        .collect();
+    let n = pairs.len();
+    if n == 0 {
+        return None;
+    }
+    let mean = |v: &dyn Fn(&(f64, f64)) -> f64| pairs.iter().map(v).sum::<f64>() / n as f64;
+    let (mp, ma) = (mean(&|x| x.0), mean(&|x| x.1));
+    let cov = mean(&|x| (x.0 - mp) * (x.1 - ma));
+    let (vp, va) = (mean(&|x| (x.0 - mp).powi(2)), mean(&|x| (x.1 - ma).powi(2)));
+    Some(ForecastScores {
+        rows: n,
+        mse: mean(&|x| (x.0 - x.1).powi(2)),
+        hit_rate: pairs.iter().filter(|(p, a)| p * a > 0.0).count() as f64 / n as f64,
+        correlation: if vp > 0.0 && va > 0.0 {
+            cov / (vp * va).sqrt()
+        } else {
+            0.0
+        },
+    })
 }
 
 /// Writes the ledger and the charts the arguments ask for, then prints the

@@ -136,6 +136,7 @@ pub fn run_client(cli: &Cli, bin_name: &'static str) -> Option<Result<()>> {
         | Command::Doctor
         | Command::Host { .. }
         | Command::Profile { .. }
+        | Command::WalkForward(_)
         | Command::Worker(_) => return None,
         Command::Backtest(args) if args.is_bundle() => return None,
         Command::Backtest(args) => remote::models::backtest(cli, args),

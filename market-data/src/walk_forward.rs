@@ -104,7 +104,7 @@ impl WalkForward {
         for k in 0..f {
             let test_lo = m - (f - k) * test_bars;
             let test_hi = test_lo + test_bars;
-            let before = test_lo.checked_sub(embargo).unwrap_or(0);
+            let before = test_lo.saturating_sub(embargo);
             let first = match self.train_bars {
                 Some(t) => before.saturating_sub(t),
                 None => 0,
@@ -142,5 +142,79 @@ impl FoldDates {
             test_start: Some(self.test_start),
             ..config.clone()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contracts::ContractBook;
+    use crate::features::build_dataset;
+
+    #[test]
+    fn folds_are_consecutive_out_of_sample_windows_each_after_its_embargoed_training() {
+        let table = crate::synth::es_test_bars(crate::table::BarInterval::Day, 1000, 5);
+        let es = ContractBook::builtin().lookup("ES").unwrap().clone();
+        let config = FeatureConfig {
+            target_horizons: vec![1, 3],
+            ..FeatureConfig::default()
+        };
+        let walk = |train_bars| WalkForward {
+            folds: 4,
+            test_bars: Some(50),
+            train_bars,
+            plan: Vec::new(),
+        };
+        for train_bars in [None, Some(300)] {
+            let folds = walk(train_bars).folds(&table, &config).unwrap();
+            assert_eq!(folds.len(), 4);
+            let mut previous_last: Option<i64> = None;
+            for fold in &folds {
+                let cut = table.between(fold.start.map(|t| t.0), Some(fold.end.0));
+                let d = build_dataset(&cut, &es, &fold.features(&config)).unwrap();
+                let s = d.splits;
+                // 50 out-of-sample rows, an embargo of 3 (the longest horizon) before each split.
+                assert_eq!(d.timestamps.len() as u64 - s.test_start, 50);
+                assert_eq!(s.test_start - s.valid_end, 3);
+                assert_eq!(s.valid_start - s.train_end, 3);
+                match train_bars {
+                    None => assert_eq!(d.timestamps[0], table.ts[20], "expanding"),
+                    Some(t) => assert_eq!(s.valid_end as usize, t, "sliding: {t} rows"),
+                }
+                let first_test = d.timestamps[s.test_start as usize];
+                if let Some(last) = previous_last {
+                    let i = table.ts.binary_search(&last).unwrap();
+                    assert_eq!(table.ts[i + 1], first_test, "consecutive windows");
+                }
+                previous_last = d.timestamps.last().copied();
+            }
+            // The last window ends at the last usable bar (horizon 3 before the end).
+            assert_eq!(previous_last, Some(table.ts[1000 - 1 - 3]));
+        }
+        let refused = |w: WalkForward, expected: &str| {
+            let e = w.folds(&table, &config).unwrap_err();
+            assert!(e.contains(expected), "{expected:?} in: {e}");
+        };
+        refused(
+            WalkForward {
+                folds: 1,
+                ..walk(None)
+            },
+            "folds 1 must be 2 to 50",
+        );
+        refused(
+            WalkForward {
+                test_bars: Some(400),
+                ..walk(None)
+            },
+            "too few for 4 out-of-sample windows of 400 rows",
+        );
+        refused(
+            WalkForward {
+                test_bars: Some(240),
+                ..walk(None)
+            },
+            "fold 1 of 4",
+        );
     }
 }

@@ -302,9 +302,9 @@ pub(crate) fn backtest(cli: &Cli, args: &BacktestArgs) -> Result<()> {
         start_unix_ns: args.bars.start,
         end_unix_ns: args.bars.end,
         rule: rule.name(),
-        max_contracts: Some(args.max_contracts),
-        commission: args.commission,
-        slippage_ticks: args.slippage_ticks,
+        max_contracts: Some(args.trading.max_contracts),
+        commission: args.trading.commission,
+        slippage_ticks: args.trading.slippage_ticks,
         summary_only: args.ledger.is_none() && args.plots.is_none(),
     };
     let output = cli.output;

@@ -31,9 +31,9 @@ pub(super) fn backtest(
         contract,
         BacktestOptions {
             rule,
-            max_contracts: args.max_contracts,
-            commission: args.commission,
-            slippage_ticks: args.slippage_ticks,
+            max_contracts: args.trading.max_contracts,
+            commission: args.trading.commission,
+            slippage_ticks: args.trading.slippage_ticks,
             window: PredictWindow {
                 start: args.bars.start,
                 end: args.bars.end,

@@ -23,6 +23,7 @@ mod profile;
 mod serve;
 mod torchscript;
 mod train;
+mod walk_forward;
 mod worker;
 
 use crate::registry::PluginRegistry;
@@ -67,6 +68,7 @@ pub fn run(cli: Cli) -> Result<()> {
         } => profile::memory(&plugin_dir, contracts, args, cli.output),
         Command::Predict(args) => predict::predict(&plugin_dir, contracts, args, cli.output),
         Command::Backtest(args) => backtest::backtest(&plugin_dir, contracts, args, cli.output),
+        Command::WalkForward(args) => walk_forward::run(&plugin_dir, contracts, args, cli.output),
         Command::Models { command } => models::run(&plugin_dir, contracts, command, cli.output),
         Command::Worker(args) => worker::worker(&plugin_dir, args),
         // Every other command is a client command, run above.

@@ -221,3 +221,122 @@ impl LoadedModel {
         )
     }
 }
+
+/// Backtests of consecutive spans (the out-of-sample windows of walk-forward
+/// folds, each traded by the model of its fold) as one: their bars and
+/// positions concatenated in order and priced as one ledger, so the position
+/// a fold's model takes at its last bar is held over the next fold's first
+/// bar, beside buy-and-hold and flat on the same bars.
+pub fn concatenate(parts: &[Backtest], periods_per_year: f64) -> Result<Backtest, ModelError> {
+    let first = parts
+        .first()
+        .ok_or_else(|| bad("no backtests to concatenate".into()))?;
+    let rows: Vec<&LedgerRow> = parts.iter().flat_map(|p| &p.ledger).collect();
+    if let Some(w) = rows.windows(2).find(|w| w[0].ts >= w[1].ts) {
+        return Err(bad(format!(
+            "the spans overlap or are out of order at {}",
+            tli_data::timefmt::format(w[1].ts)
+        )));
+    }
+    if parts
+        .iter()
+        .any(|p| p.symbol != first.symbol || p.cost_per_contract != first.cost_per_contract)
+    {
+        return Err(bad("the backtests are of different symbols or costs".into()));
+    }
+    let ts: Vec<i64> = rows.iter().map(|r| r.ts).collect();
+    let close: Vec<f64> = rows.iter().map(|r| r.close).collect();
+    let roll_before: Vec<bool> = rows.iter().map(|r| r.roll).collect();
+    let positions: Vec<f64> = rows.iter().map(|r| r.position).collect();
+    let terms = CostTerms::new(first.point_value, first.cost_per_contract)?;
+    let bars = Bars {
+        ts: &ts,
+        close: &close,
+        roll_before: &roll_before,
+    };
+    let run = |positions: &[f64]| -> Result<(Vec<LedgerRow>, BacktestReport), ModelError> {
+        let rows = ledger::ledger(bars, positions, terms)?;
+        let report = ledger::report(&rows, periods_per_year)?;
+        Ok((rows, report))
+    };
+    let (ledger, strategy) = run(&positions)?;
+    let (held, buy_and_hold) = run(&vec![1.0; ts.len()])?;
+    let (_, flat) = run(&vec![0.0; ts.len()])?;
+    let forecasts = parts
+        .iter()
+        .map(|p| p.forecasts.as_ref())
+        .collect::<Option<Vec<_>>>()
+        .map(|all| {
+            let mut joined = Forecasts::default();
+            for f in all {
+                joined.ts.extend(&f.ts);
+                joined.p50.extend(&f.p50);
+                joined.p10.extend(&f.p10);
+                joined.p90.extend(&f.p90);
+                joined.actual.extend(&f.actual);
+            }
+            joined
+        });
+    Ok(Backtest {
+        ledger,
+        strategy,
+        buy_and_hold,
+        flat,
+        buy_and_hold_equity: held.iter().map(|r| r.equity).collect(),
+        forecasts,
+        ..first.clone()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(ts: std::ops::Range<i64>, positions: &[f64]) -> Backtest {
+        let close: Vec<f64> = ts.clone().map(|t| 100.0 + (t * t % 7) as f64).collect();
+        let ts: Vec<i64> = ts.collect();
+        let roll = vec![false; ts.len()];
+        let terms = CostTerms::new(50.0, 8.25).unwrap();
+        let bars = Bars {
+            ts: &ts,
+            close: &close,
+            roll_before: &roll,
+        };
+        let rows = ledger::ledger(bars, positions, terms).unwrap();
+        let report = ledger::report(&rows, 252.0).unwrap();
+        Backtest {
+            symbol: "ES".into(),
+            positions_from: "sign".into(),
+            forecast: None,
+            commission: 2.0,
+            slippage_ticks: 0.5,
+            cost_per_contract: 8.25,
+            point_value: 50.0,
+            currency: "USD".into(),
+            strategy: report.clone(),
+            buy_and_hold: report.clone(),
+            flat: report,
+            ledger: rows,
+            buy_and_hold_equity: Vec::new(),
+            forecasts: None,
+        }
+    }
+
+    #[test]
+    fn consecutive_spans_are_priced_as_one_ledger_with_each_folds_last_position_held_on() {
+        let a = part(0..4, &[1.0, 1.0, -1.0, 1.0]);
+        let b = part(4..7, &[1.0, 0.0, -1.0]);
+        let whole = concatenate(&[a.clone(), b.clone()], 252.0).unwrap();
+        let one = part(0..7, &[1.0, 1.0, -1.0, 1.0, 1.0, 0.0, -1.0]);
+        assert_eq!(whole.ledger, one.ledger);
+        assert_eq!(whole.strategy, one.strategy);
+        // The fold boundary earns what a's last position made over b's first bar.
+        let boundary = &whole.ledger[4];
+        assert_eq!(
+            boundary.gross_pnl,
+            50.0 * (b.ledger[0].close - a.ledger[3].close)
+        );
+        let e = concatenate(&[b, a], 252.0).unwrap_err().to_string();
+        assert!(e.contains("overlap or are out of order"), "{e}");
+    }
+}

@@ -141,4 +141,67 @@ fn five_folds_of_two_models_on_two_assets_run_as_one_packed_job_with_no_look_ahe
             assert_eq!(previous_end, Some(bars.len() - 2));
         }
     }
+
+    // The out-of-sample record: each fold's model on its own window reproduces what its
+    // task reported on its test split; the folds concatenate into one 1000-bar ledger.
+    let out_dir = state.path().join("oos");
+    let record = ok_json(&run_tli(
+        plugins.path(),
+        &[
+            "walk-forward",
+            "1",
+            "--state-dir",
+            state.path().to_str().unwrap(),
+            "--out",
+            out_dir.to_str().unwrap(),
+            "-o",
+            "json",
+        ],
+    ));
+    let series = record.as_array().unwrap();
+    assert_eq!(series.len(), 4, "2 models × 2 assets");
+    for s in series {
+        let folds = s["folds"].as_array().unwrap();
+        assert_eq!(folds.len(), 5);
+        for f in folds {
+            let task = tasks.iter().find(|t| t["task_id"] == f["task"]).unwrap();
+            assert_eq!(
+                f["backtest"]["strategy"]["net_pnl"].as_f64().unwrap(),
+                task["metrics"]["test_trade_net_pnl"].as_f64().unwrap(),
+                "fold of task {}",
+                f["task"]
+            );
+        }
+        let whole = &s["out_of_sample"]["strategy"];
+        assert_eq!(whole["performance"]["periods"], 999, "{s}");
+        let dir = out_dir.join(format!(
+            "model{}-{}",
+            s["model"],
+            s["symbol"].as_str().unwrap()
+        ));
+        let ledger = std::fs::read_to_string(dir.join("ledger.csv")).unwrap();
+        assert_eq!(ledger.lines().count(), 1 + 1000);
+        let net: f64 = ledger
+            .lines()
+            .skip(1)
+            .map(|l| l.split(',').nth(6).unwrap().parse::<f64>().unwrap())
+            .sum();
+        assert!((net - whole["net_pnl"].as_f64().unwrap()).abs() < 1e-6);
+        assert!(dir.join("equity.png").is_file() && dir.join("forecast.png").is_file());
+    }
+    let refused = run_tli(
+        plugins.path(),
+        &[
+            "walk-forward",
+            "7",
+            "--state-dir",
+            state.path().to_str().unwrap(),
+        ],
+    );
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        stderr(&refused).contains("no job 7"),
+        "{}",
+        stderr(&refused)
+    );
 }
