@@ -192,3 +192,203 @@ fn a_jobs_forecasters_report_trading_metrics_and_rank_by_them() {
         "{text}"
     );
 }
+
+/// One day's bar of a contract: (UTC ns, close, volume).
+type Day = (i64, f64, u64);
+
+/// Weekday midnights from 2025-01-06, leaving out the exchange holidays of those weeks
+/// (20 January, 17 February) and `missing` (a gap: a trading day with no bar).
+fn trading_days(n: usize, missing: &str) -> Vec<i64> {
+    let day = |text: &str| super::predict_cli::day_ns(&format!("{text}T00:00:00Z"));
+    let skip = [day("2025-01-20"), day("2025-02-17"), day(missing)];
+    let mut out = Vec::new();
+    let mut t = day("2025-01-06");
+    while out.len() < n {
+        let weekday = (t / 86_400_000_000_000 + 3) % 7; // 0 = Monday
+        if weekday < 5 && !skip.contains(&t) {
+            out.push(t);
+        }
+        t += 86_400_000_000_000;
+    }
+    out
+}
+
+fn contract(symbol: &str, days: &[Day]) -> tli_data::ContractBars {
+    let mut table = tli_data::BarTable::new(symbol, tli_data::BarInterval::Day);
+    for &(ts, close, volume) in days {
+        table.push(ts, close, close + 1.0, close - 1.0, close, volume);
+    }
+    tli_data::ContractBars {
+        raw_symbol: symbol.into(),
+        table,
+    }
+}
+
+/// A hand-built continuous ES file: ESH5 until the roll, ESM5 after it (its volume passes the
+/// old contract's the day before), a trading day missing in between: the oracle's positions
+/// are priced as the hand count says, the roll earning nothing and trading the position
+/// twice, the gap an ordinary bar; Sharpe, drawdown and costs by hand too.
+#[test]
+fn a_roll_and_a_gap_are_priced_as_the_hand_count_says() {
+    let plugins = PluginDir::with(&[(ORACLE, "oracle")]);
+    let dir = tempfile::tempdir().unwrap();
+    let days = trading_days(60, "2025-01-29");
+    // ESH5 trades days 0..=44 (the front until the roll), ESM5 days 36..60; ESM5 out-trades
+    // ESH5 from day 40, so the front is ESM5 from day 41 on. Closes wander by a fixed rule.
+    let wander = |i: usize| ((i * 7919) % 13) as f64 - 6.0;
+    let (roll_day, h_last, m_first) = (41usize, 44usize, 36usize);
+    let h: Vec<Day> = (0..=h_last)
+        .map(|i| {
+            (
+                days[i],
+                5000.0 + 2.0 * i as f64 + wander(i),
+                if i < 40 { 9000 } else { 100 },
+            )
+        })
+        .collect();
+    let m: Vec<Day> = (m_first..60)
+        .map(|i| {
+            (
+                days[i],
+                5030.0 + 2.0 * i as f64 - wander(i + 5),
+                if i < 40 { 100 } else { 9000 },
+            )
+        })
+        .collect();
+    let file = dir.path().join("es-roll.dbn");
+    tli_data::dbn_format::write_parent(
+        &file,
+        "ES.FUT",
+        tli_data::BarInterval::Day,
+        &[contract("ESH5", &h), contract("ESM5", &m)],
+    )
+    .unwrap();
+    let file = file.to_str().unwrap();
+    let inspected = stdout(&run_tli(plugins.path(), &["data", "inspect", file]));
+    assert!(
+        inspected.contains("ESH5 → ESM5") && inspected.contains("1 bars missing after 2025-01-28"),
+        "the roll and the missing day: {inspected}"
+    );
+
+    // By hand: the front series and its ratio back-adjustment (ESM5 / ESH5 on the last day
+    // both traded before the roll), the oracle's sign of the next close change, the ledger.
+    let ratio = m[roll_day - 1 - m_first].1 / h[roll_day - 1].1;
+    let close: Vec<f64> = (0..60)
+        .map(|i| {
+            if i < roll_day {
+                h[i].1 * ratio
+            } else {
+                m[i - m_first].1
+            }
+        })
+        .collect();
+    let close = &close[LOOKBACK..];
+    let roll = roll_day - LOOKBACK;
+    let n = close.len();
+    let positions: Vec<f64> = (0..n)
+        .map(|t| {
+            if t + 1 < n {
+                sign(close[t + 1] - close[t])
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    let mut pnl = Vec::new();
+    let (mut gross, mut costs) = (0.0, 0.0);
+    for t in 1..n {
+        let held = positions[t - 1];
+        let before = if t >= 2 { positions[t - 2] } else { 0.0 };
+        let earned = if t == roll {
+            0.0
+        } else {
+            held * POINT_VALUE * (close[t] - close[t - 1])
+        };
+        let paid = COST * (held - before).abs()
+            + if t == roll {
+                2.0 * COST * held.abs()
+            } else {
+                0.0
+            };
+        gross += earned;
+        costs += paid;
+        pnl.push(earned - paid);
+    }
+    let mean = pnl.iter().sum::<f64>() / pnl.len() as f64;
+    let sd = (pnl.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (pnl.len() - 1) as f64).sqrt();
+    let (mut equity, mut peak, mut drawdown) = (0.0f64, 0.0f64, 0.0f64);
+    for x in &pnl {
+        equity += x;
+        peak = peak.max(equity);
+        drawdown = drawdown.max(peak - equity);
+    }
+
+    let bundle = dir.path().join("oracle");
+    let out = run_tli(
+        plugins.path(),
+        &[
+            "train",
+            "local",
+            "-p",
+            "oracle",
+            "--steps",
+            "1",
+            "--data",
+            file,
+            "--save",
+            bundle.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let ledger = dir.path().join("ledger.csv");
+    let report = ok_json(&run_tli(
+        plugins.path(),
+        &[
+            "backtest",
+            "--model",
+            bundle.to_str().unwrap(),
+            "--data",
+            file,
+            "--commission",
+            "2",
+            "--slippage-ticks",
+            "1",
+            "--ledger",
+            ledger.to_str().unwrap(),
+            "-o",
+            "json",
+        ],
+    ));
+    let s = &report["strategy"];
+    let near = |got: &serde_json::Value, want: f64, what: &str| {
+        let got = got.as_f64().unwrap();
+        assert!(
+            (got - want).abs() <= 1e-9 * want.abs().max(1.0),
+            "{what}: {got} vs {want} by hand"
+        );
+    };
+    near(&s["gross_pnl"], gross, "gross");
+    near(&s["costs"], costs, "costs");
+    near(&s["net_pnl"], gross - costs, "net");
+    near(
+        &s["performance"]["sharpe"],
+        mean / sd * 252f64.sqrt(),
+        "sharpe",
+    );
+    near(&s["performance"]["max_drawdown"], drawdown, "max drawdown");
+    assert_eq!(s["performance"]["periods"], (n - 1) as u64);
+    // The ledger marks the roll on its bar, and the gap is an ordinary bar.
+    let rows: Vec<Vec<String>> = std::fs::read_to_string(&ledger)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').map(str::to_string).collect())
+        .collect();
+    assert_eq!(rows.len(), n);
+    let rolled: Vec<usize> = (0..n).filter(|&t| rows[t][8] == "1").collect();
+    assert_eq!(rolled, [roll], "the roll's bar");
+    assert!(
+        positions[roll - 1] != 0.0,
+        "a position is held into the roll"
+    );
+}
