@@ -543,8 +543,14 @@ pub struct StartArgs {
     /// rows shared by the folds).
     #[arg(long, value_name = "ROWS", requires = "folds")]
     pub test_bars: Option<u64>,
-    /// With --folds: a sliding training window of this many rows (default: expanding).
-    #[arg(long, value_name = "ROWS", requires = "folds")]
+    /// Walk-forward out-of-sample windows by date instead of --folds/--test-bars: each fold's
+    /// window starts at one of these (comma-separated, increasing) and ends at the next.
+    #[arg(long, value_name = "TIME,…", value_delimiter = ',', value_parser = parse_time,
+          conflicts_with_all = ["spec", "test_bars"])]
+    pub test_starts: Vec<i64>,
+    /// With --folds or --test-starts: a sliding training window of this many rows
+    /// (default: expanding).
+    #[arg(long, value_name = "ROWS")]
     pub train_bars: Option<u64>,
     /// Train each plugin once across all the assets (one pooled task per plugin,
     /// the asset as a static covariate) instead of once per asset. Needs plugins

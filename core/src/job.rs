@@ -243,14 +243,19 @@ impl JobSpec {
 
     /// Folds per asset: 1 without walk-forward.
     pub fn folds(&self) -> usize {
-        self.walk_forward.as_ref().map_or(1, |w| w.folds.max(1))
+        self.walk_forward
+            .as_ref()
+            .map_or(1, |w| w.fold_count().max(1))
     }
 
     /// Dataset `unit` of the job (an index of [`TaskAssets::One`]): its
     /// asset and, in a walk-forward job, its fold (0-based).
     pub fn unit(&self, unit: usize) -> (usize, Option<usize>) {
         match &self.walk_forward {
-            Some(w) => (unit / w.folds.max(1), Some(unit % w.folds.max(1))),
+            Some(w) => (
+                unit / w.fold_count().max(1),
+                Some(unit % w.fold_count().max(1)),
+            ),
             None => (unit, None),
         }
     }
@@ -355,7 +360,8 @@ impl JobSpec {
                 ));
             }
             let planned = w.plan.is_empty()
-                || (w.plan.len() == self.assets.len() && w.plan.iter().all(|p| p.len() == w.folds));
+                || (w.plan.len() == self.assets.len()
+                    && w.plan.iter().all(|p| p.len() == w.fold_count()));
             if !planned {
                 return Err(SpecError::field(
                     "walk_forward.plan",

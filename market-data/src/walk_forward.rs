@@ -13,7 +13,7 @@
 //! `m` usable rows and embargo `E`:
 //!
 //! ```text
-//! test        = rows [m − (F − k)·T, m − (F − k − 1)·T)
+//! test        = rows [m − (F − k)·T, m − (F − k − 1)·T)   (or from dates)
 //! validation  = the last valid_fraction of the rows before test − E
 //! train       = from the first row (expanding) or the last train_bars rows
 //!               (sliding) before validation − E
@@ -31,8 +31,15 @@ pub const MAX_FOLDS: usize = 50;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WalkForward {
-    /// Out-of-sample windows, oldest first (2 to [`MAX_FOLDS`]).
+    /// Out-of-sample windows, oldest first (2 to [`MAX_FOLDS`]); with
+    /// `test_starts`, their count (or 0).
+    #[serde(default)]
     pub folds: usize,
+    /// The out-of-sample windows by date instead of by count: fold `k`'s
+    /// starts at the first usable bar at or after `test_starts[k]` and ends
+    /// before the next one's (the last at the last usable bar).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub test_starts: Vec<UtcTime>,
     /// Usable rows per out-of-sample window; default: the last half of the
     /// rows shared equally by the folds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -61,10 +68,34 @@ pub struct FoldDates {
 }
 
 impl WalkForward {
+    /// The number of folds: `folds`, or the number of `test_starts`.
+    pub fn fold_count(&self) -> usize {
+        match self.test_starts.len() {
+            0 => self.folds,
+            n => n,
+        }
+    }
+
     /// The settings are in range (the plan is checked when it is made).
     pub fn check(&self) -> Result<(), String> {
-        if !(2..=MAX_FOLDS).contains(&self.folds) {
-            return Err(format!("folds {} must be 2 to {MAX_FOLDS}", self.folds));
+        let f = self.fold_count();
+        if !(2..=MAX_FOLDS).contains(&f) {
+            return Err(format!("folds {f} must be 2 to {MAX_FOLDS}"));
+        }
+        if !self.test_starts.is_empty() {
+            if self.folds != 0 && self.folds != self.test_starts.len() {
+                return Err(format!(
+                    "folds {} but {} test_starts; give one of them",
+                    self.folds,
+                    self.test_starts.len()
+                ));
+            }
+            if self.test_bars.is_some() {
+                return Err("test_starts and test_bars both size the windows; give one".into());
+            }
+            if self.test_starts.windows(2).any(|w| w[0] >= w[1]) {
+                return Err("test_starts must be in increasing order".into());
+            }
         }
         if self.test_bars == Some(0) {
             return Err("test_bars must be at least 1".into());
@@ -90,20 +121,50 @@ impl WalkForward {
         let m = n.saturating_sub(lookback + horizon);
         // Usable row r is bar lookback + r.
         let bar = |r: usize| table.ts[lookback + r];
-        let f = self.folds;
-        let test_bars = self.test_bars.unwrap_or(m / 2 / f);
+        let f = self.fold_count();
         let date = |r: usize| timefmt::format(bar(r));
-        let held = test_bars.saturating_mul(f);
-        if test_bars == 0 || held >= m {
-            return Err(format!(
-                "{n} bars leave {m} usable rows (look-back {lookback}, horizon {horizon}): too few \
-                 for {f} out-of-sample windows of {test_bars} rows; give fewer folds or test_bars"
-            ));
-        }
+        // Each fold's out-of-sample rows [lo, hi).
+        let windows: Vec<(usize, usize)> = if self.test_starts.is_empty() {
+            let test_bars = self.test_bars.unwrap_or(m / 2 / f);
+            let held = test_bars.saturating_mul(f);
+            if test_bars == 0 || held >= m {
+                return Err(format!(
+                    "{n} bars leave {m} usable rows (look-back {lookback}, horizon {horizon}): \
+                     too few for {f} out-of-sample windows of {test_bars} rows; give fewer folds \
+                     or test_bars"
+                ));
+            }
+            (0..f)
+                .map(|k| (m - (f - k) * test_bars, m - (f - k - 1) * test_bars))
+                .collect()
+        } else {
+            let usable_ts: Vec<i64> = (0..m).map(bar).collect();
+            let lo: Vec<usize> = self
+                .test_starts
+                .iter()
+                .map(|t| usable_ts.partition_point(|&u| u < t.0))
+                .collect();
+            let mut windows = Vec::with_capacity(f);
+            for k in 0..f {
+                let hi = lo.get(k + 1).copied().unwrap_or(m);
+                if lo[k] >= hi {
+                    return Err(format!(
+                        "test_starts[{k}] {} leaves fold {} no out-of-sample bar (usable bars \
+                         run from {} to {})",
+                        timefmt::format(self.test_starts[k].0),
+                        k + 1,
+                        usable_ts
+                            .first()
+                            .map_or("-".into(), |&t| timefmt::format(t)),
+                        usable_ts.last().map_or("-".into(), |&t| timefmt::format(t)),
+                    ));
+                }
+                windows.push((lo[k], hi));
+            }
+            windows
+        };
         let mut out = Vec::with_capacity(f);
-        for k in 0..f {
-            let test_lo = m - (f - k) * test_bars;
-            let test_hi = test_lo + test_bars;
+        for (k, &(test_lo, test_hi)) in windows.iter().enumerate() {
             let before = test_lo.saturating_sub(embargo);
             let first = match self.train_bars {
                 Some(t) => before.saturating_sub(t),
@@ -161,6 +222,7 @@ mod tests {
         };
         let walk = |train_bars| WalkForward {
             folds: 4,
+            test_starts: Vec::new(),
             test_bars: Some(50),
             train_bars,
             plan: Vec::new(),
@@ -216,5 +278,25 @@ mod tests {
             },
             "fold 1 of 4",
         );
+        // Windows by date: the same folds as by count when the dates are those windows' starts.
+        let by_count = walk(None).folds(&table, &config).unwrap();
+        let by_date = WalkForward {
+            folds: 0,
+            test_starts: by_count.iter().map(|f| f.test_start).collect(),
+            test_bars: None,
+            train_bars: None,
+            plan: Vec::new(),
+        };
+        assert_eq!(by_date.folds(&table, &config).unwrap(), by_count);
+        let mut late = by_date.clone();
+        late.test_starts[3] = UtcTime(table.ts[999] + 1);
+        let e = late.folds(&table, &config).unwrap_err();
+        assert!(
+            e.contains("test_starts[3]") && e.contains("no out-of-sample bar"),
+            "{e}"
+        );
+        let mut swapped = by_date.clone();
+        swapped.test_starts.swap(0, 1);
+        assert!(swapped.check().unwrap_err().contains("increasing order"));
     }
 }

@@ -189,6 +189,11 @@ pub fn job_spec(req: &pb::StartTrainingRequest) -> Result<JobSpec, Status> {
         slurm: slurm_options(req.slurm.as_ref()),
         walk_forward: req.walk_forward.as_ref().map(|w| job::WalkForward {
             folds: w.folds as usize,
+            test_starts: w
+                .test_starts_unix_ns
+                .iter()
+                .map(|&t| tli_data::timefmt::UtcTime(t))
+                .collect(),
             test_bars: (w.test_bars > 0).then_some(w.test_bars as usize),
             train_bars: (w.train_bars > 0).then_some(w.train_bars as usize),
             plan: Vec::new(),
@@ -403,6 +408,7 @@ pub fn request_from_spec(
         }),
         walk_forward: spec.walk_forward.as_ref().map(|w| pb::WalkForward {
             folds: w.folds as u32,
+            test_starts_unix_ns: w.test_starts.iter().map(|t| t.0).collect(),
             test_bars: w.test_bars.unwrap_or(0) as u64,
             train_bars: w.train_bars.unwrap_or(0) as u64,
         }),

@@ -145,6 +145,9 @@ pub(super) fn request_from_flags(args: &StartArgs) -> Result<StartTrainingReques
         }
         files.for_each(|a| a.tz = tz.clone());
     }
+    if args.train_bars.is_some() && args.folds.is_none() && args.test_starts.is_empty() {
+        bail!("--train-bars sizes walk-forward folds: give --folds or --test-starts too");
+    }
     let dates = &args.dates;
     if dates.start.is_some() || dates.end.is_some() {
         if !assets
@@ -168,10 +171,13 @@ pub(super) fn request_from_flags(args: &StartArgs) -> Result<StartTrainingReques
         seed: args.seed,
         device: args.device.to_string(),
         features_json,
-        walk_forward: args.folds.map(|folds| tli_proto::v1::WalkForward {
-            folds,
-            test_bars: args.test_bars.unwrap_or(0),
-            train_bars: args.train_bars.unwrap_or(0),
+        walk_forward: (args.folds.is_some() || !args.test_starts.is_empty()).then(|| {
+            tli_proto::v1::WalkForward {
+                folds: args.folds.unwrap_or(0),
+                test_bars: args.test_bars.unwrap_or(0),
+                train_bars: args.train_bars.unwrap_or(0),
+                test_starts_unix_ns: args.test_starts.clone(),
+            }
         }),
         ..Default::default()
     };

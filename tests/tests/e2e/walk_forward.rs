@@ -102,6 +102,46 @@ fn five_folds_of_two_models_on_two_assets_run_as_one_packed_job_with_no_look_ahe
         stderr(&too_many)
     );
 
+    // Windows by date through the flags: each fold's out-of-sample bars start on its date.
+    let dated = server.client(&[
+        "train",
+        "start",
+        "-p",
+        "template",
+        "-a",
+        &assets[0],
+        "--steps",
+        "20",
+        "--test-starts",
+        "2016-01-04,2017-01-03,2018-01-02",
+        "--train-bars",
+        "1500",
+        "--watch",
+    ]);
+    assert!(dated.status.success(), "{}", stderr(&dated));
+    let job2 = ok_json(&server.client(&["train", "status", "2", "-o", "json"]));
+    let ids: Vec<u64> = job2["progress"]["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["task_id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 3);
+    for (id, date) in ids.iter().zip(["2016-01-04", "2017-01-03", "2018-01-02"]) {
+        let card =
+            &ok_json(&server.client(&["models", "show", &id.to_string(), "-o", "json"]))["card"];
+        let s = &card["assets"][0]["splits"];
+        assert_eq!(
+            s["test"][0].as_i64().unwrap(),
+            day_ns(&format!("{date}T00:00:00Z"))
+        );
+        // Sliding: 1500 training and validation rows before the embargo.
+        assert!(
+            s["train"][0].as_i64().unwrap() > day_ns("2005-01-03T00:00:00Z"),
+            "{s}"
+        );
+    }
+
     // Packed: folds of the job ran side by side.
     let store = Store::open_read_only(state.path()).unwrap();
     let (_, concurrent) = peak_reserved(&store.reservation_timeline().unwrap());
