@@ -577,13 +577,24 @@ fn a_huge_embargo_is_refused_not_a_panic() {
 /// feature columns of every row.
 #[test]
 fn too_many_horizons_are_refused() {
-    let spec = JobSpec::from_json(&with(
+    // By the spec, when it is read (nothing is submitted)...
+    let e = JobSpec::from_json(&with(
         &["features", "return_horizons"],
         json!(vec![1; 200_000]),
     ))
-    .expect("parses");
+    .expect_err("refused");
+    assert!(
+        e.to_string()
+            .contains("features: return_horizons lists 200000 horizons; at most 64"),
+        "{e}"
+    );
+    // ...and by the pipeline, for a config that did not come through a spec.
+    let features = tli_data::features::FeatureConfig {
+        return_horizons: vec![1; 200_000],
+        ..Default::default()
+    };
     let book = ContractBook::builtin();
-    let e = build_annotated_dataset(&bars(), book.lookup("ES").expect("ES"), &spec.features)
+    let e = build_annotated_dataset(&bars(), book.lookup("ES").expect("ES"), &features)
         .expect_err("refused");
     assert!(
         e.to_string()
