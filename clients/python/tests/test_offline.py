@@ -26,7 +26,13 @@ from tli_client import (
     synthetic,
 )
 from tli_client._proto.tli.v1 import training_pb2 as pb
-from tli_client.assets import BarFile, SyntheticAsset, asset_to_proto, bar_file
+from tli_client.assets import (
+    BarFile,
+    SyntheticAsset,
+    asset_to_proto,
+    bar_file,
+    walk_forward_to_proto,
+)
 from tli_client.config import TYPED_CONFIGS
 from tli_client.errors import InvalidArgument, NotFound, TliError, Unauthenticated
 
@@ -120,6 +126,12 @@ def test_assets_in_every_form() -> None:
     cut = asset_to_proto(bar_file("es.csv", "ES", start="2005-01-03", end=1514505600000000000))
     assert (cut.start_unix_ns, cut.end_unix_ns) == (1104710400000000000, 1514505600000000000)
     assert not asset_to_proto(bar_file("es.csv")).HasField("start_unix_ns")
+    wf = walk_forward_to_proto({"test_starts": ["2016-01-04", 1483401600000000000], "train_bars": 1500})
+    assert list(wf.test_starts_unix_ns) == [1451865600000000000, 1483401600000000000]
+    assert (wf.folds, wf.train_bars) == (0, 1500)
+    assert walk_forward_to_proto({"folds": 5, "test_bars": 250}).test_bars == 250
+    with pytest.raises(ValueError, match="unknown keys"):
+        walk_forward_to_proto({"fold": 5})
     with pytest.raises(TypeError):
         asset_to_proto(42)  # type: ignore[arg-type]
 

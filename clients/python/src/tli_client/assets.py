@@ -12,11 +12,19 @@ import math
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Any, Mapping, Optional, Union
 
 from ._proto.tli.v1 import training_pb2 as pb
 
-__all__ = ["SyntheticAsset", "BarFile", "AssetLike", "synthetic", "bar_file", "parse_asset"]
+__all__ = [
+    "SyntheticAsset",
+    "BarFile",
+    "AssetLike",
+    "synthetic",
+    "bar_file",
+    "parse_asset",
+    "walk_forward_to_proto",
+]
 
 _SYMBOL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,31}$")
 
@@ -124,3 +132,25 @@ def asset_to_proto(asset: AssetLike) -> pb.AssetSpec:
         f"an asset is synthetic(rows, …), bar_file(path, …), or the text forms "
         f"'synthetic:ROWS[:SEED[:SIGMA]]' / '[SYMBOL=]PATH', not {type(asset).__name__}"
     )
+
+
+_WALK_KEYS = {"folds", "test_bars", "train_bars", "test_starts"}
+
+
+def walk_forward_to_proto(spec: Mapping[str, Any]) -> pb.WalkForward:
+    """A job's walk-forward folds (``folds``, ``test_bars``, ``train_bars``, ``test_starts``:
+    dates, datetimes or UTC nanoseconds) as the API's message; unknown keys are refused."""
+    unknown = set(spec) - _WALK_KEYS
+    if unknown:
+        raise ValueError(f"walk_forward: unknown keys {sorted(unknown)}; use {sorted(_WALK_KEYS)}")
+    message = pb.WalkForward(
+        folds=int(spec.get("folds", 0)),
+        test_bars=int(spec.get("test_bars", 0)),
+        train_bars=int(spec.get("train_bars", 0)),
+    )
+    starts = spec.get("test_starts") or []
+    if starts:
+        from .models import time_to_unix_ns
+
+        message.test_starts_unix_ns.extend(time_to_unix_ns(t, "test_starts") for t in starts)
+    return message

@@ -49,7 +49,7 @@ from ._proto.tli.v1 import plugins_pb2 as ppb
 from ._proto.tli.v1 import plugins_pb2_grpc as ppb_grpc
 from ._proto.tli.v1 import training_pb2 as pb
 from ._proto.tli.v1 import training_pb2_grpc as pb_grpc
-from .assets import AssetLike, asset_to_proto
+from .assets import AssetLike, asset_to_proto, walk_forward_to_proto
 from .config import (
     DqnConfig,
     Mamba2Config,
@@ -273,8 +273,14 @@ class Client:
         features: Optional[Mapping[str, Any]] = None,
         executor: Optional[str] = None,
         slurm: Optional[SlurmOptions] = None,
+        walk_forward: Optional[Mapping[str, Any]] = None,
     ) -> Job:
         """Submits a job: every model on every asset (a pooled model: one task on all).
+
+        ``walk_forward``: ``{"folds": 5, "test_bars": 250, "train_bars": 1500}`` or
+        ``{"test_starts": ["2016-01-04", "2017-01-03"]}`` trains every model on every asset once
+        per fold, each fold a task (docs/orchestrator.md, "Walk-forward"; needs pandas for
+        dates).
 
         ``models``: configs (``TemplateConfig(…)``, ``plugin_config(name, {…})``) or
         :class:`Model` s (steps, priority, pooled per model); ``steps`` applies to those without
@@ -302,6 +308,8 @@ class Client:
             slice_steps=slice_steps,
             features_json=json.dumps(dict(features), allow_nan=False) if features else "",
         )
+        if walk_forward is not None:
+            request.walk_forward.CopyFrom(walk_forward_to_proto(walk_forward))
         if checkpoint is not None:
             request.checkpoint.CopyFrom(
                 pb.CheckpointPolicy(
