@@ -5,7 +5,8 @@
 use super::scan;
 use anyhow::Result;
 use std::path::Path;
-use tli_cli::args::{BacktestArgs, OutputFormat};
+use tli_backtest::rules::PositionRule;
+use tli_cli::args::{BacktestArgs, OutputFormat, TradingArgs};
 use tli_data::contracts::ContractBook;
 use tli_models::Bundle;
 use tli_runtime::models::backtest::BacktestOptions;
@@ -26,19 +27,25 @@ pub(super) fn backtest(
     let registry = scan(plugin_dir)?;
     let name = bundle.card.plugin.name.clone();
     let mut model = LoadedModel::load(&registry, &bundle, &name, args.device)?;
-    let result = model.backtest(
-        &table,
-        contract,
-        BacktestOptions {
-            rule,
-            max_contracts: args.trading.max_contracts,
-            commission: args.trading.commission,
-            slippage_ticks: args.trading.slippage_ticks,
-            window: PredictWindow {
-                start: args.bars.start,
-                end: args.bars.end,
-            },
-        },
-    )?;
+    let window = PredictWindow {
+        start: args.bars.start,
+        end: args.bars.end,
+    };
+    let result = model.backtest(&table, contract, options(&args.trading, rule, window))?;
     tli_cli::backtests::show(&result, &model.plugin.label(), args, ledger, output)
+}
+
+/// How `trading` (checked: `rule`) trades the bars of `window`.
+pub(super) fn options(
+    trading: &TradingArgs,
+    rule: PositionRule,
+    window: PredictWindow,
+) -> BacktestOptions {
+    BacktestOptions {
+        rule,
+        max_contracts: trading.max_contracts,
+        commission: trading.commission,
+        slippage_ticks: trading.slippage_ticks,
+        window,
+    }
 }

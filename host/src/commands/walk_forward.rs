@@ -18,7 +18,7 @@ use tli_core::job::{AssetSpec, JobSpec};
 use tli_core::state::TaskState;
 use tli_data::contracts::ContractBook;
 use tli_plugin_api::Device;
-use tli_runtime::models::backtest::{concatenate, BacktestOptions};
+use tli_runtime::models::backtest::concatenate;
 use tli_runtime::models::catalog::Catalog;
 use tli_runtime::models::{LoadedModel, PredictWindow};
 use tli_store::Store;
@@ -113,20 +113,12 @@ pub(super) fn run(
                     .ok_or_else(|| anyhow!("task {}'s model has no test split", task.id))?;
                 periods_per_year = entry.card.inputs.periods_per_year;
                 let mut loaded = LoadedModel::load(&registry, &bundle, &entry.id, Device::Cpu)?;
-                let backtest = loaded.backtest(
-                    &table,
-                    contract,
-                    BacktestOptions {
-                        rule,
-                        max_contracts: args.trading.max_contracts,
-                        commission: args.trading.commission,
-                        slippage_ticks: args.trading.slippage_ticks,
-                        window: PredictWindow {
-                            start: Some(test[0]),
-                            end: Some(test[1]),
-                        },
-                    },
-                )?;
+                let window = PredictWindow {
+                    start: Some(test[0]),
+                    end: Some(test[1]),
+                };
+                let options = super::backtest::options(&args.trading, rule, window);
+                let backtest = loaded.backtest(&table, contract, options)?;
                 series_folds.push(Fold {
                     task: task.id,
                     test,

@@ -119,15 +119,7 @@ impl LoadedModel {
             close: &rows.close[span.clone()],
             roll_before: &roll_before,
         };
-        let ppy = self.card.inputs.periods_per_year;
-        let run = |positions: &[f64]| -> Result<(Vec<LedgerRow>, BacktestReport), ModelError> {
-            let rows = ledger::ledger(bars, positions, terms)?;
-            let report = ledger::report(&rows, ppy)?;
-            Ok((rows, report))
-        };
-        let (ledger, strategy) = run(&positions)?;
-        let (held, buy_and_hold) = run(&vec![1.0; span.len()])?;
-        let (_, flat) = run(&vec![0.0; span.len()])?;
+        let priced = price(bars, &positions, terms, self.card.inputs.periods_per_year)?;
         let forecasts = forecast
             .as_deref()
             .zip(self.card.inputs.target_names.first())
@@ -141,11 +133,11 @@ impl LoadedModel {
             cost_per_contract: terms.cost_per_contract,
             point_value: terms.point_value,
             currency: contract.currency.clone(),
-            strategy,
-            buy_and_hold,
-            flat,
-            ledger,
-            buy_and_hold_equity: held.iter().map(|r| r.equity).collect(),
+            strategy: priced.strategy,
+            buy_and_hold: priced.buy_and_hold,
+            flat: priced.flat,
+            ledger: priced.ledger,
+            buy_and_hold_equity: priced.buy_and_hold_equity,
             forecasts,
         })
     }
@@ -254,14 +246,7 @@ pub fn concatenate(parts: &[Backtest], periods_per_year: f64) -> Result<Backtest
         close: &close,
         roll_before: &roll_before,
     };
-    let run = |positions: &[f64]| -> Result<(Vec<LedgerRow>, BacktestReport), ModelError> {
-        let rows = ledger::ledger(bars, positions, terms)?;
-        let report = ledger::report(&rows, periods_per_year)?;
-        Ok((rows, report))
-    };
-    let (ledger, strategy) = run(&positions)?;
-    let (held, buy_and_hold) = run(&vec![1.0; ts.len()])?;
-    let (_, flat) = run(&vec![0.0; ts.len()])?;
+    let priced = price(bars, &positions, terms, periods_per_year)?;
     let forecasts = parts
         .iter()
         .map(|p| p.forecasts.as_ref())
@@ -278,13 +263,46 @@ pub fn concatenate(parts: &[Backtest], periods_per_year: f64) -> Result<Backtest
             joined
         });
     Ok(Backtest {
+        ledger: priced.ledger,
+        strategy: priced.strategy,
+        buy_and_hold: priced.buy_and_hold,
+        flat: priced.flat,
+        buy_and_hold_equity: priced.buy_and_hold_equity,
+        forecasts,
+        ..first.clone()
+    })
+}
+
+/// Positions priced on bars, beside buy-and-hold and flat.
+struct Priced {
+    ledger: Vec<LedgerRow>,
+    strategy: BacktestReport,
+    buy_and_hold: BacktestReport,
+    buy_and_hold_equity: Vec<f64>,
+    flat: BacktestReport,
+}
+
+fn price(
+    bars: Bars<'_>,
+    positions: &[f64],
+    terms: CostTerms,
+    periods_per_year: f64,
+) -> Result<Priced, ModelError> {
+    let run = |positions: &[f64]| -> Result<(Vec<LedgerRow>, BacktestReport), ModelError> {
+        let rows = ledger::ledger(bars, positions, terms)?;
+        let report = ledger::report(&rows, periods_per_year)?;
+        Ok((rows, report))
+    };
+    let n = positions.len();
+    let (ledger, strategy) = run(positions)?;
+    let (held, buy_and_hold) = run(&vec![1.0; n])?;
+    let (_, flat) = run(&vec![0.0; n])?;
+    Ok(Priced {
         ledger,
         strategy,
         buy_and_hold,
-        flat,
         buy_and_hold_equity: held.iter().map(|r| r.equity).collect(),
-        forecasts,
-        ..first.clone()
+        flat,
     })
 }
 

@@ -114,6 +114,16 @@ fn serve_status(e: ServeError) -> Status {
     }
 }
 
+/// The bars a request asks outputs for; refuses a start after the end.
+fn window_of(start: Option<i64>, end: Option<i64>) -> Result<PredictWindow, Status> {
+    if let (Some(s), Some(e)) = (start, end) {
+        if s > e {
+            return Err(Status::invalid_argument("start is after end"));
+        }
+    }
+    Ok(PredictWindow { start, end })
+}
+
 fn bars_status(e: BarsError) -> Status {
     Status::invalid_argument(e.to_string())
 }
@@ -316,15 +326,7 @@ impl ModelService for ModelApi {
     ) -> Result<Response<pb::PredictResponse>, Status> {
         self.refuse_when_shutting_down()?;
         let req = request.into_inner();
-        let window = PredictWindow {
-            start: req.start_unix_ns,
-            end: req.end_unix_ns,
-        };
-        if let (Some(s), Some(e)) = (window.start, window.end) {
-            if s > e {
-                return Err(Status::invalid_argument("start is after end"));
-            }
-        }
+        let window = window_of(req.start_unix_ns, req.end_unix_ns)?;
         let bars = req
             .bars
             .ok_or_else(|| Status::invalid_argument("give the bars to predict on"))?;
@@ -352,15 +354,7 @@ impl ModelService for ModelApi {
     ) -> Result<Response<pb::BacktestResponse>, Status> {
         self.refuse_when_shutting_down()?;
         let req = request.into_inner();
-        let window = PredictWindow {
-            start: req.start_unix_ns,
-            end: req.end_unix_ns,
-        };
-        if let (Some(s), Some(e)) = (window.start, window.end) {
-            if s > e {
-                return Err(Status::invalid_argument("start is after end"));
-            }
-        }
+        let window = window_of(req.start_unix_ns, req.end_unix_ns)?;
         let rule = match req.rule.trim() {
             "" => PositionRule::Sign,
             text => {
