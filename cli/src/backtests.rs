@@ -97,7 +97,7 @@ pub fn show(
         tli_wire::backtest::ledger_table(result).write(Some(path), format)?;
     }
     if let Some(dir) = &args.plots {
-        plots(dir, result, label)?;
+        plots(dir, result, label, &[])?;
     }
     if output == OutputFormat::Json {
         return print_json(result);
@@ -148,8 +148,9 @@ pub fn show(
     Ok(())
 }
 
-/// `equity.png` and, for a forecaster, `forecast.png` in `dir`.
-pub fn plots(dir: &Path, result: &Backtest, label: &str) -> Result<()> {
+/// `equity.png` and, for a forecaster, `forecast.png` in `dir`; `marks`:
+/// times to draw a vertical line at on the equity chart (fold starts).
+pub fn plots(dir: &Path, result: &Backtest, label: &str, marks: &[i64]) -> Result<()> {
     std::fs::create_dir_all(dir)?;
     let ts: Vec<i64> = result.ledger.iter().map(|r| r.ts).collect();
     let equity: Vec<f64> = result.ledger.iter().map(|r| r.equity).collect();
@@ -169,6 +170,7 @@ pub fn plots(dir: &Path, result: &Backtest, label: &str) -> Result<()> {
             model: &equity,
             buy_and_hold: &result.buy_and_hold_equity,
             currency: result.currency.clone(),
+            marks,
         },
         (1200, 760),
     )?;

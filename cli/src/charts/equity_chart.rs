@@ -18,6 +18,8 @@ pub struct EquityCurves<'a> {
     pub buy_and_hold: &'a [f64],
     /// The currency of the P&L.
     pub currency: String,
+    /// Times to mark with a vertical line (where walk-forward folds start).
+    pub marks: &'a [i64],
 }
 
 fn range(values: impl Iterator<Item = f64>) -> (f64, f64) {
@@ -83,6 +85,26 @@ pub fn draw(path: &Path, curves: &EquityCurves<'_>, size: (u32, u32)) -> Result<
         ),
         ("model", curves.model, PALETTE[4]),
     ] {
+        if label == "model" {
+            // Under the model's curve: the fold starts, one thin line each.
+            let mark = RGBColor(120, 120, 120).stroke_width(1);
+            for (i, &t) in curves.marks.iter().enumerate() {
+                let at = t as f64 / NS_PER_DAY;
+                let drawn = chart
+                    .draw_series(std::iter::once(PathElement::new(
+                        vec![(at, y0), (at, y1)],
+                        mark,
+                    )))
+                    .map_err(|e| err(&e))?;
+                if i == 0 {
+                    drawn
+                        .label("a new fold's model from here")
+                        .legend(move |(x, y)| {
+                            PathElement::new(vec![(x + 11, y - 7), (x + 11, y + 7)], mark)
+                        });
+                }
+            }
+        }
         let style = color.stroke_width(2);
         chart
             .draw_series(std::iter::once(PathElement::new(line(values), style)))

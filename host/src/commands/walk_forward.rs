@@ -148,7 +148,8 @@ pub(super) fn run(
             tli_wire::backtest::ledger_table(&s.out_of_sample)
                 .write(Some(&ledger), tli_models::TableFormat::Csv)?;
             let label = format!("{} (model {}) out of sample", s.plugin, s.model);
-            tli_cli::backtests::plots(&sub, &s.out_of_sample, &label)?;
+            let starts: Vec<i64> = s.folds.iter().skip(1).map(|f| f.test[0]).collect();
+            tli_cli::backtests::plots(&sub, &s.out_of_sample, &label, &starts)?;
         }
     }
     if output == OutputFormat::Json {
