@@ -76,14 +76,23 @@ pub(super) fn run(
     let book = ContractBook::load(contracts)?;
     let scratch = std::env::temp_dir().join(format!("tli-walk-forward-{}", std::process::id()));
     let (folds, units) = (spec.folds(), spec.assets.len() * spec.folds());
+    // Each asset's bars, read once for every model.
+    let mut bars = Vec::new();
+    for asset in &spec.assets {
+        let AssetSpec::Data(source) = asset else {
+            bars.push(None);
+            continue;
+        };
+        let (table, notes) = source.read(&book)?;
+        let contract = source.contract(&table, &notes, &book)?.clone();
+        bars.push(Some((table, contract)));
+    }
     let mut all = Vec::new();
     for (m, model) in spec.models.iter().enumerate() {
         for (a, asset) in spec.assets.iter().enumerate() {
-            let AssetSpec::Data(source) = asset else {
+            let Some((table, contract)) = &bars[a] else {
                 continue;
             };
-            let (table, notes) = source.read(&book)?;
-            let contract = source.contract(&table, &notes, &book)?;
             let mut series_folds = Vec::new();
             let mut periods_per_year = 252.0;
             for k in 0..folds {
@@ -118,7 +127,7 @@ pub(super) fn run(
                     end: Some(test[1]),
                 };
                 let options = super::backtest::options(&args.trading, rule, window);
-                let backtest = loaded.backtest(&table, contract, options)?;
+                let backtest = loaded.backtest(table, contract, options)?;
                 series_folds.push(Fold {
                     task: task.id,
                     test,

@@ -4,20 +4,10 @@
 //! and end on the bars a hand count over the file says (the embargo bar left out before each
 //! split); bad dates are refused before anything runs.
 
-use super::predict_cli::{day_ns, sample};
+use super::predict_cli::{bar_times, day_ns, sample};
 use tli_e2e_tests::*;
 
 const ES: &str = "data/samples/es_proxy_sp500_1d.csv";
-
-/// The file's bar times, in order.
-fn bar_times() -> Vec<i64> {
-    std::fs::read_to_string(sample(ES))
-        .unwrap()
-        .lines()
-        .skip(1)
-        .map(|l| day_ns(l.split(',').next().unwrap()))
-        .collect()
-}
 
 fn splits(card: &serde_json::Value) -> [[i64; 2]; 3] {
     let s = &card["assets"][0]["splits"];
@@ -58,7 +48,7 @@ fn splits_and_cuts_given_as_dates_begin_and_end_on_the_bars_a_hand_count_says() 
     // look-back) to the one before the last (its target is the next bar); the test split
     // from the first bar on or after 2016-01-04, the validation split from 2014-01-02, one
     // embargo bar (the target horizon) before each.
-    let ts: Vec<i64> = bar_times()
+    let ts: Vec<i64> = bar_times(ES)
         .into_iter()
         .filter(|&t| (day_ns("2005-01-03T00:00:00Z")..=day_ns("2017-12-29T00:00:00Z")).contains(&t))
         .collect();

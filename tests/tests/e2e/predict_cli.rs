@@ -32,6 +32,16 @@ pub(crate) fn es_bars(dir: &Path, name: &str, bars: usize, level: f64) -> String
     path.to_str().unwrap().to_string()
 }
 
+/// The bar times (UTC ns) of a daily CSV sample, in order.
+pub(crate) fn bar_times(path: &str) -> Vec<i64> {
+    std::fs::read_to_string(sample(path))
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(|l| day_ns(l.split(',').next().unwrap()))
+        .collect()
+}
+
 /// `tli predict -o json` rows.
 pub(crate) fn predict_json(
     plugins: &Path,

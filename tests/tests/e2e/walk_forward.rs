@@ -6,7 +6,7 @@
 //! one another without a gap or an overlap, ending at the file's last usable bar.
 
 use super::orchestrator::peak_reserved;
-use super::predict_cli::{day_ns, sample};
+use super::predict_cli::{bar_times, day_ns, host_run, sample};
 use tli_e2e_tests::*;
 use tli_host::orchestrator::store::Store;
 
@@ -14,15 +14,6 @@ const FILES: [(&str, &str); 2] = [
     ("ES", "data/samples/es_proxy_sp500_1d.csv"),
     ("NQ", "data/samples/nq_proxy_nasdaq_1d.csv"),
 ];
-
-fn bar_times(path: &str) -> Vec<i64> {
-    std::fs::read_to_string(sample(path))
-        .unwrap()
-        .lines()
-        .skip(1)
-        .map(|l| day_ns(l.split(',').next().unwrap()))
-        .collect()
-}
 
 #[test]
 fn five_folds_of_two_models_on_two_assets_run_as_one_packed_job_with_no_look_ahead() {
@@ -294,35 +285,17 @@ fn a_tft_finds_a_planted_calendar_edge_out_of_sample_and_tenfold_costs_take_it()
     let dir = tempfile::tempdir().unwrap();
     let bars = dir.path().join("planted.csv");
     planted_bars(&bars, 3000, 0.0006, 0.003);
-    let spec = dir.path().join("job.json");
-    std::fs::write(
-        &spec,
+    let state = host_run(
+        &plugins,
+        dir.path(),
         serde_json::json!({
             "name": "planted",
             "models": [{"plugin": "tft", "steps": 400, "config": {"hidden_size": 16,
                 "attention_heads": 2, "lookback": 20, "horizons": 1, "learning_rate": 0.003}}],
             "assets": [{"data": bars, "symbol": "ES"}],
             "walk_forward": {"folds": 4, "test_bars": 250},
-        })
-        .to_string(),
-    )
-    .unwrap();
-    let state = dir.path().join("state");
-    let run = run_tli(
-        plugins.path(),
-        &[
-            "host",
-            "run",
-            "--no-tensorboard",
-            "--state-dir",
-            state.to_str().unwrap(),
-            "--data-root",
-            dir.path().to_str().unwrap(),
-            "--submit",
-            spec.to_str().unwrap(),
-        ],
+        }),
     );
-    assert!(run.status.success(), "{}", stderr(&run));
     let record = |extra: &[&str]| {
         let mut args = vec!["walk-forward", "1", "--state-dir", state.to_str().unwrap()];
         args.extend(extra);
