@@ -461,8 +461,15 @@ pub enum TrainCommand {
         #[arg(long, default_value_t = 10_000)]
         deadline_ms: u32,
     },
-    /// Resume a job's cancelled, failed and interrupted tasks from their last checkpoints.
-    Resume { job: u64 },
+    /// Resume a job's cancelled, failed and interrupted tasks from their last checkpoints
+    /// (with --steps, its completed tasks too: trained N steps further).
+    Resume {
+        job: u64,
+        /// Train every task of the job N more steps beyond those it has done, completed
+        /// (or stopped early) ones included; each goes on from its final checkpoint.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
+        steps: Option<u64>,
+    },
     /// PNG charts of a job from a running host: each metric per task over steps,
     /// and each device's memory over time (reservations, budget, measured total).
     Plot(TrainPlotArgs),
@@ -557,6 +564,9 @@ pub struct StartArgs {
     /// with the `pooled` capability (plugin API 1.1; `tli plugins list` shows it).
     #[arg(long)]
     pub pooled: bool,
+    /// Best checkpoints and early stopping of every model (a job spec sets them per model).
+    #[command(flatten)]
+    pub selection: SelectionArgs,
     #[arg(long, default_value_t = 1000)]
     pub steps: u64,
     #[arg(long, default_value_t = tli_core::job::DEFAULT_SEED)]
@@ -861,6 +871,39 @@ pub struct InProcessArgs {
     /// libtorch intra-op threads (default: one per core).
     #[arg(long, value_parser = clap::value_parser!(i32).range(1..=1024))]
     pub threads: Option<i32>,
+}
+
+/// `keep_best` and `early_stopping` from the command line, for every model.
+#[derive(Args, Debug, Clone, Default)]
+pub struct SelectionArgs {
+    /// Keep the best checkpoint by this validation metric (valid_loss, valid_qrisk_p50,
+    /// valid_return_mean, valid_sharpe …), apart from the newest; the task's model
+    /// (`tli predict --model ID`) is then its best checkpoint (`ID:last` the newest).
+    #[arg(long, value_name = "METRIC", conflicts_with = "spec")]
+    pub keep_best: Option<String>,
+    /// With --keep-best: how many best checkpoints to keep.
+    #[arg(long, value_name = "K", requires = "keep_best",
+          value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub keep_best_k: Option<u32>,
+    /// Stop a task when this validation metric has not improved in --patience validations
+    /// in a row (its best checkpoint is kept and is its model).
+    #[arg(
+        long,
+        value_name = "METRIC",
+        requires = "patience",
+        conflicts_with = "spec"
+    )]
+    pub early_stopping: Option<String>,
+    /// With --early-stopping: validations without improvement before the task stops.
+    #[arg(long, value_name = "N", requires = "early_stopping")]
+    pub patience: Option<u32>,
+    /// With --early-stopping: an improvement must exceed this.
+    #[arg(long, value_name = "DELTA", requires = "early_stopping")]
+    pub min_delta: Option<f64>,
+    /// Which way the metrics above get better (default: by name; losses, errors and
+    /// drawdowns lower, returns and ratios higher).
+    #[arg(long, value_name = "min|max")]
+    pub metric_mode: Option<String>,
 }
 
 /// The dataset of an in-process run (`train local`, `profile memory`).

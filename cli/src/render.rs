@@ -164,15 +164,8 @@ fn format_value(v: f64) -> String {
 }
 
 /// Whether a smaller value of `metric` is better: losses, errors, risks,
-/// drawdowns, costs and turnover.
-pub fn lower_is_better(metric: &str) -> bool {
-    let name = metric.split('@').next().unwrap_or(metric);
-    [
-        "loss", "mse", "mae", "qrisk", "pinball", "drawdown", "costs", "turnover",
-    ]
-    .iter()
-    .any(|word| name.contains(word))
-}
+/// drawdowns, costs and turnover (the rule `keep_best` uses by default).
+pub use tli_core::selection::lower_is_better;
 
 /// Orders `tasks` by `metric`, best first (tasks without a finite value
 /// last, in their order); says which way is better ("lower" or "higher").
@@ -386,6 +379,20 @@ pub fn job_summary(job: &JobJson) -> Vec<String> {
             paint(t.state.name(), tone(t.state), on),
             t.error.as_deref().unwrap_or_default()
         ));
+    }
+    for t in &job.progress.tasks {
+        if let Some(why) = &t.stopped_early {
+            lines.push(format!("task {}: {why}", t.task_id));
+        }
+        if let Some(b) = &t.best {
+            lines.push(format!(
+                "task {}: model = best checkpoint, step {} ({} {}); `ID:last` for the newest",
+                t.task_id,
+                b.step,
+                b.metric,
+                format_value(b.value)
+            ));
+        }
     }
     lines
 }

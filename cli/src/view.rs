@@ -89,6 +89,20 @@ pub struct TaskJson {
     /// for tasks recorded by older hosts).
     pub plugin_version: Option<String>,
     pub plugin_checksum: Option<String>,
+    /// Why early stopping ended it before its total steps.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped_early: Option<String>,
+    /// Its best checkpoint (its model), when it keeps best ones.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub best: Option<BestJson>,
+}
+
+/// A task's best checkpoint.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BestJson {
+    pub step: u64,
+    pub metric: String,
+    pub value: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -239,6 +253,12 @@ impl From<&pb::TaskProgress> for TaskJson {
             }),
             plugin_version: (!t.plugin_version.is_empty()).then(|| t.plugin_version.clone()),
             plugin_checksum: (!t.plugin_checksum.is_empty()).then(|| t.plugin_checksum.clone()),
+            stopped_early: (!t.stopped_early.is_empty()).then(|| t.stopped_early.clone()),
+            best: t.best.as_ref().map(|b| BestJson {
+                step: b.step,
+                metric: b.metric.clone(),
+                value: b.value,
+            }),
         }
     }
 }
@@ -356,6 +376,8 @@ pub mod tests {
             slurm: None,
             plugin_version: "0.1.0".into(),
             plugin_checksum: String::new(),
+            stopped_early: String::new(),
+            best: None,
         }
     }
 

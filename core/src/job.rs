@@ -36,6 +36,7 @@
 //! without one).
 
 use crate::executor::{ExecutorKind, SlurmJobOptions};
+use crate::selection::{EarlyStopping, KeepBest, Selection};
 pub use crate::spec_error::{SpecError, MAX_MESSAGE_CHARS};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -105,6 +106,22 @@ pub struct ModelSpec {
     /// the `pooled` capability (plugin API 1.1).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub pooled: bool,
+    /// Keep the best checkpoints by a validation metric; the task's model is the best.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_best: Option<KeepBest>,
+    /// Stop a task whose validation metric stopped improving.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub early_stopping: Option<EarlyStopping>,
+}
+
+impl ModelSpec {
+    /// Its `keep_best` and `early_stopping` together.
+    pub fn selection(&self) -> Selection {
+        Selection {
+            keep_best: self.keep_best.clone(),
+            early_stopping: self.early_stopping.clone(),
+        }
+    }
 }
 
 /// Where an asset's bars come from: exactly one source.
@@ -241,6 +258,16 @@ impl JobSpec {
         }
     }
 
+    /// The `keep_best` and `early_stopping` of the task at `ordinal` (its
+    /// model's; none for an ordinal outside the plan).
+    pub fn selection_of(&self, ordinal: usize) -> Selection {
+        self.task_plan()
+            .get(ordinal)
+            .and_then(|t| self.models.get(t.model))
+            .map(ModelSpec::selection)
+            .unwrap_or_default()
+    }
+
     /// Folds per asset: 1 without walk-forward.
     pub fn folds(&self) -> usize {
         self.walk_forward
@@ -325,6 +352,9 @@ impl JobSpec {
                     format!("{} is outside 1..={MAX_STEPS}", m.steps),
                 ));
             }
+            m.selection()
+                .check()
+                .map_err(|e| SpecError::field(format!("models[{i}]"), e.to_string()))?;
             if m.config.as_ref().is_some_and(|c| !c.is_object()) {
                 return Err(SpecError::field(
                     format!("models[{i}].config"),

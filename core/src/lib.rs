@@ -9,6 +9,8 @@
 //! * [`executor`]: where tasks run: runner threads in the host, or Slurm jobs.
 //! * [`plugin_configs`]: `--config` values and which one applies to which plugin.
 //! * [`config_schema`]: a config checked against the plugin's own JSON Schema.
+//! * [`selection`]: keep a task's best checkpoints and stop it early, by a
+//!   validation metric.
 //! * [`strategy`]: how many tasks may share a device, and the margin's range.
 //! * [`byte_size`]: byte sizes formatted and parsed for people.
 //! * [`digest`]: streamed SHA-256 as hex.
@@ -27,6 +29,7 @@ pub mod executor;
 pub mod ids;
 pub mod job;
 pub mod plugin_configs;
+pub mod selection;
 pub mod spec_error;
 pub mod state;
 pub mod strategy;

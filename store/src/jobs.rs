@@ -213,6 +213,50 @@ impl Store {
         Ok(from)
     }
 
+    /// Gives a task `more` steps beyond those it has done and queues it
+    /// again: the one way a completed task runs again (it resumes from its
+    /// final checkpoint). A cancelled, failed or interrupted task is
+    /// re-queued the same way; a queued or running one is refused. Returns
+    /// the new total.
+    pub fn extend_task(&self, task: TaskId, more: u64) -> Result<u64, StoreError> {
+        let mut c = self.conn();
+        let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let (from, done): (TaskState, i64) = tx
+            .query_row(
+                "SELECT state, steps_done FROM tasks WHERE id = ?1",
+                [task],
+                |r| Ok((state_at(r, 0)?, r.get(1)?)),
+            )
+            .optional()?
+            .ok_or(StoreError::NoSuchTask(task))?;
+        if from != TaskState::Completed && !from.is_resumable() {
+            return Err(StoreError::IllegalTransition {
+                task,
+                from,
+                to: TaskState::Queued,
+            });
+        }
+        let total = (done.max(0) as u64).saturating_add(more);
+        let now = now_ms();
+        tx.execute(
+            "UPDATE tasks SET total_steps = ?2, state = 'queued', updated_ms = ?3, error = NULL
+             WHERE id = ?1",
+            params![task, int("total steps", total)?, now],
+        )?;
+        tx.execute(
+            "INSERT INTO transitions (task_id, from_state, to_state, reason, at_ms)
+             VALUES (?1, ?2, 'queued', ?3, ?4)",
+            params![
+                task,
+                from.as_str(),
+                format!("extended by {more} steps to {total}"),
+                now
+            ],
+        )?;
+        tx.commit()?;
+        Ok(total)
+    }
+
     /// Re-queues a task that ran out of memory, counting it in
     /// `oom_requeues`, in one transaction.
     pub fn requeue_after_oom(&self, task: TaskId, reason: &str) -> Result<(), StoreError> {

@@ -114,13 +114,13 @@ pub use history::{
     ReservationSpan, TaskHistory, DEFAULT_MAX_POINTS,
 };
 pub use rows::{
-    CheckpointRow, JobRow, MeasuredMemory, MemorySource, NewTask, PluginVersionUse, ReservationRow,
-    SliceMetrics, TaskRow, TransitionRow,
+    BestMark, CheckpointRow, JobRow, MeasuredMemory, MemorySource, NewTask, PluginVersionUse,
+    ReservationRow, SliceMetrics, TaskRow, TransitionRow,
 };
 pub use summary::JOB_STATES;
 
 /// The schema version this host creates and understands.
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 /// File name of the database inside the state directory.
 pub const DB_FILE: &str = "tli.sqlite3";
 /// File name of the host lock inside the state directory.

@@ -168,6 +168,17 @@ pub struct CheckpointRow {
     pub path: String,
     pub checksum: String,
     pub created_ms: i64,
+    /// Set for a best checkpoint (`keep_best`), kept apart from the newest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub best: Option<BestMark>,
+}
+
+/// What made a checkpoint one of a task's best.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BestMark {
+    pub metric: String,
+    pub value: f64,
+    pub mode: tli_core::selection::Mode,
 }
 
 /// A row of `reservations`: device memory held by a task; open while

@@ -163,6 +163,15 @@ CREATE TABLE model_cards (
 );
 ";
 
+/// Version 9: best checkpoints (`keep_best`), kept apart from the newest
+/// ones: the metric, its value at the checkpoint and which way is better.
+/// NULL for the newest-kept (routine) checkpoints.
+const SCHEMA_V9: &str = "
+ALTER TABLE checkpoints ADD COLUMN best_metric TEXT;
+ALTER TABLE checkpoints ADD COLUMN best_value REAL;
+ALTER TABLE checkpoints ADD COLUMN best_mode TEXT;
+";
+
 /// Rebuilds one task's `latest_metrics` rows from its history.
 pub(super) const REBUILD_LATEST_METRICS: &str = "
 INSERT INTO latest_metrics (task_id, name, step, value)
@@ -232,7 +241,10 @@ pub(super) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreErr
     if version < 8 {
         tx.execute_batch(SCHEMA_V8).map_err(open_err)?;
     }
-    // Later versions: `if version < 9 { ... }` here.
+    if version < 9 {
+        tx.execute_batch(SCHEMA_V9).map_err(open_err)?;
+    }
+    // Later versions: `if version < 10 { ... }` here.
     tx.pragma_update(None, "user_version", SCHEMA_VERSION)
         .map_err(open_err)?;
     tx.commit().map_err(open_err)

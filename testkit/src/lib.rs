@@ -276,6 +276,8 @@ impl Drop for ApiServer {
 /// A job's model: `plugin` with `config_json` for `steps` steps (API form).
 pub fn plugin_model(plugin: &str, steps: u64, config_json: &str) -> pb::ModelSpec {
     pb::ModelSpec {
+        keep_best: None,
+        early_stopping: None,
         steps,
         priority: 0,
         pooled: false,

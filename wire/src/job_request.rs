@@ -26,6 +26,7 @@ use tli_core::job::{
     self, AssetSpec, CheckpointPolicy, JobSpec, SyntheticAsset, DEFAULT_CHECKPOINT_KEEP,
     DEFAULT_SEED, DEFAULT_SLICE_STEPS, MAX_TASKS, SYNTHETIC_ROWS,
 };
+use tli_core::selection::{EarlyStopping, KeepBest, Mode, SelectionError};
 use tli_data::features::FeatureConfig;
 use tli_data::BarSource;
 use tli_plugin_api::Device;
@@ -246,13 +247,58 @@ fn model_spec(i: usize, m: &pb::ModelSpec) -> Result<job::ModelSpec, Status> {
             (p.plugin.clone(), config)
         }
     };
+    let mode = |field: &str, mode: &str| -> Result<Option<Mode>, Status> {
+        if mode.is_empty() {
+            return Ok(None);
+        }
+        mode.parse()
+            .map(Some)
+            .map_err(|e: SelectionError| invalid(format!("models[{i}].{field}.mode: {e}")))
+    };
+    let keep_best = match &m.keep_best {
+        None => None,
+        Some(k) => Some(KeepBest {
+            metric: k.metric.clone(),
+            mode: mode("keep_best", &k.mode)?,
+            k: k.k.max(1),
+        }),
+    };
+    let early_stopping = match &m.early_stopping {
+        None => None,
+        Some(e) => Some(EarlyStopping {
+            metric: e.metric.clone(),
+            mode: mode("early_stopping", &e.mode)?,
+            patience: e.patience,
+            min_delta: e.min_delta,
+        }),
+    };
     Ok(job::ModelSpec {
         plugin,
         steps: m.steps,
         config,
         priority: m.priority,
         pooled: m.pooled,
+        keep_best,
+        early_stopping,
     })
+}
+
+/// A model's `keep_best` and `early_stopping` as the API sends them.
+pub fn selection_to_proto(m: &job::ModelSpec) -> (Option<pb::KeepBest>, Option<pb::EarlyStopping>) {
+    let mode = |m: Option<Mode>| m.map(|m| m.as_str().to_string()).unwrap_or_default();
+    (
+        m.keep_best.as_ref().map(|k| pb::KeepBest {
+            metric: k.metric.clone(),
+            mode: mode(k.mode),
+            k: k.k,
+        }),
+        m.early_stopping.as_ref().map(|e| pb::EarlyStopping {
+            metric: e.metric.clone(),
+            mode: mode(e.mode),
+            patience: e.patience,
+            min_delta: e.min_delta,
+        }),
+    )
 }
 
 /// "" = not given (symbol, tz).
@@ -353,8 +399,11 @@ pub fn request_from_spec(
         .iter()
         .map(|m| {
             let config_json = m.config.as_ref().map(|c| c.to_string()).unwrap_or_default();
+            let (keep_best, early_stopping) = selection_to_proto(m);
             pb::ModelSpec {
                 pooled: m.pooled,
+                keep_best,
+                early_stopping,
                 ..plugin_model(&m.plugin, m.steps, m.priority, config_json)
             }
         })
@@ -431,6 +480,8 @@ pub fn set_models(request: &mut pb::StartTrainingRequest, mut models: Vec<pb::Mo
 /// A model given by plugin name and JSON config ("" = the plugin's defaults).
 pub fn plugin_model(plugin: &str, steps: u64, priority: i32, config_json: String) -> pb::ModelSpec {
     pb::ModelSpec {
+        keep_best: None,
+        early_stopping: None,
         steps,
         priority,
         pooled: false,
@@ -449,6 +500,8 @@ mod tests {
         pb::StartTrainingRequest {
             name: "t".into(),
             model: Some(pb::ModelSpec {
+                keep_best: None,
+                early_stopping: None,
                 steps: 10,
                 priority: 0,
                 pooled: false,

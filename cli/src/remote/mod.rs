@@ -127,7 +127,9 @@ pub(super) fn train(cli: &Cli, command: &TrainCommand) -> Result<()> {
             };
             run(cli, |remote| stop(remote, request, output))
         }
-        TrainCommand::Resume { job } => run(cli, |remote| resume(remote, *job, output)),
+        TrainCommand::Resume { job, steps } => {
+            run(cli, |remote| resume(remote, *job, *steps, output))
+        }
         TrainCommand::Local(_) => bail!("`train local` runs in-process, not through a host"),
         TrainCommand::Plot(_) => bail!("`train plot` is run by commands::plot"),
     }
@@ -312,10 +314,18 @@ async fn stop(remote: Remote, request: StopTrainingRequest, output: OutputFormat
     print_job_result(&response.job.unwrap_or_default(), output)
 }
 
-async fn resume(remote: Remote, job_id: u64, output: OutputFormat) -> Result<()> {
+async fn resume(
+    remote: Remote,
+    job_id: u64,
+    more_steps: Option<u64>,
+    output: OutputFormat,
+) -> Result<()> {
     let response = remote
         .training()
-        .resume_training(ResumeTrainingRequest { job_id })
+        .resume_training(ResumeTrainingRequest {
+            job_id,
+            more_steps: more_steps.unwrap_or(0),
+        })
         .await
         .map_err(|s| api_error(&remote, s))?
         .into_inner();

@@ -122,10 +122,31 @@ pub(super) fn request_from_flags(args: &StartArgs) -> Result<StartTrainingReques
     }
     let configs = PluginConfigs::parse(&args.config, &args.plugin)?;
     let config_for = |plugin: &str| configs.for_plugin(plugin).unwrap_or_default().to_string();
+    let s = &args.selection;
+    let mode = s.metric_mode.clone().unwrap_or_default();
+    if !matches!(mode.as_str(), "" | "min" | "max") {
+        bail!("--metric-mode {mode}: use min (lower is better) or max");
+    }
+    let keep_best = s.keep_best.as_ref().map(|metric| tli_proto::v1::KeepBest {
+        metric: metric.clone(),
+        mode: mode.clone(),
+        k: s.keep_best_k.unwrap_or(1),
+    });
+    let early_stopping = s
+        .early_stopping
+        .as_ref()
+        .map(|metric| tli_proto::v1::EarlyStopping {
+            metric: metric.clone(),
+            mode: mode.clone(),
+            patience: s.patience.unwrap_or(0),
+            min_delta: s.min_delta.unwrap_or(0.0),
+        });
     let models = args
         .plugin
         .iter()
         .map(|p| tli_proto::v1::ModelSpec {
+            keep_best: keep_best.clone(),
+            early_stopping: early_stopping.clone(),
             pooled: args.pooled,
             ..plugin_model(p, args.steps, 0, config_for(p))
         })

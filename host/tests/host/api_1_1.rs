@@ -154,6 +154,8 @@ async fn a_plugin_built_against_api_1_0_trains_through_the_api() {
         .start_training(pb::StartTrainingRequest {
             name: "legacy-pooled".into(),
             model: Some(pb::ModelSpec {
+                keep_best: None,
+                early_stopping: None,
                 pooled: true,
                 ..plugin_model("legacy_linear", 10, "")
             }),
@@ -209,6 +211,8 @@ fn pooled_request(steps: u64) -> pb::StartTrainingRequest {
     pb::StartTrainingRequest {
         name: "pooled".into(),
         model: Some(pb::ModelSpec {
+            keep_best: None,
+            early_stopping: None,
             pooled: true,
             ..plugin_model(
                 "template",
@@ -306,7 +310,10 @@ async fn a_pooled_job_reports_per_asset_metrics_and_resumes_exactly() {
     let at = stopped.tasks[0].steps_done;
     assert!(at > 0 && at < steps, "stopped at {at}");
     let resumed = client
-        .resume_training(pb::ResumeTrainingRequest { job_id: job })
+        .resume_training(pb::ResumeTrainingRequest {
+            job_id: job,
+            more_steps: 0,
+        })
         .await
         .expect("resume")
         .into_inner();

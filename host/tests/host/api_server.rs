@@ -400,7 +400,10 @@ async fn stop_and_resume_a_slow_task() {
     );
 
     let resumed = client
-        .resume_training(pb::ResumeTrainingRequest { job_id: id })
+        .resume_training(pb::ResumeTrainingRequest {
+            job_id: id,
+            more_steps: 0,
+        })
         .await
         .expect("resume")
         .into_inner();
@@ -430,7 +433,10 @@ async fn stop_and_resume_a_slow_task() {
     .await;
 
     let resumed = client
-        .resume_training(pb::ResumeTrainingRequest { job_id: id })
+        .resume_training(pb::ResumeTrainingRequest {
+            job_id: id,
+            more_steps: 0,
+        })
         .await
         .expect("resume")
         .into_inner();
@@ -444,7 +450,10 @@ async fn stop_and_resume_a_slow_task() {
     assert_eq!(tasks(done)[0].steps_done, 300);
     // Nothing left to resume.
     let again = client
-        .resume_training(pb::ResumeTrainingRequest { job_id: id })
+        .resume_training(pb::ResumeTrainingRequest {
+            job_id: id,
+            more_steps: 0,
+        })
         .await
         .expect("resume")
         .into_inner();
@@ -564,7 +573,10 @@ async fn bad_requests_are_refused_and_change_nothing() {
     );
     expect_status(
         client
-            .resume_training(pb::ResumeTrainingRequest { job_id: 999 })
+            .resume_training(pb::ResumeTrainingRequest {
+                job_id: 999,
+                more_steps: 0,
+            })
             .await,
         Code::NotFound,
         "job 999 not found",

@@ -322,11 +322,21 @@ fn checkpoints_newest_first_and_removal() {
     let dir = tempfile::tempdir().unwrap();
     let (store, _job, ids) = store_with_job(dir.path(), 2);
     let t = ids[0];
-    let a = store.add_checkpoint(t, 100, "/ck/100", "sha-a").unwrap();
-    let b = store.add_checkpoint(t, 300, "/ck/300", "sha-b").unwrap();
-    let c = store.add_checkpoint(t, 200, "/ck/200", "sha-c").unwrap();
-    let d = store.add_checkpoint(t, 300, "/ck/300b", "sha-d").unwrap();
-    store.add_checkpoint(ids[1], 50, "/other", "x").unwrap();
+    let a = store
+        .add_checkpoint(t, 100, "/ck/100", "sha-a", None)
+        .unwrap();
+    let b = store
+        .add_checkpoint(t, 300, "/ck/300", "sha-b", None)
+        .unwrap();
+    let c = store
+        .add_checkpoint(t, 200, "/ck/200", "sha-c", None)
+        .unwrap();
+    let d = store
+        .add_checkpoint(t, 300, "/ck/300b", "sha-d", None)
+        .unwrap();
+    store
+        .add_checkpoint(ids[1], 50, "/other", "x", None)
+        .unwrap();
 
     let list = store.checkpoints(t).unwrap();
     assert_eq!(
@@ -352,7 +362,7 @@ fn checkpoints_newest_first_and_removal() {
     );
     assert_eq!(store.checkpoints(ids[1]).unwrap().len(), 1);
     assert!(matches!(
-        store.add_checkpoint(555, 1, "/x", "y"),
+        store.add_checkpoint(555, 1, "/x", "y", None),
         Err(StoreError::NoSuchTask(555))
     ));
 }
@@ -420,7 +430,9 @@ fn everything_survives_a_reopen() {
             .record_progress(ids[0], 7, &[(s("loss"), 0.7)])
             .unwrap();
         store.set_measured_bytes(ids[0], 4096).unwrap();
-        let ck = store.add_checkpoint(ids[0], 7, "/ck/7", "abc").unwrap();
+        let ck = store
+            .add_checkpoint(ids[0], 7, "/ck/7", "abc", None)
+            .unwrap();
         let res = store
             .reserve(ids[0], tli_plugin_api::Device::Cuda(0), 4096)
             .unwrap();

@@ -16,6 +16,8 @@ use tli_testkit::{
 
 fn model(steps: u64, config: pb::model_spec::Config) -> pb::ModelSpec {
     pb::ModelSpec {
+        keep_best: None,
+        early_stopping: None,
         steps,
         priority: 0,
         pooled: false,

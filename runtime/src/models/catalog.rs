@@ -2,11 +2,13 @@
 //! model card and a checkpoint (its id is the task id, `"12"`), and every
 //! bundle imported into its `models/` directory (its id is the name it was
 //! imported under, never all digits, so the two kinds cannot collide).
+//! A task that keeps best checkpoints (`keep_best`, `early_stopping`) is
+//! the model of its best one; `"12:last"` names its newest instead.
 //!
 //! Read-only over the store: listing, inspecting and exporting work on a
 //! read-only store (`tli models … --state-dir`) as on a host's. A task's
-//! model is exported by the plugin version that trained it, from the
-//! newest checkpoint that verifies, with the task's latest validation and
+//! model is exported by the plugin version that trained it, from its best
+//! checkpoint (else the newest) that verifies, with the task's latest validation and
 //! test metrics in its card.
 
 use super::ModelError;
@@ -96,18 +98,28 @@ impl ModelEntry {
 /// A model id as given by a user.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ModelId {
-    Task(i64),
+    /// A task's model: its best checkpoint when it keeps any, else its
+    /// newest; `last`: its newest in any case (`"12:last"`).
+    Task {
+        task: i64,
+        last: bool,
+    },
     Named(String),
 }
 
 impl ModelId {
-    /// All digits: a task; otherwise a name, which must be valid.
+    /// All digits: a task (`:last` after them: its newest checkpoint, not
+    /// its best); otherwise a name, which must be valid.
     pub fn parse(text: &str) -> Result<Self, CatalogError> {
         let text = text.trim();
-        if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
-            return text
+        let (number, last) = match text.strip_suffix(":last") {
+            Some(n) => (n, true),
+            None => (text.strip_suffix(":best").unwrap_or(text), false),
+        };
+        if !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit()) {
+            return number
                 .parse()
-                .map(ModelId::Task)
+                .map(|task| ModelId::Task { task, last })
                 .map_err(|_| CatalogError::NotFound(text.into()));
         }
         check_name(text)?;
@@ -156,7 +168,7 @@ impl Catalog<'_> {
             let mut tasks = self.store.tasks_of(job.id)?;
             tasks.sort_by_key(|t| std::cmp::Reverse(t.id));
             for task in tasks {
-                if let Ok(entry) = self.task_entry(&task) {
+                if let Ok(entry) = self.task_entry(&task, false) {
                     models.push(entry);
                 }
             }
@@ -188,12 +200,12 @@ impl Catalog<'_> {
     /// One model by id.
     pub fn get(&self, id: &str) -> Result<ModelEntry, CatalogError> {
         match ModelId::parse(id)? {
-            ModelId::Task(task) => {
+            ModelId::Task { task, last } => {
                 let row = self
                     .store
                     .task(task)?
                     .ok_or_else(|| CatalogError::NotFound(id.into()))?;
-                self.task_entry(&row)
+                self.task_entry(&row, last)
             }
             ModelId::Named(name) => Ok(self.imported_entry(&name)?.0),
         }
@@ -220,7 +232,33 @@ impl Catalog<'_> {
         ))
     }
 
-    fn task_entry(&self, task: &TaskRow) -> Result<ModelEntry, CatalogError> {
+    /// The checkpoints a task's model may come from, in order of choice:
+    /// its best ones, best first (unless `last`), then its newest ones.
+    fn model_checkpoints(
+        &self,
+        task: i64,
+        last: bool,
+    ) -> Result<Vec<tli_store::CheckpointRow>, StoreError> {
+        let rows = self.store.checkpoints(task)?;
+        let (mut best, newest): (Vec<_>, Vec<_>) = rows.into_iter().partition(|r| r.best.is_some());
+        if last {
+            return Ok(newest);
+        }
+        best.sort_by(|a, b| match (&a.best, &b.best) {
+            (Some(x), Some(y)) => {
+                let order = match x.mode {
+                    tli_core::selection::Mode::Min => x.value.total_cmp(&y.value),
+                    tli_core::selection::Mode::Max => y.value.total_cmp(&x.value),
+                };
+                order.then(a.step.cmp(&b.step))
+            }
+            _ => std::cmp::Ordering::Equal,
+        });
+        best.extend(newest);
+        Ok(best)
+    }
+
+    fn task_entry(&self, task: &TaskRow, last: bool) -> Result<ModelEntry, CatalogError> {
         let not = |why: &str| CatalogError::NotAModel {
             task: task.id,
             why: why.into(),
@@ -233,8 +271,7 @@ impl Catalog<'_> {
             source,
         })?;
         let newest = self
-            .store
-            .checkpoints(task.id)?
+            .model_checkpoints(task.id, last)?
             .into_iter()
             .next()
             .ok_or_else(|| not("it has no checkpoint yet"))?;
@@ -267,7 +304,7 @@ impl Catalog<'_> {
     ) -> Result<(ModelEntry, Bundle), CatalogError> {
         match ModelId::parse(id)? {
             ModelId::Named(name) => self.imported_entry(&name),
-            ModelId::Task(task) => {
+            ModelId::Task { task, last } => {
                 std::fs::create_dir_all(scratch).map_err(|source| CatalogError::Io {
                     path: scratch.to_path_buf(),
                     source,
@@ -277,7 +314,7 @@ impl Catalog<'_> {
                     std::process::id(),
                     tli_core::ids::now_ms()
                 ));
-                let exported = self.export_task(registry, task, &dir);
+                let exported = self.export_task(registry, task, last, &dir);
                 let opened = exported.and_then(|e| Ok((e.entry, Bundle::open(&e.dir)?)));
                 let _ = std::fs::remove_dir_all(&dir);
                 opened
@@ -293,7 +330,7 @@ impl Catalog<'_> {
         dir: &Path,
     ) -> Result<Exported, CatalogError> {
         match ModelId::parse(id)? {
-            ModelId::Task(task) => self.export_task(registry, task, dir),
+            ModelId::Task { task, last } => self.export_task(registry, task, last, dir),
             ModelId::Named(name) => {
                 let (entry, bundle) = self.imported_entry(&name)?;
                 let dir = bundle.copy_to(dir)?;
@@ -310,14 +347,15 @@ impl Catalog<'_> {
         &self,
         registry: &PluginRegistry,
         task_id: i64,
+        last: bool,
         dir: &Path,
     ) -> Result<Exported, CatalogError> {
         let task = self
             .store
             .task(task_id)?
             .ok_or_else(|| CatalogError::NotFound(task_id.to_string()))?;
-        let mut entry = self.task_entry(&task)?;
-        let rows = self.store.checkpoints(task_id)?;
+        let mut entry = self.task_entry(&task, last)?;
+        let rows = self.model_checkpoints(task_id, last)?;
         let candidates: Vec<PathBuf> = rows.iter().map(|r| PathBuf::from(&r.path)).collect();
         let (good, refused) = checkpoint::latest_good(candidates.iter().map(PathBuf::as_path));
         let skipped = refused
@@ -401,7 +439,11 @@ mod tests {
 
     #[test]
     fn ids_are_task_numbers_or_names() {
-        assert_eq!(ModelId::parse("12").unwrap(), ModelId::Task(12));
+        let task = |task, last| ModelId::Task { task, last };
+        assert_eq!(ModelId::parse("12").unwrap(), task(12, false));
+        assert_eq!(ModelId::parse("12:best").unwrap(), task(12, false));
+        assert_eq!(ModelId::parse("12:last").unwrap(), task(12, true));
+        assert!(ModelId::parse(":last").is_err());
         assert_eq!(
             ModelId::parse("es-tft.v2").unwrap(),
             ModelId::Named("es-tft.v2".into())

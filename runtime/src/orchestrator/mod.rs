@@ -53,7 +53,7 @@ pub mod task_record;
 
 // Moved to tli-core; re-exported here while the rest of the host still names them this way.
 pub use tli_core::ids::{now_ms, JobId, TaskId};
-pub use tli_core::{data_root, executor, job, state};
+pub use tli_core::{data_root, executor, job, selection, state};
 // Moved to tli-store; re-exported the same way.
 pub use tli_store as store;
 pub use tli_store::checkpoint;

@@ -8,7 +8,7 @@
 
 use super::live::LiveProgress;
 use super::state::TaskState;
-use super::store::{MeasuredMemory, Store, StoreError, TaskRow};
+use super::store::{BestMark, MeasuredMemory, Store, StoreError, TaskRow};
 use super::JobId;
 use serde::Serialize;
 
@@ -40,6 +40,10 @@ pub struct TaskProgress {
     /// for tasks of older hosts).
     pub plugin_version: Option<String>,
     pub plugin_checksum: Option<String>,
+    /// Why early stopping ended it before its total steps.
+    pub stopped_early: Option<String>,
+    /// Its best checkpoint (its model), when it keeps best ones.
+    pub best: Option<(u64, BestMark)>,
 }
 
 /// Where a task's latest attempt went on Slurm.
@@ -165,6 +169,16 @@ pub(crate) fn task_progress(
         measured_memory: t.measured_memory,
         plugin_version: t.plugin_version.clone(),
         plugin_checksum: t.plugin_checksum.clone(),
+        stopped_early: transitions
+            .iter()
+            .rev()
+            .find(|x| x.to == TaskState::Completed)
+            .filter(|_| t.state == TaskState::Completed)
+            .map(|x| x.reason.clone())
+            .filter(|r| r.starts_with("stopped early")),
+        best: store
+            .best_checkpoint(t.id)?
+            .and_then(|r| Some((r.step, r.best?))),
         slurm: store.dispatches_of(t.id)?.into_iter().rev().find_map(|d| {
             d.external_id.map(|job_id| SlurmPlacement {
                 job_id,

@@ -16,8 +16,9 @@ use super::checkpoint::failures::{AfterFailure, FailedWrites};
 use super::core_sharing::{self, lower_own_priority};
 use super::job::CheckpointPolicy;
 use super::memory_watch::{device_peak, restart_peak, MemoryCap, MemoryWatch};
+use super::selection::{BestRule, Selection, Tracker};
 use super::state::TaskState;
-use super::store::{SliceMetrics, TaskRow};
+use super::store::{BestMark, SliceMetrics, TaskRow};
 use super::task_record::{RecordError, TaskRecord};
 use super::TaskId;
 use crate::registry::{LoadedPlugin, PluginRegistry, TrainerHandle};
@@ -167,6 +168,8 @@ pub struct RunnerContext {
     pub record: Arc<dyn TaskRecord>,
     pub checkpoint_root: PathBuf,
     pub policy: CheckpointPolicy,
+    /// The model's `keep_best` and `early_stopping` ([`super::selection`]).
+    pub selection: Selection,
     pub slice_steps: u64,
     pub stop: Arc<AtomicU8>,
     /// Shared with the plugin's `is_cancelled()`.
@@ -260,17 +263,20 @@ fn finish(
         }
         Err(e) => Outcome::Failed(e.to_string()),
     };
-    let steps = match runner {
+    let (steps, stopped_early) = match runner {
         Some(runner) => {
             if let Err(e) = runner.flush_progress(ctx) {
                 tracing::warn!(task, "progress before the end not recorded: {e}");
             }
-            runner.steps
+            (runner.steps, runner.stopped_early.take())
         }
-        None => 0,
+        None => (0, None),
     };
     let (state, reason) = match &outcome {
-        Outcome::Completed => (TaskState::Completed, format!("completed {steps} steps")),
+        Outcome::Completed => match stopped_early {
+            Some(why) => (TaskState::Completed, why),
+            None => (TaskState::Completed, format!("completed {steps} steps")),
+        },
         Outcome::Failed(why) => (TaskState::Failed, why.clone()),
         Outcome::Cancelled => (TaskState::Cancelled, format!("stopped at step {steps}")),
         Outcome::Interrupted if StopRequest::load(&ctx.stop) == StopRequest::Preempted => (
@@ -318,6 +324,10 @@ struct Runner {
     /// Whether `steps` is ahead of the store.
     steps_unflushed: bool,
     last_flush: Instant,
+    /// Early stopping's state (saved with every checkpoint).
+    tracker: Tracker,
+    /// Why the task stopped early, once it has.
+    stopped_early: Option<String>,
 }
 
 impl Runner {
@@ -340,7 +350,7 @@ impl Runner {
         let mut trainer = plugin
             .create_trainer_with_inputs(spec, ctx.inputs.clone(), services)
             .map_err(|e| on_other_version(ctx, "cannot create a trainer for it", e))?;
-        let (steps, mut note) = restore(ctx, &mut trainer)?;
+        let (steps, tracker, mut note) = restore(ctx, &mut trainer)?;
         if let Some(old) = &ctx.replaces_version {
             note.push_str(&format!(
                 " on {} (submitted with {}@{old}, which is no longer installed)",
@@ -364,11 +374,14 @@ impl Runner {
             unflushed: Vec::new(),
             steps_unflushed: false,
             last_flush: Instant::now(),
+            tracker,
+            stopped_early: None,
         })
     }
 
     fn train(&mut self, ctx: &RunnerContext) -> Result<Outcome, PluginError> {
         let total = ctx.task.total_steps;
+        let valid_every = validation_cadence(&ctx.task.config_json);
         let mut memory = MemoryWatch::default();
         let _sharing = core_sharing::share_this_thread();
         while self.steps < total {
@@ -376,6 +389,10 @@ impl Runner {
                 StopRequest::None => {}
                 StopRequest::Forced => return Ok(Outcome::Cancelled),
                 StopRequest::Graceful => {
+                    // A stopped task keeps an evaluation of what it became.
+                    if let Err(e) = self.evaluate(ctx) {
+                        warn_task(ctx, &format!("not evaluated before stopping: {e}"));
+                    }
                     self.checkpoint_before_stopping(ctx, CheckpointReason::StopRequested);
                     return Ok(Outcome::Cancelled);
                 }
@@ -388,7 +405,7 @@ impl Runner {
                     return Ok(Outcome::Interrupted);
                 }
             }
-            let n = ctx.slice_steps.min(total - self.steps);
+            let n = slice_length(ctx.slice_steps, total, self.steps, valid_every);
             // Measure the first slice on the allocator when alone on the device.
             let alone = memory
                 .first()
@@ -401,6 +418,9 @@ impl Runner {
             core_sharing::offer_if_due();
             self.steps += report.steps_done;
             let metrics = metric_pairs(&report.metrics);
+            if report.steps_done == n {
+                self.select(ctx, &metrics)?;
+            }
             ctx.record.live(self.steps, &metrics);
             self.unflushed.push(SliceMetrics::now(self.steps, metrics));
             self.steps_unflushed = true;
@@ -424,18 +444,126 @@ impl Runner {
                     "the trainer made no progress when asked for {n} steps"
                 )));
             }
+            if self.stopped_early.is_some() {
+                break;
+            }
             // At the last step the final checkpoint follows at once.
             if self.steps < total && self.checkpoint_due(&ctx.policy) {
                 self.checkpoint(ctx, CheckpointReason::Scheduled)?;
             }
         }
+        self.evaluate(ctx)?;
+        self.checkpoint(ctx, CheckpointReason::Final)?;
+        Ok(Outcome::Completed)
+    }
+
+    /// The trainer's evaluation, recorded at the current step.
+    fn evaluate(&mut self, ctx: &RunnerContext) -> Result<(), PluginError> {
         let eval = self.trainer.evaluate()?;
         let metrics = metric_pairs(&eval.metrics);
         ctx.record.live(self.steps, &metrics);
         self.unflushed.push(SliceMetrics::now(self.steps, metrics));
         self.steps_unflushed = true;
-        self.checkpoint(ctx, CheckpointReason::Final)?;
-        Ok(Outcome::Completed)
+        Ok(())
+    }
+
+    /// `keep_best` and `early_stopping` on a slice's validation metrics
+    /// (measured on the model as it is now): a best checkpoint when the
+    /// value ranks among the kept ones; the stop decision.
+    fn select(
+        &mut self,
+        ctx: &RunnerContext,
+        metrics: &[(String, f64)],
+    ) -> Result<(), PluginError> {
+        let value = |name: &str| metrics.iter().find(|(n, _)| n == name).map(|(_, v)| *v);
+        if let Some(rule) = &ctx.selection.early_stopping {
+            if let Some(v) = value(&rule.metric) {
+                let stop = self.tracker.observe(rule, self.steps, v).stop;
+                if stop && self.steps < ctx.task.total_steps {
+                    self.stopped_early = Some(self.tracker.stop_reason(rule, self.steps));
+                }
+            }
+        }
+        if let Some(rule) = ctx.selection.best() {
+            if let Some(v) = value(&rule.metric) {
+                let kept: Vec<f64> = ctx
+                    .record
+                    .checkpoints()
+                    .map_err(record_err)?
+                    .iter()
+                    .filter_map(|r| r.best.as_ref().map(|b| b.value))
+                    .collect();
+                if rule.admits(&kept, v) {
+                    self.best_checkpoint(ctx, &rule, v)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes a best checkpoint under `best/` (apart from retention of the
+    /// newest), records it, and forgets the ones that no longer rank among
+    /// the `k` best. A failed write warns and training goes on.
+    fn best_checkpoint(
+        &mut self,
+        ctx: &RunnerContext,
+        rule: &BestRule,
+        value: f64,
+    ) -> Result<(), PluginError> {
+        let root = best_root(&ctx.checkpoint_root);
+        let (trainer, tracker, selection) = (&mut self.trainer, &self.tracker, &ctx.selection);
+        let saved = match checkpoint::write_atomic(&root, self.steps, |dir: &Path| {
+            trainer.save_checkpoint(dir)?;
+            save_tracker(dir, selection, tracker)
+        }) {
+            Ok(saved) => saved,
+            Err(e) => {
+                warn_task(
+                    ctx,
+                    &format!(
+                        "best checkpoint at step {} ({} {value}) not written: {e}; training goes on",
+                        self.steps, rule.metric
+                    ),
+                );
+                return Ok(());
+            }
+        };
+        let mark = BestMark {
+            metric: rule.metric.clone(),
+            value,
+            mode: rule.mode,
+        };
+        let new_row = ctx
+            .record
+            .add_checkpoint(
+                self.steps,
+                &saved.dir.display().to_string(),
+                &saved.checksum,
+                0.0,
+                Some(&mark),
+            )
+            .map_err(record_err)?;
+        let mut kept: Vec<(i64, f64, u64, String)> = Vec::new();
+        for row in ctx.record.checkpoints().map_err(record_err)? {
+            let Some(best) = &row.best else { continue };
+            if row.step == self.steps && row.id != new_row {
+                // Its directory was just replaced by the new one.
+                ctx.record.remove_checkpoint(row.id).map_err(record_err)?;
+                continue;
+            }
+            kept.push((row.id, best.value, row.step, row.path.clone()));
+        }
+        let mut ranked: Vec<(i64, f64)> = kept.iter().map(|k| (k.0, k.1)).collect();
+        rule.rank(&mut ranked);
+        for (id, _) in ranked.into_iter().skip(rule.k as usize) {
+            if let Some((_, _, step, path)) = kept.iter().find(|k| k.0 == id) {
+                ctx.record.remove_checkpoint(id).map_err(record_err)?;
+                if *step != self.steps {
+                    remove_best_dir(&root, Path::new(path));
+                }
+            }
+        }
+        Ok(())
     }
 
     fn checkpoint_due(&self, policy: &CheckpointPolicy) -> bool {
@@ -480,13 +608,14 @@ impl Runner {
             TaskState::Checkpointing,
             &format!("{why} checkpoint at step {}", self.steps),
         );
-        let trainer = &mut self.trainer;
+        let (trainer, tracker) = (&mut self.trainer, &self.tracker);
         let writing = Instant::now();
         self.last_attempt_step = self.steps;
         self.last_checkpoint_at = writing;
         let saved =
             match checkpoint::write_atomic(&ctx.checkpoint_root, self.steps, |dir: &Path| {
-                trainer.save_checkpoint(dir)
+                trainer.save_checkpoint(dir)?;
+                save_tracker(dir, &ctx.selection, tracker)
             }) {
                 Ok(saved) => saved,
                 Err(e) => {
@@ -518,12 +647,15 @@ impl Runner {
                 &saved.dir.display().to_string(),
                 &saved.checksum,
                 writing.elapsed().as_secs_f64(),
+                None,
             )
             .map_err(record_err)?;
         // Forget an earlier row of this step (its directory was just
-        // replaced), then all but the newest `keep`; directories go with them.
+        // replaced), then all but the newest `keep`; directories go with
+        // them. Best checkpoints are kept apart (`best_checkpoint`).
         let mut kept = 0;
-        for row in ctx.record.checkpoints().map_err(record_err)? {
+        let rows = ctx.record.checkpoints().map_err(record_err)?;
+        for row in rows.into_iter().filter(|r| r.best.is_none()) {
             let replaced = row.step == self.steps && row.id != new_row;
             if !replaced {
                 kept += 1;
@@ -557,19 +689,35 @@ impl Runner {
     }
 }
 
-/// Loads the newest checkpoint that verifies; returns its step (0 if none)
-/// and a note about refused ones for the transition reason.
-fn restore(ctx: &RunnerContext, trainer: &mut TrainerHandle) -> Result<(u64, String), PluginError> {
+/// Loads the newest checkpoint that verifies; returns its step (0 if
+/// none), the early-stopping state saved with it, and a note about refused
+/// ones for the transition reason. Best checkpoints of later steps are
+/// forgotten: the task measures those steps again.
+fn restore(
+    ctx: &RunnerContext,
+    trainer: &mut TrainerHandle,
+) -> Result<(u64, Tracker, String), PluginError> {
     let mut note = String::new();
+    let rows = ctx.record.checkpoints().map_err(record_err)?;
+    let (best, newest): (Vec<_>, Vec<_>) = rows.into_iter().partition(|r| r.best.is_some());
+    let mut restored = (0, Tracker::default());
     // Newest first; a row whose directory does not verify is forgotten.
-    for row in ctx.record.checkpoints().map_err(record_err)? {
+    for row in newest {
         let dir = Path::new(&row.path);
         match checkpoint::verify(dir) {
             Ok(_) => {
                 trainer.load_checkpoint(dir).map_err(|e| {
                     on_other_version(ctx, "refuses the checkpoint written by that version", e)
                 })?;
-                return Ok((trainer.total_steps()?, note));
+                let mut tracker = load_tracker(dir);
+                // Extended past an early stop: patience counts afresh.
+                if let Some(rule) = &ctx.selection.early_stopping {
+                    if tracker.since_best >= rule.patience {
+                        tracker.since_best = 0;
+                    }
+                }
+                restored = (trainer.total_steps()?, tracker);
+                break;
             }
             Err(why) => {
                 tracing::warn!(task = ctx.task.id, "checkpoint {} refused: {why}", row.path);
@@ -578,7 +726,71 @@ fn restore(ctx: &RunnerContext, trainer: &mut TrainerHandle) -> Result<(u64, Str
             }
         }
     }
-    Ok((0, note))
+    let root = best_root(&ctx.checkpoint_root);
+    for row in best.into_iter().filter(|r| r.step > restored.0) {
+        ctx.record.remove_checkpoint(row.id).map_err(record_err)?;
+        remove_best_dir(&root, Path::new(&row.path));
+    }
+    Ok((restored.0, restored.1, note))
+}
+
+/// Where a task's best checkpoints live: apart from the newest ones, which
+/// retention prunes.
+pub fn best_root(checkpoint_root: &Path) -> PathBuf {
+    checkpoint_root.join("best")
+}
+
+/// Removes a best checkpoint's directory, if it is one under `root`.
+fn remove_best_dir(root: &Path, dir: &Path) {
+    if dir.parent() == Some(root) {
+        if let Err(e) = std::fs::remove_dir_all(dir) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!("removing best checkpoint {}: {e}", dir.display());
+            }
+        }
+    }
+}
+
+/// The file in a checkpoint that holds the early-stopping state.
+const TRACKER_FILE: &str = "tli-selection.json";
+
+fn save_tracker(dir: &Path, selection: &Selection, tracker: &Tracker) -> Result<(), PluginError> {
+    if selection.early_stopping.is_none() {
+        return Ok(());
+    }
+    let json = serde_json::to_vec(tracker)
+        .map_err(|e| PluginError::io(format!("early-stopping state: {e}")))?;
+    std::fs::write(dir.join(TRACKER_FILE), json)
+        .map_err(|e| PluginError::io(format!("writing the early-stopping state: {e}")))
+}
+
+/// The early-stopping state saved in a checkpoint (fresh when it has none).
+fn load_tracker(dir: &Path) -> Tracker {
+    std::fs::read(dir.join(TRACKER_FILE))
+        .ok()
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .unwrap_or_default()
+}
+
+/// The validation cadence a task's config declares (`valid_every`, or the
+/// RL plugins' `valid_metrics_interval`): the runner ends slices on its
+/// multiples, so validation metrics measure the model at a checkpointable step.
+pub fn validation_cadence(config_json: &str) -> Option<u64> {
+    let config: serde_json::Value = serde_json::from_str(config_json).ok()?;
+    ["valid_every", "valid_metrics_interval"]
+        .iter()
+        .find_map(|key| config.get(key)?.as_u64())
+        .filter(|&n| n > 0)
+}
+
+/// Steps of the next slice: `slice_steps`, no further than the total, and
+/// ending on the next multiple of the validation cadence.
+pub fn slice_length(slice_steps: u64, total: u64, done: u64, valid_every: Option<u64>) -> u64 {
+    let mut n = slice_steps.min(total - done);
+    if let Some(every) = valid_every {
+        n = n.min((done / every + 1) * every - done);
+    }
+    n
 }
 
 /// The plugin a task runs on: the version recorded for it when that is

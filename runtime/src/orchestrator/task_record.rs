@@ -18,7 +18,7 @@ use super::live::{LiveProgress, TaskLogTap};
 use super::observer::Observers;
 use super::runner::RunnerEvent;
 use super::state::TaskState;
-use super::store::{CheckpointRow, MeasuredMemory, SliceMetrics, Store, StoreError};
+use super::store::{BestMark, CheckpointRow, MeasuredMemory, SliceMetrics, Store, StoreError};
 use super::{JobId, TaskId};
 use crate::services::TaskLogSink;
 use std::sync::mpsc::Sender;
@@ -50,13 +50,15 @@ pub trait TaskRecord: Send + Sync {
     fn measured(&self, memory: &MeasuredMemory) -> Result<(), RecordError>;
     /// The task's recorded checkpoints, newest first.
     fn checkpoints(&self) -> Result<Vec<CheckpointRow>, RecordError>;
-    /// Records a checkpoint written at `path` in `write_seconds`; returns its id.
+    /// Records a checkpoint written at `path` in `write_seconds` (`best`:
+    /// one of the task's best, kept apart from the newest); returns its id.
     fn add_checkpoint(
         &self,
         step: u64,
         path: &str,
         checksum: &str,
         write_seconds: f64,
+        best: Option<&BestMark>,
     ) -> Result<i64, RecordError>;
     /// Forgets a recorded checkpoint.
     fn remove_checkpoint(&self, id: i64) -> Result<(), RecordError>;
@@ -137,8 +139,11 @@ impl TaskRecord for StoreRecord {
         path: &str,
         checksum: &str,
         write_seconds: f64,
+        best: Option<&BestMark>,
     ) -> Result<i64, RecordError> {
-        let id = self.store.add_checkpoint(self.task, step, path, checksum)?;
+        let id = self
+            .store
+            .add_checkpoint(self.task, step, path, checksum, best)?;
         if !self.observers.is_empty() {
             if let Some(task) = self.store.task(self.task)? {
                 self.observers.each(|o| {

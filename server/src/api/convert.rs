@@ -44,6 +44,12 @@ pub fn task_progress(t: &TaskProgress) -> pb::TaskProgress {
         }),
         plugin_version: t.plugin_version.clone().unwrap_or_default(),
         plugin_checksum: t.plugin_checksum.clone().unwrap_or_default(),
+        stopped_early: t.stopped_early.clone().unwrap_or_default(),
+        best: t.best.as_ref().map(|(step, b)| pb::BestModel {
+            step: *step,
+            metric: b.metric.clone(),
+            value: b.value,
+        }),
     }
 }
 

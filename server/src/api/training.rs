@@ -177,11 +177,18 @@ impl TrainingService for TrainingApi {
         request: Request<pb::ResumeTrainingRequest>,
     ) -> Result<Response<pb::ResumeTrainingResponse>, Status> {
         let job = convert::job_id_from_proto("job_id", request.get_ref().job_id)?;
+        let more = request.get_ref().more_steps;
+        if more > tli_core::job::MAX_STEPS {
+            return Err(Status::invalid_argument(format!(
+                "more_steps: {more} is outside 0..={}",
+                tli_core::job::MAX_STEPS
+            )));
+        }
         self.refuse_when_shutting_down()?;
         let orchestrator = self.orchestrator.clone();
         let (job, resumed) = blocking(move || {
             let resumed = orchestrator
-                .resume_job(job)
+                .resume_job(job, (more > 0).then_some(more))
                 .map_err(convert::orchestrator_error)?;
             Ok((require_job(&orchestrator, job)?, resumed))
         })

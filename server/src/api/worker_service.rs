@@ -148,12 +148,17 @@ fn apply(
                     path: c.path,
                     checksum: c.checksum,
                     write_seconds: 0.0,
+                    best: c.best.map(|b| tli_wire::worker_inputs::best_to_proto(&b)),
                 })
                 .collect();
         }
         Record::AddCheckpoint(c) => {
+            let best = c
+                .best
+                .map(|b| tli_wire::worker_inputs::best_from_proto(&b))
+                .transpose()?;
             response.checkpoint_id = r
-                .add_checkpoint(c.step, &c.path, &c.checksum, c.write_seconds)
+                .add_checkpoint(c.step, &c.path, &c.checksum, c.write_seconds, best.as_ref())
                 .map_err(record_status)?;
         }
         Record::RemoveCheckpoint(id) => r.remove_checkpoint(id).map_err(record_status)?,
@@ -205,6 +210,11 @@ impl WorkerService for WorkerApi {
                     }),
                     checkpoint_dir: a.checkpoint_dir.display().to_string(),
                     threads: a.threads,
+                    selection_json: if a.selection.is_empty() {
+                        String::new()
+                    } else {
+                        serde_json::to_string(&a.selection).unwrap_or_default()
+                    },
                 }),
                 inputs: Some(wire::inputs_to_wire(&a.inputs)),
             }))

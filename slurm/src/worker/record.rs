@@ -9,7 +9,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tli_proto::v1 as pb;
 use tli_proto::v1::record_task_request::Record;
 use tli_runtime::orchestrator::state::TaskState;
-use tli_runtime::orchestrator::store::{CheckpointRow, MeasuredMemory, MemorySource, SliceMetrics};
+use tli_runtime::orchestrator::store::{
+    BestMark, CheckpointRow, MeasuredMemory, MemorySource, SliceMetrics,
+};
 use tli_runtime::orchestrator::task_record::{RecordError, TaskRecord};
 use tli_runtime::orchestrator::TaskId;
 use tli_runtime::services::TaskLogSink;
@@ -198,6 +200,9 @@ impl TaskRecord for RemoteRecord {
                 path: c.path,
                 checksum: c.checksum,
                 created_ms: 0,
+                best: c
+                    .best
+                    .and_then(|b| tli_wire::worker_inputs::best_from_proto(&b).ok()),
             })
             .collect())
     }
@@ -208,6 +213,7 @@ impl TaskRecord for RemoteRecord {
         path: &str,
         checksum: &str,
         write_seconds: f64,
+        best: Option<&BestMark>,
     ) -> Result<i64, RecordError> {
         let response = self.record(
             "recording a checkpoint",
@@ -217,6 +223,7 @@ impl TaskRecord for RemoteRecord {
                 path: path.to_string(),
                 checksum: checksum.to_string(),
                 write_seconds,
+                best: best.map(tli_wire::worker_inputs::best_to_proto),
             }),
         )?;
         Ok(response.checkpoint_id)

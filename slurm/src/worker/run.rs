@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use tli_core::selection::Selection;
 use tli_proto::v1 as pb;
 use tli_runtime::orchestrator::job::CheckpointPolicy;
 use tli_runtime::orchestrator::runner::{
@@ -125,6 +126,13 @@ pub fn run_worker(options: &WorkerOptions) -> Result<Outcome, WorkerError> {
         .parse()
         .map_err(|e| WorkerError::Setup(format!("device {:?} from the host: {e}", task.device)))?;
     let policy = task.checkpoint.unwrap_or_default();
+    let selection = if task.selection_json.is_empty() {
+        Selection::default()
+    } else {
+        serde_json::from_str(&task.selection_json).map_err(|e| {
+            WorkerError::Setup(format!("keep_best/early_stopping from the host: {e}"))
+        })?
+    };
     let row = TaskRow {
         id: task.task_id,
         job_id: task.job_id,
@@ -166,6 +174,7 @@ pub fn run_worker(options: &WorkerOptions) -> Result<Outcome, WorkerError> {
             (policy.keep as usize).max(1),
         ),
         slice_steps: task.slice_steps.max(1),
+        selection,
         stop: stop.clone(),
         plugin_cancel: plugin_cancel.clone(),
         threads: threads as i32,

@@ -30,6 +30,7 @@ mod predict_models;
 mod profile_cli;
 mod proto_api;
 mod python_client;
+mod selection;
 mod slurm_executor;
 mod status_page;
 mod tensorboard;

@@ -321,17 +321,30 @@ impl Orchestrator {
     }
 
     /// Re-queues a job's cancelled, failed and interrupted tasks; each resumes
-    /// from its last good checkpoint. Returns how many.
-    pub fn resume_job(&self, job: JobId) -> Result<usize, OrchestratorError> {
+    /// from its last good checkpoint. With `more_steps`, its completed tasks
+    /// too, each given that many steps beyond those it has done (and the
+    /// others as well). Returns how many.
+    pub fn resume_job(
+        &self,
+        job: JobId,
+        more_steps: Option<u64>,
+    ) -> Result<usize, OrchestratorError> {
         if self.store.job(job)?.is_none() {
             return Err(OrchestratorError::NoSuchJob(job));
         }
         let mut resumed = 0;
         for task in self.store.tasks_of(job)? {
-            if task.state.is_resumable() {
-                self.store
-                    .transition(task.id, TaskState::Queued, "resumed")?;
-                resumed += 1;
+            match more_steps {
+                Some(more) if task.state.is_resumable() || task.state == TaskState::Completed => {
+                    self.store.extend_task(task.id, more)?;
+                    resumed += 1;
+                }
+                _ if task.state.is_resumable() => {
+                    self.store
+                        .transition(task.id, TaskState::Queued, "resumed")?;
+                    resumed += 1;
+                }
+                _ => {}
             }
         }
         Ok(resumed)

@@ -30,6 +30,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
+use tli_core::selection::Selection;
 use tli_plugin_api::TaskInputs;
 
 /// Jobs that may end before their worker reaches the host (a wrong binary
@@ -86,6 +87,8 @@ pub struct WorkerAssignment {
     pub plugin_version: String,
     pub slice_steps: u64,
     pub policy: CheckpointPolicy,
+    /// The model's `keep_best` and `early_stopping`.
+    pub selection: Selection,
     pub checkpoint_dir: PathBuf,
     pub threads: u32,
     pub inputs: TaskInputs,
@@ -512,6 +515,7 @@ impl Orchestrator {
         let executor = self.remote.as_ref().ok_or(LeaseError::NoRemoteExecutor)?;
         let setup = executor.executor.worker_setup(task);
         Ok(WorkerAssignment {
+            selection: spec.selection_of(row.ordinal as usize),
             checkpoint_dir: setup.checkpoint_dir,
             threads: setup.threads,
             task: row,

@@ -648,6 +648,7 @@ impl Orchestrator {
                 .join("checkpoints")
                 .join(format!("task-{}", task.id)),
             policy: spec.checkpoint.clone(),
+            selection: spec.selection_of(task.ordinal as usize),
             slice_steps: spec.slice_steps,
             stop: stop.clone(),
             plugin_cancel: plugin_cancel.clone(),
