@@ -140,6 +140,30 @@ pub fn data_bytes(inputs: &TaskInputs) -> u64 {
         .sum()
 }
 
+/// A best checkpoint's mark as the worker service sends it.
+pub fn best_to_proto(best: &tli_store::BestMark) -> pb::BestCheckpoint {
+    pb::BestCheckpoint {
+        metric: best.metric.clone(),
+        value: best.value,
+        mode: best.mode.as_str().to_string(),
+    }
+}
+
+/// The mark of a best checkpoint a worker recorded; refuses a bad mode.
+pub fn best_from_proto(best: &pb::BestCheckpoint) -> Result<tli_store::BestMark, tonic::Status> {
+    let mode = best
+        .mode
+        .parse()
+        .map_err(|e: tli_core::selection::SelectionError| {
+            tonic::Status::invalid_argument(format!("best.mode: {e}"))
+        })?;
+    Ok(tli_store::BestMark {
+        metric: best.metric.clone(),
+        value: best.value,
+        mode,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,28 +219,4 @@ mod tests {
         let e = inputs_from_wire(w).unwrap_err();
         assert!(e.to_string().contains("ES"), "{e}");
     }
-}
-
-/// A best checkpoint's mark as the worker service sends it.
-pub fn best_to_proto(best: &tli_store::BestMark) -> pb::BestCheckpoint {
-    pb::BestCheckpoint {
-        metric: best.metric.clone(),
-        value: best.value,
-        mode: best.mode.as_str().to_string(),
-    }
-}
-
-/// The mark of a best checkpoint a worker recorded; refuses a bad mode.
-pub fn best_from_proto(best: &pb::BestCheckpoint) -> Result<tli_store::BestMark, tonic::Status> {
-    let mode = best
-        .mode
-        .parse()
-        .map_err(|e: tli_core::selection::SelectionError| {
-            tonic::Status::invalid_argument(format!("best.mode: {e}"))
-        })?;
-    Ok(tli_store::BestMark {
-        metric: best.metric.clone(),
-        value: best.value,
-        mode,
-    })
 }

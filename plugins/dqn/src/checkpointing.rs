@@ -29,7 +29,10 @@ struct SavedState {
     episodes: u64,
     recent_returns: Vec<f64>,
     recent_pnl: Vec<f64>,
-    valid_metrics: Option<Vec<(String, f64)>>,
+    /// Checkpoints written before validation metrics were reported only by
+    /// the call that measured them kept the last ones here: read, ignored.
+    #[serde(rename = "valid_metrics", default, skip_serializing)]
+    _old_valid_metrics: Option<serde::de::IgnoredAny>,
 }
 
 impl DqnTrainer {
@@ -50,7 +53,7 @@ impl DqnTrainer {
             episodes: self.episodes,
             recent_returns: self.recent_returns.iter().copied().collect(),
             recent_pnl: self.recent_pnl.iter().copied().collect(),
-            valid_metrics: self.valid_metrics.clone(),
+            _old_valid_metrics: None,
         }
     }
 
@@ -75,11 +78,14 @@ impl DqnTrainer {
 
     pub(crate) fn load_from(&mut self, dir: &Path) -> Result<(), PluginError> {
         let (tensors, state): (_, SavedState) = checkpoint::load(dir, self.device)?;
-        checkpoint::refuse_mismatch(
-            dir,
-            "config",
-            &tli_plugin_kit::config::differing_keys(&state.config, &self.config),
-        )?;
+        // The validation cadence does not change training: a checkpoint
+        // resumes under another one.
+        let differing: Vec<String> =
+            tli_plugin_kit::config::differing_keys(&state.config, &self.config)
+                .into_iter()
+                .filter(|k| !k.starts_with("valid_metrics_interval "))
+                .collect();
+        checkpoint::refuse_mismatch(dir, "config", &differing)?;
         self.nstep.check_compatible(&state.nstep, self.obs_dim)?;
         self.optimizer.check_named(&tensors)?;
         if state.env_steps < state.requested {
@@ -114,7 +120,6 @@ impl DqnTrainer {
         self.episodes = state.episodes;
         self.recent_returns = state.recent_returns.into_iter().collect();
         self.recent_pnl = state.recent_pnl.into_iter().collect();
-        self.valid_metrics = state.valid_metrics;
         Ok(())
     }
 }

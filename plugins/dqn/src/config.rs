@@ -58,9 +58,12 @@ pub struct DqnConfig {
     pub huber_delta: f64,
     /// Whether checkpoints hold the replay buffer (without it a resumed run differs).
     pub checkpoint_replay: bool,
-    /// CartPole: greedy evaluation episodes in `evaluate()`.
+    /// CartPole: greedy evaluation episodes in `evaluate()` and in each validation.
     pub eval_episodes: usize,
-    /// Trading: env steps between validation-split evaluations reported in `step()` metrics (0 = never).
+    /// Steps between validations during training (0 = never): a `step` call
+    /// that crosses a multiple of it reports, at its end, the greedy policy
+    /// over the validation split (trading) or over `eval_episodes` fixed
+    /// CartPole episodes.
     pub valid_metrics_interval: u64,
 }
 
@@ -110,7 +113,7 @@ impl DqnConfig {
             huber_delta: 1.0,
             checkpoint_replay: true,
             eval_episodes: 10,
-            valid_metrics_interval: 0,
+            valid_metrics_interval: 10_000,
         }
     }
 
@@ -364,7 +367,7 @@ impl DqnConfig {
                 "huber_delta": {"type": "number", "exclusiveMinimum": 0, "default": 1.0},
                 "checkpoint_replay": {"type": "boolean", "default": true},
                 "eval_episodes": int("eval_episodes", 1, 10_000),
-                "valid_metrics_interval": int("valid_metrics_interval", 0, u64::MAX / 2)
+                "valid_metrics_interval": {"type": "integer", "minimum": 0, "maximum": u64::MAX / 2, "description": format!("steps between validations during training (0 = never): a step call that crosses a multiple of it reports the valid_* metrics measured at its end (trading: the validation split; cartpole: eval_episodes greedy episodes); {}", both("valid_metrics_interval"))}
             }
         })
     }

@@ -21,6 +21,8 @@ mod predictor;
 mod qnet;
 mod replay;
 mod td_update;
+#[cfg(test)]
+mod validation_tests;
 
 pub use config::{DqnConfig, EnvKind};
 
@@ -54,6 +56,7 @@ use tli_plugin_kit::{
     flat_adamw::FlatAdamW,
     rng::Rng,
     tensor_bytes,
+    validation::validation_due,
 };
 
 pub struct DqnPlugin;
@@ -214,9 +217,8 @@ pub struct DqnTrainer {
     episodes: u64,
     recent_returns: VecDeque<f64>,
     recent_pnl: VecDeque<f64>,
-    /// The latest validation-split metrics (trading), reported by every `step`.
-    valid_metrics: Option<Vec<(String, f64)>>,
-    /// Env steps between those validation passes (0: none).
+    /// Steps between validations (`valid_metrics_interval`; 0: none, also
+    /// when a trading validation split is too short to walk).
     valid_interval: u64,
 }
 
@@ -274,7 +276,7 @@ impl DqnTrainer {
                 }
                 0
             }
-            EnvKind::Cartpole => 0,
+            EnvKind::Cartpole => config.valid_metrics_interval,
         };
         let n = config.num_envs;
         let mut obs = vec![0.0; n * obs_dim];
@@ -324,7 +326,6 @@ impl DqnTrainer {
             episodes: 0,
             recent_returns: VecDeque::new(),
             recent_pnl: VecDeque::new(),
-            valid_metrics: None,
             valid_interval,
             dataset,
             config,
@@ -383,8 +384,8 @@ impl DqnTrainer {
         Ok(())
     }
 
-    /// One vector step, then whatever target updates, gradient steps and
-    /// validation passes fall due at the new transition count.
+    /// One vector step, then whatever target updates and gradient steps
+    /// fall due at the new transition count.
     fn vector_step(&mut self, stats: &mut CallStats) -> Result<(), PluginError> {
         self.choose_actions()?;
         let (n, d) = (self.config.num_envs, self.obs_dim);
@@ -423,7 +424,6 @@ impl DqnTrainer {
         } else {
             0
         };
-        let valid_due = self.valid_interval > 0 && due(self.valid_interval) > 0;
         let gradient_steps = rounds * c.gradient_steps;
         let tau = c.tau;
         for _ in 0..target_updates.min(if tau >= 1.0 { 1 } else { u64::MAX }) {
@@ -433,23 +433,6 @@ impl DqnTrainer {
             if self.replay.len() >= self.config.batch_size {
                 self.gradient_step(stats)?;
             }
-        }
-        if valid_due {
-            let comparison = eval::trading_split(
-                &self.online,
-                &self.dataset,
-                Split::Validation,
-                &self.config.trading,
-                self.device,
-            )?;
-            let (s, bh) = (&comparison.strategy, &comparison.buy_and_hold);
-            self.valid_metrics = Some(vec![
-                ("valid_sharpe".into(), s.sharpe),
-                ("valid_max_drawdown".into(), s.max_drawdown),
-                ("valid_total_pnl".into(), s.total_pnl),
-                ("valid_bh_sharpe".into(), bh.sharpe),
-                ("valid_bh_max_drawdown".into(), bh.max_drawdown),
-            ]);
         }
         Ok(())
     }
@@ -485,6 +468,10 @@ impl DqnTrainer {
 }
 
 impl Trainer for DqnTrainer {
+    /// Makes `n` transitions (whole vector steps, the remainder carried);
+    /// then, when the call crossed a multiple of `valid_metrics_interval` in
+    /// transitions asked for and was not cancelled, validates the online
+    /// network as it is now (greedy; see `validation` in `metrics.rs`).
     fn step(&mut self, n: u64) -> Result<StepReport, PluginError> {
         let start = self.requested;
         let goal = start + n;
@@ -503,9 +490,13 @@ impl Trainer for DqnTrainer {
             n
         };
         self.requested = start + done;
+        let mut metrics = self.step_metrics(&mut stats)?;
+        if !cancelled && validation_due(start, self.requested, self.valid_interval) {
+            metrics.extend(self.validation()?);
+        }
         Ok(StepReport {
             steps_done: done,
-            metrics: self.step_metrics(&mut stats)?.into(),
+            metrics: metrics.into(),
         })
     }
 

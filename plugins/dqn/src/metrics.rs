@@ -116,10 +116,60 @@ impl DqnTrainer {
         if !self.recent_pnl.is_empty() {
             m.push(Metric::new("episodic_pnl_mean20", mean(&self.recent_pnl)));
         }
-        if let Some(valid) = &self.valid_metrics {
-            m.extend(valid.iter().map(|(k, v)| Metric::new(k, *v)));
-        }
         Ok(m)
+    }
+
+    /// A validation during training (greedy, no training state touched):
+    /// CartPole's `eval_episodes` episodes seeded with the task's fixed
+    /// evaluation seed → `valid_return_mean`, `valid_return_min`; trading's
+    /// walk over the validation split → `valid_sharpe`,
+    /// `valid_max_drawdown`, `valid_total_pnl`, `valid_bh_sharpe`,
+    /// `valid_bh_max_drawdown`. Only finite values.
+    pub(crate) fn validation(&self) -> Result<Vec<Metric>, PluginError> {
+        let metrics = match self.config.env {
+            EnvKind::Cartpole => {
+                let (mean, min) = self.cartpole_eval()?;
+                vec![
+                    Metric::new("valid_return_mean", mean),
+                    Metric::new("valid_return_min", min),
+                ]
+            }
+            EnvKind::Trading => {
+                let comparison = eval::trading_split(
+                    &self.online,
+                    &self.dataset,
+                    Split::Validation,
+                    &self.config.trading,
+                    self.device,
+                )?;
+                let (s, bh) = (&comparison.strategy, &comparison.buy_and_hold);
+                vec![
+                    Metric::new("valid_sharpe", s.sharpe),
+                    Metric::new("valid_max_drawdown", s.max_drawdown),
+                    Metric::new("valid_total_pnl", s.total_pnl),
+                    Metric::new("valid_bh_sharpe", bh.sharpe),
+                    Metric::new("valid_bh_max_drawdown", bh.max_drawdown),
+                ]
+            }
+        };
+        Ok(metrics
+            .into_iter()
+            .filter(|m| m.value.is_finite())
+            .collect())
+    }
+
+    /// Mean and minimum return of the greedy policy over `eval_episodes`
+    /// fresh CartPole episodes seeded with the fixed evaluation seed.
+    fn cartpole_eval(&self) -> Result<(f64, f64), PluginError> {
+        let returns = eval::cartpole_returns(
+            &self.online,
+            self.config.eval_episodes,
+            self.eval_seed,
+            self.device,
+        )?;
+        let mean = returns.iter().sum::<f64>() / returns.len().max(1) as f64;
+        let min = returns.iter().copied().fold(f64::INFINITY, f64::min);
+        Ok((mean, min))
     }
 
     /// Greedy evaluation: CartPole episodes, or the validation and test splits.
@@ -127,15 +177,8 @@ impl DqnTrainer {
         let mut metrics = Vec::new();
         match self.config.env {
             EnvKind::Cartpole => {
-                let returns = eval::cartpole_returns(
-                    &self.online,
-                    self.config.eval_episodes,
-                    self.eval_seed,
-                    self.device,
-                )?;
-                let m = returns.iter().sum::<f64>() / returns.len().max(1) as f64;
-                let min = returns.iter().copied().fold(f64::INFINITY, f64::min);
-                metrics.push(Metric::new("eval_return_mean", m));
+                let (mean, min) = self.cartpole_eval()?;
+                metrics.push(Metric::new("eval_return_mean", mean));
                 metrics.push(Metric::new("eval_return_min", min));
             }
             EnvKind::Trading => {

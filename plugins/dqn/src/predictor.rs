@@ -190,4 +190,4 @@ impl Predictor for DqnPredictor {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

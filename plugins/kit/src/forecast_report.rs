@@ -3,10 +3,15 @@
 //! so the numbers are computed and named the same way everywhere.
 //!
 //! Names are `{prefix}_{metric}{suffix}`: the prefix is the split (`valid`,
-//! `test`), the suffix `@SYMBOL` for one asset of a pooled task. Point
-//! metrics use the output itself, or (quantile forecasts) the level nearest
-//! the median: `mse`, `mse_zero_forecast`, `skill`, `hit_rate`,
-//! `correlation`, and with several horizons `mse_h{h}`, `skill_h{h}`.
+//! `test`), the suffix `@SYMBOL` for one asset of a pooled task. `loss` is
+//! the training loss on the set, as
+//! [`masked_loss`](crate::forecast_loss::masked_loss) computes it on a batch
+//! (the mean squared error of the point output for point forecasts, else
+//! the pinball loss averaged over the quantile levels; averaged over the
+//! valid targets; omitted when none is valid). Point metrics use the output
+//! itself, or (quantile forecasts) the level nearest the median: `mse`,
+//! `mse_zero_forecast`, `skill`, `hit_rate`, `correlation`, and with several
+//! horizons `mse_h{h}`, `skill_h{h}`.
 //! Quantile forecasts add per level `pinball_p{100q}` and `qrisk_p{100q}`
 //! (and per horizon `qrisk_p{100q}_h{h}`), and the coverage of the
 //! outermost pair `coverage_p{lo}_p{hi}`.
@@ -139,13 +144,17 @@ impl ForecastSet {
         let point = point_output(layout.quantiles);
         let (y, p) = pairs(point, None);
         let m = fm::point_metrics(&y, &p);
-        let mut out = vec![
+        let mut out = Vec::new();
+        if let Some(loss) = self.loss(layout) {
+            out.push(Metric::new(&name("loss"), loss));
+        }
+        out.extend([
             Metric::new(&name("mse"), m.mse),
             Metric::new(&name("mse_zero_forecast"), m.mse_zero_forecast),
             Metric::new(&name("skill"), m.skill),
             Metric::new(&name("hit_rate"), m.hit_rate),
             Metric::new(&name("correlation"), m.correlation),
-        ];
+        ]);
         if h > 1 {
             for k in 0..h {
                 let (y, p) = pairs(point, Some(k));
@@ -188,6 +197,42 @@ impl ForecastSet {
     }
 }
 
+impl ForecastSet {
+    /// The training loss on the set, as
+    /// [`masked_loss`](crate::forecast_loss::masked_loss) computes it on a
+    /// batch (in `f64` here): the squared error of output 0 for point
+    /// forecasts, else the pinball loss `max(q·(y − ŷ_q), (q − 1)·(y − ŷ_q))`
+    /// averaged over the levels; averaged over the valid targets. `None`
+    /// when no target is valid.
+    pub fn loss(&self, layout: ForecastLayout<'_>) -> Option<f64> {
+        let q = layout.outputs();
+        let (mut sum, mut count) = (0.0f64, 0usize);
+        for (i, (&t, &ok)) in self.target.iter().zip(&self.valid).enumerate() {
+            if !ok {
+                continue;
+            }
+            let y = f64::from(t);
+            let outputs = &self.forecast[i * q..(i + 1) * q];
+            sum += if layout.quantiles.is_empty() {
+                (f64::from(outputs[0]) - y).powi(2)
+            } else {
+                layout
+                    .quantiles
+                    .iter()
+                    .zip(outputs)
+                    .map(|(&level, &f)| {
+                        let diff = y - f64::from(f);
+                        (level * diff).max((level - 1.0) * diff)
+                    })
+                    .sum::<f64>()
+                    / layout.quantiles.len() as f64
+            };
+            count += 1;
+        }
+        (count > 0).then(|| sum / count as f64)
+    }
+}
+
 /// Output index of the point forecast: 0, or the quantile nearest 0.5.
 pub fn point_output(quantiles: &[f64]) -> usize {
     quantiles
@@ -205,5 +250,97 @@ pub fn level(q: f64) -> String {
         format!("{}", p.round() as i64)
     } else {
         format!("{p}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::forecast_loss::masked_loss;
+    use tch::Tensor;
+
+    /// Three windows × two horizons, one target invalid (and NaN, as
+    /// unknown targets are).
+    fn set(outputs: usize) -> ForecastSet {
+        let target = vec![0.5f32, -1.0, 0.25, f32::NAN, -0.75, 2.0];
+        let valid = target.iter().map(|t| t.is_finite()).collect();
+        let forecast = (0..target.len() * outputs)
+            .map(|i| ((i * 7 % 11) as f32 - 5.0) * 0.3)
+            .collect();
+        ForecastSet {
+            asset: vec![0; 3],
+            row: vec![10, 11, 12],
+            forecast,
+            target,
+            valid,
+        }
+    }
+
+    /// `masked_loss` on the set as one batch `[windows, horizons, outputs]`.
+    fn batch_loss(set: &ForecastSet, quantiles: &[f64]) -> f64 {
+        let q = quantiles.len().max(1) as i64;
+        let n = set.target.len() as i64;
+        let forecast = Tensor::from_slice(&set.forecast).reshape([n / 2, 2, q]);
+        // The loss multiplies by the mask: unknown targets enter as 0, as the
+        // trainers' target tensors hold them.
+        let y: Vec<f32> = set
+            .target
+            .iter()
+            .map(|t| if t.is_finite() { *t } else { 0.0 })
+            .collect();
+        let y = Tensor::from_slice(&y).reshape([n / 2, 2]);
+        let valid: Vec<f32> = set.valid.iter().map(|&v| f32::from(u8::from(v))).collect();
+        let valid = Tensor::from_slice(&valid).reshape([n / 2, 2]);
+        masked_loss(&forecast, &y, &valid, quantiles)
+            .unwrap()
+            .double_value(&[])
+    }
+
+    #[test]
+    fn the_reported_loss_is_the_training_loss() {
+        for quantiles in [&[][..], &[0.1, 0.5, 0.9][..]] {
+            let set = set(quantiles.len().max(1));
+            let layout = ForecastLayout {
+                horizons: 2,
+                quantiles,
+            };
+            let expected = batch_loss(&set, quantiles);
+            let metrics = set.metrics(layout, "valid", "@ES");
+            let reported = metrics
+                .iter()
+                .find(|m| m.name.as_str() == "valid_loss@ES")
+                .expect("valid_loss@ES")
+                .value;
+            assert!(
+                (reported - expected).abs() <= 1e-6 * expected.abs().max(1.0),
+                "{quantiles:?}: {reported} vs {expected}"
+            );
+            assert!(expected > 0.0);
+        }
+        // Point forecasts: the loss is the MSE of the output.
+        let set = set(1);
+        let layout = ForecastLayout {
+            horizons: 2,
+            quantiles: &[],
+        };
+        let metrics = set.metrics(layout, "test", "");
+        let value = |name: &str| {
+            metrics
+                .iter()
+                .find(|m| m.name.as_str() == name)
+                .unwrap()
+                .value
+        };
+        assert_eq!(value("test_loss"), value("test_mse"));
+        // No valid target: no loss.
+        let none = ForecastSet {
+            valid: vec![false; 6],
+            ..set
+        };
+        assert_eq!(none.loss(layout), None);
+        assert!(!none
+            .metrics(layout, "valid", "")
+            .iter()
+            .any(|m| m.name.as_str() == "valid_loss"));
     }
 }

@@ -47,6 +47,8 @@
 //!   state, no f32 master copy (the TFT's `precision: "int8"`).
 //! * [`counter_rng`]: a seeded counter-based RNG that draws on the device
 //!   (dropout masks, stochastic rounding); its state is `(seed, counter)`.
+//! * [`validation`]: when a trainer validates during training (the
+//!   `valid_*` step metrics' contract).
 
 pub mod adam;
 #[doc(hidden)]
@@ -77,6 +79,7 @@ pub mod staged;
 pub mod task_rows;
 pub mod torchscript;
 pub mod trade_report;
+pub mod validation;
 pub mod weights;
 pub mod windows;
 pub use tli_rng as rng;

@@ -62,6 +62,16 @@ pub struct ForecasterConfig {
     pub max_grad_norm: f64,
     /// Windows per evaluation forward pass.
     pub eval_batch_size: usize,
+    /// Steps between validations during training: a `step` call that
+    /// crosses a multiple of it reports the validation split's metrics at
+    /// its end (0: none, only the final evaluation).
+    #[serde(default = "default_valid_every")]
+    pub valid_every: u64,
+}
+
+/// The default of `valid_every` (also for checkpoints written before the key).
+fn default_valid_every() -> u64 {
+    100
 }
 
 pub use tli_plugin_kit::schedule::LrSchedule;
@@ -92,6 +102,7 @@ impl Default for ForecasterConfig {
             weight_decay: 0.01,
             max_grad_norm: 1.0,
             eval_batch_size: 64,
+            valid_every: default_valid_every(),
         }
     }
 }
@@ -238,7 +249,8 @@ impl ForecasterConfig {
                 "batch_size": int(1, 1 << 16, d.batch_size),
                 "weight_decay": {"type": "number", "minimum": 0, "maximum": 1, "default": d.weight_decay},
                 "max_grad_norm": {"type": "number", "minimum": 0, "default": d.max_grad_norm},
-                "eval_batch_size": int(1, 1 << 16, d.eval_batch_size)
+                "eval_batch_size": int(1, 1 << 16, d.eval_batch_size),
+                "valid_every": {"type": "integer", "minimum": 0, "default": d.valid_every, "description": "steps between validations during training: a step call that crosses a multiple of it reports the valid_* metrics measured at its end (0 = none, only the final evaluation)"}
             }
         })
     }
@@ -280,6 +292,7 @@ mod tests {
             (r#"{"eval_batch_size": 0}"#, "eval_batch_size"),
             (r#"{"warmup_steps": 2000000000}"#, "warmup_steps"),
             (r#"{"lookbak": 10}"#, "lookbak"),
+            (r#"{"valid_every": -1}"#, "valid_every"),
         ];
         for (json, key) in refused {
             let e = ForecasterConfig::parse(json).unwrap_err();

@@ -2,7 +2,9 @@
 //! shuffled order (the *data cursor* is `(epoch, position)`), AdamW with
 //! weight decay on weights only, warm-up then a constant or cosine learning
 //! rate, global-norm clipping; evaluation on every validation and test
-//! window; exact checkpoints.
+//! window, and on the validation windows every `valid_every` steps during
+//! training (the kit's [`validation`](tli_plugin_kit::validation) contract);
+//! exact checkpoints.
 //!
 //! Everything random is seeded from the task seed and saved: the window
 //! order (regenerated from `(seed, epoch)`), the dropout stream (a kit
@@ -35,6 +37,7 @@ use tli_plugin_kit::nn::Parameters;
 use tli_plugin_kit::rng::Rng;
 use tli_plugin_kit::schedule::learning_rate_at;
 use tli_plugin_kit::task_rows::{TargetKind, TaskData, TaskLayout, WindowEnd};
+use tli_plugin_kit::validation::validation_due;
 use tli_plugin_kit::windows::{select_rows, window_batch};
 use tli_plugin_kit::{checkpoint, TchResultExt};
 
@@ -89,6 +92,15 @@ impl Mamba2Trainer {
                 config.horizons,
                 symbols(&data)
             )));
+        }
+        if config.valid_every > 0 && data.valid.is_empty() {
+            host.warn(&format!(
+                "the validation split of {} has no complete window of lookback {} (+{} bar(s) \
+                 ahead): no validation during training",
+                symbols(&data),
+                config.lookback,
+                config.horizons
+            ));
         }
         let mut init_rng = Rng::new(spec.seed).fork(1);
         let model = Forecaster::new(&config, data.width, &mut init_rng, device)?;
@@ -207,9 +219,28 @@ fn symbols(data: &TaskData) -> String {
 }
 
 impl Trainer for Mamba2Trainer {
+    /// Trains `n` batches; then, when the call crossed a multiple of
+    /// `valid_every` and was not cancelled, reports the validation split's
+    /// metrics (the finite ones) for the model as it is now.
     fn step(&mut self, n: u64) -> Result<StepReport, PluginError> {
+        let before = self.steps;
         let run = run_steps(n, || self.train_one_batch())?;
-        Ok(run.report(self.learning_rate(), self.sampler.cursor().epoch))
+        let mut report = run.report(self.learning_rate(), self.sampler.cursor().epoch);
+        if run.done == n
+            && !self.data.valid.is_empty()
+            && validation_due(before, self.steps, self.config.valid_every)
+        {
+            let valid = evaluation::split_metrics(
+                &self.model,
+                &self.config,
+                &self.data,
+                Split::Validation,
+            )?;
+            report
+                .metrics
+                .extend(valid.into_iter().filter(|m| m.value.is_finite()));
+        }
+        Ok(report)
     }
 
     fn evaluate(&mut self) -> Result<EvalReport, PluginError> {

@@ -54,9 +54,10 @@ pub struct PpoConfig {
     /// (CartPole 1; trading: 1 / std of one contract's per-bar P&L on the
     /// training split, or 1 when `trading.vol_scaled`).
     pub reward_scale: Option<f64>,
-    /// Trading: environment steps between greedy walks over the validation
-    /// split whose Sharpe and drawdown every `step` reports (a walk runs after
-    /// the first update that crosses a multiple of this; 0 = after every update).
+    /// Steps between validations during training (0 = never): a `step`
+    /// call that crosses a multiple of it reports, at its end, the greedy
+    /// policy over the validation split (trading) or over fixed CartPole
+    /// episodes.
     pub valid_metrics_interval: u64,
 }
 
@@ -346,7 +347,7 @@ impl PpoConfig {
                 "target_kl": {"type": ["number", "null"], "exclusiveMinimum": 0, "default": null},
                 "hidden_sizes": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 4096}, "minItems": 1, "maxItems": 8, "default": d.hidden_sizes},
                 "reward_scale": {"type": ["number", "null"], "exclusiveMinimum": 0, "default": null, "description": "null = automatic"},
-                "valid_metrics_interval": {"type": "integer", "minimum": 0, "default": d.valid_metrics_interval, "description": "trading: env steps between validation walks reported by step (0 = after every update)"}
+                "valid_metrics_interval": {"type": "integer", "minimum": 0, "default": d.valid_metrics_interval, "description": "steps between validations during training (0 = never): a step call that crosses a multiple of it reports the valid_* metrics measured at its end (trading: a greedy walk over the validation split; cartpole: 10 greedy episodes)"}
             },
             "examples": [serde_json::to_value(c).unwrap_or(Value::Null)]
         })

@@ -209,4 +209,4 @@ impl Predictor for PpoPredictor {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -3,6 +3,8 @@
 mod checkpointing;
 mod metrics;
 mod update;
+#[cfg(test)]
+mod validation_tests;
 
 use crate::config::{EnvKind, PpoConfig};
 use crate::eval;
@@ -24,7 +26,9 @@ use tli_plugin_kit::{
     device::parse_device,
     flat_adamw::FlatAdamW,
     rng::Rng,
-    tensor_bytes, TchResultExt,
+    tensor_bytes,
+    validation::validation_due,
+    TchResultExt,
 };
 
 /// Completed episodes averaged in `episodic_return_mean20`.
@@ -110,10 +114,9 @@ pub struct PpoTrainer {
     last_update: Option<UpdateStats>,
     reward_scale: f64,
     eval_seed: u64,
-    /// Trading: validation-walk metrics reported by `step`, and the
-    /// transition count they were taken at.
-    valid_walk: Vec<(String, f64)>,
-    valid_walk_at: u64,
+    /// Steps between validations (`valid_metrics_interval`; 0: none, also
+    /// when a trading validation split is too short to walk).
+    valid_interval: u64,
 }
 
 /// `1 / std` of one contract's per-bar P&L (`point_value · Δclose`) on the
@@ -215,6 +218,22 @@ impl PpoTrainer {
             },
             &net.parameters(),
         )?;
+        let valid_interval = match config.env {
+            EnvKind::Trading
+                if split_rows(&dataset, Split::Validation).len() <= config.trading.window =>
+            {
+                if config.valid_metrics_interval > 0 {
+                    host.warn(&format!(
+                        "the validation split has {} rows, too few for window {}: no \
+                         validation metrics during training",
+                        split_rows(&dataset, Split::Validation).len(),
+                        config.trading.window
+                    ));
+                }
+                0
+            }
+            _ => config.valid_metrics_interval,
+        };
         let n = config.num_envs;
         let mut obs = vec![0f32; n * obs_dim];
         env.observe(&mut obs)?;
@@ -229,7 +248,7 @@ impl PpoTrainer {
             config.num_envs,
             config.num_steps,
         ));
-        let mut trainer = Self {
+        Ok(Self {
             rollout: Rollout::new(n, config.num_steps, obs_dim),
             rewards: vec![0.0; n],
             terminated: vec![false; n],
@@ -254,11 +273,8 @@ impl PpoTrainer {
             reward_scale,
             eval_seed: root.fork(STREAM_EVAL).next_u64(),
             config,
-            valid_walk: Vec::new(),
-            valid_walk_at: 0,
-        };
-        trainer.walk_validation()?;
-        Ok(trainer)
+            valid_interval,
+        })
     }
 
     /// Fraction of the schedule left before the rollout now being collected
@@ -367,6 +383,10 @@ impl PpoTrainer {
 }
 
 impl Trainer for PpoTrainer {
+    /// Makes `n` transitions (whole vector steps, the remainder carried);
+    /// then, when the call crossed a multiple of `valid_metrics_interval` in
+    /// the step count (`total_steps()`) and was not cancelled, validates the
+    /// policy as it is now (greedy; see `validation` in `trainer/metrics.rs`).
     fn step(&mut self, n: u64) -> Result<StepReport, PluginError> {
         let start = self.counters.target;
         let goal = start + n;
@@ -388,9 +408,13 @@ impl Trainer for PpoTrainer {
             (true, false) => start,
         };
         let done = self.counters.target - start;
+        let mut metrics = self.step_metrics();
+        if !cancelled && validation_due(start, self.counters.target, self.valid_interval) {
+            metrics.extend(self.validation()?);
+        }
         Ok(StepReport {
             steps_done: done,
-            metrics: self.step_metrics().into(),
+            metrics: metrics.into(),
         })
     }
 

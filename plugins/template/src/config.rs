@@ -16,7 +16,14 @@ pub struct TemplateConfig {
     pub target_index: usize,
     /// `constant` or `cosine` (decays to 10% of `learning_rate` over the task's step budget).
     pub lr_schedule: LrSchedule,
+    /// Steps between validations during training: a `step` call that
+    /// crosses a multiple of it reports the validation metrics at its end
+    /// (0: none, only the final evaluation).
+    pub valid_every: u64,
 }
+
+/// The default of `valid_every`.
+pub const DEFAULT_VALID_EVERY: u64 = 100;
 
 pub use tli_plugin_kit::schedule::LrSchedule;
 
@@ -29,6 +36,7 @@ impl Default for TemplateConfig {
             batch_size: 256,
             target_index: 0,
             lr_schedule: LrSchedule::Constant,
+            valid_every: DEFAULT_VALID_EVERY,
         }
     }
 }
@@ -96,7 +104,8 @@ impl TemplateConfig {
                 "weight_decay": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.0},
                 "batch_size": {"type": "integer", "minimum": 1, "maximum": 1048576, "default": 256},
                 "target_index": {"type": "integer", "minimum": 0, "default": 0},
-                "lr_schedule": {"enum": ["constant", "cosine"], "default": "constant"}
+                "lr_schedule": {"enum": ["constant", "cosine"], "default": "constant"},
+                "valid_every": {"type": "integer", "minimum": 0, "default": DEFAULT_VALID_EVERY, "description": "steps between validations during training: a step call that crosses a multiple of it reports the valid_* metrics measured at its end (0 = none, only the final evaluation)"}
             }
         })
     }
@@ -118,5 +127,16 @@ mod tests {
         assert!(e.message.contains("unknown field"), "{}", e.message);
         let e = TemplateConfig::parse(r#"{"hidden_sizes": [0]}"#).unwrap_err();
         assert!(e.message.contains("hidden_sizes"), "{}", e.message);
+        assert!(TemplateConfig::parse(r#"{"valid_every": -1}"#).is_err());
+    }
+
+    #[test]
+    fn the_schema_lists_every_key() {
+        let schema = TemplateConfig::schema();
+        let keys = serde_json::to_value(TemplateConfig::default()).unwrap();
+        for key in keys.as_object().unwrap().keys() {
+            assert!(schema["properties"].get(key).is_some(), "{key}");
+        }
+        assert_eq!(keys["valid_every"], 100);
     }
 }

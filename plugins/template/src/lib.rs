@@ -22,6 +22,7 @@ use tli_plugin_api::{
 };
 use tli_plugin_kit::schedule::learning_rate_at;
 use tli_plugin_kit::trade_report::{self, Market};
+use tli_plugin_kit::validation::validation_due;
 use tli_plugin_kit::{
     adam::AdamConfig,
     checkpoint,
@@ -272,6 +273,12 @@ impl TemplateTrainer {
             },
             &model.parameters(),
         )?;
+        if config.valid_every > 0 && valid_rows.is_empty() {
+            host.warn(
+                "the validation split is empty: no validation during training (valid_every is \
+                 ignored)",
+            );
+        }
         host.info(&format!(
             "task {}: MLP {:?} with {} parameters on {} ({} training rows of {}, target {:?})",
             spec.task_id,
@@ -371,6 +378,8 @@ impl TemplateTrainer {
             "{prefix}{suffix} mse {mse:.6e} vs zero forecast {zero_mse:.6e}"
         ));
         let metrics = vec![
+            // The training loss (mean squared error) on the split.
+            Metric::new(&format!("{prefix}_loss{suffix}"), mse),
             Metric::new(&format!("{prefix}_mse{suffix}"), mse),
             Metric::new(&format!("{prefix}_mse_zero_forecast{suffix}"), zero_mse),
             Metric::new(&format!("{prefix}_skill{suffix}"), m.skill),
@@ -385,6 +394,32 @@ impl TemplateTrainer {
         Ok((metrics, forecast.iter().map(|&f| f64::from(f)).collect()))
     }
 
+    /// The validation split's metrics (`valid_…`): forecast metrics of the
+    /// whole split (a pooled task: also of each asset, `…@SYMBOL`) and the
+    /// trading metrics of the default position rule. Used by `evaluate()`
+    /// and by `step` when a validation falls due.
+    fn validation_metrics(&self) -> Result<Vec<Metric>, PluginError> {
+        let rows = self.valid_rows.clone();
+        let (mut metrics, forecasts) = self.split_metrics("valid", rows.clone(), "")?;
+        let markets: Vec<Option<Market>> = self.markets.iter().map(|(m, _)| m.clone()).collect();
+        if self.pooled_valid.is_empty() {
+            // A per-asset task: its tensors hold every row of its dataset.
+            let traded = [(rows.collect(), forecasts)];
+            metrics.extend(trade_report::task_metrics(&markets, &traded, "valid")?);
+        } else {
+            let mut traded = Vec::new();
+            for (i, (symbol, rows)) in self.pooled_valid.iter().enumerate() {
+                let (m, forecasts) =
+                    self.split_metrics("valid", rows.clone(), &format!("@{symbol}"))?;
+                metrics.extend(m);
+                let first = self.markets.get(i).map_or(0, |(_, valid)| *valid);
+                traded.push(((first..first + rows.len()).collect(), forecasts));
+            }
+            metrics.extend(trade_report::task_metrics(&markets, &traded, "valid")?);
+        }
+        Ok(metrics)
+    }
+
     fn named_tensors(&self) -> Vec<(String, &Tensor)> {
         let mut all = self.model.named_parameters();
         all.extend(self.optimizer.named_state());
@@ -393,7 +428,11 @@ impl TemplateTrainer {
 }
 
 impl Trainer for TemplateTrainer {
+    /// Trains `n` batches; then, when the call crossed a multiple of
+    /// `valid_every` and was not cancelled, validates the model as it is now
+    /// and reports the `valid_…` metrics (finite ones) with the call's.
     fn step(&mut self, n: u64) -> Result<StepReport, PluginError> {
+        let before = self.steps;
         let mut loss_sum = 0.0;
         let mut done = 0;
         while done < n {
@@ -408,6 +447,16 @@ impl Trainer for TemplateTrainer {
         if done > 0 {
             metrics.push(Metric::new("train_loss", loss_sum / done as f64));
         }
+        if done == n
+            && !self.valid_rows.is_empty()
+            && validation_due(before, self.steps, self.config.valid_every)
+        {
+            metrics.extend(
+                self.validation_metrics()?
+                    .into_iter()
+                    .filter(|m| m.value.is_finite()),
+            );
+        }
         Ok(StepReport {
             steps_done: done,
             metrics: metrics.into(),
@@ -415,27 +464,11 @@ impl Trainer for TemplateTrainer {
     }
 
     fn evaluate(&mut self) -> Result<EvalReport, PluginError> {
-        let rows = self.valid_rows.clone();
-        if rows.is_empty() {
+        if self.valid_rows.is_empty() {
             return Err(PluginError::invalid_data("the validation split is empty"));
         }
-        let (mut metrics, forecasts) = self.split_metrics("valid", rows.clone(), "")?;
+        let mut metrics = self.validation_metrics()?;
         let markets: Vec<Option<Market>> = self.markets.iter().map(|(m, _)| m.clone()).collect();
-        if self.pooled_valid.is_empty() {
-            // A per-asset task: its tensors hold every row of its dataset.
-            let traded = [(rows.collect(), forecasts)];
-            metrics.extend(trade_report::task_metrics(&markets, &traded, "valid")?);
-        } else {
-            let mut traded = Vec::new();
-            for (i, (symbol, rows)) in self.pooled_valid.clone().into_iter().enumerate() {
-                let (m, forecasts) =
-                    self.split_metrics("valid", rows.clone(), &format!("@{symbol}"))?;
-                metrics.extend(m);
-                let first = self.markets.get(i).map_or(0, |(_, valid)| *valid);
-                traded.push(((first..first + rows.len()).collect(), forecasts));
-            }
-            metrics.extend(trade_report::task_metrics(&markets, &traded, "valid")?);
-        }
         // The test split of a per-asset task (its rows are on the device already).
         if self.pooled_valid.is_empty() && !self.test_rows.is_empty() {
             let rows = self.test_rows.clone();
@@ -494,5 +527,145 @@ impl Trainer for TemplateTrainer {
 
     fn total_steps(&self) -> u64 {
         self.steps
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use tli_plugin_api::abi_stable::sabi_trait::TD_Opaque;
+    use tli_plugin_api::abi_stable::std_types::RStr;
+    use tli_plugin_api::{HostServicesApi, HostServicesApi_TO, LogLevel, SplitBounds};
+
+    /// A host whose cancellation flag the test sets.
+    struct TestHost(Arc<AtomicBool>);
+
+    impl HostServicesApi for TestHost {
+        fn log(&self, _: LogLevel, _: RStr<'_>) {}
+        fn is_cancelled(&self) -> bool {
+            self.0.load(Ordering::Relaxed)
+        }
+    }
+
+    /// A noisy linear target of three features; 300 rows, splits with an embargo.
+    fn dataset() -> Dataset {
+        let rows = 300;
+        let mut rng = Rng::new(11);
+        let (mut features, mut targets) = (Vec::new(), Vec::new());
+        for _ in 0..rows {
+            let x: Vec<f32> = (0..3).map(|_| rng.normal() as f32).collect();
+            targets.push(0.5 * x[0] - 0.2 * x[2] + 0.1 * rng.normal() as f32);
+            features.extend(x);
+        }
+        Dataset {
+            symbol: "SYN".into(),
+            timestamps: (0..rows as i64).map(|t| t * 86_400_000_000_000).collect(),
+            features: features.into(),
+            feature_names: vec!["a".into(), "b".into(), "c".into()].into(),
+            targets: targets.into(),
+            target_names: vec!["fwd".into()].into(),
+            splits: SplitBounds {
+                train_end: 200,
+                valid_start: 205,
+                valid_end: 250,
+                test_start: 255,
+            },
+            close: (0..rows).map(|t| 100.0 + t as f64).collect(),
+            periods_per_year: 252.0,
+            ..Dataset::default()
+        }
+    }
+
+    fn trainer(valid_every: u64) -> (TemplateTrainer, Arc<AtomicBool>) {
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let host = Host::new(HostServicesApi_TO::from_ptr(
+            RArc::new(TestHost(cancelled.clone())),
+            TD_Opaque,
+        ));
+        let config =
+            format!(r#"{{"hidden_sizes": [8], "batch_size": 16, "valid_every": {valid_every}}}"#);
+        let spec = TaskSpec {
+            task_id: "t".into(),
+            config_json: TemplatePlugin::validate_config(&config).unwrap().into(),
+            device: "cpu".into(),
+            seed: 4,
+            max_steps: 40,
+            dataset: RArc::new(dataset()),
+        };
+        (
+            TemplatePlugin::create_trainer(spec, host).unwrap(),
+            cancelled,
+        )
+    }
+
+    fn named(report: &StepReport) -> Vec<(String, f64)> {
+        report
+            .metrics
+            .iter()
+            .map(|m| (m.name.to_string(), m.value))
+            .collect()
+    }
+
+    /// Validation metrics come exactly from the calls that cross a multiple
+    /// of `valid_every` (not cancelled ones), and training is the same with
+    /// and without them.
+    #[test]
+    fn validation_lands_on_the_cadence_and_leaves_training_alone() {
+        let (mut with, cancelled) = trainer(10);
+        let (mut without, _) = trainer(0);
+        // (steps asked for, whether the call validates): 10, 15, 20, 27, 30, 30, 40.
+        let calls = [
+            (10, true),
+            (5, false),
+            (5, true),
+            (7, false),
+            (3, true),
+            (0, false),
+            (10, true),
+        ];
+        for (i, (n, due)) in calls.into_iter().enumerate() {
+            let a = named(&with.step(n).unwrap());
+            let b = named(&without.step(n).unwrap());
+            let valid: Vec<&(String, f64)> =
+                a.iter().filter(|(k, _)| k.starts_with("valid_")).collect();
+            assert_eq!(!valid.is_empty(), due, "call {i}: {a:?}");
+            assert!(!b.iter().any(|(k, _)| k.starts_with("valid_")), "{b:?}");
+            // Everything else is identical, to the bit.
+            let rest: Vec<&(String, f64)> =
+                a.iter().filter(|(k, _)| !k.starts_with("valid_")).collect();
+            assert_eq!(rest, b.iter().collect::<Vec<_>>(), "call {i}");
+            if due {
+                let get = |name: &str| valid.iter().find(|(k, _)| k == name).map(|(_, v)| *v);
+                assert_eq!(get("valid_loss"), get("valid_mse"), "{valid:?}");
+                assert!(get("valid_loss").is_some_and(|v| v.is_finite() && v > 0.0));
+                assert!(valid.iter().all(|(_, v)| v.is_finite()));
+            }
+        }
+        for (p, q) in with
+            .model
+            .parameters()
+            .iter()
+            .zip(without.model.parameters())
+        {
+            assert!(p.equal(q), "weights differ after training");
+        }
+        // The final evaluation reports the loss too, and equals what the
+        // last call measured (the same model).
+        let eval: Vec<(String, f64)> = with
+            .evaluate()
+            .unwrap()
+            .metrics
+            .iter()
+            .map(|m| (m.name.to_string(), m.value))
+            .collect();
+        assert!(eval.iter().any(|(k, _)| k == "valid_loss"));
+        assert!(eval.iter().any(|(k, _)| k == "test_loss"));
+        // A cancelled call does not validate, even across a multiple.
+        cancelled.store(true, Ordering::Relaxed);
+        let report = with.step(10).unwrap();
+        assert_eq!(report.steps_done, 0);
+        assert!(!named(&report).iter().any(|(k, _)| k.starts_with("valid_")));
     }
 }

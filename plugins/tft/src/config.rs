@@ -72,6 +72,16 @@ pub struct TftConfig {
     /// With `precision: "int8"`: `"staged"` trains (and evaluates) holding
     /// one block's f32 weights and gradients at a time.
     pub step_memory: StepMemory,
+    /// Steps between validations during training: a `step` call that
+    /// crosses a multiple of it reports the validation split's metrics at
+    /// its end (0: none, only the final evaluation).
+    #[serde(default = "default_valid_every")]
+    pub valid_every: u64,
+}
+
+/// The default of `valid_every` (also for checkpoints written before the key).
+fn default_valid_every() -> u64 {
+    100
 }
 
 impl Default for TftConfig {
@@ -95,6 +105,7 @@ impl Default for TftConfig {
             eval_batch_size: 256,
             int8_min_elements: 4096,
             step_memory: StepMemory::Full,
+            valid_every: default_valid_every(),
         }
     }
 }
@@ -186,7 +197,8 @@ impl TftConfig {
                 "max_grad_norm": {"type": "number", "minimum": 0, "default": d.max_grad_norm},
                 "eval_batch_size": int(1, 1 << 16, d.eval_batch_size),
                 "int8_min_elements": int(1, 1 << 30, d.int8_min_elements),
-                "step_memory": {"enum": ["full", "staged"], "default": "full"}
+                "step_memory": {"enum": ["full", "staged"], "default": "full"},
+                "valid_every": {"type": "integer", "minimum": 0, "default": d.valid_every, "description": "steps between validations during training: a step call that crosses a multiple of it reports the valid_* metrics measured at its end (0 = none, only the final evaluation)"}
             }
         })
     }
@@ -224,6 +236,7 @@ mod tests {
             (r#"{"hidden": 10}"#, "hidden"),
             (r#"{"step_memory": "staged"}"#, "step_memory"),
             (r#"{"step_memory": "half"}"#, "step_memory"),
+            (r#"{"valid_every": -1}"#, "valid_every"),
         ];
         for (json, key) in refused {
             let e = TftConfig::parse(json).unwrap_err();

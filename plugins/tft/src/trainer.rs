@@ -2,8 +2,10 @@
 //! [`EpochSampler`], whose cursor is `(epoch, position)`), the masked
 //! pinball loss over the quantile levels, AdamW in FP32 or INT8
 //! ([`Weights`]), warm-up then a constant or cosine learning rate,
-//! global-norm clipping; evaluation on every validation and test window;
-//! exact checkpoints in both precisions.
+//! global-norm clipping; evaluation on every validation and test window, and
+//! on the validation windows every `valid_every` steps during training (the
+//! kit's [`validation`](tli_plugin_kit::validation) contract); exact
+//! checkpoints in both precisions.
 //!
 //! Everything random is seeded from the task seed and saved: the window
 //! order, the dropout stream and (INT8) the stochastic-rounding stream, both
@@ -23,7 +25,8 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 use tch::Device;
 use tli_plugin_api::{
-    EvalReport, Host, MemoryBreakdown, PluginError, StepReport, TaskInputs, TaskSpec, Trainer,
+    EvalReport, Host, MemoryBreakdown, Metric, PluginError, StepReport, TaskInputs, TaskSpec,
+    Trainer,
 };
 use tli_plugin_kit::checkpoint;
 use tli_plugin_kit::counter_rng::{CounterRng, CounterRngState};
@@ -32,6 +35,7 @@ use tli_plugin_kit::device::parse_device;
 use tli_plugin_kit::epochs::{run_steps, DataCursor, EpochSampler};
 use tli_plugin_kit::rng::Rng;
 use tli_plugin_kit::schedule::learning_rate_at;
+use tli_plugin_kit::validation::validation_due;
 
 /// What `state.json` holds besides the tensors.
 #[derive(Serialize, Deserialize)]
@@ -76,6 +80,15 @@ impl TftTrainer {
                 config.horizons,
                 symbols(&data)
             )));
+        }
+        if config.valid_every > 0 && data.rows.valid.is_empty() {
+            host.warn(&format!(
+                "the validation split of {} has no complete window of lookback {} (+{} bar(s) \
+                 ahead): no validation during training",
+                symbols(&data),
+                config.lookback,
+                config.horizons
+            ));
         }
         let shape = data.shape(&config);
         let (model, weights) = Weights::build(
@@ -167,6 +180,19 @@ impl TftTrainer {
         self.steps += 1;
         Ok(Some(value))
     }
+
+    /// The metrics of `split` (none when it has no window); the weights are
+    /// put back to rest afterwards (INT8: no f32 copies), also on an error.
+    fn split_metrics(&mut self, split: Split) -> Result<Vec<Metric>, PluginError> {
+        let (model, weights, step_memory) =
+            (&self.model, &mut self.weights, self.config.step_memory);
+        let mut forward = |batch: &TftBatch| weights.evaluate(model, batch, step_memory);
+        let part = evaluation::split_metrics(&mut forward, &self.config, &self.data, split);
+        let rested = self.weights.rest();
+        let metrics = part?;
+        rested?;
+        Ok(metrics)
+    }
 }
 
 fn symbols(data: &TftData) -> String {
@@ -179,9 +205,23 @@ fn symbols(data: &TftData) -> String {
 }
 
 impl Trainer for TftTrainer {
+    /// Trains `n` batches; then, when the call crossed a multiple of
+    /// `valid_every` and was not cancelled, reports the validation split's
+    /// metrics (the finite ones) for the model as it is now.
     fn step(&mut self, n: u64) -> Result<StepReport, PluginError> {
+        let before = self.steps;
         let run = run_steps(n, || self.train_one_batch())?;
-        Ok(run.report(self.learning_rate(), self.sampler.cursor().epoch))
+        let mut report = run.report(self.learning_rate(), self.sampler.cursor().epoch);
+        if run.done == n
+            && !self.data.rows.valid.is_empty()
+            && validation_due(before, self.steps, self.config.valid_every)
+        {
+            let valid = self.split_metrics(Split::Validation)?;
+            report
+                .metrics
+                .extend(valid.into_iter().filter(|m| m.value.is_finite()));
+        }
+        Ok(report)
     }
 
     fn evaluate(&mut self) -> Result<EvalReport, PluginError> {
@@ -195,20 +235,9 @@ impl Trainer for TftTrainer {
             )));
         }
         let mut metrics = Vec::new();
-        let (model, weights, step_memory) =
-            (&self.model, &mut self.weights, self.config.step_memory);
-        let mut forward = |batch: &TftBatch| weights.evaluate(model, batch, step_memory);
         for split in [Split::Validation, Split::Test] {
-            let part = evaluation::split_metrics(&mut forward, &self.config, &self.data, split);
-            match part {
-                Ok(m) => metrics.extend(m),
-                Err(e) => {
-                    self.weights.rest()?;
-                    return Err(e);
-                }
-            }
+            metrics.extend(self.split_metrics(split)?);
         }
-        self.weights.rest()?;
         Ok(EvalReport {
             metrics: metrics.into(),
         })

@@ -71,7 +71,7 @@ impl Drop for TempDir {
 }
 
 /// An AR(1) market: three lagged-return features, 500 daily rows.
-fn market() -> Dataset {
+pub(crate) fn market() -> Dataset {
     let (rows, lags) = (500usize, 3usize);
     let mut rng = Rng::new(7);
     let mut r = Vec::new();

@@ -2,7 +2,8 @@
 //! against the sequential recurrence (outputs, states, gradients), the
 //! streaming step against the chunked forward, a hand-computed case, the
 //! stable segment sum, seeding and causality; the predictor against the
-//! trainer's evaluation and its streaming against its windows.
+//! trainer's evaluation and its streaming against its windows; validation
+//! during training on its cadence, leaving training unchanged.
 
 mod block;
 mod common;
@@ -10,3 +11,4 @@ mod forecaster;
 mod predictor;
 mod ssd;
 mod stack;
+mod validation;

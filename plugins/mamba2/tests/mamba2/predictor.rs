@@ -25,7 +25,7 @@ use tli_plugin_mamba2::Mamba2Plugin;
 
 const LOOKBACK: usize = 12;
 const HORIZONS: usize = 2;
-const CONFIG: &str = r#"{"d_model": 8, "layers": 2, "d_state": 4, "headdim": 4, "chunk_size": 8,
+pub(crate) const CONFIG: &str = r#"{"d_model": 8, "layers": 2, "d_state": 4, "headdim": 4, "chunk_size": 8,
     "lookback": 12, "horizons": 2, "quantiles": [0.1, 0.5, 0.9], "batch_size": 16,
     "eval_batch_size": 16, "learning_rate": 0.01, "weight_decay": 0.0}"#;
 
@@ -38,7 +38,7 @@ impl HostServicesApi for QuietHost {
     }
 }
 
-fn host() -> Host {
+pub(crate) fn host() -> Host {
     Host::new(HostServicesApi_TO::from_ptr(
         RArc::new(QuietHost),
         TD_Opaque,
@@ -74,7 +74,7 @@ const ROWS: usize = 320;
 /// An AR(1) return series: features `[r_t, r_{t−1}, noise]`, targets the
 /// next bar's return (NaN where unknown) and a 5-bar one; splits with an
 /// embargo; a gap in the training, validation and test splits each (one a roll).
-fn dataset() -> (Dataset, Vec<u8>) {
+pub(crate) fn dataset() -> (Dataset, Vec<u8>) {
     let mut rng = Rng::new(17);
     let mut r = vec![0.0f64; ROWS + 6];
     for t in 1..r.len() {
@@ -135,7 +135,7 @@ fn annex(dataset: &Dataset, markers: &[u8]) -> DatasetAnnex {
     }
 }
 
-fn inputs(dataset: Dataset, markers: &[u8]) -> TaskInputs {
+pub(crate) fn inputs(dataset: Dataset, markers: &[u8]) -> TaskInputs {
     let annex = annex(&dataset, markers);
     TaskInputs::new(vec![(RArc::new(dataset), annex)], false, 1)
 }

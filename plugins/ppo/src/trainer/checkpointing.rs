@@ -18,8 +18,6 @@ struct SavedState {
     last_update: Option<UpdateStats>,
     reward_scale: f64,
     obs_dim: usize,
-    valid_walk: Vec<(String, f64)>,
-    valid_walk_at: u64,
 }
 
 impl PpoTrainer {
@@ -45,19 +43,21 @@ impl PpoTrainer {
             last_update: self.last_update.clone(),
             reward_scale: self.reward_scale,
             obs_dim: self.obs_dim,
-            valid_walk: self.valid_walk.clone(),
-            valid_walk_at: self.valid_walk_at,
         };
         checkpoint::save(dir, &tensors, &state)
     }
 
     pub(super) fn load_from(&mut self, dir: &Path) -> Result<(), PluginError> {
         let (tensors, state): (_, SavedState) = checkpoint::load(dir, self.device)?;
-        checkpoint::refuse_mismatch(
-            dir,
-            "PPO config",
-            &tli_plugin_kit::config::differing_keys(&state.config, &self.config),
-        )?;
+        // The validation cadence does not change training: a checkpoint
+        // resumes under another one (and older checkpoints' last validation
+        // walk, `valid_walk`, is ignored).
+        let differing: Vec<String> =
+            tli_plugin_kit::config::differing_keys(&state.config, &self.config)
+                .into_iter()
+                .filter(|k| !k.starts_with("valid_metrics_interval "))
+                .collect();
+        checkpoint::refuse_mismatch(dir, "PPO config", &differing)?;
         if state.obs_dim != self.obs_dim {
             return Err(PluginError::io(format!(
                 "checkpoint in {} has observation width {}, this trainer {} (different dataset features?)",
@@ -85,8 +85,6 @@ impl PpoTrainer {
         self.recent_returns = state.recent_returns.into_iter().collect();
         self.recent_pnl = state.recent_pnl.into_iter().collect();
         self.last_update = state.last_update;
-        self.valid_walk = state.valid_walk;
-        self.valid_walk_at = state.valid_walk_at;
         Ok(())
     }
 }

@@ -1,31 +1,51 @@
-//! What the PPO trainer reports: per-call training metrics, the validation
-//! walk kept between updates (trading), and the greedy evaluation.
+//! What the PPO trainer reports: per-call training metrics, the validations
+//! during training, and the greedy evaluation.
 
 use super::*;
 
 impl PpoTrainer {
-    /// Trading: walks the validation split with the current policy and keeps
-    /// the metrics `step` reports.
-    pub(super) fn walk_validation(&mut self) -> Result<(), PluginError> {
-        if self.config.env != EnvKind::Trading {
-            return Ok(());
-        }
-        const KEEP: [&str; 5] = [
-            "valid_sharpe",
-            "valid_max_drawdown",
-            "valid_total_pnl",
-            "valid_bh_sharpe",
-            "valid_bh_max_drawdown",
-        ];
-        self.valid_walk = self
-            .trading_walk(Split::Validation)?
-            .unwrap_or_default()
+    /// A validation during training (greedy, no training state touched):
+    /// CartPole's [`EVAL_EPISODES`] episodes seeded with the task's fixed
+    /// evaluation seed → `valid_return_mean`, `valid_return_min`; trading's
+    /// walk over the validation split → `valid_sharpe`,
+    /// `valid_max_drawdown`, `valid_total_pnl`, `valid_bh_sharpe`,
+    /// `valid_bh_max_drawdown`. Only finite values.
+    pub(super) fn validation(&self) -> Result<Vec<Metric>, PluginError> {
+        let metrics = match self.config.env {
+            EnvKind::Cartpole => {
+                let returns = self.cartpole_returns()?;
+                let mean = returns.iter().sum::<f64>() / returns.len().max(1) as f64;
+                let min = returns.iter().copied().fold(f64::INFINITY, f64::min);
+                vec![
+                    Metric::new("valid_return_mean", mean),
+                    Metric::new("valid_return_min", min),
+                ]
+            }
+            EnvKind::Trading => {
+                const KEEP: [&str; 5] = [
+                    "valid_sharpe",
+                    "valid_max_drawdown",
+                    "valid_total_pnl",
+                    "valid_bh_sharpe",
+                    "valid_bh_max_drawdown",
+                ];
+                self.trading_walk(Split::Validation)?
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|m| KEEP.contains(&m.name.as_str()))
+                    .collect()
+            }
+        };
+        Ok(metrics
             .into_iter()
-            .filter(|m| KEEP.contains(&m.name.as_str()) && m.value.is_finite())
-            .map(|m| (m.name.to_string(), m.value))
-            .collect();
-        self.valid_walk_at = self.counters.transitions;
-        Ok(())
+            .filter(|m| m.value.is_finite())
+            .collect())
+    }
+
+    /// Greedy CartPole returns over [`EVAL_EPISODES`] fresh episodes seeded
+    /// with the fixed evaluation seed (no training RNG is drawn from).
+    fn cartpole_returns(&self) -> Result<Vec<f64>, PluginError> {
+        eval::cartpole_returns(&self.net.actor, EVAL_EPISODES, self.eval_seed, self.device)
     }
 
     pub(super) fn trading_walk(&self, split: Split) -> Result<Option<Vec<Metric>>, PluginError> {
@@ -73,13 +93,6 @@ impl PpoTrainer {
         m.push(Metric::new("episodes", self.counters.episodes as f64));
         m.push(Metric::new("env_steps", self.counters.transitions as f64));
         m.push(Metric::new("updates", self.counters.updates as f64));
-        if self.config.env == EnvKind::Trading {
-            m.extend(self.valid_walk.iter().map(|(k, v)| Metric::new(k, *v)));
-            m.push(Metric::new(
-                "valid_metrics_env_steps",
-                self.valid_walk_at as f64,
-            ));
-        }
         m
     }
 
@@ -87,15 +100,7 @@ impl PpoTrainer {
     /// test splits.
     pub(super) fn evaluation(&mut self) -> Result<Vec<Metric>, PluginError> {
         let metrics = match self.config.env {
-            EnvKind::Cartpole => {
-                let returns = eval::cartpole_returns(
-                    &self.net.actor,
-                    EVAL_EPISODES,
-                    self.eval_seed,
-                    self.device,
-                )?;
-                eval::cartpole_metrics(&returns)
-            }
+            EnvKind::Cartpole => eval::cartpole_metrics(&self.cartpole_returns()?),
             EnvKind::Trading => {
                 let mut m = Vec::new();
                 for split in [Split::Validation, Split::Test] {

@@ -95,10 +95,6 @@ impl PpoTrainer {
         });
         self.rollout.filled = 0;
         self.counters.updates += 1;
-        let every = self.config.valid_metrics_interval;
-        if every == 0 || self.counters.transitions / every > self.valid_walk_at / every {
-            self.walk_validation()?;
-        }
         Ok(())
     }
 }

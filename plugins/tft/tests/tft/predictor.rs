@@ -25,11 +25,11 @@ use tli_plugin_tft::TftPlugin;
 const LOOKBACK: usize = 10;
 const HORIZONS: usize = 3;
 const ROWS: usize = 320;
-const FP32: &str = r#"{"hidden_size": 16, "attention_heads": 2, "lookback": 10, "horizons": 3,
+pub(crate) const FP32: &str = r#"{"hidden_size": 16, "attention_heads": 2, "lookback": 10, "horizons": 3,
     "quantiles": [0.1, 0.5, 0.9], "batch_size": 16, "eval_batch_size": 32,
     "learning_rate": 0.01, "dropout": 0.1}"#;
 
-fn int8() -> String {
+pub(crate) fn int8() -> String {
     FP32.replace(
         r#""hidden_size": 16,"#,
         r#""hidden_size": 16, "precision": "int8", "int8_min_elements": 256,"#,
@@ -45,7 +45,7 @@ impl HostServicesApi for QuietHost {
     }
 }
 
-fn host() -> Host {
+pub(crate) fn host() -> Host {
     Host::new(HostServicesApi_TO::from_ptr(
         RArc::new(QuietHost),
         TD_Opaque,
@@ -77,7 +77,7 @@ impl Drop for TempDir {
 /// Returns driven by their past and by a calendar input: features
 /// `[r_t, r_{t−1}, dow_t, level]`, targets the next bar's return (NaN where
 /// unknown) and a 5-bar one; splits with an embargo; a gap or roll in each split.
-fn dataset() -> (Dataset, Vec<u8>) {
+pub(crate) fn dataset() -> (Dataset, Vec<u8>) {
     let mut rng = Rng::new(23);
     let dow = |t: usize| (2.0 * std::f64::consts::PI * t as f64 / 5.0).sin();
     let mut r = vec![0.0f64; ROWS + 6];
@@ -121,7 +121,7 @@ fn dataset() -> (Dataset, Vec<u8>) {
 }
 
 /// Roles with a known-future input, or with every time-varying input observed.
-fn roles(known_future: bool) -> Vec<FeatureRole> {
+pub(crate) fn roles(known_future: bool) -> Vec<FeatureRole> {
     let dow = match known_future {
         true => FeatureRole::KnownFuture,
         false => FeatureRole::ObservedPast,
@@ -134,7 +134,7 @@ fn roles(known_future: bool) -> Vec<FeatureRole> {
     ]
 }
 
-fn inputs(dataset: Dataset, markers: &[u8], roles: &[FeatureRole]) -> TaskInputs {
+pub(crate) fn inputs(dataset: Dataset, markers: &[u8], roles: &[FeatureRole]) -> TaskInputs {
     let with_targets = !dataset.target_names.is_empty();
     let annex = DatasetAnnex {
         feature_roles: roles.to_vec(),
