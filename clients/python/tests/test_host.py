@@ -217,3 +217,42 @@ def test_no_host_is_unavailable() -> None:
         with pytest.raises(Unavailable) as e:
             nobody.plugins()
     assert e.value.code is grpc.StatusCode.UNAVAILABLE
+
+
+def test_early_stopping_keeps_the_best_and_resume_trains_further(client: Client) -> None:
+    # The behaviour fixture reports valid_loss = valid_curve[k-1] at its k-th validation (every
+    # 10 steps): best 2.5 at step 50, then 2.6, 2.7, 2.8 do not beat it: patience 3 ends at 80.
+    curve = [5, 4, 3, 3.5, 2.5, 2.6, 2.7, 2.8, 2.9, 3.0]
+    job = client.start(
+        plugin_config("behaviour", {"valid_every": 10, "valid_curve": curve}),
+        synthetic(200, seed=31),
+        steps=200,
+        name="early-stopping",
+        early_stopping={"metric": "valid_loss", "patience": 3},
+        keep_best={"metric": "valid_loss", "k": 2},
+    )
+    final = client.wait(job, interval_ms=50, timeout=120)
+    task = final.tasks[0]
+    assert task.state is TaskState.COMPLETED, task
+    assert (task.steps_done, task.total_steps) == (80, 200), task
+    assert task.best is not None and (task.best.step, task.best.metric) == (50, "valid_loss"), task
+    assert task.best.value == 2.5
+    assert task.stopped_early is not None, task
+    assert task.stopped_early.startswith("stopped early at step 80"), task.stopped_early
+    table = final.to_pandas()
+    assert table.loc[task.task_id, "best_step"] == 50
+    assert table.loc[task.task_id, "stopped_early"] == task.stopped_early
+
+    # A completed task trains further: 30 steps beyond the 80 done, from its final checkpoint.
+    resumed = client.resume(job, steps=30)
+    assert resumed.resumed_tasks == 1, resumed
+    final = client.wait(job, interval_ms=50, timeout=120)
+    task = final.tasks[0]
+    assert task.state is TaskState.COMPLETED, task
+    assert (task.steps_done, task.total_steps) == (110, 110), task
+    assert task.best is not None and task.best.step == 50, "nothing beat 2.5 after step 80"
+
+    # A rule the host refuses (only valid_* metrics may choose a model): InvalidArgument.
+    with pytest.raises(InvalidArgument, match="test_loss"):
+        client.start(plugin_config("behaviour"), synthetic(200, seed=31), steps=20,
+                     early_stopping={"metric": "test_loss", "patience": 2})

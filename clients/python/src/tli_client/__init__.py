@@ -59,6 +59,7 @@ from .models import Backtest, ModelData, ModelInfo, ResidentModel
 from .schema_config import SchemaConfig, config_type
 from .info import Device, PluginInfo, Plugins, RefusedPlugin, RescanReport, Reservation
 from .jobs import (
+    BestCheckpoint,
     Event,
     Finished,
     Job,
@@ -112,6 +113,7 @@ __all__ = [
     "JobRef",
     "Task",
     "TaskState",
+    "BestCheckpoint",
     "MeasuredMemory",
     "Event",
     "Progress",

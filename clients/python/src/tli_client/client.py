@@ -52,6 +52,8 @@ from ._proto.tli.v1 import training_pb2_grpc as pb_grpc
 from .assets import AssetLike, asset_to_proto, walk_forward_to_proto
 from .config import (
     DqnConfig,
+    EarlyStoppingLike,
+    KeepBestLike,
     Mamba2Config,
     Model,
     ModelConfig,
@@ -59,6 +61,8 @@ from .config import (
     PpoConfig,
     TemplateConfig,
     TftConfig,
+    early_stopping_to_proto,
+    keep_best_to_proto,
 )
 from .errors import DataLoss, TliError, error_from_rpc
 from .history import History
@@ -274,8 +278,21 @@ class Client:
         executor: Optional[str] = None,
         slurm: Optional[SlurmOptions] = None,
         walk_forward: Optional[Mapping[str, Any]] = None,
+        keep_best: Optional[KeepBestLike] = None,
+        early_stopping: Optional[EarlyStoppingLike] = None,
     ) -> Job:
         """Submits a job: every model on every asset (a pooled model: one task on all).
+
+        ``keep_best``: ``{"metric": "valid_loss", "mode": "min", "k": 2}`` (or just
+        ``"valid_loss"``) keeps each task's ``k`` best checkpoints (default 1) by that
+        validation metric, and its best is the task's model. ``early_stopping``:
+        ``{"metric": "valid_loss", "patience": 5, "min_delta": 0.0, "mode": "min"}`` stops a
+        task after ``patience`` validations in a row that do not beat its best by more than
+        ``min_delta`` (``Task.stopped_early`` says why). ``mode``: ``"min"`` or ``"max"``;
+        left out, it follows the metric's name. Both apply to every model; a :class:`Model`'s
+        own ``keep_best`` / ``early_stopping`` replace them for that model. Checked here
+        (``ValueError`` naming the key) and by the host (docs/orchestrator.md, "Best
+        checkpoints and early stopping").
 
         ``walk_forward``: ``{"folds": 5, "test_bars": 250, "train_bars": 1500}`` or
         ``{"test_starts": ["2016-01-04", "2017-01-03"]}`` trains every model on every asset once
@@ -296,9 +313,18 @@ class Client:
             models = [models]
         if isinstance(assets, (str, os.PathLike)) or not isinstance(assets, Sequence):
             assets = [assets]
-        specs = [
-            (m if isinstance(m, Model) else Model(m)).to_proto(steps) for m in models
-        ]
+        job_keep_best = keep_best_to_proto(keep_best) if keep_best is not None else None
+        job_early_stopping = (
+            early_stopping_to_proto(early_stopping) if early_stopping is not None else None
+        )
+        specs = []
+        for i, m in enumerate(models):
+            spec = (m if isinstance(m, Model) else Model(m)).to_proto(steps, where=f"models[{i}].")
+            if job_keep_best is not None and not spec.HasField("keep_best"):
+                spec.keep_best.CopyFrom(job_keep_best)
+            if job_early_stopping is not None and not spec.HasField("early_stopping"):
+                spec.early_stopping.CopyFrom(job_early_stopping)
+            specs.append(spec)
         request = pb.StartTrainingRequest(
             name=name,
             models=specs,
@@ -495,13 +521,22 @@ class Client:
         )
         return Job.from_proto(reply.job, self)
 
-    def resume(self, job: JobRef) -> Resumed:
-        """Re-queues the job's cancelled, failed and interrupted tasks (from their checkpoints)."""
-        reply = self._call(
-            "ResumeTraining",
-            self._training.ResumeTraining,
-            pb.ResumeTrainingRequest(job_id=job_id_of(job)),
-        )
+    def resume(self, job: JobRef, steps: Optional[int] = None) -> Resumed:
+        """Re-queues the job's cancelled, failed and interrupted tasks (from their checkpoints).
+
+        ``steps``: also re-queue its completed tasks (early-stopped ones included), every task
+        then trained ``steps`` beyond those it has done, going on from its final checkpoint
+        (patience counted afresh).
+        """
+        request = pb.ResumeTrainingRequest(job_id=job_id_of(job))
+        if steps is not None:
+            if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+                raise ValueError(
+                    f"steps: {steps!r}: give a whole number ≥ 1 of steps to train beyond those "
+                    "done (None resumes unfinished tasks only)"
+                )
+            request.more_steps = steps
+        reply = self._call("ResumeTraining", self._training.ResumeTraining, request)
         return Resumed(Job.from_proto(reply.job, self), reply.resumed_tasks)
 
     def history(

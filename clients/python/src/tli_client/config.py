@@ -12,12 +12,14 @@ Any plugin, built in or dropped in, also takes a JSON config by name::
 
 (the only way to set PPO's ``target_kl`` / ``reward_scale`` to ``None`` = never / automatic).
 
-A :class:`Model` adds what the job needs besides the config: steps, priority, pooled.
+A :class:`Model` adds what the job needs besides the config: steps, priority, pooled, and
+its own ``keep_best`` / ``early_stopping`` rules (``Client.start`` takes them for every model).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Dict, Literal, Mapping, Optional, Sequence, Union
 
@@ -35,6 +37,10 @@ __all__ = [
     "ModelConfig",
     "Model",
     "TYPED_CONFIGS",
+    "KeepBestLike",
+    "EarlyStoppingLike",
+    "keep_best_to_proto",
+    "early_stopping_to_proto",
 ]
 
 RlEnv = Literal["trading", "cartpole"]
@@ -276,22 +282,124 @@ TYPED_CONFIGS: Dict[str, type] = {
 }
 
 
+#: A model's ``keep_best``: ``{"metric": "valid_loss", "mode": "min", "k": 2}`` (``mode`` and
+#: ``k`` optional), or just the metric's name.
+KeepBestLike = Union[str, Mapping[str, Any]]
+#: A model's ``early_stopping``: ``{"metric": "valid_loss", "patience": 5, "min_delta": 0.0,
+#: "mode": "min"}`` (``min_delta`` and ``mode`` optional).
+EarlyStoppingLike = Mapping[str, Any]
+
+_KEEP_BEST_KEYS = ("metric", "mode", "k")
+_EARLY_STOPPING_KEYS = ("metric", "mode", "patience", "min_delta")
+
+
+def _rule_fields(spec: Any, name: str, keys: Sequence[str]) -> Dict[str, Any]:
+    if not isinstance(spec, Mapping):
+        raise TypeError(
+            f"{name}: expected a mapping with the keys {', '.join(keys)}, not {type(spec).__name__}"
+        )
+    for key in spec:
+        if key not in keys:
+            raise ValueError(f"{name}: unknown key {key!r}; its keys are {', '.join(keys)}")
+    metric = spec.get("metric")
+    if not isinstance(metric, str) or not metric.strip():
+        raise ValueError(
+            f"{name}.metric: give the name of a validation metric the plugin reports "
+            f"(valid_loss, valid_sharpe …), not {metric!r}"
+        )
+    return dict(spec)
+
+
+def _mode(value: Any, name: str) -> str:
+    """``min``, ``max``, or ``""`` (None or ""): by the metric's name."""
+    if value is None or value == "":
+        return ""
+    if not isinstance(value, str) or value.strip().lower() not in ("min", "max"):
+        raise ValueError(
+            f"{name}.mode: {value!r} is not 'min' (lower is better) or 'max'; leave it out to "
+            "follow the metric's name"
+        )
+    return value.strip().lower()
+
+
+def _at_least_one(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name}: expected a whole number ≥ 1, not {value!r}")
+    if value < 1:
+        raise ValueError(f"{name}: {value} is less than 1")
+    return value
+
+
+def keep_best_to_proto(spec: KeepBestLike, name: str = "keep_best") -> pb.KeepBest:
+    """A ``keep_best`` rule as the API's message, checked (``ValueError`` naming the key: no
+    metric, ``k`` < 1, a ``mode`` not ``min``/``max``, an unknown key). The host checks it too
+    (the metric must be a ``valid_*`` one)."""
+    if isinstance(spec, str):
+        spec = {"metric": spec}
+    rule = _rule_fields(spec, name, _KEEP_BEST_KEYS)
+    message = pb.KeepBest(metric=rule["metric"].strip(), mode=_mode(rule.get("mode"), name))
+    if rule.get("k") is not None:
+        message.k = _at_least_one(rule["k"], f"{name}.k")
+    return message
+
+
+def early_stopping_to_proto(spec: EarlyStoppingLike, name: str = "early_stopping") -> pb.EarlyStopping:
+    """An ``early_stopping`` rule as the API's message, checked (``ValueError`` naming the
+    key: no metric, no ``patience`` or one < 1, a negative ``min_delta``, a ``mode`` not
+    ``min``/``max``, an unknown key). The host checks it too."""
+    if isinstance(spec, str):
+        raise ValueError(
+            f"{name}: give a mapping with the metric and the patience, e.g. "
+            f"{{'metric': {spec!r}, 'patience': 5}}"
+        )
+    rule = _rule_fields(spec, name, _EARLY_STOPPING_KEYS)
+    if rule.get("patience") is None:
+        raise ValueError(
+            f"{name}.patience: missing; give how many validations in a row without improvement "
+            "stop the task (≥ 1)"
+        )
+    message = pb.EarlyStopping(
+        metric=rule["metric"].strip(),
+        mode=_mode(rule.get("mode"), name),
+        patience=_at_least_one(rule["patience"], f"{name}.patience"),
+    )
+    min_delta = rule.get("min_delta")
+    if min_delta is not None:
+        if isinstance(min_delta, bool) or not isinstance(min_delta, (int, float)):
+            raise ValueError(f"{name}.min_delta: expected a number ≥ 0, not {min_delta!r}")
+        if not math.isfinite(min_delta) or min_delta < 0:
+            raise ValueError(f"{name}.min_delta: {min_delta} must be a finite number ≥ 0")
+        message.min_delta = float(min_delta)
+    return message
+
+
 @dataclass(frozen=True)
 class Model:
     """One model of a job: its config and how long it trains.
 
     ``steps`` of ``None`` takes ``start(steps=…)``. ``pooled`` trains one task across every
     asset of the job (plugins with the ``pooled`` capability) instead of one per asset.
+    ``keep_best`` / ``early_stopping``: this model's rules (see :meth:`Client.start`); when
+    set they replace those given to ``start`` for this model.
     """
 
     config: ModelConfig
     steps: Optional[int] = None
     priority: int = 0
     pooled: bool = False
+    keep_best: Optional[KeepBestLike] = None
+    early_stopping: Optional[EarlyStoppingLike] = None
 
-    def to_proto(self, default_steps: Optional[int]) -> pb.ModelSpec:
+    def to_proto(self, default_steps: Optional[int], *, where: str = "") -> pb.ModelSpec:
+        """The API's ModelSpec (``where`` prefixes the names in errors: ``models[1].``)."""
         steps = self.steps if self.steps is not None else default_steps
         spec = pb.ModelSpec(steps=steps or 0, priority=self.priority, pooled=self.pooled)
+        if self.keep_best is not None:
+            spec.keep_best.CopyFrom(keep_best_to_proto(self.keep_best, f"{where}keep_best"))
+        if self.early_stopping is not None:
+            spec.early_stopping.CopyFrom(
+                early_stopping_to_proto(self.early_stopping, f"{where}early_stopping")
+            )
         if not isinstance(
             self.config,
             (TemplateConfig, DqnConfig, PpoConfig, Mamba2Config, TftConfig, PluginConfig),

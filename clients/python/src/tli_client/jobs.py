@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "TaskState",
     "Task",
+    "BestCheckpoint",
     "MeasuredMemory",
     "Job",
     "Progress",
@@ -122,6 +123,20 @@ class MeasuredMemory:
 
 
 @dataclass(frozen=True)
+class BestCheckpoint:
+    """A task's best checkpoint by its ``keep_best`` (or ``early_stopping``) metric: the
+    task's model."""
+
+    step: int
+    metric: str
+    value: float
+
+    @classmethod
+    def from_proto(cls, b: pb.BestModel) -> "BestCheckpoint":
+        return cls(b.step, b.metric, b.value)
+
+
+@dataclass(frozen=True)
 class Task:
     """One (model, asset) task of a job: state, steps and its latest metrics."""
 
@@ -141,6 +156,11 @@ class Task:
     #: The plugin version that runs the task and its library's SHA-256 ("" from older hosts).
     plugin_version: str = ""
     plugin_checksum: str = ""
+    #: Why early stopping ended the task ("stopped early at step 800: …"); None otherwise.
+    stopped_early: Optional[str] = None
+    #: Its best checkpoint (with keep_best or early_stopping), which is its model; None when
+    #: it keeps none (or none was measured yet).
+    best: Optional[BestCheckpoint] = None
 
     @property
     def fraction(self) -> float:
@@ -167,6 +187,8 @@ class Task:
             else None,
             plugin_version=t.plugin_version,
             plugin_checksum=t.plugin_checksum,
+            stopped_early=t.stopped_early or None,
+            best=BestCheckpoint.from_proto(t.best) if t.HasField("best") else None,
         )
 
 
@@ -250,16 +272,19 @@ class Job:
         """Stops the job (or one task); see :meth:`Client.stop`."""
         return self._host().stop(self, task=task, force=force, deadline=deadline)
 
-    def resume(self) -> "Resumed":
-        """Re-queues the job's cancelled, failed and interrupted tasks; see :meth:`Client.resume`."""
-        return self._host().resume(self)
+    def resume(self, steps: Optional[int] = None) -> "Resumed":
+        """Re-queues the job's cancelled, failed and interrupted tasks (with ``steps``, its
+        completed ones too, trained that much further); see :meth:`Client.resume`."""
+        return self._host().resume(self, steps=steps)
 
     def history(self, metrics: Optional[builtins.list[str]] = None, max_points: int = 0) -> "History":
         """Every task's metric series (see :meth:`Client.history`)."""
         return self._host().history(self, metrics=metrics, max_points=max_points)
 
     def to_pandas(self) -> "pandas.DataFrame":
-        """One row per task: plugin, asset, state, steps and each latest metric as a column."""
+        """One row per task: plugin, asset, state, steps, error, ``stopped_early``, the best
+        checkpoint (``best_step``, ``best_metric``, ``best_value``; missing without one) and each
+        latest metric as a column."""
         from ._optional import require_pandas
 
         pd = require_pandas()
@@ -274,6 +299,10 @@ class Job:
                 "steps_done": t.steps_done,
                 "total_steps": t.total_steps,
                 "error": t.error,
+                "stopped_early": t.stopped_early,
+                "best_step": t.best.step if t.best else None,
+                "best_metric": t.best.metric if t.best else None,
+                "best_value": t.best.value if t.best else None,
             }
             row.update(t.metrics)
             rows.append(row)

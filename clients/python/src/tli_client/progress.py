@@ -86,6 +86,8 @@ class TqdmDisplay:
             bar.n = t.steps_done
             metric = self._metric or _headline(t.metrics)
             postfix = t.state.value
+            if t.stopped_early:
+                postfix += " (stopped early)"
             if metric is not None and metric in t.metrics:
                 postfix += f" {metric}={t.metrics[metric]:.4g}"
             bar.set_postfix_str(postfix, refresh=False)
