@@ -706,15 +706,25 @@ fn a_version_2_store_counts_oom_requeues_from_its_history() {
     assert_eq!(store.task(ids[1]).unwrap().unwrap().oom_requeues, 0);
 }
 
-/// What version 8 added: dropping it gives a version-7 store.
-const DROP_V8: &str = "DROP TABLE model_cards;";
+/// What version 9 added: dropping it gives a version-8 store.
+const DROP_V9: &str = "ALTER TABLE checkpoints DROP COLUMN best_metric;
+    ALTER TABLE checkpoints DROP COLUMN best_value; ALTER TABLE checkpoints DROP COLUMN best_mode;";
 
-/// What versions 7 and 8 added: dropping it gives a version-6 store.
-const DROP_V7: &str = "DROP TABLE model_cards; ALTER TABLE tasks DROP COLUMN plugin_version;
+/// What versions 8 and 9 added: dropping it gives a version-7 store.
+const DROP_V8: &str = "ALTER TABLE checkpoints DROP COLUMN best_metric;
+    ALTER TABLE checkpoints DROP COLUMN best_value; ALTER TABLE checkpoints DROP COLUMN best_mode;
+    DROP TABLE model_cards;";
+
+/// What versions 7 to 9 added: dropping it gives a version-6 store.
+const DROP_V7: &str = "ALTER TABLE checkpoints DROP COLUMN best_metric;
+    ALTER TABLE checkpoints DROP COLUMN best_value; ALTER TABLE checkpoints DROP COLUMN best_mode;
+    DROP TABLE model_cards; ALTER TABLE tasks DROP COLUMN plugin_version;
     ALTER TABLE tasks DROP COLUMN plugin_checksum;";
 
-/// What versions 4 to 8 added: dropping it gives a version-3 store.
-const DROP_V4: &str = "DROP TABLE model_cards; ALTER TABLE tasks DROP COLUMN plugin_version;
+/// What versions 4 to 9 added: dropping it gives a version-3 store.
+const DROP_V4: &str = "ALTER TABLE checkpoints DROP COLUMN best_metric;
+    ALTER TABLE checkpoints DROP COLUMN best_value; ALTER TABLE checkpoints DROP COLUMN best_mode;
+    DROP TABLE model_cards; ALTER TABLE tasks DROP COLUMN plugin_version;
     ALTER TABLE tasks DROP COLUMN plugin_checksum;
     DROP TABLE dispatches; DROP TABLE device_budgets;
     ALTER TABLE tasks DROP COLUMN measured_parameters;
@@ -722,6 +732,49 @@ const DROP_V4: &str = "DROP TABLE model_cards; ALTER TABLE tasks DROP COLUMN plu
     ALTER TABLE tasks DROP COLUMN measured_optimizer_state;
     ALTER TABLE tasks DROP COLUMN measured_activations;
     ALTER TABLE tasks DROP COLUMN measured_source;";
+
+/// A best checkpoint keeps its mark; a version-8 store gains the columns,
+/// and its checkpoints read as newest-kept ones.
+#[test]
+fn best_checkpoints_round_trip_and_a_version_8_store_gains_them() {
+    use tli_core::selection::Mode;
+    use tli_host::orchestrator::store::BestMark;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let (_job, ids) = store.create_job("best", "{}", &[new_task(0)]).unwrap();
+    let t = ids[0];
+    let mark = |value| BestMark {
+        metric: "valid_loss".into(),
+        value,
+        mode: Mode::Min,
+    };
+    store.add_checkpoint(t, 10, "/ck/10", "a", None).unwrap();
+    store
+        .add_checkpoint(t, 20, "/ck/best/20", "b", Some(&mark(0.5)))
+        .unwrap();
+    store
+        .add_checkpoint(t, 30, "/ck/best/30", "c", Some(&mark(0.25)))
+        .unwrap();
+    store
+        .add_checkpoint(t, 40, "/ck/best/40", "d", Some(&mark(0.75)))
+        .unwrap();
+    let best = store.best_checkpoint(t).unwrap().unwrap();
+    assert_eq!((best.step, best.best), (30, Some(mark(0.25))));
+    drop(store);
+    {
+        let conn = rusqlite::Connection::open(dir.path().join(DB_FILE)).unwrap();
+        conn.execute_batch(&format!(
+            "DELETE FROM checkpoints WHERE step > 10; {DROP_V9} PRAGMA user_version = 8;"
+        ))
+        .unwrap();
+    }
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(store.pragmas().unwrap().user_version, SCHEMA_VERSION);
+    let rows = store.checkpoints(t).unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].best, None);
+    assert!(store.best_checkpoint(t).unwrap().is_none());
+}
 
 /// A task's model card is kept with it; a version-7 store gains the table
 /// and its tasks read as having none.
@@ -803,14 +856,14 @@ fn newer_schema_is_refused() {
     drop(Store::open(dir.path()).unwrap());
     {
         let conn = rusqlite::Connection::open(dir.path().join(DB_FILE)).unwrap();
-        conn.pragma_update(None, "user_version", 9).unwrap();
+        conn.pragma_update(None, "user_version", 10).unwrap();
     }
     let err = Store::open(dir.path()).unwrap_err();
     assert!(
         matches!(
             err,
             StoreError::NewerSchema {
-                found: 9,
+                found: 10,
                 known: SCHEMA_VERSION,
                 ..
             }
@@ -820,7 +873,7 @@ fn newer_schema_is_refused() {
     let msg = err.to_string();
     assert!(
         msg.contains(&format!(
-            "has schema version 9, this host knows up to {SCHEMA_VERSION}"
+            "has schema version 10, this host knows up to {SCHEMA_VERSION}"
         )),
         "{msg}"
     );
