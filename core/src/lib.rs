@@ -11,6 +11,7 @@
 //! * [`config_schema`]: a config checked against the plugin's own JSON Schema.
 //! * [`selection`]: keep a task's best checkpoints and stop it early, by a
 //!   validation metric.
+//! * [`sweep`]: search spaces, seeded trials and the ASHA rule of sweeps.
 //! * [`strategy`]: how many tasks may share a device, and the margin's range.
 //! * [`byte_size`]: byte sizes formatted and parsed for people.
 //! * [`digest`]: streamed SHA-256 as hex.
@@ -33,5 +34,6 @@ pub mod selection;
 pub mod spec_error;
 pub mod state;
 pub mod strategy;
+pub mod sweep;
 
 pub use ids::{now_ms, JobId, TaskId};
