@@ -123,3 +123,11 @@ impl DqnTrainer {
         Ok(())
     }
 }
+
+/// The config a checkpoint was written with, as JSON (what a trainer that
+/// loads it must be created with).
+pub(crate) fn saved_config(dir: &Path) -> Result<String, PluginError> {
+    let (_, state): (_, SavedState) = checkpoint::load(dir, tch::Device::Cpu)?;
+    serde_json::to_string(&state.config)
+        .map_err(|e| PluginError::other(format!("the checkpoint's config: {e}")))
+}

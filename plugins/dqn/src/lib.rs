@@ -33,6 +33,47 @@ pub mod bench_api {
     pub use crate::qnet::{layout, QNet};
     pub use crate::replay::Replay;
     pub use crate::td_update::{autograd_update, ManualTd};
+
+    use std::path::Path;
+    use tli_plugin_api::abi_stable::{
+        sabi_trait::TD_Opaque,
+        std_types::{RArc, RStr},
+    };
+    use tli_plugin_api::{
+        Dataset, Host, HostServicesApi, HostServicesApi_TO, LogLevel, Plugin, PluginError,
+        TaskSpec,
+    };
+
+    struct Quiet;
+    impl HostServicesApi for Quiet {
+        fn log(&self, _: LogLevel, _: RStr<'_>) {}
+        fn is_cancelled(&self) -> bool {
+            false
+        }
+    }
+
+    /// The greedy returns of the online network of a CartPole checkpoint
+    /// directory (one a host wrote), over `episodes` episodes drawn from
+    /// `seed`: how bench scripts evaluate a kept checkpoint afresh.
+    pub fn checkpoint_cartpole_returns(
+        dir: &Path,
+        episodes: usize,
+        seed: u64,
+    ) -> Result<Vec<f64>, PluginError> {
+        let config = crate::checkpointing::saved_config(dir)?;
+        let host = Host::new(HostServicesApi_TO::from_ptr(RArc::new(Quiet), TD_Opaque));
+        let spec = TaskSpec {
+            task_id: "greedy-eval".into(),
+            config_json: config.into(),
+            device: "cpu".into(),
+            seed: 0,
+            max_steps: 1,
+            dataset: RArc::new(Dataset::default()),
+        };
+        let mut trainer = crate::DqnPlugin::create_trainer(spec, host)?;
+        trainer.load_from(dir)?;
+        crate::eval::cartpole_returns(&trainer.online, episodes, seed, tch::Device::Cpu)
+    }
 }
 
 use metrics::{push_recent, CallStats};
