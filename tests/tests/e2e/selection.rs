@@ -185,3 +185,104 @@ fn a_task_stopped_by_its_user_is_evaluated_before_it_stops() {
         "{status}"
     );
 }
+
+/// A host killed with SIGKILL between the task's best step and its stop, and
+/// started again: the task resumes from its routine checkpoint of step 60
+/// with the early-stopping state saved in it (best 2.5 at step 50, one
+/// validation since), so it stops at step 80 as an uninterrupted run does; a
+/// fresh state would take 2.7 at step 70 for a new best and stop at 100.
+#[test]
+fn a_sigkill_between_the_best_checkpoint_and_the_stop_changes_no_decision() {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    use tli_host::orchestrator::state::TaskState;
+    let plugins = template_and_behaviour();
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let model = format!(
+        r#"{{"plugin":"behaviour","steps":200,
+            "config":{{"valid_every":10,"valid_curve":{CURVE},"sleep_ms_per_step":25}},
+            "keep_best":{{"metric":"valid_loss","k":2}},
+            "early_stopping":{{"metric":"valid_loss","patience":3}}}}"#
+    );
+    let spec = dir.path().join("job.json");
+    std::fs::write(
+        &spec,
+        format!(
+            r#"{{"name":"kill","models":[{model}],"assets":[{{"synthetic":{{"rows":200}}}}],
+                "checkpoint":{{"every_steps":20,"keep":1}},"slice_steps":5}}"#
+        ),
+    )
+    .unwrap();
+    let host = |submit: bool| {
+        let mut c = Command::new(tli_binary());
+        c.args(["host", "run", "--no-tensorboard", "--state-dir"])
+            .arg(&state)
+            .env("TLI_PLUGIN_DIR", plugins.path())
+            .env_remove("LD_LIBRARY_PATH")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if submit {
+            c.arg("--submit").arg(&spec);
+        }
+        c
+    };
+    let mut first = host(true).spawn().unwrap();
+    // Kill once the routine checkpoint of step 60 is recorded.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        assert!(Instant::now() < deadline, "no checkpoint at step 60");
+        let routine_at_60 = Store::open_read_only(&state)
+            .ok()
+            .and_then(|s| s.checkpoints(1).ok())
+            .is_some_and(|rows| rows.iter().any(|r| r.step == 60 && r.best.is_none()));
+        if routine_at_60 {
+            break;
+        }
+        assert!(first.try_wait().unwrap().is_none(), "the host ended first");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let out = host(false).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let store = Store::open_read_only(&state).unwrap();
+    let task = store.task(1).unwrap().unwrap();
+    assert_eq!((task.state, task.steps_done), (TaskState::Completed, 80));
+    let transitions = store.transitions(1).unwrap();
+    assert!(
+        transitions.iter().any(|t| t.to == TaskState::Interrupted),
+        "{transitions:?}"
+    );
+    let resumed: Vec<&str> = transitions
+        .iter()
+        .filter(|t| t.reason.starts_with("resumed from checkpoint step"))
+        .map(|t| t.reason.as_str())
+        .collect();
+    assert_eq!(
+        resumed,
+        ["resumed from checkpoint step 60"],
+        "{transitions:?}"
+    );
+    let last = transitions.last().unwrap();
+    assert_eq!(
+        last.reason,
+        "stopped early at step 80: valid_loss did not improve by more than 0 in 3 \
+         validation(s) (best 2.500000 at step 50)"
+    );
+    let mut best: Vec<(u64, f64)> = store
+        .checkpoints(1)
+        .unwrap()
+        .iter()
+        .filter_map(|r| Some((r.step, r.best.as_ref()?.value)))
+        .collect();
+    best.sort_by_key(|b| b.0);
+    assert_eq!(best, [(50, 2.5), (60, 2.6)]);
+    let mut on_disk: Vec<String> = std::fs::read_dir(state.join("checkpoints/task-1/best"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    on_disk.sort();
+    assert_eq!(on_disk, ["step-000000000050", "step-000000000060"]);
+}
