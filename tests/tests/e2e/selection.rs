@@ -286,3 +286,82 @@ fn a_sigkill_between_the_best_checkpoint_and_the_stop_changes_no_decision() {
     on_disk.sort();
     assert_eq!(on_disk, ["step-000000000050", "step-000000000060"]);
 }
+
+/// A template task on the real ES series that keeps its best checkpoint by
+/// `valid_loss`: its model (`models show`, exports, `tli predict` through
+/// the host) is the checkpoint of the lowest validation loss on its curve;
+/// `ID:last` is its newest.
+#[test]
+fn a_task_keeping_its_best_checkpoint_is_that_model_and_id_last_its_newest() {
+    use super::predict_cli::sample;
+    let plugins = PluginDir::with(&[(TEMPLATE, "template")]);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let server = Server::start(plugins.path(), &state, &[]);
+    let es = format!(
+        "ES={}",
+        sample("data/samples/es_proxy_sp500_1d.csv").display()
+    );
+    let out = server.client(&[
+        "train",
+        "start",
+        "-p",
+        "template",
+        "-a",
+        &es,
+        "--steps",
+        "400",
+        "--config",
+        r#"{"hidden_sizes": [64, 64], "learning_rate": 0.01, "valid_every": 20}"#,
+        "--keep-best",
+        "valid_loss",
+        "--watch",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let status = ok_json(&server.client(&["train", "status", "1", "-o", "json"]));
+    let best = &task(&status)["best"];
+    let store = Store::open_read_only(&state).unwrap();
+    let curve = store.metric_series(1, "valid_loss", 0).unwrap();
+    let lowest = curve.values.iter().copied().fold(f64::INFINITY, f64::min);
+    let first_lowest = curve.steps[curve.values.iter().position(|&v| v == lowest).unwrap()];
+    assert_eq!(best["value"].as_f64(), Some(lowest), "{status}");
+    assert_eq!(best["step"].as_u64(), Some(first_lowest), "{status}");
+    assert!(
+        first_lowest < 400,
+        "it overfits: the best is before the end ({curve:?})"
+    );
+
+    let shown = |id: &str| ok_json(&server.client(&["models", "show", id, "-o", "json"]));
+    assert_eq!(shown("1")["steps"].as_u64(), Some(first_lowest));
+    assert_eq!(shown("1:last")["steps"], 400);
+    let export = |id: &str| {
+        let to = dir.path().join(format!("bundle-{}", id.replace(':', "-")));
+        let out = server.client(&["models", "export", id, to.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        to
+    };
+    let (best_dir, last_dir) = (export("1"), export("1:last"));
+    let weights = |d: &Path| std::fs::read(d.join("weights.safetensors")).unwrap();
+    assert_ne!(weights(&best_dir), weights(&last_dir));
+    // The host applies the same model `tli predict` applies to the exported bundle.
+    let predict = |model: &str, remote: bool| {
+        let args = ["predict", "--model", model, "--data", &es, "-o", "csv"];
+        let out = if remote {
+            server.client(&args)
+        } else {
+            run_tli(plugins.path(), &args)
+        };
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out)
+    };
+    let out = server.client(&["models", "load", "1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        predict("1", true),
+        predict(best_dir.to_str().unwrap(), false)
+    );
+    assert_ne!(
+        predict(best_dir.to_str().unwrap(), false),
+        predict(last_dir.to_str().unwrap(), false)
+    );
+}
