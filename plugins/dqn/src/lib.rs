@@ -40,8 +40,7 @@ pub mod bench_api {
         std_types::{RArc, RStr},
     };
     use tli_plugin_api::{
-        Dataset, Host, HostServicesApi, HostServicesApi_TO, LogLevel, Plugin, PluginError,
-        TaskSpec,
+        Dataset, Host, HostServicesApi, HostServicesApi_TO, LogLevel, Plugin, PluginError, TaskSpec,
     };
 
     struct Quiet;
