@@ -771,6 +771,8 @@ fn a_forced_stop_and_a_host_shutdown_reach_the_workers() {
     assert!(stop.status.success(), "{}", stderr(&stop));
 }
 
+/// Also: a worker keeps the best checkpoint and stops early by the rules
+/// the host sent it, and records both through the worker service.
 #[test]
 fn plugin_log_lines_of_a_worker_reach_the_watchers() {
     let Some(cluster) = SlurmCluster::start(2, 4) else {
@@ -779,18 +781,26 @@ fn plugin_log_lines_of_a_worker_reach_the_watchers() {
     let work = tempfile::tempdir().unwrap();
     let (_plugins, _state, server) =
         slurm_host(&cluster, work.path(), &[(BEHAVIOUR, "behaviour")], &[]);
-    // A line every 20 steps for about 8 s: lines keep coming while the watcher is there.
+    // A line every 20 steps for about 5 s: lines keep coming while the watcher is there.
+    // Validations at 100, 200, …: the best at 300, then two without improvement.
     let job = job_of(&ok_json(&server.client(&[
         "train",
         "start",
         "-p",
         "behaviour",
         "--config",
-        r#"{"sleep_ms_per_step":10,"log_every":20}"#,
+        r#"{"sleep_ms_per_step":10,"log_every":20,"valid_every":100,
+            "valid_curve":[5, 4, 3, 3.5, 3.6, 2]}"#,
         "-a",
         "synthetic:300:1",
         "--steps",
         "800",
+        "--keep-best",
+        "valid_loss",
+        "--early-stopping",
+        "valid_loss",
+        "--patience",
+        "2",
         "-o",
         "json",
     ])));
@@ -816,4 +826,13 @@ fn plugin_log_lines_of_a_worker_reach_the_watchers() {
         "no worker log line reached the watcher: {lines:?}"
     );
     assert!(all_in(&server, &job, "completed"));
+    let task = &status(&server, &job)["progress"]["tasks"][0];
+    assert_eq!(task["steps_done"], 500, "{task}");
+    assert_eq!(task["best"]["step"], 300, "{task}");
+    assert!(
+        task["stopped_early"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("stopped early at step 500")),
+        "{task}"
+    );
 }
