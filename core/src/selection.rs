@@ -51,6 +51,14 @@ impl Mode {
         }
     }
 
+    /// `a` before `b` when `a` is better (total order; NaN last for `Min`).
+    pub fn order(self, a: f64, b: f64) -> std::cmp::Ordering {
+        match self {
+            Mode::Min => a.total_cmp(&b),
+            Mode::Max => b.total_cmp(&a),
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Mode::Min => "min",
@@ -227,13 +235,7 @@ impl BestRule {
 
     /// `kept` (id, value) ordered best first; ties keep the earlier id first.
     pub fn rank<T: Copy + Ord>(&self, kept: &mut [(T, f64)]) {
-        kept.sort_by(|a, b| {
-            let order = match self.mode {
-                Mode::Min => a.1.total_cmp(&b.1),
-                Mode::Max => b.1.total_cmp(&a.1),
-            };
-            order.then(a.0.cmp(&b.0))
-        });
+        kept.sort_by(|a, b| self.mode.order(a.1, b.1).then(a.0.cmp(&b.0)));
     }
 }
 

@@ -75,25 +75,24 @@ impl Store {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    /// The task's best checkpoint (by its `keep_best` metric), if it keeps any.
-    pub fn best_checkpoint(&self, task: TaskId) -> Result<Option<CheckpointRow>, StoreError> {
+    /// The task's best checkpoints (`keep_best`), best first (ties: the
+    /// earlier step first).
+    pub fn best_checkpoints(&self, task: TaskId) -> Result<Vec<CheckpointRow>, StoreError> {
         let mut best: Vec<CheckpointRow> = self
             .checkpoints(task)?
             .into_iter()
             .filter(|r| r.best.is_some())
             .collect();
-        best.sort_by(|a, b| {
-            let (x, y) = (a.best.as_ref(), b.best.as_ref());
-            let order = match (x, y) {
-                (Some(x), Some(y)) => match x.mode {
-                    Mode::Min => x.value.total_cmp(&y.value),
-                    Mode::Max => y.value.total_cmp(&x.value),
-                },
-                _ => std::cmp::Ordering::Equal,
-            };
-            order.then(a.step.cmp(&b.step))
+        best.sort_by(|a, b| match (&a.best, &b.best) {
+            (Some(x), Some(y)) => x.mode.order(x.value, y.value).then(a.step.cmp(&b.step)),
+            _ => std::cmp::Ordering::Equal,
         });
-        Ok(best.into_iter().next())
+        Ok(best)
+    }
+
+    /// The task's best checkpoint (by its `keep_best` metric), if it keeps any.
+    pub fn best_checkpoint(&self, task: TaskId) -> Result<Option<CheckpointRow>, StoreError> {
+        Ok(self.best_checkpoints(task)?.into_iter().next())
     }
 
     /// Forgets a checkpoint; returns whether there was one with that id.

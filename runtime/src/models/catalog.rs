@@ -239,23 +239,18 @@ impl Catalog<'_> {
         task: i64,
         last: bool,
     ) -> Result<Vec<tli_store::CheckpointRow>, StoreError> {
-        let rows = self.store.checkpoints(task)?;
-        let (mut best, newest): (Vec<_>, Vec<_>) = rows.into_iter().partition(|r| r.best.is_some());
-        if last {
-            return Ok(newest);
-        }
-        best.sort_by(|a, b| match (&a.best, &b.best) {
-            (Some(x), Some(y)) => {
-                let order = match x.mode {
-                    tli_core::selection::Mode::Min => x.value.total_cmp(&y.value),
-                    tli_core::selection::Mode::Max => y.value.total_cmp(&x.value),
-                };
-                order.then(a.step.cmp(&b.step))
-            }
-            _ => std::cmp::Ordering::Equal,
-        });
-        best.extend(newest);
-        Ok(best)
+        let newest = self
+            .store
+            .checkpoints(task)?
+            .into_iter()
+            .filter(|r| r.best.is_none());
+        let mut rows = if last {
+            Vec::new()
+        } else {
+            self.store.best_checkpoints(task)?
+        };
+        rows.extend(newest);
+        Ok(rows)
     }
 
     fn task_entry(&self, task: &TaskRow, last: bool) -> Result<ModelEntry, CatalogError> {
