@@ -83,6 +83,12 @@ pub enum Command {
         #[command(subcommand)]
         command: TrainCommand,
     },
+    /// Hyperparameter sweeps on a running host: trials of one plugin over a search space,
+    /// packed onto the device as tasks of one job, bad ones stopped early by ASHA.
+    Sweep {
+        #[command(subcommand)]
+        command: SweepCommand,
+    },
     /// The training host: run jobs with the orchestrator, show their status.
     Host {
         #[command(subcommand)]
@@ -475,6 +481,90 @@ pub enum TrainCommand {
     Plot(TrainPlotArgs),
     /// Train plugins inside this process (no host), on a bar file or the synthetic AR(1) dataset.
     Local(LocalArgs),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SweepCommand {
+    /// Start a sweep: a job whose tasks are the trials (follow it with `tli train watch`).
+    Start(Box<SweepStartArgs>),
+    /// A sweep's result table: each trial's searched values, its metric at every rung,
+    /// its final value and status, and the best trial; --plot draws the metric by trial.
+    Results(SweepResultsArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct SweepStartArgs {
+    /// A job spec file with a "sweep" (docs/orchestrator.md, "Sweeps"); or the flags below.
+    #[arg(long, conflicts_with_all = ["plugin", "space"])]
+    pub spec: Option<PathBuf>,
+    /// Job name.
+    #[arg(long, default_value = "sweep")]
+    pub name: String,
+    /// The plugin whose configs are searched.
+    #[arg(long, short = 'p')]
+    pub plugin: Option<String>,
+    /// Asset, as for `train start` (a bar file, SYMBOL=FILE or synthetic:ROWS[:SEED[:SIGMA]]).
+    /// Repeatable: each asset is a sweep of its own (or one with --pooled).
+    #[arg(long, short = 'a')]
+    pub asset: Vec<String>,
+    /// The search space, as JSON or @FILE: config key → one of {"choice": [..]},
+    /// {"grid": [..]}, {"uniform": [lo, hi]}, {"log_uniform": [lo, hi]}, {"int": [lo, hi]}.
+    #[arg(long, value_name = "JSON|@FILE")]
+    pub space: Option<String>,
+    /// Config keys every trial shares (JSON object); the plugin's defaults for the rest.
+    #[arg(long, value_name = "JSON")]
+    pub config: Option<String>,
+    /// Random draws per grid point (without grids: the number of trials).
+    #[arg(long, default_value_t = 1)]
+    pub samples: u32,
+    /// The validation metric that ranks trials.
+    #[arg(long, default_value = "valid_loss")]
+    pub metric: String,
+    /// Which way the metric gets better (default: by its name).
+    #[arg(long, value_name = "min|max")]
+    pub mode: Option<String>,
+    /// Steps of a trial that is never stopped.
+    #[arg(long, value_name = "N")]
+    pub max_steps: Option<u64>,
+    /// ASHA: steps before the first rung (a multiple of the plugin's validation cadence).
+    #[arg(long, value_name = "N", conflicts_with = "run_all")]
+    pub grace_period: Option<u64>,
+    /// ASHA: each rung keeps the top 1/η of the trials.
+    #[arg(
+        long,
+        value_name = "η",
+        default_value_t = 3,
+        conflicts_with = "run_all"
+    )]
+    pub reduction_factor: u32,
+    /// Train every trial to --max-steps (no early stopping; a baseline for ASHA).
+    #[arg(long)]
+    pub run_all: bool,
+    /// Each trial one task across every asset.
+    #[arg(long)]
+    pub pooled: bool,
+    /// Trials keep only their newest checkpoints (default: each its best by --metric).
+    #[arg(long)]
+    pub keep_last: bool,
+    /// The job seed (task seeds are seed + task ordinal).
+    #[arg(long, default_value_t = tli_core::job::DEFAULT_SEED)]
+    pub seed: u64,
+    /// The seed of the trials' random draws (default: --seed).
+    #[arg(long)]
+    pub sample_seed: Option<u64>,
+    #[arg(long, default_value = "cpu")]
+    pub device: Device,
+    /// Follow the sweep, then print its result table.
+    #[arg(long)]
+    pub watch: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct SweepResultsArgs {
+    pub job: u64,
+    /// Also draw the metric of every trial against steps into this PNG file.
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]

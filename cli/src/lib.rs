@@ -87,6 +87,7 @@ pub fn run_client(cli: &Cli, bin_name: &'static str) -> Option<Result<()>> {
             command: TrainCommand::Plot(args),
         } => plot::train_plot(cli, args),
         Command::Train { command } => remote::train(cli, command),
+        Command::Sweep { command } => remote::sweeps::sweep(cli, command),
         Command::Plot(args) => plot::store_plot(args, cli.output),
         Command::Resources => remote::resources(cli),
         Command::Completions { shell } => {

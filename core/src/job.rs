@@ -38,6 +38,7 @@
 use crate::executor::{ExecutorKind, SlurmJobOptions};
 use crate::selection::{EarlyStopping, KeepBest, Selection};
 pub use crate::spec_error::{SpecError, MAX_MESSAGE_CHARS};
+use crate::sweep::SweepSpec;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use tli_data::bar_source::check_symbol;
@@ -88,6 +89,10 @@ pub struct JobSpec {
     /// Walk-forward evaluation: every (model, asset) trained once per fold,
     /// each fold a task (tli_data::walk_forward).
     pub walk_forward: Option<WalkForward>,
+    /// A hyperparameter sweep (tli_core::sweep): `models` are its trials,
+    /// one per trial in trial order, derived from it (a spec file gives
+    /// `sweep` instead of `models`).
+    pub sweep: Option<SweepSpec>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -268,6 +273,15 @@ impl JobSpec {
             .unwrap_or_default()
     }
 
+    /// A sweep's decision rungs (every trial's; empty without a sweep or
+    /// with "run all").
+    pub fn decision_rungs(&self) -> Vec<u64> {
+        self.sweep
+            .as_ref()
+            .map(SweepSpec::decision_rungs)
+            .unwrap_or_default()
+    }
+
     /// Folds per asset: 1 without walk-forward.
     pub fn folds(&self) -> usize {
         self.walk_forward
@@ -330,6 +344,23 @@ impl JobSpec {
     pub fn check(&self) -> Result<(), SpecError> {
         if self.name.trim().is_empty() {
             return Err(SpecError::field("name", "must not be empty"));
+        }
+        if let Some(sweep) = &self.sweep {
+            sweep
+                .check_shape()
+                .map_err(|e| SpecError::field("sweep", e.to_string()))?;
+            if self.models != sweep.models() {
+                return Err(SpecError::field(
+                    "models",
+                    "a sweep's models are its trials; leave \"models\" out",
+                ));
+            }
+            if self.walk_forward.is_some() {
+                return Err(SpecError::field(
+                    "sweep",
+                    "trials are ranked on one validation split; drop \"walk_forward\"",
+                ));
+            }
         }
         if self.models.is_empty() {
             return Err(SpecError::field("models", "at least one model is needed"));
@@ -485,6 +516,7 @@ impl JobSpec {
 #[serde(deny_unknown_fields)]
 struct JobSpecFile {
     name: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     models: Vec<ModelSpec>,
     assets: Vec<AssetFile>,
     #[serde(default = "default_seed")]
@@ -503,6 +535,8 @@ struct JobSpecFile {
     slurm: SlurmJobOptions,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     walk_forward: Option<WalkForward>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sweep: Option<SweepSpec>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -600,9 +634,24 @@ impl TryFrom<JobSpecFile> for JobSpec {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let c = f.checkpoint;
+        let models = match &f.sweep {
+            None => f.models,
+            Some(_) if !f.models.is_empty() => {
+                return Err(
+                    "give \"models\" or \"sweep\" (whose trials are the models), \
+                            not both"
+                        .into(),
+                )
+            }
+            Some(sweep) => {
+                // Before expanding: a grid can multiply to billions of trials.
+                sweep.check_shape().map_err(|e| format!("sweep: {e}"))?;
+                sweep.models()
+            }
+        };
         Ok(JobSpec {
             name: f.name,
-            models: f.models,
+            models,
             assets,
             seed: f.seed,
             device: f.device,
@@ -612,6 +661,7 @@ impl TryFrom<JobSpecFile> for JobSpec {
             executor: f.executor,
             slurm: f.slurm,
             walk_forward: f.walk_forward,
+            sweep: f.sweep,
         })
     }
 }
@@ -620,7 +670,12 @@ impl From<JobSpec> for JobSpecFile {
     fn from(s: JobSpec) -> Self {
         JobSpecFile {
             name: s.name,
-            models: s.models,
+            // A sweep's models are derived from it.
+            models: if s.sweep.is_some() {
+                Vec::new()
+            } else {
+                s.models
+            },
             assets: s
                 .assets
                 .into_iter()
@@ -651,6 +706,7 @@ impl From<JobSpec> for JobSpecFile {
             executor: s.executor,
             slurm: s.slurm,
             walk_forward: s.walk_forward,
+            sweep: s.sweep,
         }
     }
 }

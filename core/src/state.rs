@@ -85,7 +85,7 @@ impl TaskState {
                 )
                 | (
                     Checkpointing,
-                    Running | Completed | Failed | Cancelled | Interrupted
+                    Running | Completed | Failed | Cancelled | Interrupted | Queued
                 )
                 | (Interrupted | Cancelled | Failed, Queued)
                 | (Interrupted, Cancelled)

@@ -30,7 +30,7 @@ use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 
 /// Most trials one sweep may have (grid points × samples).
-pub const MAX_TRIALS: usize = 10_000;
+pub const MAX_TRIALS: usize = crate::job::MAX_TASKS;
 
 /// One dimension of a search space.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -107,11 +107,25 @@ pub struct SweepSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<Mode>,
     pub scheduler: Scheduler,
+    /// Each trial one task across every asset (a pooled model) instead of
+    /// one task per asset.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pooled: bool,
+    /// Each trial keeps its best checkpoint by `metric` (its model); `false`
+    /// keeps the newest only.
+    #[serde(default = "yes", skip_serializing_if = "Clone::clone")]
+    pub keep_best: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// Why a sweep was refused; each names the key at fault.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SweepError {
+    #[error("plugin: must name the plugin whose configs are searched")]
+    Plugin,
     #[error("space: empty; give at least one config key to search")]
     EmptySpace,
     #[error("space.{key}: the plugin's config has no such key{hint}")]
@@ -257,33 +271,9 @@ impl SweepSpec {
     /// Checks the spec against the plugin's config schema and its defaults:
     /// every key exists, every range and choice is one the schema allows.
     pub fn check(&self, schema: &Value, defaults: &Value) -> Result<(), SweepError> {
-        if self.space.is_empty() {
-            return Err(SweepError::EmptySpace);
-        }
-        if !self.metric.starts_with("valid_") {
-            return Err(SweepError::Metric(self.metric.chars().take(80).collect()));
-        }
-        if self.samples == 0 || self.samples as usize > MAX_TRIALS {
-            return Err(SweepError::Samples(self.samples));
-        }
-        let max = self.scheduler.max_steps();
-        if max == 0 || max > crate::job::MAX_STEPS {
-            return Err(SweepError::MaxSteps(max));
-        }
-        if let Scheduler::Asha(a) = &self.scheduler {
-            if a.reduction_factor < 2 {
-                return Err(SweepError::ReductionFactor(a.reduction_factor));
-            }
-            if a.grace_period == 0 || a.grace_period > a.max_steps {
-                return Err(SweepError::GracePeriod {
-                    grace: a.grace_period,
-                    max: a.max_steps,
-                });
-            }
-        }
+        self.check_shape()?;
         let base = self.base(defaults)?;
         for (key, param) in &self.space {
-            param.check(key)?;
             if let Err(known) = schema_has(schema, key) {
                 let mut near: Vec<&String> = known
                     .iter()
@@ -320,6 +310,46 @@ impl SweepSpec {
                     });
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// The checks that need no plugin: a space, a validation metric, sane
+    /// samples, steps and ASHA parameters, well-formed dimensions, at most
+    /// [`MAX_TRIALS`] trials.
+    pub fn check_shape(&self) -> Result<(), SweepError> {
+        if self.plugin.trim().is_empty() {
+            return Err(SweepError::Plugin);
+        }
+        if self.space.is_empty() {
+            return Err(SweepError::EmptySpace);
+        }
+        if !self.metric.starts_with("valid_") {
+            return Err(SweepError::Metric(self.metric.chars().take(80).collect()));
+        }
+        if self.samples == 0 || self.samples as usize > MAX_TRIALS {
+            return Err(SweepError::Samples(self.samples));
+        }
+        let max = self.scheduler.max_steps();
+        if max == 0 || max > crate::job::MAX_STEPS {
+            return Err(SweepError::MaxSteps(max));
+        }
+        if let Scheduler::Asha(a) = &self.scheduler {
+            if a.reduction_factor < 2 {
+                return Err(SweepError::ReductionFactor(a.reduction_factor));
+            }
+            if a.grace_period == 0 || a.grace_period > a.max_steps {
+                return Err(SweepError::GracePeriod {
+                    grace: a.grace_period,
+                    max: a.max_steps,
+                });
+            }
+        }
+        if self.config.as_ref().is_some_and(|c| !c.is_object()) {
+            return Err(SweepError::Config);
+        }
+        for (key, param) in &self.space {
+            param.check(key)?;
         }
         let trials = self.trial_count();
         if trials > MAX_TRIALS {
@@ -473,6 +503,195 @@ impl Asha {
             Verdict::Stop
         }
     }
+}
+
+impl SweepSpec {
+    /// The ASHA parameters, when the scheduler is ASHA.
+    pub fn asha(&self) -> Option<&Asha> {
+        match &self.scheduler {
+            Scheduler::Asha(a) => Some(a),
+            Scheduler::RunAll { .. } => None,
+        }
+    }
+
+    /// The steps at which trials are decided (ASHA's rungs below
+    /// `max_steps`); none for "run all".
+    pub fn decision_rungs(&self) -> Vec<u64> {
+        self.asha()
+            .map(|a| {
+                let mut r = a.rungs();
+                r.pop();
+                r
+            })
+            .unwrap_or_default()
+    }
+
+    /// The rungs a result table shows: ASHA's (with `max_steps`), or for
+    /// "run all" `max_steps` alone.
+    pub fn table_rungs(&self) -> Vec<u64> {
+        match &self.scheduler {
+            Scheduler::Asha(a) => a.rungs(),
+            Scheduler::RunAll { max_steps } => vec![*max_steps],
+        }
+    }
+
+    /// The job's models: one per trial, in trial order, each trained to
+    /// `max_steps` (keeping its best checkpoint by the metric unless
+    /// `keep_best` is off).
+    pub fn models(&self) -> Vec<crate::job::ModelSpec> {
+        let keep_best = self.keep_best.then(|| crate::selection::KeepBest {
+            metric: self.metric.clone(),
+            mode: self.mode,
+            k: 1,
+        });
+        self.trials()
+            .into_iter()
+            .map(|config| crate::job::ModelSpec {
+                plugin: self.plugin.clone(),
+                steps: self.scheduler.max_steps(),
+                config: Some(config),
+                priority: 0,
+                pooled: self.pooled,
+                keep_best: keep_best.clone(),
+                early_stopping: None,
+            })
+            .collect()
+    }
+
+    /// The searched keys' values in a trial's config (what a result table
+    /// shows), as a JSON object keyed by the space's keys.
+    pub fn searched(&self, config: &Value) -> Value {
+        let mut out = Map::new();
+        for key in self.space.keys() {
+            let mut at = Some(config);
+            for part in key.split('.') {
+                at = at.and_then(|v| v.get(part));
+            }
+            out.insert(key.clone(), at.cloned().unwrap_or(Value::Null));
+        }
+        Value::Object(out)
+    }
+
+    /// ASHA's verdict on `trial` at step `rung`, from what every trial of
+    /// its group recorded (`records[i]` is trial `i`'s); `None` when `rung`
+    /// is not a decision rung (or the scheduler is "run all").
+    pub fn verdict(&self, trial: usize, rung: u64, records: &[TrialRecord]) -> Option<Verdict> {
+        let asha = self.asha()?;
+        if !self.decision_rungs().contains(&rung) {
+            return None;
+        }
+        let own = records.get(trial)?;
+        let value = own.value_at(rung).unwrap_or(f64::NAN);
+        let earlier: Vec<AtRung> = records[..trial].iter().map(|r| r.at(rung)).collect();
+        Some(asha.decide(self.mode(), &earlier, value, false))
+    }
+
+    /// The result table of one group of trials (one asset, or the pooled
+    /// tasks): every trial's value at each rung, its final value (at its
+    /// last rung reached) and the best trial: the best final value among
+    /// the trials that reached `max_steps` (earlier trials win ties).
+    pub fn results(&self, records: &[TrialRecord]) -> SweepResults {
+        let rungs = self.table_rungs();
+        let max = self.scheduler.max_steps();
+        let mode = self.mode();
+        let trials: Vec<TrialResult> = records
+            .iter()
+            .map(|r| {
+                let at: Vec<Option<f64>> = rungs
+                    .iter()
+                    .map(|&g| (r.steps_done >= g).then(|| r.value_at(g)).flatten())
+                    .collect();
+                let last = rungs.iter().rposition(|&g| r.steps_done >= g);
+                TrialResult {
+                    steps: r.steps_done,
+                    final_value: last.and_then(|i| at[i]),
+                    rung_values: at,
+                    finished: r.steps_done >= max,
+                }
+            })
+            .collect();
+        let mut best: Option<usize> = None;
+        for (i, t) in trials.iter().enumerate() {
+            let Some(v) = t.final_value.filter(|v| v.is_finite() && t.finished) else {
+                continue;
+            };
+            let better = match best.and_then(|b| trials[b].final_value) {
+                None => true,
+                Some(b) => mode.improves(v, b, 0.0),
+            };
+            if better {
+                best = Some(i);
+            }
+        }
+        SweepResults {
+            rungs,
+            trials,
+            best,
+        }
+    }
+}
+
+/// What the store says of one trial, for decisions and result tables.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TrialRecord {
+    /// Steps it has recorded.
+    pub steps_done: u64,
+    /// It will train no further by itself (completed, failed or cancelled).
+    pub ended: bool,
+    /// The sweep metric by step, oldest first.
+    pub history: Vec<(u64, f64)>,
+}
+
+impl TrialRecord {
+    /// Its value at a rung: the latest measurement at or before that step
+    /// (`None` when it measured nothing by then). Of several rows at that
+    /// step the first is the training call's own; an evaluation recorded
+    /// after it (at a stop or a park) does not change the value, so a trial
+    /// decides the same whether or not it waited.
+    pub fn value_at(&self, rung: u64) -> Option<f64> {
+        let step = self
+            .history
+            .iter()
+            .map(|(s, _)| *s)
+            .filter(|s| *s <= rung)
+            .max()?;
+        self.history
+            .iter()
+            .find(|(s, _)| *s == step)
+            .map(|(_, v)| *v)
+    }
+
+    /// Where it stands at a rung for the trials after it.
+    pub fn at(&self, rung: u64) -> AtRung {
+        if self.steps_done >= rung {
+            AtRung::Value(self.value_at(rung).unwrap_or(f64::NAN))
+        } else if self.ended {
+            AtRung::StoppedBefore
+        } else {
+            AtRung::Pending
+        }
+    }
+}
+
+/// One row of a result table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrialResult {
+    pub steps: u64,
+    /// The metric at each of [`SweepResults::rungs`] it reached.
+    pub rung_values: Vec<Option<f64>>,
+    /// At the last rung it reached.
+    pub final_value: Option<f64>,
+    /// It trained to `max_steps`.
+    pub finished: bool,
+}
+
+/// A group's result table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SweepResults {
+    pub rungs: Vec<u64>,
+    pub trials: Vec<TrialResult>,
+    /// The index of the best trial.
+    pub best: Option<usize>,
 }
 
 #[cfg(test)]
@@ -644,5 +863,82 @@ mod tests {
         }
         // About a third go on (early trials pass more easily, late ones less).
         assert!((5..14).contains(&passed), "{passed}");
+    }
+
+    fn record(steps: u64, ended: bool, history: &[(u64, f64)]) -> TrialRecord {
+        TrialRecord {
+            steps_done: steps,
+            ended,
+            history: history.to_vec(),
+        }
+    }
+
+    #[test]
+    fn verdicts_and_results_come_from_the_recorded_values_only() {
+        let s = spec(json!({"dropout": {"grid": [0.0, 0.1, 0.2]}}), asha());
+        let s = SweepSpec { samples: 1, ..s };
+        assert_eq!(s.decision_rungs(), [100, 300]);
+        assert_eq!(s.table_rungs(), [100, 300, 900]);
+        let records = [
+            record(900, true, &[(100, 2.0), (300, 1.5), (900, 1.2), (900, 9.0)]),
+            record(100, false, &[(50, 7.0), (100, 3.0)]),
+            record(40, false, &[]),
+        ];
+        // Trial 1 at 100: 3.0 behind 2.0, top 1 of 2: stop. Not a rung at 150.
+        assert_eq!(s.verdict(1, 100, &records), Some(Verdict::Stop));
+        assert_eq!(s.verdict(1, 150, &records), None);
+        // Trial 2 waits for nobody at 100 but is not there yet: its own value is missing
+        // (NaN), which never goes on.
+        assert_eq!(s.verdict(2, 100, &records), Some(Verdict::Stop));
+        let r = s.results(&records);
+        assert_eq!(r.rungs, [100, 300, 900]);
+        // The first row at a step is the training call's (9.0 is an evaluation after it).
+        assert_eq!(r.trials[0].rung_values, [Some(2.0), Some(1.5), Some(1.2)]);
+        assert_eq!(r.trials[0].final_value, Some(1.2));
+        assert_eq!(r.trials[1].rung_values, [Some(3.0), None, None]);
+        assert_eq!(r.trials[2].final_value, None);
+        assert_eq!(r.best, Some(0), "the only trial that reached max_steps");
+        assert_eq!(records[1].at(300), AtRung::Pending);
+        assert_eq!(record(100, true, &[]).at(300), AtRung::StoppedBefore);
+        // Each trial is a model trained to max_steps keeping its best by the metric.
+        let models = s.models();
+        assert_eq!(models.len(), 3);
+        assert!(models.iter().all(|m| m.steps == 900
+            && m.keep_best
+                .as_ref()
+                .is_some_and(|k| k.metric == "valid_loss" && k.k == 1)));
+        assert_eq!(
+            s.searched(models[2].config.as_ref().unwrap()),
+            json!({"dropout": 0.2})
+        );
+    }
+
+    #[test]
+    fn a_job_spec_gives_a_sweep_instead_of_models_and_stores_it_so() {
+        let text = r#"{"name": "s", "assets": [{"synthetic": {"rows": 100}}],
+            "sweep": {"plugin": "tft", "space": {"dropout": {"grid": [0.0, 0.1]}},
+                      "metric": "valid_loss", "scheduler": {"run_all": {"max_steps": 50}}}}"#;
+        let spec = crate::job::JobSpec::from_json(text).unwrap();
+        assert_eq!(spec.models.len(), 2);
+        let stored = serde_json::to_string(&spec).unwrap();
+        assert!(!stored.contains("\"models\""), "{stored}");
+        let back: crate::job::JobSpec = serde_json::from_str(&stored).unwrap();
+        assert_eq!(back, spec);
+        let both = text.replace(
+            "\"assets\"",
+            "\"models\": [{\"plugin\": \"tft\", \"steps\": 5}], \"assets\"",
+        );
+        let e = crate::job::JobSpec::from_json(&both)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not both"), "{e}");
+        let huge = text.replace(
+            "\"dropout\": {\"grid\": [0.0, 0.1]}",
+            "\"a\": {\"grid\": [1,2,3,4,5,6,7,8,9,10,11]}, \"b\": {\"grid\": [1,2,3,4,5,6,7,8,9,10,11]}, \"c\": {\"grid\": [1,2,3,4,5,6,7,8,9,10,11]}",
+        );
+        let e = crate::job::JobSpec::from_json(&huge)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("1331 trials"), "{e}");
     }
 }

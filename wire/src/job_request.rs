@@ -128,7 +128,18 @@ fn check_text(field: &str, text: &str, max: usize) -> Result<(), Status> {
 /// problem is `INVALID_ARGUMENT` naming the field (`models[1].steps: …`).
 pub fn job_spec(req: &pb::StartTrainingRequest) -> Result<JobSpec, Status> {
     check_bounds(req)?;
+    let sweep = req
+        .sweep
+        .as_ref()
+        .map(crate::sweep::sweep_spec)
+        .transpose()?;
     let models: Vec<&pb::ModelSpec> = match (&req.model, req.models.is_empty()) {
+        (None, true) if sweep.is_some() => Vec::new(),
+        (_, _) if sweep.is_some() => {
+            return Err(invalid(
+                "sweep: its trials are the models; give neither model nor models",
+            ))
+        }
         (Some(m), true) => vec![m],
         (None, false) => req.models.iter().collect(),
         (Some(_), false) => {
@@ -138,15 +149,22 @@ pub fn job_spec(req: &pb::StartTrainingRequest) -> Result<JobSpec, Status> {
         }
         (None, true) => {
             return Err(invalid(
-                "model and models: give exactly one (neither was given)",
+                "model and models: give exactly one (neither was given), or a sweep",
             ))
         }
     };
-    let models = models
-        .iter()
-        .enumerate()
-        .map(|(i, m)| model_spec(i, m))
-        .collect::<Result<Vec<_>, _>>()?;
+    let models = match &sweep {
+        Some(s) => {
+            s.check_shape()
+                .map_err(|e| invalid(format!("sweep: {e}")))?;
+            s.models()
+        }
+        None => models
+            .iter()
+            .enumerate()
+            .map(|(i, m)| model_spec(i, m))
+            .collect::<Result<Vec<_>, _>>()?,
+    };
     if req.assets.is_empty() {
         return Err(invalid("assets: at least one asset is needed"));
     }
@@ -199,6 +217,7 @@ pub fn job_spec(req: &pb::StartTrainingRequest) -> Result<JobSpec, Status> {
             train_bars: (w.train_bars > 0).then_some(w.train_bars as usize),
             plan: Vec::new(),
         }),
+        sweep,
     };
     spec.check().map_err(|e| invalid(e.to_string()))?;
     Ok(spec)
@@ -461,9 +480,12 @@ pub fn request_from_spec(
             test_bars: w.test_bars.unwrap_or(0) as u64,
             train_bars: w.train_bars.unwrap_or(0) as u64,
         }),
+        sweep: spec.sweep.as_ref().map(crate::sweep::sweep_to_proto),
         ..Default::default()
     };
-    set_models(&mut request, models);
+    if spec.sweep.is_none() {
+        set_models(&mut request, models);
+    }
     Ok(request)
 }
 

@@ -7,6 +7,7 @@
 //! * [`convert`]: task states both ways, ids, measurements, state changes.
 //! * [`job_request`]: `StartTrainingRequest` ↔ [`JobSpec`](tli_core::job::JobSpec),
 //!   both directions sharing their rules and bounds.
+//! * [`sweep`]: `Sweep` ↔ [`SweepSpec`](tli_core::sweep::SweepSpec).
 //! * [`typed_configs`]: the typed config messages of the built-in plugins ↔
 //!   the plugins' JSON configs (frozen: new plugins use the generic config).
 //! * [`history`]: `GetTrainingHistory` ↔ the store's job history.
@@ -22,5 +23,6 @@ pub mod bars;
 pub mod convert;
 pub mod history;
 pub mod job_request;
+pub mod sweep;
 pub mod typed_configs;
 pub mod worker_inputs;

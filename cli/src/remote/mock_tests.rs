@@ -211,6 +211,14 @@ impl TrainingService for Fake {
         self.check(&request)?;
         Err(Status::unimplemented("not faked"))
     }
+
+    async fn get_sweep(
+        &self,
+        request: Request<tli_proto::v1::GetSweepRequest>,
+    ) -> Result<Response<tli_proto::v1::GetSweepResponse>, Status> {
+        self.check(&request)?;
+        Err(Status::unimplemented("not faked"))
+    }
 }
 
 /// Serves the fake on a free loopback port from its own thread and runtime.

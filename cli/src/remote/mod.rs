@@ -74,6 +74,7 @@ mod connection;
 mod mock_tests;
 pub(crate) mod models;
 mod request;
+pub(crate) mod sweeps;
 
 mod watch;
 

@@ -40,6 +40,23 @@ pub(super) async fn watch(
     verbose: bool,
     output: OutputFormat,
 ) -> Result<()> {
+    watch_with(remote, job_id, interval_ms, verbose, output, true).await
+}
+
+/// Progress bars and state changes on stderr only, nothing on stdout (for a
+/// command that prints its own result when the job is done).
+pub(super) async fn watch_progress(remote: &Remote, job_id: u64) -> Result<()> {
+    watch_with(remote, job_id, 0, false, OutputFormat::Table, false).await
+}
+
+async fn watch_with(
+    remote: &Remote,
+    job_id: u64,
+    interval_ms: u32,
+    verbose: bool,
+    output: OutputFormat,
+    table_at_end: bool,
+) -> Result<()> {
     let mut stream = remote
         .training()
         .watch_training(WatchTrainingRequest {
@@ -50,6 +67,7 @@ pub(super) async fn watch(
         .map_err(|s| api_error(remote, s))?
         .into_inner();
     let mut view = WatchView::new(job_id, output == OutputFormat::Json, verbose);
+    view.table_at_end = table_at_end;
     loop {
         match stream.message().await {
             Ok(Some(message)) => {
@@ -90,6 +108,8 @@ struct WatchView {
     last_plain: Option<Instant>,
     weighted_fraction: f64,
     tasks: BTreeMap<u64, TaskJson>,
+    /// Print the final task table on stdout (tables only).
+    table_at_end: bool,
 }
 
 impl WatchView {
@@ -126,6 +146,7 @@ impl WatchView {
             last_plain: None,
             weighted_fraction: 0.0,
             tasks: BTreeMap::new(),
+            table_at_end: true,
         }
     }
 
@@ -304,7 +325,7 @@ impl WatchView {
     /// Prints the final state; an error (exit 1) unless every task completed.
     fn finish(&mut self, job: &JobJson) -> Result<()> {
         self.clear();
-        if !self.json {
+        if !self.json && self.table_at_end {
             print_job(job);
         }
         let unfinished: Vec<String> = job

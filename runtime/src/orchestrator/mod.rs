@@ -24,6 +24,8 @@
 //! * [`remote_executor`]: the seam to executors beyond this host (Slurm):
 //!   [`RemoteExecutor`](remote_executor::RemoteExecutor) dispatches, polls,
 //!   cancels and adopts batch jobs; the engine keeps the leases.
+//! * [`sweep_gate`]: a sweep trial's verdict at a rung and a sweep's result
+//!   table, from what the store recorded (the rules are `tli_core::sweep`'s).
 //! * [`task_record`]: where a runner records its task: the store (a runner
 //!   thread in the host) or the host's worker service (a `tli worker`).
 //! * [`engine`]: the [`Orchestrator`](engine::Orchestrator) tying it together;
@@ -49,11 +51,12 @@ pub mod pace;
 pub mod progress;
 pub mod remote_executor;
 pub mod runner;
+pub mod sweep_gate;
 pub mod task_record;
 
 // Moved to tli-core; re-exported here while the rest of the host still names them this way.
 pub use tli_core::ids::{now_ms, JobId, TaskId};
-pub use tli_core::{data_root, executor, job, selection, state};
+pub use tli_core::{data_root, executor, job, selection, state, sweep};
 // Moved to tli-store; re-exported the same way.
 pub use tli_store as store;
 pub use tli_store::checkpoint;

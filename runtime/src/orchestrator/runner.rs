@@ -19,6 +19,7 @@ use super::memory_watch::{device_peak, restart_peak, MemoryCap, MemoryWatch};
 use super::selection::{BestRule, Selection, Tracker};
 use super::state::TaskState;
 use super::store::{BestMark, SliceMetrics, TaskRow};
+use super::sweep::Verdict;
 use super::task_record::{RecordError, TaskRecord};
 use super::TaskId;
 use crate::registry::{LoadedPlugin, PluginRegistry, TrainerHandle};
@@ -72,6 +73,9 @@ pub enum CheckpointReason {
     Preempted,
     /// The last step is done: the task becomes `completed` after it.
     Final,
+    /// A sweep trial waits at a rung for the trials before it: the task
+    /// goes back to the queue after it.
+    Parked,
 }
 
 impl CheckpointReason {
@@ -89,6 +93,7 @@ impl std::fmt::Display for CheckpointReason {
             CheckpointReason::HostShutdown => "host shutting down",
             CheckpointReason::Preempted => "pre-emption (Slurm is ending the job)",
             CheckpointReason::Final => "final",
+            CheckpointReason::Parked => "rung",
         })
     }
 }
@@ -103,6 +108,9 @@ pub enum Outcome {
     /// Re-queued after running out of memory (first time) — the scheduler
     /// starts it again when memory allows.
     Requeued(String),
+    /// A sweep trial parked at a rung (checkpointed and re-queued): the
+    /// scheduler starts it again once the trials before it got there.
+    Parked(String),
 }
 
 #[derive(Debug)]
@@ -170,6 +178,9 @@ pub struct RunnerContext {
     pub policy: CheckpointPolicy,
     /// The model's `keep_best` and `early_stopping` ([`super::selection`]).
     pub selection: Selection,
+    /// A sweep trial's decision rungs, in steps (empty for other tasks):
+    /// slices end on them and the trial asks its record for a verdict there.
+    pub rungs: Vec<u64>,
     pub slice_steps: u64,
     pub stop: Arc<AtomicU8>,
     /// Shared with the plugin's `is_cancelled()`.
@@ -287,6 +298,12 @@ fn finish(
             TaskState::Interrupted,
             format!("host shut down at step {steps}"),
         ),
+        Outcome::Parked(why) => {
+            if let Err(e) = ctx.record.park(why) {
+                tracing::warn!(task, "parking at a rung not recorded: {e}");
+            }
+            return outcome;
+        }
         Outcome::Requeued(why) => {
             if let Err(e) = ctx.record.requeue_after_oom(why) {
                 tracing::warn!(
@@ -384,7 +401,13 @@ impl Runner {
         let valid_every = validation_cadence(&ctx.task.config_json);
         let mut memory = MemoryWatch::default();
         let _sharing = core_sharing::share_this_thread();
-        while self.steps < total {
+        // Resumed at a rung (parked there, or restarted): decide first.
+        if self.steps > 0 && ctx.rungs.contains(&self.steps) && self.steps < total {
+            if let Some(parked) = self.at_rung(ctx)? {
+                return Ok(parked);
+            }
+        }
+        while self.steps < total && self.stopped_early.is_none() {
             match StopRequest::load(&ctx.stop) {
                 StopRequest::None => {}
                 StopRequest::Forced => return Ok(Outcome::Cancelled),
@@ -406,6 +429,7 @@ impl Runner {
                 }
             }
             let n = slice_length(ctx.slice_steps, total, self.steps, valid_every);
+            let n = until_rung(n, self.steps, &ctx.rungs);
             // Measure the first slice on the allocator when alone on the device.
             let alone = memory
                 .first()
@@ -447,6 +471,14 @@ impl Runner {
             if self.stopped_early.is_some() {
                 break;
             }
+            if report.steps_done == n && ctx.rungs.contains(&self.steps) && self.steps < total {
+                if let Some(parked) = self.at_rung(ctx)? {
+                    return Ok(parked);
+                }
+                if self.stopped_early.is_some() {
+                    break;
+                }
+            }
             // At the last step the final checkpoint follows at once.
             if self.steps < total && self.checkpoint_due(&ctx.policy) {
                 self.checkpoint(ctx, CheckpointReason::Scheduled)?;
@@ -455,6 +487,30 @@ impl Runner {
         self.evaluate(ctx)?;
         self.checkpoint(ctx, CheckpointReason::Final)?;
         Ok(Outcome::Completed)
+    }
+
+    /// A sweep trial at a decision rung: its progress goes to the store,
+    /// then the scheduler's verdict. `Continue` trains on; `Stop` ends it
+    /// like early stopping (evaluated, final checkpoint, completed); `Wait`
+    /// evaluates it (so a stop decided while it waits keeps an evaluation),
+    /// checkpoints and parks it.
+    fn at_rung(&mut self, ctx: &RunnerContext) -> Result<Option<Outcome>, PluginError> {
+        self.flush_progress(ctx)?;
+        match ctx.record.rung_verdict(self.steps).map_err(record_err)? {
+            Verdict::Continue => Ok(None),
+            Verdict::Stop => {
+                self.stopped_early = Some(super::sweep_gate::stop_reason(self.steps));
+                Ok(None)
+            }
+            Verdict::Wait => {
+                self.evaluate(ctx)?;
+                self.checkpoint(ctx, CheckpointReason::Parked)?;
+                Ok(Some(Outcome::Parked(format!(
+                    "waiting at rung {} for the trials before it",
+                    self.steps
+                ))))
+            }
+        }
     }
 
     /// The trainer's evaluation, recorded at the current step.
@@ -791,6 +847,14 @@ pub fn slice_length(slice_steps: u64, total: u64, done: u64, valid_every: Option
         n = n.min((done / every + 1) * every - done);
     }
     n
+}
+
+/// A slice of `n` steps from `done`, cut to end on the next rung.
+pub fn until_rung(n: u64, done: u64, rungs: &[u64]) -> u64 {
+    match rungs.iter().find(|&&r| r > done) {
+        Some(&r) => n.min(r - done),
+        None => n,
+    }
 }
 
 /// The plugin a task runs on: the version recorded for it when that is

@@ -23,6 +23,7 @@ use super::{JobId, TaskId};
 use crate::services::TaskLogSink;
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
+use tli_core::sweep::Verdict;
 
 /// Why a record could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +33,8 @@ pub enum RecordError {
     /// The host's worker service refused or could not be reached.
     #[error("host: {0}")]
     Host(String),
+    #[error("sweep: {0}")]
+    Sweep(#[from] super::sweep_gate::GateError),
 }
 
 /// A running task's record, as its runner sees it. Every method is about
@@ -64,6 +67,13 @@ pub trait TaskRecord: Send + Sync {
     fn remove_checkpoint(&self, id: i64) -> Result<(), RecordError>;
     /// Re-queues the task after it ran out of memory (the first time).
     fn requeue_after_oom(&self, why: &str) -> Result<(), RecordError>;
+    /// A sweep trial at a decision rung, its progress recorded: what the
+    /// sweep's scheduler says ([`super::sweep_gate`]); `Continue` for a
+    /// task that is not a trial.
+    fn rung_verdict(&self, step: u64) -> Result<Verdict, RecordError>;
+    /// A trial parks at a rung (checkpointed) until the trials before it get
+    /// there: it goes back to the queue.
+    fn park(&self, why: &str) -> Result<(), RecordError>;
     /// Where the plugin's log lines go besides the process log.
     fn log_sink(&self) -> Arc<dyn TaskLogSink>;
     /// The runner is done with the task: drop its live entry.
@@ -169,6 +179,19 @@ impl TaskRecord for StoreRecord {
 
     fn requeue_after_oom(&self, why: &str) -> Result<(), RecordError> {
         self.store.requeue_after_oom(self.task, why)?;
+        self.run_ended();
+        Ok(())
+    }
+
+    fn rung_verdict(&self, step: u64) -> Result<Verdict, RecordError> {
+        let Some(task) = self.store.task(self.task)? else {
+            return Err(StoreError::NoSuchTask(self.task).into());
+        };
+        Ok(super::sweep_gate::verdict(&self.store, &task, step)?.unwrap_or(Verdict::Continue))
+    }
+
+    fn park(&self, why: &str) -> Result<(), RecordError> {
+        self.store.transition(self.task, TaskState::Queued, why)?;
         self.run_ended();
         Ok(())
     }

@@ -115,6 +115,8 @@ pub fn submit_error(e: SubmitError) -> Status {
         e @ (SubmitError::NoSlurmExecutor
         | SubmitError::Config { .. }
         | SubmitError::Model { .. }
+        | SubmitError::Sweep(_)
+        | SubmitError::RungsMissValidation { .. }
         | SubmitError::Asset { .. }) => invalid(e.to_string()),
         e @ SubmitError::Encode(_) => Status::internal(e.to_string()),
         e @ SubmitError::TooBig { .. } => Status::resource_exhausted(e.to_string()),

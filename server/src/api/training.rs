@@ -26,6 +26,8 @@ use tli_proto::v1 as pb;
 use tli_proto::v1::training_service_server::TrainingService;
 use tli_runtime::orchestrator::engine::Orchestrator;
 use tli_runtime::orchestrator::listing::{JobOrder, JobQuery};
+use tli_runtime::orchestrator::sweep::Scheduler;
+use tli_runtime::orchestrator::sweep_gate::{GateError, SweepTable};
 use tli_runtime::orchestrator::JobId;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -216,6 +218,70 @@ impl TrainingService for TrainingApi {
         })
         .await?;
         Ok(Response::new(response))
+    }
+
+    async fn get_sweep(
+        &self,
+        request: Request<pb::GetSweepRequest>,
+    ) -> Result<Response<pb::GetSweepResponse>, Status> {
+        let job = convert::job_id_from_proto("job_id", request.get_ref().job_id)?;
+        let orchestrator = self.orchestrator.clone();
+        let response = blocking(move || match orchestrator.sweep_table(job) {
+            Ok(Some(table)) => Ok(sweep_to_proto(job, &table)),
+            Ok(None) => Err(Status::failed_precondition(format!(
+                "job {job} is not a sweep; `tli train status {job}` shows its tasks"
+            ))),
+            Err(GateError::NoSuchJob(_)) => Err(job_not_found(job)),
+            Err(GateError::Store(e)) => Err(store_error(e)),
+            Err(e) => Err(Status::internal(e.to_string())),
+        })
+        .await?;
+        Ok(Response::new(response))
+    }
+}
+
+/// A sweep's result table on the wire.
+fn sweep_to_proto(job: JobId, t: &SweepTable) -> pb::GetSweepResponse {
+    pb::GetSweepResponse {
+        job_id: convert::id_to_proto(job),
+        plugin: t.sweep.plugin.clone(),
+        metric: t.sweep.metric.clone(),
+        mode: t.sweep.mode().as_str().to_string(),
+        scheduler: match t.sweep.scheduler {
+            Scheduler::Asha(_) => "asha",
+            Scheduler::RunAll { .. } => "run_all",
+        }
+        .to_string(),
+        rungs: t.rungs.clone(),
+        trials: t
+            .trials
+            .iter()
+            .map(|r| pb::SweepTrial {
+                trial: r.trial as u32,
+                task_id: convert::id_to_proto(r.task.id),
+                asset: r.task.asset.clone(),
+                params_json: r.params.to_string(),
+                steps_done: r.task.steps_done,
+                rung_values: t
+                    .rungs
+                    .iter()
+                    .zip(&r.result.rung_values)
+                    .filter_map(|(&step, v)| v.map(|value| pb::RungValue { step, value }))
+                    .collect(),
+                final_value: r.result.final_value,
+                state: convert::state_to_proto(Some(r.task.state)) as i32,
+                status: r.status.clone(),
+                best: r.best,
+                best_checkpoint: r.best_checkpoint.as_ref().map(|(step, b)| pb::BestModel {
+                    step: *step,
+                    metric: b.metric.clone(),
+                    value: b.value,
+                }),
+            })
+            .collect(),
+        steps_trained: t.steps_trained,
+        steps_if_run_all: t.steps_if_run_all,
+        sweep_json: serde_json::to_string(&t.sweep).unwrap_or_default(),
     }
 }
 

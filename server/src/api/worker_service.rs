@@ -21,6 +21,7 @@ use tli_runtime::orchestrator::engine::{LeaseError, Orchestrator, WorkerLease};
 use tli_runtime::orchestrator::runner::{Outcome, StopRequest};
 use tli_runtime::orchestrator::state::TaskState;
 use tli_runtime::orchestrator::store::{MeasuredMemory, MemorySource, SliceMetrics};
+use tli_runtime::orchestrator::sweep::Verdict;
 use tli_runtime::orchestrator::task_record::{RecordError, TaskRecord};
 use tli_wire::worker_inputs as wire;
 use tonic::{Request, Response, Status};
@@ -56,6 +57,7 @@ fn record_status(e: RecordError) -> Status {
     match e {
         RecordError::Store(e) => convert::store_error(e),
         RecordError::Host(m) => Status::internal(m),
+        RecordError::Sweep(e) => Status::internal(e.to_string()),
     }
 }
 
@@ -166,6 +168,17 @@ fn apply(
             r.requeue_after_oom(&why).map_err(record_status)?;
             orchestrator.worker_ended(r.task, Outcome::Requeued(why));
         }
+        Record::RungVerdict(step) => {
+            response.verdict = match r.rung_verdict(step).map_err(record_status)? {
+                Verdict::Continue => pb::RungVerdict::Continue,
+                Verdict::Stop => pb::RungVerdict::Stop,
+                Verdict::Wait => pb::RungVerdict::Wait,
+            } as i32;
+        }
+        Record::Park(why) => {
+            r.park(&why).map_err(record_status)?;
+            orchestrator.worker_ended(r.task, Outcome::Parked(why));
+        }
     }
     Ok(response)
 }
@@ -215,6 +228,7 @@ impl WorkerService for WorkerApi {
                     } else {
                         serde_json::to_string(&a.selection).unwrap_or_default()
                     },
+                    rungs: a.rungs.clone(),
                 }),
                 inputs: Some(wire::inputs_to_wire(&a.inputs)),
             }))

@@ -12,6 +12,7 @@ use tli_runtime::orchestrator::state::TaskState;
 use tli_runtime::orchestrator::store::{
     BestMark, CheckpointRow, MeasuredMemory, MemorySource, SliceMetrics,
 };
+use tli_runtime::orchestrator::sweep::Verdict;
 use tli_runtime::orchestrator::task_record::{RecordError, TaskRecord};
 use tli_runtime::orchestrator::TaskId;
 use tli_runtime::services::TaskLogSink;
@@ -240,6 +241,21 @@ impl TaskRecord for RemoteRecord {
             Record::RequeueAfterOom(why.to_string()),
         )
         .map(|_| ())
+    }
+
+    fn rung_verdict(&self, step: u64) -> Result<Verdict, RecordError> {
+        let response = self.record("asking for a rung verdict", Record::RungVerdict(step))?;
+        Ok(match pb::RungVerdict::try_from(response.verdict) {
+            Ok(pb::RungVerdict::Stop) => Verdict::Stop,
+            Ok(pb::RungVerdict::Continue) => Verdict::Continue,
+            // An older host, or one that cannot tell: park and let it decide.
+            _ => Verdict::Wait,
+        })
+    }
+
+    fn park(&self, why: &str) -> Result<(), RecordError> {
+        self.record("parking at a rung", Record::Park(why.to_string()))
+            .map(|_| ())
     }
 
     fn log_sink(&self) -> Arc<dyn TaskLogSink> {

@@ -175,6 +175,7 @@ pub fn run_worker(options: &WorkerOptions) -> Result<Outcome, WorkerError> {
         ),
         slice_steps: task.slice_steps.max(1),
         selection,
+        rungs: task.rungs.clone(),
         stop: stop.clone(),
         plugin_cancel: plugin_cancel.clone(),
         threads: threads as i32,

@@ -33,6 +33,7 @@ mod python_client;
 mod selection;
 mod slurm_executor;
 mod status_page;
+mod sweeps;
 mod tensorboard;
 mod tft_plugin;
 mod torchscript_export;

@@ -89,6 +89,8 @@ pub struct WorkerAssignment {
     pub policy: CheckpointPolicy,
     /// The model's `keep_best` and `early_stopping`.
     pub selection: Selection,
+    /// A sweep trial's decision rungs (empty otherwise).
+    pub rungs: Vec<u64>,
     pub checkpoint_dir: PathBuf,
     pub threads: u32,
     pub inputs: TaskInputs,
@@ -516,6 +518,7 @@ impl Orchestrator {
         let setup = executor.executor.worker_setup(task);
         Ok(WorkerAssignment {
             selection: spec.selection_of(row.ordinal as usize),
+            rungs: spec.decision_rungs(),
             checkpoint_dir: setup.checkpoint_dir,
             threads: setup.threads,
             task: row,

@@ -61,6 +61,16 @@ pub enum SubmitError {
         asset: usize,
         error: crate::orchestrator::data_root::DataRootError,
     },
+    /// A sweep its plugin refuses: a key it lacks, a value outside its
+    /// schema, rungs its validation cadence misses.
+    #[error("sweep: {0}")]
+    Sweep(#[from] tli_core::sweep::SweepError),
+    #[error(
+        "sweep: trial {trial} validates every {every} steps, which does not divide the rung at \
+         step {rung}; choose grace_period and max_steps as multiples of it, or set \
+         config.valid_every (or valid_metrics_interval) to a divisor of them"
+    )]
+    RungsMissValidation { trial: usize, every: u64, rung: u64 },
     #[error("job store: {0}")]
     Store(#[from] StoreError),
 }

@@ -35,6 +35,7 @@ mod errors;
 mod rounds;
 pub mod serving;
 mod start_order;
+mod sweeps;
 mod task_data;
 
 pub use control::StateCounts;
@@ -307,6 +308,15 @@ impl Orchestrator {
         self.store.job_history(job, query)
     }
 
+    /// A sweep job's result table (`GetSweep`); `None` for a job that is not
+    /// a sweep; an unknown job is `GateError::NoSuchJob`.
+    pub fn sweep_table(
+        &self,
+        job: JobId,
+    ) -> Result<Option<super::sweep_gate::SweepTable>, super::sweep_gate::GateError> {
+        super::sweep_gate::table(&self.store, job)
+    }
+
     /// Running tasks' latest progress and the plugins' log lines.
     pub fn live(&self) -> &Arc<LiveProgress> {
         &self.live
@@ -417,6 +427,20 @@ impl Orchestrator {
         let mut tasks = Vec::new();
         let mut sizes = Vec::new();
         let mut validated: HashMap<usize, String> = HashMap::new();
+        if let Some(sweep) = &spec.sweep {
+            let plugin = registry
+                .resolve(&sweep.plugin)
+                .map_err(|e| SubmitError::Model {
+                    model: 0,
+                    plugin: sweep.plugin.clone(),
+                    message: e.to_string(),
+                })?;
+            sweep.check(
+                &plugin.manifest.config_schema,
+                &plugin.manifest.default_config,
+            )?;
+        }
+        let rungs = spec.decision_rungs();
         for planned in spec.task_plan() {
             let (m, model) = (planned.model, &spec.models[planned.model]);
             let model_err = |message: String| SubmitError::Model {
@@ -455,6 +479,15 @@ impl Orchestrator {
                     let config = plugin
                         .validate_config(&config_text)
                         .map_err(|e| model_err(e.to_string()))?;
+                    if let Some(every) = runner::validation_cadence(&config) {
+                        if let Some(rung) = rungs.iter().find(|&&r| r % every != 0) {
+                            return Err(SubmitError::RungsMissValidation {
+                                trial: m,
+                                every,
+                                rung: *rung,
+                            });
+                        }
+                    }
                     validated.insert(m, config.clone());
                     config
                 }
@@ -535,15 +568,19 @@ impl Orchestrator {
         self.drain_events();
         self.poll_remote();
         let active_ids: Vec<TaskId> = lock(&self.running).keys().copied().collect();
-        let (remote_queued, queued): (Vec<TaskRow>, Vec<TaskRow>) = self
+        let queued: Vec<TaskRow> = self
             .store
             .tasks_in(&[TaskState::Queued])?
             .into_iter()
             .filter(|t| !active_ids.contains(&t.id))
-            .partition(|t| self.executor_of(t.job_id) != ExecutorKind::Local);
+            .collect();
         if self.shutdown.load(Ordering::Acquire) {
             return Ok(());
         }
+        let (remote_queued, queued): (Vec<TaskRow>, Vec<TaskRow>) = self
+            .admissible(queued)
+            .into_iter()
+            .partition(|t| self.executor_of(t.job_id) != ExecutorKind::Local);
         self.dispatch_remote_tasks(remote_queued);
         if queued.is_empty() {
             return Ok(());
@@ -649,6 +686,7 @@ impl Orchestrator {
                 .join(format!("task-{}", task.id)),
             policy: spec.checkpoint.clone(),
             selection: spec.selection_of(task.ordinal as usize),
+            rungs: spec.decision_rungs(),
             slice_steps: spec.slice_steps,
             stop: stop.clone(),
             plugin_cancel: plugin_cancel.clone(),
