@@ -148,7 +148,23 @@ pub struct SyntheticAsset {
     /// σ of the AR(1) innovations (the series' scale); default 0.01.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sigma: Option<f64>,
+    /// Instead of the AR(1) series: one asset of the planted seasonal set
+    /// (`tli_data::synthetic_seasonal`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seasonal: Option<SeasonalPick>,
 }
+
+/// Asset `asset` of a planted seasonal set of `assets` (the same calendar,
+/// an amplitude by asset index, independent noise and flow).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SeasonalPick {
+    pub asset: usize,
+    pub assets: usize,
+}
+
+/// Most assets a planted seasonal set may have.
+pub const MAX_SEASONAL_ASSETS: usize = 64;
 
 /// When a running task writes routine checkpoints (besides the ones at a
 /// stop, at a host shutdown and at the end, which are always written).
@@ -198,9 +214,13 @@ impl AssetSpec {
         match self {
             // `ES=path` when the symbol is given (as on the command line).
             AssetSpec::Data(source) => source.arg(),
-            AssetSpec::Synthetic(s) => match s.sigma {
-                None => format!("synthetic-ar1:{}:{}", s.rows, s.seed),
-                Some(sigma) => format!("synthetic-ar1:{}:{}:{sigma}", s.rows, s.seed),
+            AssetSpec::Synthetic(s) => match (s.seasonal, s.sigma) {
+                (Some(p), _) => format!(
+                    "synthetic-seasonal:{}:{}:{}/{}",
+                    s.rows, s.seed, p.asset, p.assets
+                ),
+                (None, None) => format!("synthetic-ar1:{}:{}", s.rows, s.seed),
+                (None, Some(sigma)) => format!("synthetic-ar1:{}:{}:{sigma}", s.rows, s.seed),
             },
         }
     }
@@ -461,6 +481,24 @@ impl JobSpec {
                 }
             }
             if let AssetSpec::Synthetic(s) = a {
+                if let Some(p) = s.seasonal {
+                    if s.sigma.is_some() {
+                        return Err(SpecError::field(
+                            format!("assets[{i}].synthetic"),
+                            "\"sigma\" scales the AR(1) series; a seasonal asset has its own scale",
+                        ));
+                    }
+                    if !(1..=MAX_SEASONAL_ASSETS).contains(&p.assets) || p.asset >= p.assets {
+                        return Err(SpecError::field(
+                            format!("assets[{i}].synthetic.seasonal"),
+                            format!(
+                                "asset {} of {}: give 1..={MAX_SEASONAL_ASSETS} assets and an \
+                                 asset index below it",
+                                p.asset, p.assets
+                            ),
+                        ));
+                    }
+                }
                 if let Some(sigma) = s.sigma {
                     if !(sigma.is_finite() && sigma > 0.0 && sigma < 1.0) {
                         return Err(SpecError::field(
@@ -876,10 +914,40 @@ mod tests {
             AssetSpec::Synthetic(SyntheticAsset {
                 rows: 100,
                 seed: 2,
-                sigma: None
+                sigma: None,
+                seasonal: None,
             })
         );
         assert_eq!(spec.checkpoint.every_steps, Some(1000));
         assert_eq!(spec.device, Device::Cpu);
+    }
+
+    #[test]
+    fn a_seasonal_synthetic_asset_is_one_of_a_set_and_bad_picks_are_refused() {
+        let spec = |asset: &str| {
+            JobSpec::from_json(&format!(
+                r#"{{"name":"x","models":[{{"plugin":"tft","steps":10}}],"assets":[{asset}]}}"#
+            ))
+        };
+        let ok = spec(r#"{"synthetic":{"rows":3000,"seed":21,"seasonal":{"asset":2,"assets":3}}}"#)
+            .unwrap();
+        assert_eq!(ok.assets[0].label(), "synthetic-seasonal:3000:21:2/3");
+        for (bad, field) in [
+            (
+                r#"{"synthetic":{"rows":300,"seasonal":{"asset":3,"assets":3}}}"#,
+                "seasonal",
+            ),
+            (
+                r#"{"synthetic":{"rows":300,"seasonal":{"asset":0,"assets":0}}}"#,
+                "seasonal",
+            ),
+            (
+                r#"{"synthetic":{"rows":300,"sigma":0.1,"seasonal":{"asset":0,"assets":1}}}"#,
+                "sigma",
+            ),
+        ] {
+            let e = spec(bad).unwrap_err().to_string();
+            assert!(e.contains(field), "{bad}: {e}");
+        }
     }
 }

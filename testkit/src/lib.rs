@@ -295,6 +295,7 @@ pub fn synthetic_asset(rows: u64, seed: u64) -> pb::AssetSpec {
             rows,
             seed,
             sigma: 0.0,
+            ..Default::default()
         })),
         ..Default::default()
     }

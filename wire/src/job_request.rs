@@ -363,6 +363,10 @@ fn asset_spec(i: usize, a: &pb::AssetSpec) -> Result<AssetSpec, Status> {
                 seed: if s.seed == 0 { DEFAULT_SEED } else { s.seed },
                 // 0 = the default; negative or NaN is kept so the spec check names it.
                 sigma: (s.sigma != 0.0).then_some(s.sigma),
+                seasonal: (s.seasonal_assets > 0).then_some(job::SeasonalPick {
+                    asset: s.seasonal_asset as usize,
+                    assets: s.seasonal_assets as usize,
+                }),
             }))
         }
     }
@@ -445,6 +449,8 @@ pub fn request_from_spec(
                     rows: s.rows as u64,
                     seed: s.seed,
                     sigma: s.sigma.unwrap_or(0.0),
+                    seasonal_assets: s.seasonal.map_or(0, |p| p.assets as u32),
+                    seasonal_asset: s.seasonal.map_or(0, |p| p.asset as u32),
                 })),
                 ..Default::default()
             },
@@ -539,6 +545,7 @@ mod tests {
                     rows: 200,
                     seed: 0,
                     sigma: 0.0,
+                    ..Default::default()
                 })),
                 ..Default::default()
             }],
@@ -571,7 +578,8 @@ mod tests {
             AssetSpec::Synthetic(SyntheticAsset {
                 rows: 200,
                 seed: 1,
-                sigma: None
+                sigma: None,
+                seasonal: None,
             })
         );
 

@@ -49,6 +49,39 @@ pub(super) fn parse_asset(text: &str) -> Result<AssetSpec> {
     if text.is_empty() {
         bail!("--asset: empty; give a bar file path, synthetic:ROWS or synthetic:ROWS:SEED");
     }
+    if let Some(rest) = text.strip_prefix("seasonal:") {
+        let bad = || {
+            anyhow!(
+                "--asset {text:?}: expected seasonal:ROWS, seasonal:ROWS:SEED or \
+                 seasonal:ROWS:SEED:ASSET/ASSETS (whole numbers; ASSET counts from 0)"
+            )
+        };
+        let mut parts = rest.split(':');
+        let rows = parts.next().and_then(|r| r.parse::<u64>().ok());
+        let seed = match parts.next() {
+            None => Some(DEFAULT_SEED),
+            Some(s) => s.parse::<u64>().ok(),
+        };
+        let pick = match parts.next() {
+            None => Some((0, 1)),
+            Some(p) => p
+                .split_once('/')
+                .and_then(|(a, n)| Some((a.parse::<u32>().ok()?, n.parse::<u32>().ok()?))),
+        };
+        return match (rows, seed, pick, parts.next()) {
+            (Some(rows), Some(seed), Some((asset, assets)), None) => Ok(AssetSpec {
+                source: Some(asset_spec::Source::Synthetic(SyntheticAsset {
+                    rows,
+                    seed,
+                    sigma: 0.0,
+                    seasonal_asset: asset,
+                    seasonal_assets: assets,
+                })),
+                ..AssetSpec::default()
+            }),
+            _ => Err(bad()),
+        };
+    }
     let source = match text.strip_prefix("synthetic:") {
         Some(rest) => {
             let bad = || {
@@ -69,7 +102,12 @@ pub(super) fn parse_asset(text: &str) -> Result<AssetSpec> {
             };
             match (rows, seed, sigma, parts.next()) {
                 (Some(rows), Some(seed), Some(sigma), None) => {
-                    asset_spec::Source::Synthetic(SyntheticAsset { rows, seed, sigma })
+                    asset_spec::Source::Synthetic(SyntheticAsset {
+                        rows,
+                        seed,
+                        sigma,
+                        ..SyntheticAsset::default()
+                    })
                 }
                 _ => return Err(bad()),
             }
@@ -304,7 +342,8 @@ mod tests {
             Some(asset_spec::Source::Synthetic(SyntheticAsset {
                 rows: 500,
                 seed: 9,
-                sigma: 0.0
+                sigma: 0.0,
+                ..Default::default()
             }))
         );
         assert_eq!(
@@ -331,7 +370,8 @@ mod tests {
             Some(asset_spec::Source::Synthetic(SyntheticAsset {
                 rows: 100,
                 seed: 1,
-                sigma: 0.0
+                sigma: 0.0,
+                ..Default::default()
             }))
         );
         // The spec defaults travel explicitly.
@@ -405,11 +445,40 @@ mod tests {
     #[test]
     fn assets_parse() {
         assert_eq!(
+            parse_asset("seasonal:3000:21:2/3").unwrap().source,
+            Some(asset_spec::Source::Synthetic(SyntheticAsset {
+                rows: 3000,
+                seed: 21,
+                seasonal_asset: 2,
+                seasonal_assets: 3,
+                ..Default::default()
+            }))
+        );
+        assert_eq!(
+            parse_asset("seasonal:500").unwrap().source,
+            Some(asset_spec::Source::Synthetic(SyntheticAsset {
+                rows: 500,
+                seed: 1,
+                seasonal_asset: 0,
+                seasonal_assets: 1,
+                ..Default::default()
+            }))
+        );
+        for bad in [
+            "seasonal:",
+            "seasonal:10:1:2",
+            "seasonal:10:1:a/3",
+            "seasonal:10:1:0/3:x",
+        ] {
+            assert!(parse_asset(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
             parse_asset("synthetic:100").unwrap().source,
             Some(asset_spec::Source::Synthetic(SyntheticAsset {
                 rows: 100,
                 seed: 1,
-                sigma: 0.0
+                sigma: 0.0,
+                ..Default::default()
             }))
         );
         assert_eq!(
@@ -417,7 +486,8 @@ mod tests {
             Some(asset_spec::Source::Synthetic(SyntheticAsset {
                 rows: 100,
                 seed: 7,
-                sigma: 0.0
+                sigma: 0.0,
+                ..Default::default()
             }))
         );
         assert_eq!(
@@ -431,7 +501,8 @@ mod tests {
             Some(asset_spec::Source::Synthetic(SyntheticAsset {
                 rows: 100,
                 seed: 2,
-                sigma: 0.05
+                sigma: 0.05,
+                ..Default::default()
             }))
         );
         assert_eq!(

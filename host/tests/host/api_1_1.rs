@@ -54,6 +54,7 @@ fn synthetic(rows: u64, seed: u64, sigma: f64) -> pb::AssetSpec {
             rows,
             seed,
             sigma,
+            ..Default::default()
         })),
         ..Default::default()
     }

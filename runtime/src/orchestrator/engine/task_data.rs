@@ -4,7 +4,7 @@
 //! `JobSpec::task_plan`) into its first dataset and [`TaskInputs`];
 //! [`Orchestrator::task_inputs`] does that for a stored task.
 
-use super::super::job::{AssetSpec, JobSpec, TaskAssets};
+use super::super::job::{AssetSpec, JobSpec, SyntheticAsset, TaskAssets};
 use super::super::store::TaskRow;
 use super::{lock, Orchestrator};
 use abi_stable::std_types::RArc;
@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use tli_data::contracts::ContractBook;
 use tli_data::features::{AnnotatedDataset, FeatureConfig, FeatureStats};
 use tli_data::synthetic_ar::{synthetic_ar_annotated, SyntheticArSpec};
+use tli_data::synthetic_seasonal::{planted_seasonal, SeasonalSpec};
 use tli_models::card::DataFile;
 use tli_plugin_api::{Dataset, DatasetAnnex, DatasetShape, TaskInputs};
 
@@ -217,6 +218,28 @@ impl DatasetCache {
                         .map_err(|e| e.to_string())?;
                 (built, Some(Arc::new((stats, data_file(&source.path)))))
             }
+            AssetSpec::Synthetic(SyntheticAsset {
+                rows,
+                seed,
+                seasonal: Some(pick),
+                ..
+            }) => {
+                let mut set = planted_seasonal(SeasonalSpec {
+                    rows: *rows,
+                    assets: pick.assets,
+                    seed: *seed,
+                    ..SeasonalSpec::default()
+                });
+                if pick.asset >= set.len() {
+                    return Err(format!(
+                        "seasonal asset {} of a set of {}",
+                        pick.asset, pick.assets
+                    ));
+                }
+                let mut built = set.swap_remove(pick.asset).data;
+                built.dataset.symbol = asset.label().into();
+                (built, None)
+            }
             AssetSpec::Synthetic(s) => {
                 let mut built = synthetic_ar_annotated(SyntheticArSpec {
                     rows: s.rows,
@@ -340,13 +363,13 @@ impl Orchestrator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::orchestrator::job::SyntheticAsset;
 
     fn synthetic(seed: u64) -> AssetSpec {
         AssetSpec::Synthetic(SyntheticAsset {
             rows: 300,
             seed,
             sigma: None,
+            seasonal: None,
         })
     }
 
