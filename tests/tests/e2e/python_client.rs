@@ -248,6 +248,7 @@ fn the_package_builds_in_a_fresh_venv_and_passes_its_tests_against_real_hosts() 
         "test_the_docs_models_example_runs_as_written",
         "test_the_package_version_follows_the_api",
         "test_early_stopping_keeps_the_best_and_resume_trains_further",
+        "test_sweep_with_asha_returns_a_results_dataframe",
     ] {
         assert!(
             stdout(&tests).contains(&format!("{test} PASSED")),

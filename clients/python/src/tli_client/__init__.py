@@ -11,6 +11,8 @@
         print(event)
     job.refresh().to_pandas()                    # final metrics per task (pandas optional)
     job.history().to_pandas()                    # metric curves by step
+    tli.sweep("tft", [synthetic(2000)], {"learning_rate": {"log_uniform": [1e-4, 1e-2]}},
+              samples=8, max_steps=900, grace_period=100).to_pandas()   # ASHA, one row per trial
     tli.load_model("es-mlp")                     # a model of the host (tli.models())
     tli.predict("es-mlp", bars)                  # bars: a DataFrame; outputs: a DataFrame
     tli.backtest("es-mlp", bars).summary         # its P&L beside buy-and-hold and flat
@@ -72,6 +74,7 @@ from .jobs import (
     TaskState,
 )
 from .progress import ProgressDisplay, TqdmDisplay
+from .sweeps import SearchSpace, SweepResults, SweepTrial
 
 #: The gRPC package this client speaks, from the generated descriptors (``tli.v1``).
 API_PACKAGE: str = _training_pb2.DESCRIPTOR.package
@@ -133,6 +136,9 @@ __all__ = [
     "ModelData",
     "ResidentModel",
     "Backtest",
+    "SearchSpace",
+    "SweepResults",
+    "SweepTrial",
     "ProgressDisplay",
     "TqdmDisplay",
     "TliError",

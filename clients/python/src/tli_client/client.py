@@ -32,6 +32,7 @@ from typing import (
     Dict,
     Iterable,
     Iterator,
+    Literal,
     Mapping,
     Optional,
     Sequence,
@@ -39,6 +40,7 @@ from typing import (
     Type,
     TypeVar,
     Union,
+    overload,
 )
 
 import grpc
@@ -84,6 +86,7 @@ from .models import (
 )
 from .progress import ProgressDisplay, TqdmDisplay
 from .schema_config import SchemaConfig, config_type
+from .sweeps import SearchSpace, SweepResults, sweep_to_proto
 
 __all__ = ["Client", "Tls", "CheckpointPolicy", "SlurmOptions", "Page", "Resumed", "DEFAULT_ENDPOINT"]
 
@@ -176,6 +179,33 @@ def _seconds_to_ms(value: Union[float, timedelta, None]) -> int:
     if seconds < 0:
         raise ValueError(f"deadline: {seconds} s is negative")
     return min(int(round(seconds * 1000)), 2**32 - 1)
+
+
+def _set_placement(
+    request: pb.StartTrainingRequest,
+    checkpoint: Optional[CheckpointPolicy],
+    executor: Optional[str],
+    slurm: Optional[SlurmOptions],
+) -> None:
+    """A job's checkpoint policy, executor and Slurm options (``start`` and ``sweep``)."""
+    if checkpoint is not None:
+        request.checkpoint.CopyFrom(
+            pb.CheckpointPolicy(
+                every_steps=checkpoint.every_steps,
+                every_seconds=checkpoint.every_seconds,
+                keep=checkpoint.keep,
+            )
+        )
+    if executor is not None:
+        if executor not in _EXECUTORS:
+            raise ValueError(f"executor {executor!r}: expected local or slurm")
+        request.executor = _EXECUTORS[executor]
+    if slurm is not None:
+        request.slurm.CopyFrom(
+            pb.SlurmOptions(
+                gpus_per_task=slurm.gpus_per_task, time_limit_minutes=slurm.time_limit_minutes
+            )
+        )
 
 
 class Client:
@@ -336,24 +366,7 @@ class Client:
         )
         if walk_forward is not None:
             request.walk_forward.CopyFrom(walk_forward_to_proto(walk_forward))
-        if checkpoint is not None:
-            request.checkpoint.CopyFrom(
-                pb.CheckpointPolicy(
-                    every_steps=checkpoint.every_steps,
-                    every_seconds=checkpoint.every_seconds,
-                    keep=checkpoint.keep,
-                )
-            )
-        if executor is not None:
-            if executor not in _EXECUTORS:
-                raise ValueError(f"executor {executor!r}: expected local or slurm")
-            request.executor = _EXECUTORS[executor]
-        if slurm is not None:
-            request.slurm.CopyFrom(
-                pb.SlurmOptions(
-                    gpus_per_task=slurm.gpus_per_task, time_limit_minutes=slurm.time_limit_minutes
-                )
-            )
+        _set_placement(request, checkpoint, executor, slurm)
         reply = self._call("StartTraining", self._training.StartTraining, request)
         return Job.from_proto(reply.job, self)
 
@@ -552,6 +565,216 @@ class Client:
             ),
         )
         return History.from_proto(reply)
+
+    # Sweeps.
+
+    @overload
+    def sweep(
+        self,
+        plugin: str,
+        assets: Union[Sequence[AssetLike], AssetLike],
+        space: SearchSpace,
+        *,
+        metric: str = "valid_loss",
+        max_steps: int,
+        grace_period: Optional[int] = None,
+        reduction_factor: int = 3,
+        scheduler: str = "asha",
+        samples: int = 1,
+        seed: int = 1,
+        sample_seed: Optional[int] = None,
+        config: Optional[Mapping[str, Any]] = None,
+        mode: Optional[str] = None,
+        pooled: bool = False,
+        keep_best: bool = True,
+        name: str = "sweep",
+        device: str = "",
+        checkpoint: Optional[CheckpointPolicy] = None,
+        slice_steps: int = 0,
+        features: Optional[Mapping[str, Any]] = None,
+        executor: Optional[str] = None,
+        slurm: Optional[SlurmOptions] = None,
+        wait: Literal[True] = True,
+        progress: Union[bool, ProgressDisplay] = False,
+        interval_ms: int = 500,
+        timeout: Optional[float] = None,
+    ) -> SweepResults: ...
+
+    @overload
+    def sweep(
+        self,
+        plugin: str,
+        assets: Union[Sequence[AssetLike], AssetLike],
+        space: SearchSpace,
+        *,
+        metric: str = "valid_loss",
+        max_steps: int,
+        grace_period: Optional[int] = None,
+        reduction_factor: int = 3,
+        scheduler: str = "asha",
+        samples: int = 1,
+        seed: int = 1,
+        sample_seed: Optional[int] = None,
+        config: Optional[Mapping[str, Any]] = None,
+        mode: Optional[str] = None,
+        pooled: bool = False,
+        keep_best: bool = True,
+        name: str = "sweep",
+        device: str = "",
+        checkpoint: Optional[CheckpointPolicy] = None,
+        slice_steps: int = 0,
+        features: Optional[Mapping[str, Any]] = None,
+        executor: Optional[str] = None,
+        slurm: Optional[SlurmOptions] = None,
+        wait: Literal[False],
+        progress: Union[bool, ProgressDisplay] = False,
+        interval_ms: int = 500,
+        timeout: Optional[float] = None,
+    ) -> Job: ...
+
+    @overload
+    def sweep(
+        self,
+        plugin: str,
+        assets: Union[Sequence[AssetLike], AssetLike],
+        space: SearchSpace,
+        *,
+        metric: str = "valid_loss",
+        max_steps: int,
+        grace_period: Optional[int] = None,
+        reduction_factor: int = 3,
+        scheduler: str = "asha",
+        samples: int = 1,
+        seed: int = 1,
+        sample_seed: Optional[int] = None,
+        config: Optional[Mapping[str, Any]] = None,
+        mode: Optional[str] = None,
+        pooled: bool = False,
+        keep_best: bool = True,
+        name: str = "sweep",
+        device: str = "",
+        checkpoint: Optional[CheckpointPolicy] = None,
+        slice_steps: int = 0,
+        features: Optional[Mapping[str, Any]] = None,
+        executor: Optional[str] = None,
+        slurm: Optional[SlurmOptions] = None,
+        wait: bool,
+        progress: Union[bool, ProgressDisplay] = False,
+        interval_ms: int = 500,
+        timeout: Optional[float] = None,
+    ) -> Union[SweepResults, Job]: ...
+
+    def sweep(
+        self,
+        plugin: str,
+        assets: Union[Sequence[AssetLike], AssetLike],
+        space: SearchSpace,
+        *,
+        metric: str = "valid_loss",
+        max_steps: int,
+        grace_period: Optional[int] = None,
+        reduction_factor: int = 3,
+        scheduler: str = "asha",
+        samples: int = 1,
+        seed: int = 1,
+        sample_seed: Optional[int] = None,
+        config: Optional[Mapping[str, Any]] = None,
+        mode: Optional[str] = None,
+        pooled: bool = False,
+        keep_best: bool = True,
+        name: str = "sweep",
+        device: str = "",
+        checkpoint: Optional[CheckpointPolicy] = None,
+        slice_steps: int = 0,
+        features: Optional[Mapping[str, Any]] = None,
+        executor: Optional[str] = None,
+        slurm: Optional[SlurmOptions] = None,
+        wait: bool = True,
+        progress: Union[bool, ProgressDisplay] = False,
+        interval_ms: int = 500,
+        timeout: Optional[float] = None,
+    ) -> Union[SweepResults, Job]:
+        """Submits a hyperparameter sweep of ``plugin`` over ``space`` (``tli sweep start``):
+        its trials, sampled from the space, are the job's models, one task per asset (one
+        across all with ``pooled=True``), each trained up to ``max_steps``. With ``wait``
+        (default) it watches the job to the end and returns :meth:`sweep_results`; with
+        ``wait=False`` the :class:`Job` at once (``job.wait()``, then
+        ``tli.sweep_results(job)``).
+
+        ``space``: config key (dots for nested keys: ``"trading.window"``) → ``{"choice":
+        [...]}`` (one value at random per trial), ``{"grid": [...]}`` (every value: trials are
+        the grids' product), ``{"uniform": [lo, hi]}``, ``{"log_uniform": [lo, hi]}`` (lo > 0)
+        or ``{"int": [lo, hi]}`` (both included). ``samples``: random draws per grid point
+        (without grids, the number of trials), drawn with ``sample_seed`` (default ``seed``,
+        which also seeds the tasks: seed + task ordinal). ``config``: keys every trial shares
+        (the plugin's defaults for the rest).
+
+        ``scheduler="asha"`` (default) stops bad trials early: rungs at ``grace_period ×
+        reduction_factor^k`` steps (and ``max_steps``); a trial goes on from a rung only when
+        its ``metric`` there ranks in the top ``1/reduction_factor`` of the trials before it.
+        ``grace_period`` is then required (a multiple of the plugin's validation cadence).
+        ``scheduler="run_all"`` trains every trial to ``max_steps``. ``metric``: a validation
+        metric the plugin reports (``valid_*``); ``mode`` ``"min"``/``"max"``, left out: by the
+        metric's name. ``keep_best`` (default): each trial keeps its best checkpoint by
+        ``metric``, which is its model; ``False`` keeps the newest only.
+
+        ``name``, ``device``, ``checkpoint``, ``slice_steps``, ``features``, ``executor``,
+        ``slurm``: as for :meth:`start`. ``progress``, ``interval_ms``, ``timeout`` (seconds for
+        the whole wait): as for :meth:`wait`.
+
+        Checked here first (``ValueError`` naming the argument or ``space.KEY``: an unknown
+        kind of dimension, an empty choice or grid, a range not ``[low, high]``, a metric not
+        ``valid_*``, ``reduction_factor`` < 2, no ``grace_period`` for ASHA …); the host checks
+        the keys and values against the plugin's config schema (``InvalidArgument``:
+        ``space.lr: the plugin's config has no such key (did you mean learning_rate?)``).
+        """
+        message = sweep_to_proto(
+            plugin,
+            space,
+            metric=metric,
+            max_steps=max_steps,
+            grace_period=grace_period,
+            reduction_factor=reduction_factor,
+            scheduler=scheduler,
+            samples=samples,
+            seed=seed if sample_seed is None else sample_seed,
+            config=config,
+            mode=mode,
+            pooled=pooled,
+            keep_best=keep_best,
+        )
+        if isinstance(assets, (str, os.PathLike)) or not isinstance(assets, Sequence):
+            assets = [assets]
+        request = pb.StartTrainingRequest(
+            name=name,
+            assets=[asset_to_proto(a) for a in assets],
+            seed=seed,
+            device=device,
+            slice_steps=slice_steps,
+            features_json=json.dumps(dict(features), allow_nan=False) if features else "",
+            sweep=message,
+        )
+        _set_placement(request, checkpoint, executor, slurm)
+        reply = self._call("StartTraining", self._training.StartTraining, request)
+        job = Job.from_proto(reply.job, self)
+        if not wait:
+            return job
+        self.wait(job, progress=progress, interval_ms=interval_ms, timeout=timeout)
+        return self.sweep_results(job)
+
+    def sweep_results(self, job: JobRef) -> SweepResults:
+        """A sweep's result table (``tli sweep results``): each trial's searched values
+        (``params``), its metric at every rung (``rung_values``), ``final_value``, ``status``
+        and whether it is the best of its asset, with the steps trained against training
+        every trial to the end. ``.to_pandas()`` (or ``.to_dataframe()``) for a DataFrame.
+        Read while the sweep runs, it shows where each trial is now.
+
+        :class:`~tli_client.errors.NotFound` for no such job,
+        :class:`~tli_client.errors.FailedPrecondition` for a job that is not a sweep."""
+        reply = self._call(
+            "GetSweep", self._training.GetSweep, pb.GetSweepRequest(job_id=job_id_of(job))
+        )
+        return SweepResults.from_proto(reply)
 
     # The host.
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .client import Client, Resumed
     from .history import History
     from .progress import ProgressDisplay
+    from .sweeps import SweepResults
 
 __all__ = [
     "TaskState",
@@ -280,6 +281,10 @@ class Job:
     def history(self, metrics: Optional[builtins.list[str]] = None, max_points: int = 0) -> "History":
         """Every task's metric series (see :meth:`Client.history`)."""
         return self._host().history(self, metrics=metrics, max_points=max_points)
+
+    def sweep_results(self) -> "SweepResults":
+        """The result table of a sweep job (see :meth:`Client.sweep_results`)."""
+        return self._host().sweep_results(self)
 
     def to_pandas(self) -> "pandas.DataFrame":
         """One row per task: plugin, asset, state, steps, error, ``stopped_early``, the best
