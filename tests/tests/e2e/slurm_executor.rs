@@ -836,3 +836,64 @@ fn plugin_log_lines_of_a_worker_reach_the_watchers() {
         "{task}"
     );
 }
+
+/// An ASHA sweep with the Slurm executor: every trial a Slurm job whose
+/// worker asks the host for its verdict at each rung (a trial ahead of the
+/// ones before it parks, its Slurm job ends, and a new one goes on later);
+/// the decisions are those of the local executor (the hand computation of
+/// the sweeps tests: at step 10, 5 and 3 go on, 8 stops, 1 goes on).
+#[test]
+fn an_asha_sweep_runs_its_trials_as_slurm_jobs_with_the_same_decisions() {
+    let Some(cluster) = SlurmCluster::start(2, 4) else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let (_plugins, _state, server) =
+        slurm_host(&cluster, work.path(), &[(BEHAVIOUR, "behaviour")], &[]);
+    let out = server.client(&[
+        "sweep",
+        "start",
+        "-p",
+        "behaviour",
+        "-a",
+        "synthetic:200:1",
+        "--config",
+        r#"{"valid_every": 10, "sleep_ms_per_step": 5}"#,
+        "--space",
+        r#"{"valid_curve": {"grid": [[5, 6], [3, 9], [8], [1, 0.5]]}}"#,
+        "--max-steps",
+        "30",
+        "--grace-period",
+        "10",
+        "--watch",
+        "-o",
+        "json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let results: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let steps: Vec<u64> = results["trials"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["steps_done"].as_u64().unwrap())
+        .collect();
+    assert_eq!(steps, [30, 30, 10, 30], "{results}");
+    assert_eq!(results["best"], serde_json::json!([3]), "{results}");
+    assert_eq!(results["trials"][3]["final_value"], 0.5, "{results}");
+    let status = status(&server, "1");
+    assert!(
+        status["progress"]["tasks"][2]["stopped_early"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("stopped early by ASHA at rung 10")),
+        "{status}"
+    );
+    // Each task ran in Slurm.
+    assert!(
+        status["progress"]["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["slurm"]["job_id"].as_str().is_some_and(|j| !j.is_empty())),
+        "{status}"
+    );
+}
