@@ -7,9 +7,12 @@
 # It prints both result tables (`tli sweep results`), the steps each trained, the best trial of
 # each and how far ASHA's best final q-risk is from run-all's, the most trials that held a
 # reservation at once (the arbiter packing them), and writes the metric-by-trial chart and the
-# memory timeline of the ASHA sweep into OUT (default: a temporary directory).
+# memory timeline of the ASHA sweep into OUT (default: a temporary directory). Then it runs the
+# ASHA sweep once more with `tli host run`, killing the host (SIGKILL) KILLS times (default 5)
+# while it trains, and checks that every trial stopped where it did uninterrupted and that the
+# same trial is best with the same value.
 #
-# Needs `make build` first; about 10 minutes on 2 cores.
+# Needs `make build` first; about 13 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TLI=${TLI:-target/release/tli}
@@ -62,7 +65,8 @@ done
 "$TLI" --endpoint "$endpoint" sweep results 1 --plot "$OUT/sweep-asha.png" >/dev/null
 "$TLI" --endpoint "$endpoint" train plot 1 --metric valid_qrisk_p50 --out "$OUT/asha-charts" >/dev/null
 
-"$PYTHON" - "$OUT/asha.json" "$OUT/all.json" "$work/state/tli.sqlite3" <<'PY'
+status=0
+"$PYTHON" - "$OUT/asha.json" "$OUT/all.json" "$work/state/tli.sqlite3" <<'PY' || status=$?
 import json, sqlite3, sys
 asha, full = (json.load(open(p)) for p in sys.argv[1:3])
 def best(r):
@@ -93,3 +97,54 @@ print("PASS" if ok else "FAIL: ASHA must be within 1% of run-all's best in at mo
 sys.exit(0 if ok else 1)
 PY
 echo "charts: $OUT/sweep-asha.png, $OUT/asha-charts"
+
+# The ASHA sweep again in a fresh state directory, its host killed (SIGKILL) KILLS times while it
+# trains and started again each time: every trial must stop where it stopped uninterrupted, and
+# the same trial must be best with the same final value.
+KILLS=${KILLS:-5}
+if [ "$KILLS" -gt 0 ]; then
+  kstate="$work/killed"
+  done_steps() {
+    "$PYTHON" -c "import sqlite3,sys
+try:
+    db = sqlite3.connect(f'file:{sys.argv[1]}?mode=ro', uri=True)
+    print(db.execute('SELECT COALESCE(SUM(steps_done), 0) FROM tasks').fetchone()[0])
+except Exception:
+    print(0)" "$kstate/tli.sqlite3"
+  }
+  for k in $(seq "$KILLS"); do
+    submit=(); [ "$k" = 1 ] && submit=(--submit "$work/asha.json")
+    "$TLI" host run --no-tensorboard --state-dir "$kstate" --strategy auto "${submit[@]}" \
+      >>"$work/killed.log" 2>&1 &
+    pid=$!
+    before=$(done_steps)
+    while [ "$(done_steps)" -lt $((before + 200)) ]; do
+      kill -0 "$pid" 2>/dev/null || { echo "FAIL: the sweep ended before kill $k"; exit 1; }
+      sleep 0.5
+    done
+    kill -9 "$pid"; wait "$pid" 2>/dev/null || true
+    echo "killed the host at $(done_steps) steps trained (kill $k)"
+  done
+  "$TLI" host run --no-tensorboard --state-dir "$kstate" --strategy auto >>"$work/killed.log" 2>&1
+  "$PYTHON" - "$work/state/tli.sqlite3" "$kstate/tli.sqlite3" <<'PY'
+import sqlite3, sys
+def trials(path, job):
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    rows = db.execute("SELECT id, ordinal, steps_done, state FROM tasks WHERE job_id=? ORDER BY ordinal", (job,)).fetchall()
+    out = []
+    for tid, ordinal, steps, state in rows:
+        v = db.execute("SELECT value FROM metrics WHERE task_id=? AND name='valid_qrisk_p50' AND step=? ORDER BY rowid LIMIT 1", (tid, steps)).fetchone()
+        out.append((ordinal, steps, state, v[0] if v else None))
+    kills = db.execute("SELECT COUNT(*) FROM transitions t JOIN tasks k ON k.id=t.task_id WHERE k.job_id=? AND t.to_state='interrupted'", (job,)).fetchone()[0]
+    return out, kills
+(calm, _), (killed, interruptions) = trials(sys.argv[1], 1), trials(sys.argv[2], 1)
+same = [a[:3] == b[:3] for a, b in zip(calm, killed)]
+print(f"killed run: {interruptions} task interruptions; {sum(same)} of {len(calm)} trials stopped at the same step")
+best = lambda t: min((x for x in t if x[1] == max(y[1] for y in t)), key=lambda x: x[3])
+print(f"best trial uninterrupted {best(calm)[0]} ({best(calm)[3]:.6f}), killed {best(killed)[0]} ({best(killed)[3]:.6f})")
+ok = all(same) and best(calm)[:2] == best(killed)[:2]
+print("PASS: the same decisions and best trial" if ok else "FAIL: the killed sweep decided otherwise")
+sys.exit(0 if ok else 1)
+PY
+fi
+exit $status

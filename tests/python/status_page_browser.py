@@ -27,7 +27,8 @@ const rows = [...document.querySelectorAll('tr[data-task-id]')].map(r => ({
 const jobs = [...document.querySelectorAll('[data-job-progress]')].map(b => ({
   job_id: Number(b.dataset.jobProgress), progress: Number(b.getAttribute('aria-valuenow'))}));
 const sparks = [...document.querySelectorAll('svg[data-spark-task]')].map(s => ({
-  task_id: Number(s.dataset.sparkTask), points: Number(s.getAttribute('data-points') || 0)}));
+  task_id: Number(s.dataset.sparkTask), points: Number(s.getAttribute('data-points') || 0),
+  valid_points: Number(s.getAttribute('data-valid-points') || 0)}));
 const devices = [...document.querySelectorAll('[data-device]')].map(d => ({
   name: d.dataset.device, label: d.getAttribute('aria-label')}));
 return {rows, jobs, sparks, devices,
@@ -82,9 +83,12 @@ def main():
         second = wait_for(driver, "a live update (new steps or progress)", updated, args.timeout)
         third = wait_for(driver, "a sparkline with points",
                          lambda s: any(p["points"] >= 2 for p in s["sparks"]), args.timeout)
+        # A template task's train_loss sparkline with its valid_loss beside it (dashed).
+        fourth = wait_for(driver, "a sparkline with its validation twin",
+                          lambda s: any(p["valid_points"] >= 2 for p in s["sparks"]), args.timeout)
         if args.screenshot:
             driver.save_screenshot(args.screenshot)
-        json.dump({"first": first, "second": second, "third": third}, sys.stdout)
+        json.dump({"first": first, "second": second, "third": third, "fourth": fourth}, sys.stdout)
     finally:
         driver.quit()
 

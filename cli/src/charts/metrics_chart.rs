@@ -1,12 +1,16 @@
 //! One metric of a job over steps: a line per task that reported it (x =
 //! step, y = the value), labelled `task M plugin/asset`. A NaN breaks the
 //! line; short series (validation scores every so many steps) get markers.
+//! A training metric's chart (`train_loss`) also draws its validation twin
+//! (`valid_loss`) dashed in the same colour, so overfitting shows where the
+//! two part.
 
 use super::font::FONT;
 use super::{
     draw_error, draw_legend, short_number, task_color, task_label, JobHistory, MetricSeries,
     PlotError, SeriesSummary,
 };
+use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use std::path::Path;
 
@@ -14,7 +18,7 @@ use std::path::Path;
 const MARKERS_UP_TO: usize = 60;
 
 /// The value range with 5 % room, or a unit range around a constant.
-fn value_range(values: impl Iterator<Item = f64>) -> (f64, f64) {
+pub(crate) fn value_range(values: impl Iterator<Item = f64>) -> (f64, f64) {
     let (lo, hi) = values
         .filter(|v| v.is_finite())
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
@@ -49,7 +53,7 @@ fn segments(s: &MetricSeries) -> Vec<Vec<(f64, f64)>> {
 }
 
 /// Steps are whole numbers: ticks between them (a short range) stay unlabelled.
-fn step_label(v: &f64) -> String {
+pub(crate) fn step_label(v: &f64) -> String {
     if (v - v.round()).abs() > 1e-9 {
         String::new()
     } else {
@@ -77,7 +81,30 @@ pub fn draw(
                 .map(|s| (i, task_label(t), s))
         })
         .collect();
-    let (y0, y1) = value_range(lines.iter().flat_map(|(_, _, s)| s.values.iter().copied()));
+    // The validation twin of a training metric, drawn dashed beside it.
+    let twin = metric
+        .strip_prefix("train_")
+        .map(|rest| format!("valid_{rest}"))
+        .filter(|t| history.metric_names.contains(t));
+    let twins: Vec<(usize, &MetricSeries)> = match &twin {
+        Some(t) => lines
+            .iter()
+            .filter_map(|(i, _, _)| {
+                history.tasks[*i]
+                    .series
+                    .iter()
+                    .find(|s| &s.name == t)
+                    .map(|s| (*i, s))
+            })
+            .collect(),
+        None => Vec::new(),
+    };
+    let (y0, y1) = value_range(
+        lines
+            .iter()
+            .flat_map(|(_, _, s)| s.values.iter().copied())
+            .chain(twins.iter().flat_map(|(_, s)| s.values.iter().copied())),
+    );
     let (x0, x1) = lines
         .iter()
         .flat_map(|(_, _, s)| s.steps.iter().map(|&x| x as f64))
@@ -95,10 +122,16 @@ pub fn draw(
 
     let root = BitMapBackend::new(path, size).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
-    let caption = format!(
-        "job {} \u{201c}{}\u{201d}: {metric} by step, per task",
-        history.job_id, history.name
-    );
+    let caption = match &twin {
+        Some(t) if !twins.is_empty() => format!(
+            "job {} \u{201c}{}\u{201d}: {metric} (solid) and {t} (dashed) by step, per task",
+            history.job_id, history.name
+        ),
+        _ => format!(
+            "job {} \u{201c}{}\u{201d}: {metric} by step, per task",
+            history.job_id, history.name
+        ),
+    };
     let mut chart = ChartBuilder::on(&root)
         .caption(caption, (FONT, 24))
         .margin(18)
@@ -151,6 +184,22 @@ pub fn draw(
             last_step: series.steps.last().copied(),
             last_value: series.values.last().copied().filter(|v| v.is_finite()),
         });
+    }
+    for (index, series) in &twins {
+        let color = task_color(*index);
+        for run in segments(series) {
+            chart
+                .draw_series(run.iter().map(|&p| Circle::new(p, 3, color.filled())))
+                .map_err(|e| err(&e))?;
+            chart
+                .draw_series(std::iter::once(DashedPathElement::new(
+                    run,
+                    7,
+                    5,
+                    color.stroke_width(2),
+                )))
+                .map_err(|e| err(&e))?;
+        }
     }
     if !lines.is_empty() {
         draw_legend(&mut chart, path)?;

@@ -16,6 +16,7 @@ pub mod font;
 pub mod forecast_chart;
 pub mod memory_chart;
 pub mod metrics_chart;
+pub mod sweep_chart;
 
 pub use tli_store::{
     BudgetChange, DeviceHistory, JobHistory, MetricSeries, ReservationSpan, TaskHistory,
@@ -124,9 +125,19 @@ pub struct SeriesSummary {
 }
 
 /// A task's name in legends: `task 3 template/ES`; an asset that is a file
-/// path is shown by its file name.
+/// path is shown by its file name, a pooled task's assets by their number
+/// (`pooled ×3`), a synthetic asset by its label.
 pub fn task_label(task: &TaskHistory) -> String {
-    let asset = task.asset.rsplit('/').next().unwrap_or(&task.asset);
+    let asset = match task.asset.strip_prefix("pooled[") {
+        Some(inner) => format!("pooled ×{}", inner.split(',').count()),
+        None if task.asset.starts_with("synthetic") => task.asset.clone(),
+        None => task
+            .asset
+            .rsplit('/')
+            .next()
+            .unwrap_or(&task.asset)
+            .to_string(),
+    };
     format!("task {} {}/{}", task.task_id, task.plugin, asset)
 }
 

@@ -231,4 +231,77 @@ fn names_and_numbers_for_people() {
         task_label(&history().tasks[1]),
         "task 2 dqn/synthetic-ar1:300:1"
     );
+    let mut t = history().tasks[1].clone();
+    for (asset, shown) in [
+        (
+            "pooled[synthetic-seasonal:3000:21:0/3,synthetic-seasonal:3000:21:1/3]",
+            "task 2 dqn/pooled ×2",
+        ),
+        (
+            "synthetic-seasonal:3000:21:2/3",
+            "task 2 dqn/synthetic-seasonal:3000:21:2/3",
+        ),
+        ("ES=/data/bars/es.csv", "task 2 dqn/es.csv"),
+    ] {
+        t.asset = asset.into();
+        assert_eq!(task_label(&t), shown);
+    }
+}
+
+#[test]
+fn a_sweep_chart_draws_finished_and_stopped_trials() {
+    font::register_font().expect("a TrueType font (fonts-dejavu-core or TLI_CHART_FONT)");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sweep.png");
+    let line = |trial: u64, until: u64, best: bool| sweep_chart::TrialLine {
+        label: format!("trial {trial}: lr=0.{trial}"),
+        points: (1..=until / 10)
+            .map(|k| (k * 10, 1.0 / (k + trial) as f64))
+            .collect(),
+        finished: until == 90,
+        best,
+    };
+    let lines = [
+        line(0, 90, false),
+        line(1, 10, false),
+        line(2, 90, true),
+        line(3, 30, false),
+    ];
+    sweep_chart::draw(
+        &path,
+        "sweep (job 1): valid_loss of 4 trials by step, ASHA",
+        "valid_loss",
+        &[10, 30, 90],
+        &lines,
+        (800, 500),
+    )
+    .unwrap();
+    assert_eq!(png_size(&path), Some((800, 500)));
+    // No trial at all still draws the axes.
+    sweep_chart::draw(&path, "empty", "valid_loss", &[], &[], (400, 400)).unwrap();
+    assert_eq!(png_size(&path), Some((400, 400)));
+}
+
+#[test]
+fn a_training_metric_is_drawn_with_its_validation_twin() {
+    font::register_font().expect("a TrueType font (fonts-dejavu-core or TLI_CHART_FONT)");
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = history();
+    h.metric_names = vec!["train_loss".into(), "valid_loss".into()];
+    h.tasks[0].series = vec![
+        series("train_loss", 50, |s| 1.0 / s as f64),
+        series("valid_loss", 50, |s| 0.5 + 0.01 * s as f64),
+    ];
+    h.tasks.truncate(1);
+    let with = dir.path().join("with.png");
+    metrics_chart::draw(&with, &h, "train_loss", (640, 400)).unwrap();
+    h.metric_names.pop();
+    h.tasks[0].series.pop();
+    let without = dir.path().join("without.png");
+    metrics_chart::draw(&without, &h, "train_loss", (640, 400)).unwrap();
+    assert_ne!(
+        std::fs::read(&with).unwrap(),
+        std::fs::read(&without).unwrap(),
+        "the dashed valid_loss line and its caption"
+    );
 }

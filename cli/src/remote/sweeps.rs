@@ -20,6 +20,7 @@
 use super::connection::{api_error, normalize_endpoint, run, Remote};
 use super::request::{absolutize_local_paths, parse_asset, request_from_spec_file};
 use crate::args::{Cli, OutputFormat, SweepCommand, SweepStartArgs};
+use crate::charts::sweep_chart::TrialLine;
 use crate::render::lower_is_better;
 use crate::view::JobJson;
 use crate::{new_table, print_json};
@@ -375,8 +376,8 @@ fn print_results(r: &GetSweepResponse, output: OutputFormat) -> Result<()> {
     Ok(())
 }
 
-/// The metric of every trial against steps, one line per trial, labelled
-/// with its searched values.
+/// The metric of every trial against steps ([`crate::charts::sweep_chart`]),
+/// from the job's history.
 fn plot(cli: &Cli, r: &GetSweepResponse, path: &std::path::Path) -> Result<()> {
     let response = super::training_history(
         cli,
@@ -386,28 +387,64 @@ fn plot(cli: &Cli, r: &GetSweepResponse, path: &std::path::Path) -> Result<()> {
             max_points_per_series: 2000,
         },
     )?;
-    let mut history = tli_wire::history::history_from_proto(&response);
+    let history = tli_wire::history::history_from_proto(&response);
     let json = to_json(r);
-    for task in &mut history.tasks {
-        if let Some((t, j)) = r
-            .trials
-            .iter()
-            .zip(&json.trials)
-            .find(|(t, _)| t.task_id as i64 == task.task_id)
-        {
-            let mark = if t.best { " ★" } else { "" };
-            task.plugin = format!("trial {} {}{mark}", t.trial, params_text(&j.params));
-        }
-    }
+    let max = r.rungs.last().copied().unwrap_or(0);
+    let several_assets = r.trials.iter().any(|t| t.asset != r.trials[0].asset);
+    let lines: Vec<TrialLine> = r
+        .trials
+        .iter()
+        .zip(&json.trials)
+        .map(|(t, j)| {
+            let mut points: Vec<(u64, f64)> = Vec::new();
+            if let Some(s) = history
+                .tasks
+                .iter()
+                .find(|h| h.task_id as u64 == t.task_id)
+                .and_then(|h| h.series.iter().find(|s| s.name == r.metric))
+            {
+                for (&step, &value) in s.steps.iter().zip(&s.values) {
+                    // The first value at a step is the training call's (an evaluation may follow).
+                    if points.last().is_none_or(|p| p.0 != step) {
+                        points.push((step, value));
+                    }
+                }
+            }
+            let asset = if several_assets {
+                format!(" {}", t.asset.rsplit('/').next().unwrap_or(&t.asset))
+            } else {
+                String::new()
+            };
+            TrialLine {
+                label: format!("trial {}{asset}: {}", t.trial, params_text(&j.params)),
+                points,
+                finished: t.steps_done >= max && max > 0,
+                best: t.best,
+            }
+        })
+        .collect();
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("--plot: cannot create {}", dir.display()))?;
     }
     crate::charts::font::register_font()?;
-    crate::charts::metrics_chart::draw(
+    let title = format!(
+        "sweep (job {}): {} of {} trials by step, {}",
+        r.job_id,
+        r.metric,
+        r.trials.len(),
+        if r.scheduler == "asha" {
+            "ASHA"
+        } else {
+            "run all"
+        }
+    );
+    crate::charts::sweep_chart::draw(
         path,
-        &history,
+        &title,
         &r.metric,
+        &r.rungs,
+        &lines,
         (crate::charts::DEFAULT_WIDTH, crate::charts::DEFAULT_HEIGHT),
     )?;
     eprintln!("wrote {}", path.display());

@@ -472,6 +472,14 @@ fn the_status_page_shows_live_jobs_in_a_real_browser() {
             .any(|s| s["points"].as_u64() >= Some(2)),
         "{seen}"
     );
+    assert!(
+        seen["fourth"]["sparks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["valid_points"].as_u64() >= Some(2) && s["points"].as_u64() >= Some(2)),
+        "a template task's train_loss with valid_loss beside it: {seen}"
+    );
     let png = std::fs::read(&screenshot).expect("screenshot written");
     assert_eq!(&png[1..4], b"PNG");
     let _ = server.client(&["train", "stop", &job.to_string(), "--force"]);

@@ -119,24 +119,43 @@ function sparkline(taskId) {
   svg.setAttribute("height", "28");
   svg.setAttribute("data-spark-task", taskId);
   if (!s || !s.values || s.values.length < 2) return svg;
-  const vals = s.values.map((v) => (v === null ? NaN : v));
+  const clean = (xs) => xs.map((v) => (v === null ? NaN : v));
+  const vals = clean(s.values);
   const finite = vals.filter(isFinite);
   if (finite.length < 2) return svg;
-  const lo = Math.min(...finite), hi = Math.max(...finite);
+  // The validation twin (valid_loss beside train_loss), dashed, on the same scale.
+  const twin = s.twin && s.twin.values ? clean(s.twin.values) : [];
+  const both = finite.concat(twin.filter(isFinite));
+  const lo = Math.min(...both), hi = Math.max(...both);
   const x0 = s.steps[0], x1 = s.steps[s.steps.length - 1] || x0 + 1;
-  const pts = [];
-  vals.forEach((v, i) => {
-    if (!isFinite(v)) return;
-    const x = 2 + 116 * (s.steps[i] - x0) / Math.max(x1 - x0, 1);
-    const y = 26 - 24 * (hi > lo ? (v - lo) / (hi - lo) : 0.5);
-    pts.push(x.toFixed(1) + "," + y.toFixed(1));
-  });
+  const points = (steps, values) => {
+    const pts = [];
+    values.forEach((v, i) => {
+      if (!isFinite(v)) return;
+      const x = 2 + 116 * Math.min(Math.max((steps[i] - x0) / Math.max(x1 - x0, 1), 0), 1);
+      const y = 26 - 24 * (hi > lo ? (v - lo) / (hi - lo) : 0.5);
+      pts.push(x.toFixed(1) + "," + y.toFixed(1));
+    });
+    return pts;
+  };
+  const pts = points(s.steps, vals);
   const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
   line.setAttribute("points", pts.join(" "));
   const title = document.createElementNS("http://www.w3.org/2000/svg", "title");
   title.textContent = s.metric + ": " + num(finite[0]) + " → " + num(finite[finite.length - 1]);
   svg.append(title, line);
   svg.setAttribute("data-points", String(pts.length));
+  const twinPts = twin.length ? points(s.twin.steps, twin) : [];
+  if (twinPts.length >= 2) {
+    const valid = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
+    valid.setAttribute("class", "valid");
+    valid.setAttribute("points", twinPts.join(" "));
+    const finiteTwin = twin.filter(isFinite);
+    title.textContent += "; " + s.twin.metric + " (dashed): " + num(finiteTwin[0]) + " → " +
+      num(finiteTwin[finiteTwin.length - 1]);
+    svg.append(valid);
+    svg.setAttribute("data-valid-points", String(twinPts.length));
+  }
   return svg;
 }
 
@@ -188,14 +207,18 @@ async function refreshSparks(jobs) {
     const s = sparks.get(t.task_id);
     const running = t.state === "running" || t.state === "checkpointing";
     if (!s || (running && now - s.fetched > SPARK_REFRESH_MS) || (!running && !s.final)) {
-      wanted.push([t.task_id, t.loss_metric, !running && t.state !== "queued"]);
+      const twin = t.loss_metric.startsWith("train_") ? "valid_" + t.loss_metric.slice(6) : null;
+      wanted.push([t.task_id, t.loss_metric, !running && t.state !== "queued",
+        twin && twin in t.metrics ? twin : null]);
     }
   }
-  await Promise.all(wanted.slice(0, 16).map(async ([id, metric, final]) => {
+  const series = (id, metric) => getJson("api/series?task=" + id + "&metric=" +
+    encodeURIComponent(metric) + "&points=" + SPARK_POINTS);
+  await Promise.all(wanted.slice(0, 16).map(async ([id, metric, final, twin]) => {
     try {
-      const s = await getJson("api/series?task=" + id + "&metric=" + encodeURIComponent(metric) +
-        "&points=" + SPARK_POINTS);
-      sparks.set(id, { fetched: Date.now(), steps: s.steps, values: s.values, metric: s.metric, final });
+      const [s, v] = await Promise.all([series(id, metric), twin ? series(id, twin) : null]);
+      sparks.set(id, { fetched: Date.now(), steps: s.steps, values: s.values, metric: s.metric, final,
+        twin: v ? { steps: v.steps, values: v.values, metric: v.metric } : null });
     } catch (e) { /* the next poll tries again */ }
   }));
 }
