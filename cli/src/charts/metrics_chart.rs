@@ -7,8 +7,8 @@
 
 use super::font::FONT;
 use super::{
-    draw_error, draw_legend, short_number, task_color, task_label, JobHistory, MetricSeries,
-    PlotError, SeriesSummary,
+    draw_error, draw_legend, draw_step_mesh, short_number, task_color, task_label, JobHistory,
+    MetricSeries, PlotError, SeriesSummary,
 };
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
@@ -139,18 +139,7 @@ pub fn draw(
         .y_label_area_size(85)
         .build_cartesian_2d(x0..x1, y0..y1)
         .map_err(|e| err(&e))?;
-    chart
-        .configure_mesh()
-        .x_desc("step")
-        .y_desc(metric)
-        .x_label_formatter(&step_label)
-        .y_label_formatter(&|v| short_number(*v))
-        .label_style((FONT, 15))
-        .axis_desc_style((FONT, 17))
-        .light_line_style(RGBColor(246, 246, 246))
-        .bold_line_style(RGBColor(210, 210, 210))
-        .draw()
-        .map_err(|e| err(&e))?;
+    draw_step_mesh(&mut chart, metric, path)?;
 
     let mut summaries = Vec::with_capacity(lines.len());
     for (index, label, series) in &lines {

@@ -272,6 +272,28 @@ pub(crate) type Chart<'a, 'b> = plotters::chart::ChartContext<
     >,
 >;
 
+/// The axes of a chart by step: `step` on x, `metric` on y, a light grid
+/// (the metric charts and the sweep chart).
+pub(crate) fn draw_step_mesh(
+    chart: &mut Chart<'_, '_>,
+    metric: &str,
+    path: &Path,
+) -> Result<(), PlotError> {
+    use plotters::prelude::*;
+    chart
+        .configure_mesh()
+        .x_desc("step")
+        .y_desc(metric)
+        .x_label_formatter(&metrics_chart::step_label)
+        .y_label_formatter(&|v| short_number(*v))
+        .label_style((font::FONT, 15))
+        .axis_desc_style((font::FONT, 17))
+        .light_line_style(RGBColor(246, 246, 246))
+        .bold_line_style(RGBColor(210, 210, 210))
+        .draw()
+        .map_err(|e| draw_error(path, &e))
+}
+
 /// The legend every chart here draws: upper right, on a light box.
 pub(crate) fn draw_legend<'a>(chart: &mut Chart<'a, 'a>, path: &Path) -> Result<(), PlotError> {
     use plotters::prelude::*;

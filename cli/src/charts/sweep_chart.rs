@@ -5,8 +5,8 @@
 //! stopped them; dashed vertical lines mark the rungs.
 
 use super::font::FONT;
-use super::metrics_chart::{step_label, value_range};
-use super::{draw_error, draw_legend, short_number, task_color, PlotError};
+use super::metrics_chart::value_range;
+use super::{draw_error, draw_legend, draw_step_mesh, task_color, PlotError};
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use std::path::Path;
@@ -59,18 +59,7 @@ pub fn draw(
         .y_label_area_size(85)
         .build_cartesian_2d(0.0..x1 * 1.02, y0..y1)
         .map_err(|e| err(&e))?;
-    chart
-        .configure_mesh()
-        .x_desc("step")
-        .y_desc(metric)
-        .x_label_formatter(&step_label)
-        .y_label_formatter(&|v| short_number(*v))
-        .label_style((FONT, 15))
-        .axis_desc_style((FONT, 17))
-        .light_line_style(RGBColor(246, 246, 246))
-        .bold_line_style(RGBColor(210, 210, 210))
-        .draw()
-        .map_err(|e| err(&e))?;
+    draw_step_mesh(&mut chart, metric, path)?;
     for &r in rungs {
         chart
             .draw_series(std::iter::once(DashedPathElement::new(

@@ -157,6 +157,19 @@ fn asha_stops_bad_trials_at_their_rungs_and_names_the_best_and_run_all_agrees() 
     let png = std::fs::read(&plot).unwrap();
     assert_eq!(&png[1..4], b"PNG");
 
+    // Trained further: the trials that reached the end go on; those ASHA stopped stay stopped.
+    let out = server.client(&["train", "resume", "1", "--steps", "30"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("resumed 2 task(s) of job 1"),
+        "{}",
+        stderr(&out)
+    );
+    let out = server.client(&["train", "watch", "1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let steps: Vec<u64> = outcomes(&state, 1).iter().map(|o| o.1).collect();
+    assert_eq!(steps, [120, 30, 10, 120, 10, 30, 10, 10, 10]);
+
     // The same trials run to completion: the same best trial, in 810 steps.
     let out = server.client(&[
         "sweep",

@@ -332,9 +332,22 @@ impl Orchestrator {
         if self.store.job(job)?.is_none() {
             return Err(OrchestratorError::NoSuchJob(job));
         }
+        // A sweep trial that ASHA stopped at a rung would be stopped there again: it stays.
+        let rungs = match more_steps {
+            Some(_) => super::super::sweep_gate::job_spec(&self.store, job)
+                .map(|s| s.decision_rungs())
+                .unwrap_or_default(),
+            None => Vec::new(),
+        };
+        let stopped_at_rung = |t: &TaskRow| {
+            t.state == TaskState::Completed
+                && t.steps_done < t.total_steps
+                && rungs.contains(&t.steps_done)
+        };
         let mut resumed = 0;
         for task in self.store.tasks_of(job)? {
             match more_steps {
+                Some(_) if stopped_at_rung(&task) => {}
                 Some(more) if task.state.is_resumable() || task.state == TaskState::Completed => {
                     self.store.extend_task(task.id, more)?;
                     resumed += 1;
