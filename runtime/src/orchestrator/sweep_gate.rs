@@ -20,7 +20,7 @@
 use super::job::{JobSpec, TaskAssets};
 use super::state::TaskState;
 use super::store::{BestMark, Store, StoreError, TaskRow};
-use super::JobId;
+use super::{JobId, TaskId};
 use tli_core::sweep::{SweepSpec, TrialRecord, TrialResult, Verdict};
 
 /// Why a sweep's records could not be gathered.
@@ -127,6 +127,45 @@ pub fn verdict(store: &Store, task: &TaskRow, step: u64) -> Result<Option<Verdic
         own.steps_done = own.steps_done.max(step);
     }
     Ok(sweep.verdict(planned.model, step, &records))
+}
+
+/// The verdicts on several of one job's tasks, each at its `steps_done`
+/// (the trials parked at a rung): the job's spec, tasks and each group's
+/// records are read once. Tasks that are not trials at a decision rung are
+/// left out.
+pub fn verdicts_at_rest(
+    store: &Store,
+    job: JobId,
+    parked: &[&TaskRow],
+) -> Result<Vec<(TaskId, Verdict)>, GateError> {
+    let spec = job_spec(store, job)?;
+    let Some(sweep) = &spec.sweep else {
+        return Ok(Vec::new());
+    };
+    let rungs = sweep.decision_rungs();
+    let plan = spec.task_plan();
+    let tasks = store.tasks_of(job)?;
+    let mut out = Vec::new();
+    for group in groups(&spec, &tasks) {
+        let asking: Vec<(&TaskRow, usize)> = parked
+            .iter()
+            .filter(|t| rungs.contains(&t.steps_done))
+            .filter_map(|t| {
+                let p = plan.get(t.ordinal as usize)?;
+                (p.assets == group.assets).then_some((*t, p.model))
+            })
+            .collect();
+        let Some(upto) = asking.iter().map(|(_, trial)| trial + 1).max() else {
+            continue;
+        };
+        let records = records(store, sweep, &group, upto)?;
+        for (task, trial) in asking {
+            if let Some(v) = sweep.verdict(trial, task.steps_done, &records) {
+                out.push((task.id, v));
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Why ASHA stopped a trial at a rung (a completed task's reason; it starts
