@@ -248,6 +248,17 @@ fn start_request(args: &StartArgs, endpoint: &str) -> Result<StartTrainingReques
     Ok(request)
 }
 
+/// Submits a job (`StartTraining`); the job as the host stored it.
+async fn submit(remote: &Remote, request: StartTrainingRequest) -> Result<JobJson> {
+    let response = remote
+        .training()
+        .start_training(request)
+        .await
+        .map_err(|s| api_error(remote, s))?
+        .into_inner();
+    Ok(JobJson::from(&response.job.unwrap_or_default()))
+}
+
 /// `train start`: submits, prints the job, and follows it with `--watch`.
 async fn start(
     remote: Remote,
@@ -256,13 +267,7 @@ async fn start(
     verbose: bool,
     output: OutputFormat,
 ) -> Result<()> {
-    let response = remote
-        .training()
-        .start_training(request)
-        .await
-        .map_err(|s| api_error(&remote, s))?
-        .into_inner();
-    let job = JobJson::from(&response.job.unwrap_or_default());
+    let job = submit(&remote, request).await?;
     match (output, watch) {
         (OutputFormat::Json, true) => {
             view::print_json_line(&EventJson::Started { job: job.clone() })?

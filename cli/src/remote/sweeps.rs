@@ -22,7 +22,6 @@ use super::request::{absolutize_local_paths, parse_asset, request_from_spec_file
 use crate::args::{Cli, OutputFormat, SweepCommand, SweepStartArgs};
 use crate::charts::sweep_chart::TrialLine;
 use crate::render::lower_is_better;
-use crate::view::JobJson;
 use crate::{new_table, print_json};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
@@ -139,13 +138,7 @@ async fn start(
     watch: bool,
     output: OutputFormat,
 ) -> Result<()> {
-    let response = remote
-        .training()
-        .start_training(request)
-        .await
-        .map_err(|s| api_error(&remote, s))?
-        .into_inner();
-    let job = JobJson::from(&response.job.unwrap_or_default());
+    let job = super::submit(&remote, request).await?;
     if !watch {
         if output == OutputFormat::Json {
             return print_json(&job);
@@ -294,6 +287,11 @@ fn real_text(x: f64) -> String {
     }
 }
 
+/// Whether the sweep's trials are on several assets (a group each).
+fn several_assets(r: &GetSweepResponse) -> bool {
+    r.trials.iter().any(|t| t.asset != r.trials[0].asset)
+}
+
 fn value_text(v: Option<f64>) -> String {
     v.map_or_else(|| "–".to_string(), |x| format!("{x:.5}"))
 }
@@ -303,11 +301,7 @@ fn print_results(r: &GetSweepResponse, output: OutputFormat) -> Result<()> {
     if output == OutputFormat::Json {
         return print_json(&json);
     }
-    let several_assets = {
-        let mut assets: Vec<&str> = r.trials.iter().map(|t| t.asset.as_str()).collect();
-        assets.dedup();
-        assets.len() > 1
-    };
+    let several_assets = several_assets(r);
     let mut header: Vec<String> = vec!["TRIAL".into(), "TASK".into()];
     if several_assets {
         header.push("ASSET".into());
@@ -390,7 +384,7 @@ fn plot(cli: &Cli, r: &GetSweepResponse, path: &std::path::Path) -> Result<()> {
     let history = tli_wire::history::history_from_proto(&response);
     let json = to_json(r);
     let max = r.rungs.last().copied().unwrap_or(0);
-    let several_assets = r.trials.iter().any(|t| t.asset != r.trials[0].asset);
+    let several_assets = several_assets(r);
     let lines: Vec<TrialLine> = r
         .trials
         .iter()

@@ -104,29 +104,15 @@ pub fn records(
 /// The scheduler's verdict on `task` at `step`; `None` when the task is not
 /// a sweep trial or `step` is not one of its decision rungs.
 pub fn verdict(store: &Store, task: &TaskRow, step: u64) -> Result<Option<Verdict>, GateError> {
-    let spec = job_spec(store, task.job_id)?;
-    let Some(sweep) = &spec.sweep else {
-        return Ok(None);
-    };
-    if !sweep.decision_rungs().contains(&step) {
-        return Ok(None);
-    }
-    let tasks = store.tasks_of(task.job_id)?;
-    let Some(planned) = spec.task_plan().get(task.ordinal as usize).copied() else {
-        return Ok(None);
-    };
-    let Some(group) = groups(&spec, &tasks)
-        .into_iter()
-        .find(|g| g.assets == planned.assets)
-    else {
-        return Ok(None);
-    };
-    let mut records = records(store, sweep, &group, planned.model + 1)?;
     // The asking trial is at `step` whatever the store's row said when read.
-    if let Some(own) = records.get_mut(planned.model) {
-        own.steps_done = own.steps_done.max(step);
-    }
-    Ok(sweep.verdict(planned.model, step, &records))
+    let at = TaskRow {
+        steps_done: step,
+        ..task.clone()
+    };
+    Ok(verdicts_at_rest(store, task.job_id, &[&at])?
+        .into_iter()
+        .find(|(id, _)| *id == task.id)
+        .map(|(_, v)| v))
 }
 
 /// The verdicts on several of one job's tasks, each at its `steps_done`
