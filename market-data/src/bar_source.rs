@@ -15,7 +15,9 @@
 //! only a default and always yields.
 
 use crate::contracts::{ContractBook, ContractSpec};
+use crate::covariates::attach_columns;
 use crate::csv_format::symbol_from_file_name;
+use crate::features::FeatureConfig;
 use crate::zones::{LocalZone, Timestamps, ZoneError, ZoneReport};
 use crate::{csv_format, dbn_format, excerpt, parquet_format, BarTable, DataError, Format};
 use serde::Serialize;
@@ -264,16 +266,37 @@ impl BarSource {
         Ok((cut, notes))
     }
 
+    /// [`read`](Self::read), with the user's columns `features` names (of
+    /// the bar file and of covariate files) joined to the bars
+    /// ([`crate::covariates::attach_columns`]).
+    pub fn read_for(
+        &self,
+        book: &ContractBook,
+        features: &FeatureConfig,
+    ) -> Result<(BarTable, ReadNotes), DataError> {
+        let (mut table, notes) = self.read(book)?;
+        if features.columns.is_empty() && features.target.column().is_none() {
+            return Ok((table, notes));
+        }
+        let zone = self.zone()?;
+        attach_columns(&mut table, Some(&self.path), features, zone.as_ref())?;
+        Ok((table, notes))
+    }
+
+    /// The time zone of timestamps written without one, parsed.
+    fn zone(&self) -> Result<Option<LocalZone>, DataError> {
+        match &self.tz {
+            Some(tz) => Ok(Some(LocalZone::parse(tz).map_err(|e| {
+                DataError::Invalid(format!("{}: {e}", self.path.display()))
+            })?)),
+            None => Ok(None),
+        }
+    }
+
     /// [`read`](Self::read) without the start/end cut.
     fn read_whole(&self, book: &ContractBook) -> Result<(BarTable, ReadNotes), DataError> {
         let path = &self.path;
-        let zone = match &self.tz {
-            Some(tz) => Some(
-                LocalZone::parse(tz)
-                    .map_err(|e| DataError::Invalid(format!("{}: {e}", path.display())))?,
-            ),
-            None => None,
-        };
+        let zone = self.zone()?;
         let (mut table, mut notes) = read_bars_with(path, zone.as_ref())?;
         let Some(given) = &self.symbol else {
             return Ok((table, notes));

@@ -12,15 +12,23 @@
 //!   month as sin/cos pairs, for bars under a day the time of day and the
 //!   session position, holiday and half-day flags, days to the next roll.
 //!
-//! Targets: `fwd_logret_h` = ln(close_{t+h} / close_t), divided by its
-//! training-split standard deviation (so losses are O(1)); the sign and
-//! relative size are kept.
+//! The user's own columns ([`crate::columns`]: of the bar file or a
+//! covariate file, observed-past, known-future or static, real or
+//! categorical) follow, with their roles (`builtin: false` leaves only
+//! them); how they become features is [`crate::user_features`].
+//!
+//! Targets: `fwd_logret_h` = ln(close_{t+h} / close_t) by default, or
+//! another [`Target`] (forward realized volatility, range, return sign, a
+//! column h bars ahead), divided by its training-split standard deviation
+//! (so losses are O(1)); the sign and relative size are kept.
 //!
 //! Rows without a full look-back or a full target horizon are dropped. The
 //! remaining rows are split chronologically into train / validation / test
 //! with an embargo gap of at least the longest target horizon between them,
-//! so no training target overlaps a later split. Every feature is z-scored
-//! with the mean and standard deviation of the training rows only.
+//! so no training target overlaps a later split. Every built-in feature is
+//! z-scored with the mean and standard deviation of the training rows only
+//! (a user column when its transform is `zscore`; the others are kept as
+//! they are).
 //!
 //! A model keeps what the pipeline fitted on its training split
 //! ([`FeatureStats`], from [`build_with_stats`]): new bars are featurized with
@@ -35,8 +43,11 @@
 //! front-contract rolls.
 
 use super::calendar::ExchangeCalendar;
+use super::columns::{check_columns, Target, UserColumn};
 use super::contracts::ContractSpec;
 use super::table::BarTable;
+pub use super::user_features::Levels;
+use super::user_features::{check_rows, check_targets, fit_levels, raw_targets, user_features};
 use super::DataError;
 use crate::timefmt::UtcTime;
 use abi_stable::std_types::{RString, RVec};
@@ -70,6 +81,20 @@ pub struct FeatureConfig {
     /// `test_fraction`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub test_start: Option<UtcTime>,
+    /// Whether the built-in features (returns, volatility, range, volume,
+    /// calendar) stay; `false` leaves only `columns`.
+    #[serde(skip_serializing_if = "is_true")]
+    pub builtin: bool,
+    /// The user's own columns (see [`crate::columns`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub columns: Vec<UserColumn>,
+    /// What the targets are (forward log returns unless said otherwise).
+    #[serde(skip_serializing_if = "Target::is_default")]
+    pub target: Target,
+}
+
+fn is_true(value: &bool) -> bool {
+    *value
 }
 
 impl Default for FeatureConfig {
@@ -84,6 +109,9 @@ impl Default for FeatureConfig {
             embargo: None,
             valid_start: None,
             test_start: None,
+            builtin: true,
+            columns: Vec::new(),
+            target: Target::FwdLogret,
         }
     }
 }
@@ -133,6 +161,12 @@ impl FeatureConfig {
                 ));
             }
         }
+        let builtin = if self.builtin {
+            self.builtin_names()
+        } else {
+            Vec::new()
+        };
+        check_columns(&self.columns, &builtin, &self.target).map_err(|e| e.to_string())?;
         if let Some(e) = self.embargo {
             if e < self.max_target_horizon() {
                 return Err(format!(
@@ -148,6 +182,25 @@ impl FeatureConfig {
         self.target_horizons.iter().copied().max().unwrap_or(1)
     }
 
+    /// Every name a built-in feature can have (the calendar's depend on the
+    /// bar interval and contract: all of them here).
+    pub fn builtin_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .return_horizons
+            .iter()
+            .map(|h| format!("logret_{h}"))
+            .collect();
+        names.push(format!("realized_vol_{}", self.volatility_window));
+        names.push("range".into());
+        names.push(format!("volume_z_{}", self.volume_window));
+        names.extend(
+            crate::calendar::KNOWN_FUTURE_NAMES
+                .iter()
+                .map(|n| n.to_string()),
+        );
+        names
+    }
+
     /// Bars of history the features need before a row is usable.
     pub fn lookback(&self) -> usize {
         let longest_return = self.return_horizons.iter().copied().max().unwrap_or(1);
@@ -158,33 +211,60 @@ impl FeatureConfig {
 }
 
 /// Features before normalization: `rows × names.len()`, row-major; rows
-/// before the look-back hold NaN.
+/// before the look-back hold NaN (and user columns NaN where they have no
+/// value: [`crate::user_features`]).
 pub struct RawFeatures {
     pub names: Vec<String>,
     pub roles: Vec<FeatureRole>,
+    /// Per feature, the input variable it belongs to: its own, or its
+    /// categorical column's (one-hot columns share one).
+    pub variables: Vec<u32>,
+    /// Per feature: z-scored with the training split's statistics (every
+    /// built-in feature, user columns with transform `zscore`).
+    pub zscore: Vec<bool>,
     pub values: Vec<f64>,
 }
 
-/// Computes the raw features of every row (see the module docs).
+/// Computes the raw features of every row (see the module docs), with
+/// categorical user columns one-hot over `levels`.
 pub fn raw_features(
     table: &BarTable,
     calendar: &ExchangeCalendar,
     config: &FeatureConfig,
-) -> RawFeatures {
+    levels: &Levels,
+) -> Result<RawFeatures, DataError> {
     let n = table.len();
-    let mut names: Vec<String> = config
-        .return_horizons
-        .iter()
-        .map(|h| format!("logret_{h}"))
-        .collect();
-    names.push(format!("realized_vol_{}", config.volatility_window));
-    names.push("range".into());
-    names.push(format!("volume_z_{}", config.volume_window));
+    let mut names: Vec<String> = Vec::new();
+    let mut known = Vec::new();
+    if config.builtin {
+        names.extend(config.return_horizons.iter().map(|h| format!("logret_{h}")));
+        names.push(format!("realized_vol_{}", config.volatility_window));
+        names.push("range".into());
+        names.push(format!("volume_z_{}", config.volume_window));
+        known = calendar.known_future_features(&table.ts, table.interval);
+    }
     let observed = names.len();
-    let known = calendar.known_future_features(&table.ts, table.interval);
     names.extend(known.iter().map(|(name, _)| name.clone()));
     let mut roles = vec![FeatureRole::ObservedPast; observed];
     roles.resize(names.len(), FeatureRole::KnownFuture);
+    let builtin = names.len();
+    let user = user_features(table, config, levels)?;
+    names.extend(user.names.iter().cloned());
+    roles.extend(user.roles.iter().copied());
+    let mut variables: Vec<u32> = (0..builtin as u32).collect();
+    let mut last_source = None;
+    let mut next = builtin as u32;
+    for &source in &user.sources {
+        if last_source != Some(source) {
+            last_source = Some(source);
+            variables.push(next);
+            next += 1;
+        } else {
+            variables.push(next - 1);
+        }
+    }
+    let mut zscore = vec![true; builtin];
+    zscore.extend(&user.zscore);
     let width = names.len();
     let mut values = vec![f64::NAN; n * width];
     let log_close: Vec<f64> = table.close.iter().map(|c| c.ln()).collect();
@@ -192,45 +272,53 @@ pub fn raw_features(
     for t in 0..n {
         let row = &mut values[t * width..(t + 1) * width];
         let mut col = 0;
-        for &h in &config.return_horizons {
-            if t >= h {
-                row[col] = log_close[t] - log_close[t - h];
+        if config.builtin {
+            for &h in &config.return_horizons {
+                if t >= h {
+                    row[col] = log_close[t] - log_close[t - h];
+                }
+                col += 1;
+            }
+            let w = config.volatility_window;
+            if t >= w {
+                let sum_sq: f64 = (t + 1 - w..=t)
+                    .map(|i| (log_close[i] - log_close[i - 1]).powi(2))
+                    .sum();
+                row[col] = (sum_sq / w as f64).sqrt();
             }
             col += 1;
+            row[col] = (table.high[t] / table.low[t]).ln();
+            col += 1;
+            let w = config.volume_window;
+            if t + 1 >= w {
+                let window = &log_volume[t + 1 - w..=t];
+                let mean = window.iter().sum::<f64>() / w as f64;
+                let std = (window.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (w - 1) as f64)
+                    .sqrt();
+                row[col] = if std > 0.0 {
+                    (log_volume[t] - mean) / std
+                } else {
+                    0.0
+                };
+            }
+            col += 1;
+            for (_, column) in &known {
+                row[col] = column[t];
+                col += 1;
+            }
         }
-        let w = config.volatility_window;
-        if t >= w {
-            let sum_sq: f64 = (t + 1 - w..=t)
-                .map(|i| (log_close[i] - log_close[i - 1]).powi(2))
-                .sum();
-            row[col] = (sum_sq / w as f64).sqrt();
-        }
-        col += 1;
-        row[col] = (table.high[t] / table.low[t]).ln();
-        col += 1;
-        let w = config.volume_window;
-        if t + 1 >= w {
-            let window = &log_volume[t + 1 - w..=t];
-            let mean = window.iter().sum::<f64>() / w as f64;
-            let std =
-                (window.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (w - 1) as f64).sqrt();
-            row[col] = if std > 0.0 {
-                (log_volume[t] - mean) / std
-            } else {
-                0.0
-            };
-        }
-        col += 1;
-        for (_, column) in &known {
+        for column in &user.values {
             row[col] = column[t];
             col += 1;
         }
     }
-    RawFeatures {
+    Ok(RawFeatures {
         names,
         roles,
+        variables,
+        zscore,
         values,
-    }
+    })
 }
 
 /// Per-row markers of every bar: [`GAP_BEFORE`] where the calendar expected
@@ -282,6 +370,9 @@ pub struct FeatureStats {
     pub target_names: Vec<String>,
     /// Each target's training-split standard deviation.
     pub target_scales: Vec<f64>,
+    /// Each categorical user column's levels (its one-hot columns, in order).
+    #[serde(default, skip_serializing_if = "Levels::is_empty")]
+    pub levels: Levels,
 }
 
 /// [`build_annotated_dataset`], and the statistics it fitted on the
@@ -307,28 +398,36 @@ pub fn build_with_stats(
             ))
         })?;
 
-    let raw = raw_features(table, &calendar, config);
+    let train_rows = &usable[..train_end];
+    let levels = fit_levels(table, config, train_rows)?;
+    let raw = raw_features(table, &calendar, config, &levels)?;
+    check_rows(table, config, &usable)?;
     let width = raw.names.len();
-    let (mean, std) = column_stats(&raw.values, width, usable[..train_end].iter().copied());
-    let features = zscored(&raw, &usable, &mean, &std);
-    let log_close: Vec<f64> = table.close.iter().map(|c| c.ln()).collect();
-    let n_targets = config.target_horizons.len();
-    let mut raw_targets = Vec::with_capacity(m * n_targets);
-    for &t in &usable {
-        for &h in &config.target_horizons {
-            raw_targets.push(log_close[t + h] - log_close[t]);
+    let (mut mean, mut std) = column_stats(&raw.values, width, train_rows.iter().copied());
+    for (c, zscore) in raw.zscore.iter().enumerate() {
+        if !zscore {
+            (mean[c], std[c]) = (0.0, 1.0);
         }
     }
+    let features = zscored(&raw, &usable, &mean, &std);
+    let n_targets = config.target_horizons.len();
+    let raw_targets = raw_targets(table, config, &usable)?;
+    check_targets(table, config, &usable, &raw_targets)?;
     let (_, target_std) = column_stats(&raw_targets, n_targets, 0..train_end);
     let targets: Vec<f32> = raw_targets
         .iter()
         .enumerate()
         .map(|(i, r)| (r / target_std[i % n_targets]) as f32)
         .collect();
-    if features.iter().chain(&targets).any(|x| !x.is_finite()) {
-        return Err(invalid(
-            "a feature or target is not finite after normalization".into(),
-        ));
+    if let Some(i) = features.iter().position(|x| !x.is_finite()) {
+        return Err(invalid(format!(
+            "feature {} of the bar at {} is not finite after normalization",
+            raw.names[i % width],
+            crate::timefmt::format(table.ts[usable[i / width]])
+        )));
+    }
+    if targets.iter().any(|x| !x.is_finite()) {
+        return Err(invalid("a target is not finite after normalization".into()));
     }
     let target_names = target_names(config);
     let stats = FeatureStats {
@@ -337,10 +436,12 @@ pub fn build_with_stats(
         feature_std: std,
         target_names: target_names.clone(),
         target_scales: target_std.clone(),
+        levels,
     };
     let all_markers = row_markers(table, &calendar);
     let annex = DatasetAnnex {
         feature_roles: raw.roles.clone(),
+        feature_variables: raw.variables.clone(),
         target_horizons: config.target_horizons.iter().map(|&h| h as u32).collect(),
         target_scales: target_std.clone(),
         bar_interval_ns: table.interval.nanos(),
@@ -455,12 +556,13 @@ fn split_rows(
     Ok([train_end, valid_start, valid_end, test_start])
 }
 
-/// The names of the targets `config` asks for (`fwd_logret_<h>`).
+/// The names of the targets `config` asks for (`fwd_logret_<h>`, or the
+/// target's own: [`Target::name`]).
 pub fn target_names(config: &FeatureConfig) -> Vec<String> {
     config
         .target_horizons
         .iter()
-        .map(|h| format!("fwd_logret_{h}"))
+        .map(|&h| config.target.name(h))
         .collect()
 }
 
@@ -533,7 +635,7 @@ mod tests {
         let calendar = calendar();
         for interval in [BarInterval::Day, BarInterval::Minute] {
             let table = bars(interval, 600);
-            let base = raw_features(&table, &calendar, &config);
+            let base = raw_features(&table, &calendar, &config, &Levels::new()).unwrap();
             let width = base.names.len();
             for t in [30, 250, 598] {
                 let mut changed = table.clone();
@@ -545,7 +647,7 @@ mod tests {
                     changed.volume[i] = changed.volume[i] * 7 + 3;
                     changed.ts[i] += 3_600_000_000_000;
                 }
-                let after = raw_features(&changed, &calendar, &config);
+                let after = raw_features(&changed, &calendar, &config, &Levels::new()).unwrap();
                 let upto = (t + 1) * width;
                 for (i, (a, b)) in base.values[..upto]
                     .iter()

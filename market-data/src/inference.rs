@@ -12,6 +12,7 @@ use super::features::{
     pipeline_error, raw_features, row_markers, target_names, zscored, FeatureConfig, FeatureStats,
 };
 use super::table::BarTable;
+use super::user_features::{check_rows, raw_targets};
 use super::DataError;
 
 /// New bars as a model's inputs: every row with a full look-back (the
@@ -31,8 +32,9 @@ pub struct FeatureRows {
     /// [`ROLL_BEFORE`](tli_plugin_api::ROLL_BEFORE) markers.
     pub row_markers: Vec<u8>,
     /// The model's targets as they turned out, `rows × target_names.len()`,
-    /// row-major, unscaled (a log return): NaN where the file ends before
-    /// the target's horizon. Training divided them by the target scales.
+    /// row-major, unscaled (a log return, or the config's target): NaN
+    /// where the file ends before the target's horizon (or a target column
+    /// has no value). Training divided them by the target scales.
     pub realized: Vec<f64>,
     pub target_names: Vec<String>,
 }
@@ -85,7 +87,9 @@ pub fn featurize_with_stats(
             "{n} bars; the model needs more than its look-back of {lookback} bars"
         )));
     }
-    let raw = raw_features(table, &calendar, config);
+    let rows: Vec<usize> = (lookback..n).collect();
+    let raw = raw_features(table, &calendar, config, &stats.levels)?;
+    check_rows(table, config, &rows)?;
     if raw.names != stats.feature_names {
         return Err(invalid(format!(
             "this file gives the features [{}] but the model was trained on [{}] (another bar \
@@ -94,7 +98,6 @@ pub fn featurize_with_stats(
             stats.feature_names.join(", ")
         )));
     }
-    let rows: Vec<usize> = (lookback..n).collect();
     let features = zscored(&raw, &rows, &stats.feature_mean, &stats.feature_std);
     if let Some(i) = features.iter().position(|x| !x.is_finite()) {
         return Err(invalid(format!(
@@ -111,20 +114,7 @@ pub fn featurize_with_stats(
             stats.target_names.join(", ")
         )));
     }
-    let log_close: Vec<f64> = table.close.iter().map(|c| c.ln()).collect();
-    let realized = rows
-        .iter()
-        .flat_map(|&t| {
-            let log_close = &log_close;
-            config
-                .target_horizons
-                .iter()
-                .map(move |&h| match log_close.get(t + h) {
-                    Some(later) => later - log_close[t],
-                    None => f64::NAN,
-                })
-        })
-        .collect();
+    let realized = raw_targets(table, config, &rows)?;
     let all_markers = row_markers(table, &calendar);
     Ok(FeatureRows {
         symbol: table.symbol.clone(),
@@ -212,7 +202,7 @@ mod tests {
         }
         let rows = featurize_with_stats(&wild, &es(), &config, &stats).unwrap();
         let calendar = ExchangeCalendar::for_contract(&es()).unwrap();
-        let raw = raw_features(&wild, &calendar, &config);
+        let raw = raw_features(&wild, &calendar, &config, &stats.levels).unwrap();
         let width = stats.feature_names.len();
         let vol = stats
             .feature_names

@@ -13,6 +13,11 @@
 //! * [`contracts`]: contract specs (built-in and TOML), symbol → root lookup.
 //! * [`calendar`]: exchange calendars: local time, sessions, holidays, rolls; known-future columns.
 //! * [`synth`]: deterministic synthetic bars (GARCH, t tails, regimes, seasonality, planted ρ).
+//! * [`columns`]: the user's own columns (role, kind, transform, fill) and targets, as configured.
+//! * [`column_read`]: named columns of a CSV or Parquet file, with its timestamps.
+//! * [`covariates`]: those columns joined to an asset's bars (the bar file's rows; a covariate
+//!   file as of each bar, or exactly for known-future columns).
+//! * [`user_features`]: the joined columns as features (fill, transform, one-hot), the targets.
 //! * [`features`]: bars → features, targets, splits, normalization → `Dataset`.
 //! * [`inference`]: new bars as a trained model's inputs, scaled with its training statistics.
 //! * [`inspect`]: `tli data inspect` summaries.
@@ -27,7 +32,10 @@
 
 pub mod bar_source;
 pub mod calendar;
+pub mod column_read;
+pub mod columns;
 pub mod contracts;
+pub mod covariates;
 pub mod csv_format;
 pub mod dbn_format;
 pub mod features;
@@ -40,6 +48,7 @@ pub mod synthetic_memory;
 pub mod synthetic_seasonal;
 pub mod table;
 pub mod timefmt;
+pub mod user_features;
 pub mod walk_forward;
 pub mod zones;
 

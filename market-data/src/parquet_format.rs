@@ -290,7 +290,11 @@ fn read_unguarded(
 /// them: the parquet crate panics on a negative column offset or length and
 /// believes the row counts, so a damaged footer must be refused here, naming
 /// the row group and column.
-fn check_footer(path: &Path, metadata: &ParquetMetaData, file_bytes: u64) -> Result<(), DataError> {
+pub(crate) fn check_footer(
+    path: &Path,
+    metadata: &ParquetMetaData,
+    file_bytes: u64,
+) -> Result<(), DataError> {
     let bad = |what: String| DataError::bad_file(path, format!("damaged Parquet footer: {what}"));
     let claimed = metadata.file_metadata().num_rows();
     if claimed < 0 {
@@ -340,14 +344,19 @@ fn check_footer(path: &Path, metadata: &ParquetMetaData, file_bytes: u64) -> Res
 }
 
 /// Where a batch starts in the file, for row numbers in errors.
-struct Rows<'a> {
-    path: &'a Path,
+pub(crate) struct Rows<'a> {
+    pub(crate) path: &'a Path,
     /// 0-based index of the batch's first row in the file.
-    first_row: usize,
+    pub(crate) first_row: usize,
 }
 
 impl Rows<'_> {
-    fn error(&self, index: usize, column: &str, problem: impl std::fmt::Display) -> DataError {
+    pub(crate) fn error(
+        &self,
+        index: usize,
+        column: &str,
+        problem: impl std::fmt::Display,
+    ) -> DataError {
         DataError::bad_row(
             self.path,
             self.first_row + index + 1,
@@ -364,7 +373,7 @@ impl Rows<'_> {
         Ok(())
     }
 
-    fn wrong_type(&self, column: &str, array: &dyn Array) -> DataError {
+    pub(crate) fn wrong_type(&self, column: &str, array: &dyn Array) -> DataError {
         DataError::bad_file(
             self.path,
             format!(
@@ -377,7 +386,7 @@ impl Rows<'_> {
     /// Appends a batch's timestamps as UTC ns: a Timestamp column with a
     /// zone and Int64 are UTC instants; one without a zone goes through
     /// `stamps` (local time in the given zone, or UTC).
-    fn append_ts(
+    pub(crate) fn append_ts(
         &self,
         column: &str,
         array: &ArrayRef,

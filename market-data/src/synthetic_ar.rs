@@ -90,6 +90,7 @@ pub fn synthetic_ar_annotated(spec: SyntheticArSpec) -> AnnotatedDataset {
     let embargo = lags;
     let annex = DatasetAnnex {
         feature_roles: vec![FeatureRole::ObservedPast; lags],
+        feature_variables: Vec::new(),
         target_horizons: vec![1],
         target_scales: vec![scale],
         bar_interval_ns: DAY_NS,

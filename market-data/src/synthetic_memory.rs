@@ -122,6 +122,7 @@ pub fn planted_memory(spec: PlantedMemorySpec) -> PlantedMemory {
     }
     let annex = DatasetAnnex {
         feature_roles: vec![FeatureRole::ObservedPast; 1],
+        feature_variables: Vec::new(),
         target_horizons: vec![1],
         target_scales: vec![scale],
         bar_interval_ns: DAY_NS,

@@ -150,6 +150,7 @@ pub fn planted_seasonal(spec: SeasonalSpec) -> Vec<SeasonalAsset> {
                     FeatureRole::KnownFuture,
                     FeatureRole::KnownFuture,
                 ],
+                feature_variables: Vec::new(),
                 target_horizons: vec![1],
                 target_scales: vec![scale],
                 bar_interval_ns: SLOT_NS,

@@ -5,6 +5,7 @@
 //! [`Roll`]s of a rolled series and [`ContractBars`], one contract's bars
 //! before rolling.
 
+use super::column_read::NamedColumn;
 use super::timefmt::{self, NANOS_PER_DAY, NANOS_PER_SECOND};
 use super::DataError;
 use serde::Serialize;
@@ -137,6 +138,10 @@ pub struct BarTable {
     pub volume: Vec<u64>,
     /// Front-contract rolls when built from parent symbology (else empty).
     pub rolls: Vec<Roll>,
+    /// The user's own columns, one value per bar, when a feature config
+    /// reads them ([`crate::covariates::attach_columns`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub extra: Vec<NamedColumn>,
 }
 
 impl BarTable {
@@ -151,6 +156,7 @@ impl BarTable {
             close: Vec::new(),
             volume: Vec::new(),
             rolls: Vec::new(),
+            extra: Vec::new(),
         }
     }
 
@@ -177,7 +183,15 @@ impl BarTable {
             high: self.high[rows.clone()].to_vec(),
             low: self.low[rows.clone()].to_vec(),
             close: self.close[rows.clone()].to_vec(),
-            volume: self.volume[rows].to_vec(),
+            volume: self.volume[rows.clone()].to_vec(),
+            extra: self
+                .extra
+                .iter()
+                .map(|c| NamedColumn {
+                    name: c.name.clone(),
+                    values: c.values.select(rows.clone()),
+                })
+                .collect(),
             rolls: self
                 .rolls
                 .iter()

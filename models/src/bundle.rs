@@ -405,6 +405,15 @@ fn check_card(card: &ModelCard) -> Result<(), String> {
             inputs.feature_names.len()
         ));
     }
+    if !inputs.feature_variables.is_empty()
+        && inputs.feature_variables.len() != inputs.feature_names.len()
+    {
+        return Err(format!(
+            "{} feature variables for {} features",
+            inputs.feature_variables.len(),
+            inputs.feature_names.len()
+        ));
+    }
     if inputs.target_horizons.len() != inputs.target_names.len() {
         return Err(format!(
             "{} target horizons for {} targets",

@@ -56,6 +56,10 @@ pub struct InputSchema {
     pub feature_names: Vec<String>,
     /// `observed_past`, `known_future` or `static`, one per feature.
     pub feature_roles: Vec<String>,
+    /// The input variable of each feature (a categorical column's one-hot
+    /// columns share one); empty: each feature its own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub feature_variables: Vec<u32>,
     pub target_names: Vec<String>,
     /// Bars ahead, one per target.
     pub target_horizons: Vec<u32>,

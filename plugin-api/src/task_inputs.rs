@@ -20,6 +20,12 @@
 //! | `asset_index` | one integer | the asset's stable index in the job (its order in the job's asset list) |
 //! | `asset_count` | one integer, task-wide | how many assets the job has |
 //!
+//! Columns of API 1.4 (per dataset):
+//!
+//! | name | values | meaning |
+//! |---|---|---|
+//! | `feature_variable` | integers, one per feature | the input variable the feature belongs to: its own, or its categorical column's (the one-hot columns `NAME=LEVEL` of one column share one, consecutive, so a model can embed them as one input). Missing: each feature its own |
+//!
 //! Columns of API 1.2 (prediction batches, per dataset):
 //!
 //! | name | values | meaning |
@@ -57,6 +63,8 @@ pub mod column {
     pub const ASSET_COUNT: &str = "asset_count";
     /// 1.2: the first row of a prediction batch to act on (see the module docs).
     pub const PREDICT_FROM: &str = "predict_from";
+    /// 1.4: the input variable of each feature (see the module docs).
+    pub const FEATURE_VARIABLE: &str = "feature_variable";
 }
 
 /// One named column of the side table. Exactly one of `numbers`, `integers`
@@ -128,6 +136,9 @@ impl fmt::Display for FeatureRole {
 pub struct DatasetAnnex {
     /// One per feature.
     pub feature_roles: Vec<FeatureRole>,
+    /// One per feature: its input variable (empty: each feature its own;
+    /// see [`DatasetAnnex::variables`]).
+    pub feature_variables: Vec<u32>,
     /// One per target: bars ahead.
     pub target_horizons: Vec<u32>,
     /// One per target: what the raw target was divided by.
@@ -146,6 +157,7 @@ impl DatasetAnnex {
     pub fn plain(dataset: &Dataset) -> Self {
         Self {
             feature_roles: vec![FeatureRole::ObservedPast; dataset.feature_names.len()],
+            feature_variables: Vec::new(),
             target_horizons: vec![1; dataset.target_names.len()],
             target_scales: vec![1.0; dataset.target_names.len()],
             bar_interval_ns: 0,
@@ -182,6 +194,38 @@ impl DatasetAnnex {
                 )));
             }
         }
+        if !self.feature_variables.is_empty() {
+            if self.feature_variables.len() != dataset.feature_names.len() {
+                return Err(PluginError::invalid_data(format!(
+                    "{symbol}: {} feature variables for {} features",
+                    self.feature_variables.len(),
+                    dataset.feature_names.len()
+                )));
+            }
+            // Numbered from 0 in order, each variable's features consecutive.
+            let mut next = 0u32;
+            for (j, &v) in self.feature_variables.iter().enumerate() {
+                let same = j > 0 && v == self.feature_variables[j - 1];
+                if !same && v != next {
+                    return Err(PluginError::invalid_data(format!(
+                        "{symbol}: feature {j} belongs to variable {v}; variables must be \
+                         numbered from 0 in order, each one's features consecutive"
+                    )));
+                }
+                if !same {
+                    next += 1;
+                }
+            }
+            // The features of one variable share a role.
+            if let Some(j) = (1..self.feature_variables.len()).find(|&j| {
+                self.feature_variables[j] == self.feature_variables[j - 1]
+                    && self.feature_roles.get(j) != self.feature_roles.get(j - 1)
+            }) {
+                return Err(PluginError::invalid_data(format!(
+                    "{symbol}: feature {j} has another role than the rest of its variable"
+                )));
+            }
+        }
         if let Some(s) = self
             .target_scales
             .iter()
@@ -192,6 +236,16 @@ impl DatasetAnnex {
             )));
         }
         Ok(())
+    }
+
+    /// Each feature's input variable: [`Self::feature_variables`], or each
+    /// feature its own when empty.
+    pub fn variables(&self) -> Vec<u32> {
+        if self.feature_variables.is_empty() {
+            (0..self.feature_roles.len() as u32).collect()
+        } else {
+            self.feature_variables.clone()
+        }
     }
 
     /// Appends this annex as the columns of dataset `dataset`.
@@ -209,6 +263,12 @@ impl DatasetAnnex {
                 .collect(),
             ..col(column::FEATURE_ROLE)
         });
+        if !self.feature_variables.is_empty() {
+            columns.push(Column {
+                integers: self.feature_variables.iter().map(|&v| v as i64).collect(),
+                ..col(column::FEATURE_VARIABLE)
+            });
+        }
         columns.push(Column {
             integers: self.target_horizons.iter().map(|&h| h as i64).collect(),
             ..col(column::TARGET_HORIZON)
@@ -293,6 +353,12 @@ impl TaskInputs {
                         PluginError::invalid_data(format!("unknown feature role {t:?}"))
                     })
                 })
+                .collect::<Result<_, _>>()?;
+        }
+        if let Some(v) = ints(column::FEATURE_VARIABLE) {
+            annex.feature_variables = v
+                .iter()
+                .map(|&x| to_u32(x, "feature variable"))
                 .collect::<Result<_, _>>()?;
         }
         if let Some(v) = ints(column::TARGET_HORIZON) {

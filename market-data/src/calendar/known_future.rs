@@ -52,6 +52,24 @@ struct DayFacts {
     full_len: i64,
 }
 
+/// Every name a calendar column can have (which ones a calendar gives
+/// depends on the bar interval and its roll rule: [`ExchangeCalendar::column_names`]).
+pub const KNOWN_FUTURE_NAMES: [&str; 13] = [
+    "dow_sin",
+    "dow_cos",
+    "month_sin",
+    "month_cos",
+    "tod_sin",
+    "tod_cos",
+    "minutes_since_open",
+    "minutes_to_close",
+    "session_open_bar",
+    "session_close_bar",
+    "holiday_next",
+    "half_day",
+    "days_to_roll",
+];
+
 impl ExchangeCalendar {
     /// The names of the columns [`Self::known_future_features`] returns, in order.
     pub fn column_names(&self, interval: BarInterval) -> Vec<String> {

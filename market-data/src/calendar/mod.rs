@@ -32,6 +32,7 @@ pub mod holidays;
 pub mod known_future;
 pub mod roll_schedule;
 pub mod session;
+pub use known_future::KNOWN_FUTURE_NAMES;
 
 use crate::contracts::ContractSpec;
 use crate::table::BarInterval;

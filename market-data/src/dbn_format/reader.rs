@@ -301,6 +301,7 @@ impl RawBars {
             close: self.close,
             volume: self.volume,
             rolls: Vec::new(),
+            extra: Vec::new(),
         }
     }
 }

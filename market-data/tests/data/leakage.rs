@@ -7,7 +7,9 @@
 use std::path::PathBuf;
 use tli_data::calendar::ExchangeCalendar;
 use tli_data::contracts::ContractBook;
-use tli_data::features::{build_annotated_dataset, raw_features, row_markers, FeatureConfig};
+use tli_data::features::{
+    build_annotated_dataset, raw_features, row_markers, FeatureConfig, Levels,
+};
 use tli_data::synth::{generate, SynthSpec};
 use tli_data::{read_bars, timefmt, BarInterval, BarTable};
 use tli_plugin_api::{FeatureRole, GAP_BEFORE};
@@ -34,7 +36,7 @@ fn perturb_prices_after(table: &BarTable, t: usize) -> BarTable {
 
 fn check_no_leakage(table: &BarTable, calendar: &ExchangeCalendar) {
     let config = FeatureConfig::default();
-    let base = raw_features(table, calendar, &config);
+    let base = raw_features(table, calendar, &config, &Levels::new()).unwrap();
     let width = base.names.len();
     let known: Vec<usize> = (0..width)
         .filter(|&c| base.roles[c] == FeatureRole::KnownFuture)
@@ -47,7 +49,13 @@ fn check_no_leakage(table: &BarTable, calendar: &ExchangeCalendar) {
     );
     let n = table.len();
     for t in [n / 5, n / 2, n - 2] {
-        let after = raw_features(&perturb_prices_after(table, t), calendar, &config);
+        let after = raw_features(
+            &perturb_prices_after(table, t),
+            calendar,
+            &config,
+            &Levels::new(),
+        )
+        .unwrap();
         for row in 0..n {
             for c in 0..width {
                 let (a, b) = (base.values[row * width + c], after.values[row * width + c]);

@@ -19,6 +19,7 @@ pub(crate) fn card() -> ModelCard {
         inputs: InputSchema {
             feature_names: names.clone(),
             feature_roles: vec!["observed_past".into(); 2],
+            feature_variables: Vec::new(),
             target_names: vec!["fwd_logret_1".into()],
             target_horizons: vec![1],
             bar_interval_ns: 86_400_000_000_000,
@@ -39,6 +40,7 @@ pub(crate) fn card() -> ModelCard {
                 feature_std: vec![0.01, 0.005],
                 target_names: vec!["fwd_logret_1".into()],
                 target_scales: vec![0.012],
+                levels: Default::default(),
             },
             splits: SplitTimes::default(),
         }],

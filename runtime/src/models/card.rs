@@ -41,6 +41,7 @@ pub fn card_for(
             .iter()
             .map(|r| r.name().to_string())
             .collect(),
+        feature_variables: first.annex.feature_variables.clone(),
         target_names: first.stats.target_names.clone(),
         target_horizons: first.annex.target_horizons.clone(),
         bar_interval_ns: first.annex.bar_interval_ns,

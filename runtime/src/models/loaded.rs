@@ -400,6 +400,7 @@ fn schema(card: &ModelCard, roles: &[FeatureRole]) -> Result<TaskInputs, ModelEr
             };
             let annex = DatasetAnnex {
                 feature_roles: roles.to_vec(),
+                feature_variables: card.inputs.feature_variables.clone(),
                 target_horizons: card.inputs.target_horizons.clone(),
                 target_scales: asset.stats.target_scales.clone(),
                 bar_interval_ns: card.inputs.bar_interval_ns,
@@ -438,6 +439,7 @@ fn batch_of(
     };
     let annex = DatasetAnnex {
         feature_roles: roles.to_vec(),
+        feature_variables: card.inputs.feature_variables.clone(),
         target_horizons: Vec::new(),
         target_scales: Vec::new(),
         bar_interval_ns: card.inputs.bar_interval_ns,

@@ -119,6 +119,7 @@ pub(crate) fn dataset() -> (Dataset, Vec<u8>) {
 fn annex(dataset: &Dataset, markers: &[u8]) -> DatasetAnnex {
     DatasetAnnex {
         feature_roles: vec![FeatureRole::ObservedPast; dataset.feature_names.len()],
+        feature_variables: Vec::new(),
         target_horizons: if dataset.target_names.is_empty() {
             Vec::new()
         } else {

@@ -138,6 +138,7 @@ pub(crate) fn inputs(dataset: Dataset, markers: &[u8], roles: &[FeatureRole]) ->
     let with_targets = !dataset.target_names.is_empty();
     let annex = DatasetAnnex {
         feature_roles: roles.to_vec(),
+        feature_variables: Vec::new(),
         target_horizons: if with_targets { vec![1, 5] } else { vec![] },
         target_scales: if with_targets {
             vec![0.01, 0.03]
