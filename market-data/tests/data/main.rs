@@ -9,3 +9,4 @@ mod formats;
 mod leakage;
 mod own_bars;
 mod samples;
+mod user_columns;
