@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 use tli_core::byte_size::ByteSize;
 use tli_core::executor::ExecutorKind;
 use tli_core::strategy::{parse_margin, Strategy};
+use tli_data::columns::{Target, UserColumn};
+use tli_data::features::FeatureConfig;
 use tli_data::zones::{LocalZone, ZoneError};
 use tli_data::{BarSource, SourceError};
 use tli_plugin_api::Device;
@@ -374,6 +376,13 @@ pub enum DataCommand {
         /// Feature pipeline config (JSON) for --features, as in a job spec's "features".
         #[arg(long, value_name = "JSON", requires = "features")]
         feature_config: Option<String>,
+        /// With --features: one of your own columns, as for `train start --feature-column`.
+        #[arg(long = "feature-column", value_name = "NAME:ROLE[:OPTION…]",
+              value_parser = parse_user_column, requires = "features")]
+        feature_columns: Vec<UserColumn>,
+        /// With --features: the target, as for `train start --target`.
+        #[arg(long, value_name = "TARGET", value_parser = parse_target, requires = "features")]
+        target: Option<Target>,
     },
     /// Convert a bar file to another format (chosen by the destination's extension).
     Convert {
@@ -543,6 +552,9 @@ pub struct SweepStartArgs {
     /// Each trial one task across every asset.
     #[arg(long)]
     pub pooled: bool,
+    /// Inputs and targets of every trial (a job spec's "features").
+    #[command(flatten)]
+    pub features: FeatureArgs,
     /// Trials keep only their newest checkpoints (default: each its best by --metric).
     #[arg(long)]
     pub keep_last: bool,
@@ -654,6 +666,9 @@ pub struct StartArgs {
     /// with the `pooled` capability (plugin API 1.1; `tli plugins list` shows it).
     #[arg(long)]
     pub pooled: bool,
+    /// Inputs and targets of every model (a job spec's "features").
+    #[command(flatten)]
+    pub features: FeatureArgs,
     /// Best checkpoints and early stopping of every model (a job spec sets them per model).
     #[command(flatten)]
     pub selection: SelectionArgs,
@@ -833,7 +848,7 @@ pub struct PredictArgs {
 
 /// A bar file and the bars of it a command writes or trades (`tli predict`,
 /// `tli backtest`): earlier bars still serve as the model's look-back.
-#[derive(Args, Debug)]
+#[derive(Args, Clone, Debug)]
 pub struct BarWindow {
     /// Bar file (DBN, Parquet or CSV) of a contract the model was trained on;
     /// `SYMBOL=FILE` names the symbol of its bars.
@@ -1050,6 +1065,107 @@ impl DateCuts {
     }
 }
 
+/// The model inputs and targets of a command that trains: the user's own
+/// columns, the built-in features, the target (a job spec's "features").
+#[derive(Args, Debug, Clone, Default)]
+pub struct FeatureArgs {
+    /// Feature pipeline settings as JSON or @FILE, as a job spec's "features" (docs/data.md);
+    /// the flags below are applied on top.
+    #[arg(long, value_name = "JSON|@FILE")]
+    pub features: Option<String>,
+    /// One of your own columns as an input: NAME:ROLE[:OPTION…], ROLE observed_past,
+    /// known_future or static; options real|categorical, none|zscore|log1p|diff|pct_change,
+    /// fill=refuse|zero|ffill|ffill:N, levels=N (the cap) and, last, file=PATH (a covariate
+    /// file; default the bar file). Repeatable.
+    #[arg(long = "feature-column", value_name = "NAME:ROLE[:OPTION…]",
+          value_parser = parse_user_column)]
+    pub columns: Vec<UserColumn>,
+    /// Leave out the built-in features (returns, volatility, range, volume, calendar).
+    #[arg(long)]
+    pub no_builtin_features: bool,
+    /// What to forecast: fwd_logret (default), fwd_realized_vol, fwd_range, fwd_sign or
+    /// column:NAME (a column of the bar file, h bars ahead).
+    #[arg(long, value_name = "TARGET", value_parser = parse_target)]
+    pub target: Option<Target>,
+    /// Target horizons in bars, comma-separated (default 1).
+    #[arg(long, value_name = "H,…", value_delimiter = ',')]
+    pub target_horizons: Vec<usize>,
+}
+
+impl FeatureArgs {
+    /// Whether any flag is given.
+    pub fn any(&self) -> bool {
+        self.features.is_some()
+            || !self.columns.is_empty()
+            || self.no_builtin_features
+            || self.target.is_some()
+            || !self.target_horizons.is_empty()
+    }
+
+    /// The feature config these flags give (JSON object), on top of
+    /// `--features` (`None`: nothing given). Checked here, so a bad column
+    /// fails before anything is sent.
+    pub fn to_json(&self) -> anyhow::Result<Option<String>> {
+        if !self.any() {
+            return Ok(None);
+        }
+        let mut value: serde_json::Value = match &self.features {
+            Some(text) => {
+                let text = match text.strip_prefix('@') {
+                    Some(path) => std::fs::read_to_string(path)
+                        .map_err(|e| anyhow::anyhow!("--features @{path}: cannot read it: {e}"))?,
+                    None => text.clone(),
+                };
+                serde_json::from_str(&text)
+                    .map_err(|e| anyhow::anyhow!("--features is not JSON: {e}"))?
+            }
+            None => serde_json::json!({}),
+        };
+        let Some(object) = value.as_object_mut() else {
+            anyhow::bail!("--features must be a JSON object, as a job spec's \"features\"");
+        };
+        if !self.columns.is_empty() {
+            let columns = object
+                .entry("columns")
+                .or_insert_with(|| serde_json::json!([]));
+            let Some(list) = columns.as_array_mut() else {
+                anyhow::bail!("--features: \"columns\" must be a list");
+            };
+            for c in &self.columns {
+                list.push(serde_json::to_value(c)?);
+            }
+        }
+        if self.no_builtin_features {
+            object.insert("builtin".into(), false.into());
+        }
+        if let Some(target) = &self.target {
+            object.insert("target".into(), serde_json::to_value(target)?);
+        }
+        if !self.target_horizons.is_empty() {
+            object.insert(
+                "target_horizons".into(),
+                serde_json::to_value(&self.target_horizons)?,
+            );
+        }
+        let config: FeatureConfig =
+            serde_json::from_value(value.clone()).map_err(|e| anyhow::anyhow!("features: {e}"))?;
+        config
+            .check()
+            .map_err(|e| anyhow::anyhow!("features: {e}"))?;
+        Ok(Some(value.to_string()))
+    }
+}
+
+fn parse_user_column(text: &str) -> Result<UserColumn, String> {
+    let column = UserColumn::parse_arg(text)?;
+    column.check().map_err(|e| e.to_string())?;
+    Ok(column)
+}
+
+fn parse_target(text: &str) -> Result<Target, String> {
+    Target::parse_arg(text)
+}
+
 #[derive(Args, Debug, Clone)]
 pub struct DataArgs {
     /// Bar file to train on (DBN, Parquet or CSV), through the feature pipeline;
@@ -1061,9 +1177,9 @@ pub struct DataArgs {
     /// (`America/New_York`); timestamps with Z or an offset are converted without it.
     #[arg(long, value_name = "ZONE", value_parser = parse_time_zone, requires = "data")]
     pub tz: Option<String>,
-    /// Feature pipeline settings as JSON (see docs/data.md), with --data.
-    #[arg(long, requires = "data")]
-    pub features: Option<String>,
+    /// Inputs and targets (with --data).
+    #[command(flatten)]
+    pub features: FeatureArgs,
     #[command(flatten)]
     pub dates: DateCuts,
     /// Rows of the synthetic AR(1) dataset (without --data).

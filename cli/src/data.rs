@@ -132,6 +132,15 @@ struct FeatureView {
 struct NamedRole {
     name: String,
     role: String,
+    /// `built-in`, `bar file` or a covariate file's name.
+    source: String,
+    /// `z-score (train)` or `as is`.
+    scaling: String,
+    /// The input variable (a categorical column's one-hot columns share one).
+    variable: u32,
+    /// Mean and standard deviation of the input, as the model gets it, over the training split.
+    train_mean: f64,
+    train_sd: f64,
 }
 
 #[derive(serde::Serialize)]
@@ -139,6 +148,29 @@ struct TargetView {
     name: String,
     horizon: u32,
     scale: f64,
+}
+
+/// The feature config `tli data inspect --features` shows.
+pub(super) struct FeatureRequest<'a> {
+    /// `--feature-config` JSON.
+    pub config: Option<&'a str>,
+    /// `--feature-column`s, added to it.
+    pub columns: &'a [tli_data::columns::UserColumn],
+    pub target: Option<&'a tli_data::columns::Target>,
+}
+
+/// Mean and standard deviation of column `c` of `rows` rows of `width`.
+fn column_moments(values: &[f32], width: usize, c: usize, rows: usize) -> (f64, f64) {
+    let n = rows.max(1) as f64;
+    let mean = (0..rows)
+        .map(|r| f64::from(values[r * width + c]))
+        .sum::<f64>()
+        / n;
+    let var = (0..rows)
+        .map(|r| (f64::from(values[r * width + c]) - mean).powi(2))
+        .sum::<f64>()
+        / n;
+    (mean, var.sqrt())
 }
 
 /// The symbol and where it came from (`ES (given on the asset; the file says ESH4)`).
@@ -160,20 +192,60 @@ fn symbol_text(s: &inspect::Summary) -> String {
 pub(super) fn inspect_features(
     contracts: Option<&Path>,
     files: &[BarSource],
-    feature_config: Option<&str>,
+    request: FeatureRequest<'_>,
     output: OutputFormat,
 ) -> Result<()> {
     let book = ContractBook::load(contracts)?;
-    let config: tli_data::features::FeatureConfig = match feature_config {
+    let mut config: tli_data::features::FeatureConfig = match request.config {
         Some(json) => serde_json::from_str(json).context("--feature-config")?,
         None => Default::default(),
     };
+    config.columns.extend(request.columns.iter().cloned());
+    if let Some(target) = request.target {
+        config.target = target.clone();
+    }
+    config
+        .check()
+        .map_err(|e| anyhow::anyhow!("features: {e}"))?;
     let mut views = Vec::new();
     for file in files {
-        let (table, notes) = file.read(&book)?;
+        let (table, notes) = file.read_for(&book, &config)?;
         let contract = file.contract(&table, &notes, &book)?;
-        let built = tli_data::features::build_annotated_dataset(&table, contract, &config)?;
+        let (built, stats) = tli_data::features::build_with_stats(&table, contract, &config)?;
         let (d, a) = (&built.dataset, &built.annex);
+        let width = d.feature_names.len();
+        let train = d.splits.train_end as usize;
+        let variables = a.variables();
+        // User columns never share a name with a built-in feature (checked).
+        let builtin_names = if config.builtin {
+            config.builtin_names()
+        } else {
+            Vec::new()
+        };
+        let is_builtin = |j: usize| {
+            builtin_names
+                .iter()
+                .any(|n| n == d.feature_names[j].as_str())
+        };
+        let source_of = |j: usize| -> String {
+            if is_builtin(j) {
+                return "built-in".into();
+            }
+            let name = d.feature_names[j].as_str();
+            let column = name.split('=').next().unwrap_or(name);
+            match config
+                .columns
+                .iter()
+                .find(|c| c.name == column)
+                .and_then(|c| c.file.as_ref())
+            {
+                Some(file) => file
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                None => "bar file".into(),
+            }
+        };
         let marked = |bit: u8| -> Vec<String> {
             (0..d.rows())
                 .filter(|&r| a.row_markers[r] & bit != 0)
@@ -191,9 +263,23 @@ pub(super) fn inspect_features(
                 .feature_names
                 .iter()
                 .zip(&a.feature_roles)
-                .map(|(n, r)| NamedRole {
-                    name: n.to_string(),
-                    role: r.name().to_string(),
+                .enumerate()
+                .map(|(j, (n, r))| {
+                    let (train_mean, train_sd) = column_moments(&d.features, width, j, train);
+                    let scaled = stats.feature_std[j] != 1.0 || stats.feature_mean[j] != 0.0;
+                    NamedRole {
+                        name: n.to_string(),
+                        role: r.name().to_string(),
+                        source: source_of(j),
+                        scaling: if is_builtin(j) || scaled {
+                            "z-score (train)".into()
+                        } else {
+                            "as is".into()
+                        },
+                        variable: variables[j],
+                        train_mean,
+                        train_sd,
+                    }
                 })
                 .collect(),
             targets: d
@@ -226,13 +312,22 @@ pub(super) fn inspect_features(
             v.splits[3],
             v.rows
         );
-        let mut table = new_table(vec!["INPUT", "KIND", "ROLE / HORIZON", "SCALE"]);
+        let mut table = new_table(vec![
+            "INPUT",
+            "SOURCE",
+            "ROLE / HORIZON",
+            "SCALE",
+            "TRAIN MEAN",
+            "TRAIN SD",
+        ]);
         for f in &v.features {
             table.add_row(vec![
                 f.name.clone(),
-                "feature".into(),
+                f.source.clone(),
                 f.role.clone(),
-                "z-score (train)".into(),
+                f.scaling.clone(),
+                format!("{:.4}", f.train_mean),
+                format!("{:.4}", f.train_sd),
             ]);
         }
         for t in &v.targets {
@@ -241,6 +336,8 @@ pub(super) fn inspect_features(
                 "target".into(),
                 format!("{} bars ahead", t.horizon),
                 format!("÷ {:.6e}", t.scale),
+                String::new(),
+                String::new(),
             ]);
         }
         crate::outln!("{table}");

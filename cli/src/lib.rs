@@ -114,10 +114,16 @@ pub fn run_client(cli: &Cli, bin_name: &'static str) -> Option<Result<()>> {
                 tz,
                 features: true,
                 feature_config,
+                feature_columns,
+                target,
             } => data::inspect_features(
                 contracts,
                 &data::with_tz(files, tz),
-                feature_config.as_deref(),
+                data::FeatureRequest {
+                    config: feature_config.as_deref(),
+                    columns: feature_columns,
+                    target: target.as_ref(),
+                },
                 cli.output,
             ),
             DataCommand::Convert {

@@ -1,4 +1,4 @@
-//! Which bar files a job may name: the host's data roots. A client allowed
+//! Which bar files (and covariate files) a job may name: the host's data roots. A client allowed
 //! to submit jobs must not make the host open any file the host can read
 //! (`/etc/shadow` as a "CSV", another user's keys): every asset path is
 //! resolved (symlinks and `..` included) and must lie under one of the roots.
@@ -107,6 +107,20 @@ impl DataRoots {
         for (i, asset) in assets.iter().enumerate() {
             if let AssetSpec::Data(source) = asset {
                 self.check(&source.path).map_err(|e| (i, e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks every covariate file a feature config names; the first
+    /// refusal with its column's name.
+    pub fn check_features(
+        &self,
+        features: &tli_data::features::FeatureConfig,
+    ) -> Result<(), (String, DataRootError)> {
+        for column in &features.columns {
+            if let Some(file) = &column.file {
+                self.check(file).map_err(|e| (column.name.clone(), e))?;
             }
         }
         Ok(())

@@ -68,6 +68,7 @@ fn tail(bars: &pb::Bars, n: usize) -> pb::Bars {
         low: bars.low[from..].to_vec(),
         close: bars.close[from..].to_vec(),
         volume: bars.volume[from..].to_vec(),
+        columns: Vec::new(),
     }
 }
 

@@ -284,7 +284,7 @@ impl BarSource {
     }
 
     /// The time zone of timestamps written without one, parsed.
-    fn zone(&self) -> Result<Option<LocalZone>, DataError> {
+    pub fn zone(&self) -> Result<Option<LocalZone>, DataError> {
         match &self.tz {
             Some(tz) => Ok(Some(LocalZone::parse(tz).map_err(|e| {
                 DataError::Invalid(format!("{}: {e}", self.path.display()))

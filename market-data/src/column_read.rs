@@ -71,6 +71,20 @@ impl ColumnValues {
         }
     }
 
+    /// Appends `other`'s values (of the same kind).
+    pub fn extend(&mut self, other: &ColumnValues) -> Result<(), DataError> {
+        match (self, other) {
+            (Self::Real(a), Self::Real(b)) => a.extend_from_slice(b),
+            (Self::Text(a), Self::Text(b)) => a.extend_from_slice(b),
+            _ => {
+                return Err(DataError::Invalid(
+                    "a column holds numbers in one batch and labels in another".into(),
+                ))
+            }
+        }
+        Ok(())
+    }
+
     /// The value at `row` for a message.
     pub fn show(&self, row: usize) -> String {
         match self {
@@ -106,10 +120,21 @@ pub fn read_columns(
     wanted: &[(String, ColumnKind)],
     zone: Option<&LocalZone>,
 ) -> Result<ColumnFile, DataError> {
+    read_columns_with(path, wanted, &[], zone)
+}
+
+/// [`read_columns`], with `optional` columns read too when the file has
+/// them (and left out of the result when it does not).
+pub fn read_columns_with(
+    path: &Path,
+    wanted: &[(String, ColumnKind)],
+    optional: &[(String, ColumnKind)],
+    zone: Option<&LocalZone>,
+) -> Result<ColumnFile, DataError> {
     let file = match Format::from_path(path)? {
-        Format::Csv => read_csv(path, wanted, zone)?,
+        Format::Csv => read_csv(path, wanted, optional, zone)?,
         Format::Parquet => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            read_parquet(path, wanted, zone)
+            read_parquet(path, wanted, optional, zone)
         }))
         .unwrap_or_else(|_| {
             Err(DataError::bad_file(
@@ -173,9 +198,21 @@ fn missing_column(path: &Path, name: &str, names: &[String]) -> DataError {
     )
 }
 
+/// `wanted` and those of `optional` that `present` says the file has.
+fn with_present(
+    wanted: &[(String, ColumnKind)],
+    optional: &[(String, ColumnKind)],
+    present: impl Fn(&str) -> bool,
+) -> Vec<(String, ColumnKind)> {
+    let mut all = wanted.to_vec();
+    all.extend(optional.iter().filter(|(n, _)| present(n)).cloned());
+    all
+}
+
 fn read_csv(
     path: &Path,
     wanted: &[(String, ColumnKind)],
+    optional: &[(String, ColumnKind)],
     zone: Option<&LocalZone>,
 ) -> Result<ColumnFile, DataError> {
     let file = File::open(path).map_err(|e| DataError::io(path, e))?;
@@ -190,6 +227,7 @@ fn read_csv(
         .map(|name| name.trim_start_matches('\u{feff}').trim().to_string())
         .collect();
     let position = |name: &str| header.iter().position(|h| h.eq_ignore_ascii_case(name));
+    let wanted = &with_present(wanted, optional, |n| position(n).is_some());
     let ts_index = TIMESTAMP_COLUMNS
         .iter()
         .find_map(|n| position(n))
@@ -296,6 +334,7 @@ fn read_csv(
 fn read_parquet(
     path: &Path,
     wanted: &[(String, ColumnKind)],
+    optional: &[(String, ColumnKind)],
     zone: Option<&LocalZone>,
 ) -> Result<ColumnFile, DataError> {
     let file = File::open(path).map_err(|e| DataError::io(path, e))?;
@@ -306,6 +345,7 @@ fn read_parquet(
     let schema = builder.schema().clone();
     let names: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
     let position = |name: &str| names.iter().position(|n| n.eq_ignore_ascii_case(name));
+    let wanted = &with_present(wanted, optional, |n| position(n).is_some());
     let ts_index = TIMESTAMP_COLUMNS
         .iter()
         .find_map(|n| position(n))

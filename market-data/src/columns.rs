@@ -211,6 +211,10 @@ pub struct UserColumn {
     /// column comes from, joined to the bars; `None`: the bar file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<PathBuf>,
+    /// The IANA time zone of the covariate file's timestamps written
+    /// without one (default: the asset's `tz`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tz: Option<String>,
     /// A categorical column's levels, in order (`None`: the distinct
     /// values of the training split, sorted). Give them when a pooled task's
     /// assets must share one-hot columns.
@@ -238,6 +242,7 @@ impl UserColumn {
             transform: Transform::None,
             fill: Fill::Refuse,
             file: None,
+            tz: None,
             levels: None,
             max_levels: DEFAULT_MAX_LEVELS,
         }
@@ -357,6 +362,14 @@ impl UserColumn {
                  is not known in advance); use fill refuse, or zero if a missing value means \
                  \"no event\"",
             );
+        }
+        if let Some(tz) = &self.tz {
+            if self.file.is_none() {
+                return rule("tz is the zone of a covariate file's timestamps; give file too");
+            }
+            if let Err(e) = crate::zones::LocalZone::parse(tz) {
+                return rule(&e.to_string());
+            }
         }
         if self.max_levels < 2 || self.max_levels > MAX_LEVELS_CAP {
             return rule(&format!(

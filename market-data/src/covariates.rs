@@ -16,7 +16,7 @@
 //! * Columns already on the table (bars sent over the API with their
 //!   columns) are not read again.
 
-use crate::column_read::{read_columns, ColumnFile, ColumnValues, NamedColumn};
+use crate::column_read::{read_columns, read_columns_with, ColumnFile, ColumnValues, NamedColumn};
 use crate::columns::{ColumnKind, ColumnRole, UserColumn};
 use crate::features::FeatureConfig;
 use crate::zones::LocalZone;
@@ -24,77 +24,117 @@ use crate::{timefmt, BarTable, DataError};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+/// A column to read: its name and kind.
+pub type Wanted = (String, ColumnKind);
+
 /// The columns of the bar file `config` reads: its user columns without a
-/// file, and a target column.
-pub fn bar_file_columns(config: &FeatureConfig) -> Vec<(String, ColumnKind)> {
-    let mut wanted: Vec<(String, ColumnKind)> = config
+/// file (the model's inputs: required), and a target column (read when the
+/// file has it: new bars to forecast need not).
+pub fn bar_file_columns(config: &FeatureConfig) -> (Vec<Wanted>, Vec<Wanted>) {
+    let inputs: Vec<(String, ColumnKind)> = config
         .columns
         .iter()
         .filter(|c| c.file.is_none())
         .map(|c| (c.name.clone(), c.kind))
         .collect();
-    if let Some(target) = config.target.column() {
-        if !wanted.iter().any(|(n, _)| n.eq_ignore_ascii_case(target)) {
-            wanted.push((target.to_string(), ColumnKind::Real));
-        }
-    }
-    wanted
+    let target = config
+        .target
+        .column()
+        .filter(|t| !inputs.iter().any(|(n, _)| n.eq_ignore_ascii_case(t)))
+        .map(|t| (t.to_string(), ColumnKind::Real));
+    (inputs, target.into_iter().collect())
 }
 
 /// Reads the columns `config` names and puts them on `table`, one value per
-/// bar (see the module docs). `bar_file` is the file the bars came from
+/// bar (see the module docs): the bar file's ([`attach_bar_file_columns`])
+/// and each covariate file's. `bar_file` is the file the bars came from
 /// (`None`: bars that arrived with their columns); `zone` is the time zone
-/// of timestamps written without one.
+/// of timestamps written without one (the asset's; a column's own `tz`
+/// overrides it for its covariate file).
 pub fn attach_columns(
     table: &mut BarTable,
     bar_file: Option<&Path>,
     config: &FeatureConfig,
     zone: Option<&LocalZone>,
 ) -> Result<(), DataError> {
-    let has = |table: &BarTable, name: &str| {
-        table
-            .extra
-            .iter()
-            .any(|c| c.name.eq_ignore_ascii_case(name))
-    };
-    let wanted: Vec<(String, ColumnKind)> = bar_file_columns(config)
+    attach_bar_file_columns(table, bar_file, config, zone)?;
+    // Each covariate file once, with every column read from it.
+    let mut by_file: BTreeMap<(PathBuf, Option<String>), Vec<&UserColumn>> = BTreeMap::new();
+    for column in config.columns.iter().filter(|c| !has(table, &c.name)) {
+        if let Some(file) = &column.file {
+            by_file
+                .entry((file.clone(), column.tz.clone()))
+                .or_default()
+                .push(column);
+        }
+    }
+    for ((path, tz), columns) in by_file {
+        let own_zone = match &tz {
+            Some(tz) => Some(
+                LocalZone::parse(tz)
+                    .map_err(|e| DataError::Invalid(format!("{}: {e}", path.display())))?,
+            ),
+            None => None,
+        };
+        let wanted: Vec<(String, ColumnKind)> =
+            columns.iter().map(|c| (c.name.clone(), c.kind)).collect();
+        let file = read_columns(&path, &wanted, own_zone.as_ref().or(zone))?;
+        let joined = join(table, &file, &columns)?;
+        table.extra.extend(joined);
+    }
+    Ok(())
+}
+
+fn has(table: &BarTable, name: &str) -> bool {
+    table
+        .extra
+        .iter()
+        .any(|c| c.name.eq_ignore_ascii_case(name))
+}
+
+/// Puts the columns of the bar file `config` reads ([`bar_file_columns`])
+/// on `table`, read from `bar_file` (the file the bars came from; the bars
+/// may be a cut of it); columns already on the table are kept. Without a
+/// file, a column the table lacks is refused by name.
+pub fn attach_bar_file_columns(
+    table: &mut BarTable,
+    bar_file: Option<&Path>,
+    config: &FeatureConfig,
+    zone: Option<&LocalZone>,
+) -> Result<(), DataError> {
+    let (inputs, target) = bar_file_columns(config);
+    let wanted: Vec<(String, ColumnKind)> = inputs
         .into_iter()
         .filter(|(name, _)| !has(table, name))
         .collect();
-    if !wanted.is_empty() {
-        let Some(path) = bar_file else {
-            let names: Vec<&str> = wanted.iter().map(|(n, _)| n.as_str()).collect();
-            return Err(DataError::Invalid(format!(
-                "the bars of {} come without the column{} {} the model reads; send {} with \
-                 the bars",
-                table.symbol,
-                if names.len() == 1 { "" } else { "s" },
-                names.join(", "),
-                if names.len() == 1 { "it" } else { "them" }
-            )));
-        };
-        let file = read_columns(path, &wanted, zone)?;
-        let rows = same_rows(table, &file)?;
-        for column in file.columns {
-            table.extra.push(NamedColumn {
-                name: column.name,
-                values: column.values.select(rows.iter().copied()),
-            });
+    let target: Vec<(String, ColumnKind)> = target
+        .into_iter()
+        .filter(|(name, _)| !has(table, name))
+        .collect();
+    let Some(path) = bar_file else {
+        if wanted.is_empty() {
+            return Ok(());
         }
+        let names: Vec<&str> = wanted.iter().map(|(n, _)| n.as_str()).collect();
+        return Err(DataError::Invalid(format!(
+            "the bars of {} come without the column{} {} the model reads; send {} with \
+             the bars",
+            table.symbol,
+            if names.len() == 1 { "" } else { "s" },
+            names.join(", "),
+            if names.len() == 1 { "it" } else { "them" }
+        )));
+    };
+    if wanted.is_empty() && target.is_empty() {
+        return Ok(());
     }
-    // Each covariate file once, with every column read from it.
-    let mut by_file: BTreeMap<PathBuf, Vec<&UserColumn>> = BTreeMap::new();
-    for column in config.columns.iter().filter(|c| !has(table, &c.name)) {
-        if let Some(file) = &column.file {
-            by_file.entry(file.clone()).or_default().push(column);
-        }
-    }
-    for (path, columns) in by_file {
-        let wanted: Vec<(String, ColumnKind)> =
-            columns.iter().map(|c| (c.name.clone(), c.kind)).collect();
-        let file = read_columns(&path, &wanted, zone)?;
-        let joined = join(table, &file, &columns)?;
-        table.extra.extend(joined);
+    let file = read_columns_with(path, &wanted, &target, zone)?;
+    let rows = same_rows(table, &file)?;
+    for column in file.columns {
+        table.extra.push(NamedColumn {
+            name: column.name,
+            values: column.values.select(rows.iter().copied()),
+        });
     }
     Ok(())
 }

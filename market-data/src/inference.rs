@@ -114,7 +114,13 @@ pub fn featurize_with_stats(
             stats.target_names.join(", ")
         )));
     }
-    let realized = raw_targets(table, config, &rows)?;
+    // New bars need not carry a target column: its realized values are then unknown.
+    let realized = match config.target.column() {
+        Some(name) if crate::covariates::column(table, name).is_none() => {
+            vec![f64::NAN; rows.len() * config.target_horizons.len()]
+        }
+        _ => raw_targets(table, config, &rows)?,
+    };
     let all_markers = row_markers(table, &calendar);
     Ok(FeatureRows {
         symbol: table.symbol.clone(),

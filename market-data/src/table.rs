@@ -205,6 +205,49 @@ impl BarTable {
         self.ts.len()
     }
 
+    /// `other`'s bars after this table's, with their user columns: the
+    /// same names on both (a table without bars takes `other`'s).
+    pub fn append(&mut self, other: &BarTable) -> Result<(), DataError> {
+        let names = |t: &BarTable| -> Vec<String> {
+            t.extra
+                .iter()
+                .map(|c| c.name.to_ascii_lowercase())
+                .collect()
+        };
+        if self.is_empty() && self.extra.is_empty() {
+            self.extra = other
+                .extra
+                .iter()
+                .map(|c| NamedColumn {
+                    name: c.name.clone(),
+                    values: c.values.select(0..0),
+                })
+                .collect();
+        } else if names(self) != names(other) {
+            return Err(DataError::Invalid(format!(
+                "bars of {} come with the columns [{}] after bars with [{}]; send the same \
+                 columns with every batch",
+                self.symbol,
+                names(other).join(", "),
+                names(self).join(", ")
+            )));
+        }
+        for i in 0..other.len() {
+            self.push(
+                other.ts[i],
+                other.open[i],
+                other.high[i],
+                other.low[i],
+                other.close[i],
+                other.volume[i],
+            );
+        }
+        for (mine, theirs) in self.extra.iter_mut().zip(&other.extra) {
+            mine.values.extend(&theirs.values)?;
+        }
+        Ok(())
+    }
+
     pub fn is_empty(&self) -> bool {
         self.ts.is_empty()
     }

@@ -4,6 +4,8 @@
 //! as a bar file's rows are checked before any model sees them.
 
 use std::path::Path;
+use tli_data::column_read::{ColumnValues, NamedColumn};
+use tli_data::columns::{MAX_COLUMN_NAME_BYTES, MAX_USER_COLUMNS};
 use tli_data::table::{BarInterval, BarTable};
 use tli_models::PredictionTable;
 use tli_proto::v1 as pb;
@@ -31,7 +33,85 @@ pub fn bars_to_proto(table: &BarTable) -> pb::Bars {
         low: table.low.clone(),
         close: table.close.clone(),
         volume: table.volume.clone(),
+        columns: table
+            .extra
+            .iter()
+            .map(|c| match &c.values {
+                ColumnValues::Real(v) => pb::BarColumn {
+                    name: c.name.clone(),
+                    values: v.clone(),
+                    labels: Vec::new(),
+                },
+                ColumnValues::Text(v) => pb::BarColumn {
+                    name: c.name.clone(),
+                    values: Vec::new(),
+                    labels: v.iter().map(|l| l.clone().unwrap_or_default()).collect(),
+                },
+            })
+            .collect(),
     }
+}
+
+/// Longest label of a categorical column on the wire, in bytes.
+pub const MAX_LABEL_BYTES: usize = 256;
+
+/// The user's columns of a message, one value per bar each, checked.
+fn columns_from_proto(columns: &[pb::BarColumn], n: usize) -> Result<Vec<NamedColumn>, BarsError> {
+    if columns.len() > MAX_USER_COLUMNS + 1 {
+        return Err(BarsError::Shape(format!(
+            "{} columns beside the bars; a model reads at most {}",
+            columns.len(),
+            MAX_USER_COLUMNS + 1
+        )));
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::with_capacity(columns.len());
+    for c in columns {
+        let name = c.name.trim();
+        if name.is_empty()
+            || name.len() > MAX_COLUMN_NAME_BYTES
+            || name.chars().any(char::is_control)
+        {
+            return Err(BarsError::Shape(format!(
+                "a column beside the bars needs a name of 1 to {MAX_COLUMN_NAME_BYTES} bytes"
+            )));
+        }
+        if !seen.insert(name.to_ascii_lowercase()) {
+            return Err(BarsError::Shape(format!("column {name:?} is sent twice")));
+        }
+        let values = match (c.values.len(), c.labels.len()) {
+            (len, 0) if len == n => ColumnValues::Real(
+                c.values
+                    .iter()
+                    .map(|x| if x.is_finite() { *x } else { f64::NAN })
+                    .collect(),
+            ),
+            (0, len) if len == n => {
+                if c.labels.iter().any(|l| l.len() > MAX_LABEL_BYTES) {
+                    return Err(BarsError::Shape(format!(
+                        "column {name:?}: a label is longer than {MAX_LABEL_BYTES} bytes"
+                    )));
+                }
+                ColumnValues::Text(
+                    c.labels
+                        .iter()
+                        .map(|l| (!l.is_empty()).then(|| l.clone()))
+                        .collect(),
+                )
+            }
+            (values, labels) => {
+                return Err(BarsError::Shape(format!(
+                    "column {name:?} has {values} values and {labels} labels for {n} bars; give \
+                     one value per bar (values for a number, labels for a category)"
+                )))
+            }
+        };
+        out.push(NamedColumn {
+            name: name.to_string(),
+            values,
+        });
+    }
+    Ok(out)
 }
 
 /// Bars from a message, every row checked; an empty interval is inferred
@@ -87,6 +167,7 @@ pub fn bars_from_proto(
     table.close = bars.close.clone();
     table.volume = bars.volume.clone();
     table.validate(Path::new("bars"))?;
+    table.extra = columns_from_proto(&bars.columns, n)?;
     Ok(table)
 }
 
@@ -131,6 +212,7 @@ mod tests {
             low: vec![9.0, 10.0],
             close: vec![11.0, 11.5],
             volume: vec![5, 6],
+            columns: Vec::new(),
         }
     }
 
@@ -174,6 +256,57 @@ mod tests {
             ..two_days()
         };
         assert!(bars_from_proto(&nameless, None).is_err());
+    }
+
+    #[test]
+    fn the_users_columns_travel_with_the_bars_and_are_checked() {
+        let mut with = two_days();
+        with.columns = vec![
+            pb::BarColumn {
+                name: "ofi".into(),
+                values: vec![1.5, f64::NAN],
+                labels: Vec::new(),
+            },
+            pb::BarColumn {
+                name: "event".into(),
+                values: Vec::new(),
+                labels: vec!["FOMC".into(), String::new()],
+            },
+        ];
+        let table = bars_from_proto(&with, None).unwrap();
+        assert_eq!(table.extra.len(), 2);
+        assert_eq!(
+            table.extra[1].values,
+            ColumnValues::Text(vec![Some("FOMC".into()), None])
+        );
+        let back = bars_to_proto(&table);
+        assert_eq!(
+            back.columns[1].labels,
+            vec!["FOMC".to_string(), String::new()]
+        );
+        assert!(back.columns[0].values[1].is_nan());
+        let refused = |columns: Vec<pb::BarColumn>, expected: &str| {
+            let bars = pb::Bars {
+                columns,
+                ..two_days()
+            };
+            let e = bars_from_proto(&bars, None).unwrap_err().to_string();
+            assert!(e.contains(expected), "{expected:?} in: {e}");
+        };
+        let real = |name: &str, values: Vec<f64>| pb::BarColumn {
+            name: name.into(),
+            values,
+            labels: Vec::new(),
+        };
+        refused(
+            vec![real("ofi", vec![1.0])],
+            "has 1 values and 0 labels for 2 bars",
+        );
+        refused(
+            vec![real("ofi", vec![1.0, 2.0]), real("OFI", vec![1.0, 2.0])],
+            "is sent twice",
+        );
+        refused(vec![real("", vec![1.0, 2.0])], "needs a name");
     }
 
     #[test]

@@ -240,6 +240,13 @@ fn start_request(args: &StartArgs, endpoint: &str) -> Result<StartTrainingReques
                      --spec (put them on the spec's assets and in its \"features\")"
                 );
             }
+            if args.features.any() {
+                bail!(
+                    "--features, --feature-column, --no-builtin-features, --target and \
+                     --target-horizons cannot be combined with --spec (put them in its \
+                     \"features\")"
+                );
+            }
             request::request_from_spec_file(path)?
         }
         None => request::request_from_flags(args)?,

@@ -11,6 +11,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use std::io::Read;
 use std::path::Path;
 use tli_data::contracts::ContractBook;
+use tli_data::covariates::attach_bar_file_columns;
+use tli_data::features::FeatureConfig;
 use tli_data::table::BarTable;
 use tli_models::bundle::{CARD_FILE, CHECKSUMS_FILE, WEIGHTS_FILE};
 use tli_models::{Bundle, BundleWriter};
@@ -257,6 +259,41 @@ fn bars_for_the_host(cli: &Cli, window: &BarWindow, command: &str) -> Result<Bar
     Ok(table)
 }
 
+/// The bars with the columns of their file that `model` reads (its feature
+/// config's, from its card on the host): a model trained on the user's own
+/// columns needs them with every bar. The host joins covariate files itself.
+async fn with_model_columns(
+    remote: &Remote,
+    model: &str,
+    mut table: BarTable,
+    window: &BarWindow,
+) -> Result<BarTable> {
+    let info = client(remote)
+        .get_model(pb::GetModelRequest {
+            model: model.to_string(),
+        })
+        .await
+        .map_err(|s| api_error(remote, s))?
+        .into_inner()
+        .model
+        .ok_or_else(|| anyhow!("the host sent no model"))?;
+    let card: serde_json::Value = match serde_json::from_str(&info.card_json) {
+        Ok(card) => card,
+        // A host too old to send cards has models without columns.
+        Err(_) => return Ok(table),
+    };
+    let features: FeatureConfig = match card.get("features") {
+        Some(f) => serde_json::from_value(f.clone())
+            .with_context(|| format!("model {model}: its card's feature config"))?,
+        None => return Ok(table),
+    };
+    let source = window.source();
+    let zone = source.zone()?;
+    attach_bar_file_columns(&mut table, Some(&source.path), &features, zone.as_ref())
+        .with_context(|| format!("model {model} reads the user columns of its bars"))?;
+    Ok(table)
+}
+
 pub(crate) fn predict(cli: &Cli, args: &PredictArgs) -> Result<()> {
     let format = crate::predictions::table_format(cli.output, args.out.as_deref())?;
     if !args.bars.is_ordered() {
@@ -264,14 +301,17 @@ pub(crate) fn predict(cli: &Cli, args: &PredictArgs) -> Result<()> {
     }
     let table = bars_for_the_host(cli, &args.bars, "predict")?;
     let model = args.model.to_string_lossy().into_owned();
-    let request = pb::PredictRequest {
-        model: model.clone(),
-        bars: Some(bars_to_proto(&table)),
-        start_unix_ns: args.bars.start,
-        end_unix_ns: args.bars.end,
-    };
+    let (start_unix_ns, end_unix_ns) = (args.bars.start, args.bars.end);
+    let window = args.bars.clone();
     let out = args.out.clone();
     run(cli, |remote| async move {
+        let table = with_model_columns(&remote, &model, table, &window).await?;
+        let request = pb::PredictRequest {
+            model: model.clone(),
+            bars: Some(bars_to_proto(&table)),
+            start_unix_ns,
+            end_unix_ns,
+        };
         let response = client(&remote)
             .predict(request)
             .await
@@ -296,9 +336,11 @@ pub(crate) fn predict(cli: &Cli, args: &PredictArgs) -> Result<()> {
 pub(crate) fn backtest(cli: &Cli, args: &BacktestArgs) -> Result<()> {
     let (rule, ledger) = crate::backtests::check(args)?;
     let table = bars_for_the_host(cli, &args.bars, "backtest")?;
-    let request = pb::BacktestRequest {
-        model: args.model.to_string_lossy().into_owned(),
-        bars: Some(bars_to_proto(&table)),
+    let model = args.model.to_string_lossy().into_owned();
+    let window = args.bars.clone();
+    let mut request = pb::BacktestRequest {
+        model: model.clone(),
+        bars: None,
         start_unix_ns: args.bars.start,
         end_unix_ns: args.bars.end,
         rule: rule.name(),
@@ -309,6 +351,8 @@ pub(crate) fn backtest(cli: &Cli, args: &BacktestArgs) -> Result<()> {
     };
     let output = cli.output;
     run(cli, |remote| async move {
+        let table = with_model_columns(&remote, &model, table, &window).await?;
+        request.bars = Some(bars_to_proto(&table));
         let response = client(&remote)
             .backtest(request)
             .await

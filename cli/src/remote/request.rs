@@ -223,7 +223,9 @@ pub(super) fn request_from_flags(args: &StartArgs) -> Result<StartTrainingReques
             a.end_unix_ns = dates.end;
         }
     }
-    let features_json = dates.apply_to_features(None)?.unwrap_or_default();
+    let features_json = dates
+        .apply_to_features(args.features.to_json()?.as_deref())?
+        .unwrap_or_default();
     let mut request = StartTrainingRequest {
         name: args.name.clone(),
         assets,
@@ -268,16 +270,38 @@ pub(super) fn absolutize_local_paths(request: &mut StartTrainingRequest, endpoin
     if !is_loopback_endpoint(endpoint) {
         return;
     }
+    let absolute = |path: &str| -> Option<String> {
+        let p = Path::new(path);
+        (p.is_relative() && p.exists())
+            .then(|| std::path::absolute(p).ok())
+            .flatten()
+            .map(|abs| abs.to_string_lossy().into_owned())
+    };
     let assets = request.assets.iter_mut();
     for asset in assets {
         if let Some(asset_spec::Source::DataPath(path)) = &mut asset.source {
-            let p = Path::new(path.as_str());
-            if p.is_relative() && p.exists() {
-                if let Ok(abs) = std::path::absolute(p) {
-                    *path = abs.to_string_lossy().into_owned();
+            if let Some(abs) = absolute(path) {
+                *path = abs;
+            }
+        }
+    }
+    // Covariate files named in the features.
+    let Ok(mut features) = serde_json::from_str::<serde_json::Value>(&request.features_json) else {
+        return;
+    };
+    let mut changed = false;
+    if let Some(columns) = features.get_mut("columns").and_then(|c| c.as_array_mut()) {
+        for column in columns {
+            if let Some(file) = column.get_mut("file") {
+                if let Some(abs) = file.as_str().and_then(absolute) {
+                    *file = abs.into();
+                    changed = true;
                 }
             }
         }
+    }
+    if changed {
+        request.features_json = features.to_string();
     }
 }
 

@@ -35,6 +35,11 @@ pub(crate) fn sweep(cli: &Cli, command: &SweepCommand) -> Result<()> {
     match command {
         SweepCommand::Start(args) => {
             let mut request = match &args.spec {
+                Some(_) if args.features.any() => bail!(
+                    "--features, --feature-column, --no-builtin-features, --target and \
+                     --target-horizons cannot be combined with --spec (put them in its \
+                     \"features\")"
+                ),
                 Some(path) => request_from_spec_file(path)?,
                 None => request_from_flags(args)?,
             };
@@ -127,6 +132,7 @@ fn request_from_flags(args: &SweepStartArgs) -> Result<StartTrainingRequest> {
             .collect::<Result<_>>()?,
         seed: args.seed,
         device: args.device.to_string(),
+        features_json: args.features.to_json()?.unwrap_or_default(),
         sweep: Some(tli_wire::sweep::sweep_to_proto(&sweep)),
         ..Default::default()
     })

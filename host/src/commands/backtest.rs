@@ -22,7 +22,7 @@ pub(super) fn backtest(
     let bundle = Bundle::open(&args.model)?;
     let book = ContractBook::load(contracts)?;
     let source = args.bars.source();
-    let (table, notes) = source.read(&book)?;
+    let (table, notes) = source.read_for(&book, &bundle.card.features)?;
     let contract = source.contract(&table, &notes, &book)?;
     let registry = scan(plugin_dir)?;
     let name = bundle.card.plugin.name.clone();

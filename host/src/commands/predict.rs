@@ -21,7 +21,7 @@ pub(super) fn predict(
     let bundle = Bundle::open(&args.model)?;
     let book = ContractBook::load(contracts)?;
     let source = args.bars.source();
-    let (table, notes) = source.read(&book)?;
+    let (table, notes) = source.read_for(&book, &bundle.card.features)?;
     let contract = source.contract(&table, &notes, &book)?;
     if let Some(threads) = args.threads {
         tch::set_num_threads(threads);

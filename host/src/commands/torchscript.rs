@@ -41,7 +41,7 @@ pub(super) fn export(
     }
     let bundle = Bundle::open(request.bundle)?;
     let book = ContractBook::load(contracts)?;
-    let (table, notes) = request.data.read(&book)?;
+    let (table, notes) = request.data.read_for(&book, &bundle.card.features)?;
     let contract = request.data.contract(&table, &notes, &book)?;
     let registry = scan(plugin_dir)?;
     let name = bundle.card.plugin.name.clone();

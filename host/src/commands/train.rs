@@ -64,7 +64,7 @@ pub(super) fn local_data(
     };
     let features = args
         .dates
-        .apply_to_features(args.features.as_deref())
+        .apply_to_features(args.features.to_json()?.as_deref())
         .context("--features is not a valid feature config")?;
     let config: FeatureConfig = match &features {
         Some(json) => {
@@ -80,7 +80,7 @@ pub(super) fn local_data(
     };
     source.check()?;
     let book = ContractBook::load(contracts)?;
-    let (table, notes) = source.read(&book)?;
+    let (table, notes) = source.read_for(&book, &config)?;
     let contract = source.contract(&table, &notes, &book)?;
     let (annotated, stats) = tli_data::features::build_with_stats(&table, contract, &config)?;
     Ok(LocalData {

@@ -83,7 +83,7 @@ pub(super) fn run(
             bars.push(None);
             continue;
         };
-        let (table, notes) = source.read(&book)?;
+        let (table, notes) = source.read_for(&book, &spec.features)?;
         let contract = source.contract(&table, &notes, &book)?.clone();
         bars.push(Some((table, contract)));
     }

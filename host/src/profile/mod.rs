@@ -106,6 +106,8 @@ pub enum ProfileError {
     },
     #[error("{labels} labels given for {configs} configs: give one --label per --config, or none")]
     Labels { labels: usize, configs: usize },
+    #[error("{0}")]
+    Features(String),
 }
 
 /// The configs to profile as (label, `--config` value); `None` means the
@@ -173,9 +175,10 @@ fn child_args(
     if args.no_warmup {
         push("--no-warmup");
     }
-    if let Some(features) = &args.data.features {
+    // Checked by `run_children` before any child starts.
+    if let Ok(Some(features)) = args.data.features.to_json() {
         push("--features");
-        push(features);
+        push(&features);
     }
     if let Some(data) = &args.data.data {
         out.push("--data".into());
@@ -196,6 +199,10 @@ pub fn run_children(
     global: &[OsString],
     args: &ProfileMemoryArgs,
 ) -> Result<Vec<MemoryProfile>, ProfileError> {
+    args.data
+        .features
+        .to_json()
+        .map_err(|e| ProfileError::Features(e.to_string()))?;
     let mut profiles = Vec::new();
     for (label, config) in configs_with_labels(args)? {
         eprintln!("profiling {label} in a child process…");

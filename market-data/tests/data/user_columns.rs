@@ -286,7 +286,8 @@ fn targets_other_than_returns_are_computed_as_documented() {
     let f = fixture();
     let es = ContractBook::builtin().lookup("ES").unwrap().clone();
     let lc: Vec<f64> = f.table.close.iter().map(|c| c.ln()).collect();
-    let cases: Vec<(Target, Box<dyn Fn(usize, usize) -> f64>)> = vec![
+    type ByHand<'a> = Box<dyn Fn(usize, usize) -> f64 + 'a>;
+    let cases: Vec<(Target, ByHand<'_>)> = vec![
         (
             Target::FwdRealizedVol,
             Box::new(|t, h| {

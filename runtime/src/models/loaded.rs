@@ -132,6 +132,30 @@ impl LoadedModel {
         self.predict_prepared(&prepared)
     }
 
+    /// `table` with the model's covariate files joined to it (the bar
+    /// file's own columns must come with the bars): as it is when the
+    /// model reads no user column or the table has them all.
+    pub fn with_columns<'t>(
+        &self,
+        table: &'t BarTable,
+    ) -> Result<std::borrow::Cow<'t, BarTable>, ModelError> {
+        let features = &self.card.features;
+        let needed = features
+            .columns
+            .iter()
+            .map(|c| c.name.as_str())
+            .chain(features.target.column());
+        let missing = needed
+            .into_iter()
+            .any(|name| tli_data::covariates::column(table, name).is_none());
+        if !missing {
+            return Ok(std::borrow::Cow::Borrowed(table));
+        }
+        let mut joined = table.clone();
+        tli_data::covariates::attach_columns(&mut joined, None, features, None)?;
+        Ok(std::borrow::Cow::Owned(joined))
+    }
+
     /// The bars of `table` featurized with the model's statistics, as the
     /// batch its predictor takes (rows before the window are context only).
     pub fn prepare(
@@ -141,7 +165,8 @@ impl LoadedModel {
         window: PredictWindow,
     ) -> Result<PreparedBatch, ModelError> {
         let asset = self.asset_for(contract)?.clone();
-        let rows = featurize_with_stats(table, contract, &self.card.features, &asset.stats)?;
+        let table = self.with_columns(table)?;
+        let rows = featurize_with_stats(&table, contract, &self.card.features, &asset.stats)?;
         let from = window
             .start
             .map(|start| rows.timestamps.partition_point(|t| *t < start))

@@ -126,6 +126,11 @@ pub fn submit_error(e: SubmitError) -> Status {
             ..
         } => Status::permission_denied(e.to_string()),
         e @ SubmitError::DataRoot { .. } => invalid(e.to_string()),
+        e @ SubmitError::CovariateRoot {
+            error: DataRootError::Outside { .. },
+            ..
+        } => Status::permission_denied(e.to_string()),
+        e @ SubmitError::CovariateRoot { .. } => invalid(e.to_string()),
         SubmitError::Store(e) => store_error(e),
     }
 }

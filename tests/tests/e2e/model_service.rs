@@ -58,6 +58,7 @@ fn one_bar(bars: &pb::Bars, i: usize) -> pb::Bars {
         low: vec![bars.low[i]],
         close: vec![bars.close[i]],
         volume: vec![bars.volume[i]],
+        columns: Vec::new(),
     }
 }
 

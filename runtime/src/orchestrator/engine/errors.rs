@@ -61,6 +61,12 @@ pub enum SubmitError {
         asset: usize,
         error: crate::orchestrator::data_root::DataRootError,
     },
+    /// A covariate file outside the host's data roots (or one it cannot resolve).
+    #[error("features: column {column}: file {error}")]
+    CovariateRoot {
+        column: String,
+        error: crate::orchestrator::data_root::DataRootError,
+    },
     /// A sweep its plugin refuses: a key it lacks, a value outside its
     /// schema, rungs its validation cadence misses.
     #[error("sweep: {0}")]

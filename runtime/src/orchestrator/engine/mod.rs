@@ -403,6 +403,9 @@ impl Orchestrator {
             roots
                 .check_assets(&spec.assets)
                 .map_err(|(asset, error)| SubmitError::DataRoot { asset, error })?;
+            roots
+                .check_features(&spec.features)
+                .map_err(|(column, error)| SubmitError::CovariateRoot { column, error })?;
         }
         // A walk-forward job's folds are planned on the bars once, and stored with it.
         let planned = DatasetCache::plan_folds(spec, &self.contracts).map_err(|(i, message)| {

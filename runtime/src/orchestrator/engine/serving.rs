@@ -177,20 +177,14 @@ impl PredictStream {
             }
         }
         let mut combined = self.tail.clone();
-        for i in 0..bars.len() {
-            combined.push(
-                bars.ts[i],
-                bars.open[i],
-                bars.high[i],
-                bars.low[i],
-                bars.close[i],
-                bars.volume[i],
-            );
-        }
+        combined
+            .append(bars)
+            .map_err(|e| ServeError::BadBars(e.to_string()))?;
         self.bars_seen += bars.len() as u64;
         let outputs = if combined.len() > self.lookback {
+            let joined = self.model.with_columns(&combined)?;
             let rows = featurize_with_stats(
-                &combined,
+                &joined,
                 &self.contract,
                 &self.model.card.features,
                 &self.asset.stats,
@@ -206,20 +200,16 @@ impl PredictStream {
     }
 }
 
-/// `table` without its first `skip` bars.
+/// `table` without its first `skip` bars (with their columns).
 fn tail_of(table: &BarTable, skip: usize) -> BarTable {
-    let mut tail = BarTable::new(&table.symbol, table.interval);
-    for i in skip..table.len() {
-        tail.push(
-            table.ts[i],
-            table.open[i],
-            table.high[i],
-            table.low[i],
-            table.close[i],
-            table.volume[i],
-        );
+    match table.ts.get(skip) {
+        Some(&first) => table.between(Some(first), None),
+        None => {
+            let mut empty = table.between(Some(i64::MAX), None);
+            empty.rolls.clear();
+            empty
+        }
     }
-    tail
 }
 
 impl Orchestrator {

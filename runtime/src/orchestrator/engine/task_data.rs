@@ -22,9 +22,10 @@ use tli_plugin_api::{Dataset, DatasetAnnex, DatasetShape, TaskInputs};
 pub struct AssetData {
     pub dataset: RArc<Dataset>,
     pub annex: DatasetAnnex,
-    /// What the pipeline fitted on the training split and the bar file it
-    /// read (`None` for synthetic data): what a model card keeps.
-    pub fitted: Option<Arc<(FeatureStats, DataFile)>>,
+    /// What the pipeline fitted on the training split and the files it
+    /// read, the bar file first, then each covariate file (`None` for
+    /// synthetic data): what a model card keeps.
+    pub fitted: Option<Arc<(FeatureStats, Vec<DataFile>)>>,
 }
 
 /// The datasets of every asset of a job, in asset order.
@@ -71,7 +72,7 @@ impl JobData {
         let mut files = Vec::new();
         for (&a, annex) in indices.iter().zip(&annexes) {
             let fitted = self.0[a].fitted.as_ref()?;
-            files.push(fitted.1.clone());
+            files.extend(fitted.1.iter().cloned());
             trained.push(crate::models::card::TrainedAsset {
                 dataset: &self.0[a].dataset,
                 annex,
@@ -209,14 +210,25 @@ impl DatasetCache {
         }
         let (AnnotatedDataset { dataset, annex }, fitted) = match asset {
             AssetSpec::Data(source) => {
-                let (table, notes) = source.read(contracts).map_err(|e| e.to_string())?;
+                let (table, notes) = source
+                    .read_for(contracts, features)
+                    .map_err(|e| e.to_string())?;
                 let contract = source
                     .contract(&table, &notes, contracts)
                     .map_err(|e| e.to_string())?;
                 let (built, stats) =
                     tli_data::features::build_with_stats(&table, contract, features)
                         .map_err(|e| e.to_string())?;
-                (built, Some(Arc::new((stats, data_file(&source.path)))))
+                let mut files = vec![data_file(&source.path)];
+                let mut covariates: Vec<&std::path::Path> = features
+                    .columns
+                    .iter()
+                    .filter_map(|c| c.file.as_deref())
+                    .collect();
+                covariates.sort_unstable();
+                covariates.dedup();
+                files.extend(covariates.into_iter().map(data_file));
+                (built, Some(Arc::new((stats, files))))
             }
             AssetSpec::Synthetic(SyntheticAsset {
                 rows,
