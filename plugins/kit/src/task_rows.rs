@@ -71,6 +71,9 @@ pub struct TaskData {
     /// The role of each of the dataset's features (the first `width` columns
     /// without a one-hot), from the annex (all observed-past without one).
     pub roles: Vec<FeatureRole>,
+    /// The input variable of each of those features (plugin API 1.4; one
+    /// each without it): a categorical column's one-hot columns share one.
+    pub variables: Vec<u32>,
     /// Asset categories: the job's asset count for a pooled task, else 1.
     pub asset_count: usize,
     pub assets: Vec<AssetRows>,
@@ -114,11 +117,23 @@ impl TaskData {
         let mut assets = Vec::new();
         let (mut train, mut valid, mut test) = (Vec::new(), Vec::new(), Vec::new());
         let mut roles = Vec::new();
+        let mut variables = Vec::new();
         let mut offset = 0usize;
         for (i, d) in datasets.iter().enumerate() {
             if d.feature_names != datasets[0].feature_names {
+                let first = &datasets[0].feature_names;
+                let differing = first
+                    .iter()
+                    .zip(d.feature_names.iter())
+                    .find(|(a, b)| a != b)
+                    .map(|(a, b)| format!("{a} against {b}"))
+                    .unwrap_or_else(|| {
+                        format!("{} features against {}", first.len(), d.feature_names.len())
+                    });
                 return Err(PluginError::invalid_data(format!(
-                    "pooled assets must share their features; {} and {} differ",
+                    "pooled assets must share their features; {} and {} differ ({differing}); \
+                     a categorical column's levels are fitted per asset unless the feature \
+                     config gives them",
                     datasets[0].symbol, d.symbol
                 )));
             }
@@ -128,7 +143,8 @@ impl TaskData {
             };
             if i == 0 {
                 roles = annex.feature_roles.clone();
-            } else if annex.feature_roles != roles {
+                variables = annex.variables();
+            } else if annex.feature_roles != roles || annex.variables() != variables {
                 return Err(PluginError::invalid_data(format!(
                     "pooled assets must give their features the same roles; {} and {} differ",
                     datasets[0].symbol, d.symbol
@@ -191,6 +207,7 @@ impl TaskData {
             target_valid: matrix(&target_valid)?,
             width: base_width + one_hot_width.unwrap_or(0),
             roles,
+            variables,
             asset_count,
             assets,
             train,

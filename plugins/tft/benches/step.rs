@@ -80,6 +80,7 @@ fn main() {
         assets: 2,
         horizons: 5,
         outputs: 15,
+        groups: Default::default(),
     };
     let mut rng = Rng::new(3);
     let x = TftBatch {

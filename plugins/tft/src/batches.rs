@@ -9,7 +9,7 @@
 //! return of each bar `e + h` (per bar, [`TargetKind::PerBar`]).
 
 use crate::config::TftConfig;
-use crate::model::{TftBatch, TftShape};
+use crate::model::{InputGroups, TftBatch, TftShape};
 use tch::{Device, Kind, Tensor};
 use tli_plugin_api::{Dataset, FeatureRole, PluginError, TaskInputs};
 use tli_plugin_kit::task_rows::{TargetKind, TaskData, TaskLayout, WindowEnd};
@@ -27,6 +27,25 @@ pub struct TftData {
     pub observed_names: Vec<String>,
     pub known_names: Vec<String>,
     pub static_names: Vec<String>,
+    /// Which of those columns form one variable (a categorical's one-hot columns).
+    pub groups: InputGroups,
+}
+
+/// The variable names of `columns` grouped by `groups` (empty: one each):
+/// a one-hot column `NAME=LEVEL` stands for its column `NAME`.
+pub fn variable_names(columns: &[String], groups: &[usize]) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for (j, name) in columns.iter().enumerate() {
+        let v = groups.get(j).copied().unwrap_or(names.len());
+        if v == names.len() {
+            let grouped = groups.iter().filter(|&&g| g == v).count() > 1;
+            names.push(match name.split_once('=') {
+                Some((column, _)) if grouped || !groups.is_empty() => column.to_string(),
+                _ => name.clone(),
+            });
+        }
+    }
+    names
 }
 
 /// A batch of windows with its targets.
@@ -77,6 +96,11 @@ impl TftData {
                 .plugin_err("splitting features by role")
         };
         let name = |cols: &[usize]| cols.iter().map(|&c| names[c].clone()).collect();
+        let groups = InputGroups {
+            past: InputGroups::relabel(&rows.variables, &past_columns),
+            future: InputGroups::relabel(&rows.variables, &known),
+            statics: InputGroups::relabel(&rows.variables, &statics),
+        };
         Ok(Self {
             past: pick(&past_columns)?,
             known: pick(&known)?,
@@ -84,6 +108,7 @@ impl TftData {
             observed_names: name(&observed),
             known_names: name(&known),
             static_names: name(&statics),
+            groups,
             rows,
         })
     }
@@ -101,7 +126,29 @@ impl TftData {
             assets: self.rows.asset_count,
             horizons: config.horizons,
             outputs: config.quantiles.len(),
+            groups: self.groups.clone(),
         }
+    }
+
+    /// The past variables' names (observed, then known, grouped).
+    pub fn past_variable_names(&self) -> Vec<String> {
+        let columns: Vec<String> = self
+            .observed_names
+            .iter()
+            .chain(&self.known_names)
+            .cloned()
+            .collect();
+        variable_names(&columns, &self.groups.past)
+    }
+
+    /// The future variables' names (known, grouped).
+    pub fn future_variable_names(&self) -> Vec<String> {
+        variable_names(&self.known_names, &self.groups.future)
+    }
+
+    /// The static variables' names besides the asset (grouped).
+    pub fn static_variable_names(&self) -> Vec<String> {
+        variable_names(&self.static_names, &self.groups.statics)
     }
 
     /// The windows ending at `ends`.

@@ -86,9 +86,9 @@ pub fn split_metrics(
     let mut set = ForecastSet::default();
     let mut r = Readouts {
         windows: 0.0,
-        static_weights: vec![0.0; 1 + data.static_names.len()],
-        past_weights: vec![0.0; data.observed_names.len() + data.known_names.len() + 1],
-        future_weights: vec![0.0; data.known_names.len() + 1],
+        static_weights: vec![0.0; 1 + data.static_variable_names().len()],
+        past_weights: vec![0.0; data.past_variable_names().len() + 1],
+        future_weights: vec![0.0; data.future_variable_names().len() + 1],
         lag: vec![0.0; config.horizons],
         encoder_share: vec![0.0; config.horizons],
     };
@@ -159,23 +159,17 @@ pub fn split_metrics(
     };
     named(
         "static",
-        with(&["asset"], &data.static_names, &[]),
+        with(&["asset"], &data.static_variable_names(), &[]),
         &r.static_weights,
     );
-    let past_names: Vec<String> = data
-        .observed_names
-        .iter()
-        .chain(&data.known_names)
-        .cloned()
-        .collect();
     named(
         "past",
-        with(&[], &past_names, &["position"]),
+        with(&[], &data.past_variable_names(), &["position"]),
         &r.past_weights,
     );
     named(
         "future",
-        with(&[], &data.known_names, &["position"]),
+        with(&[], &data.future_variable_names(), &["position"]),
         &r.future_weights,
     );
     for k in 0..config.horizons {

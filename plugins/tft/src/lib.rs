@@ -36,7 +36,7 @@ pub mod predictor;
 pub mod trainer;
 pub mod vsn;
 
-pub use model::{Tft, TftBatch, TftOutput, TftShape};
+pub use model::{InputGroups, Tft, TftBatch, TftOutput, TftShape};
 
 use config::TftConfig;
 use std::path::Path;
@@ -68,6 +68,7 @@ pub fn assumed_shape(config: &TftConfig, features: usize) -> TftShape {
         assets: 1,
         horizons: config.horizons,
         outputs: config.quantiles.len(),
+        groups: Default::default(),
     }
 }
 

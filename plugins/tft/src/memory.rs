@@ -68,10 +68,11 @@ fn lstm(d: i64, layers: usize, out: &mut Vec<Vec<i64>>) {
 /// (`Tft::forward_graph`), in the model's naming order.
 pub fn stage_shapes(s: &TftShape) -> Vec<Vec<Vec<i64>>> {
     let d = s.hidden as i64;
-    let (past, future, statics) = (
-        s.past_inputs() as i64,
-        s.future_inputs() as i64,
-        s.static_inputs() as i64,
+    let (past, future) = (s.past_inputs() as i64, s.future_inputs() as i64);
+    let (past_vars, future_vars, static_vars) = (
+        s.past_variables() as i64,
+        s.future_variables() as i64,
+        s.static_variables() as i64,
     );
     let mut stages = Vec::new();
     let mut embeddings = vec![vec![s.assets as i64, d]];
@@ -82,9 +83,9 @@ pub fn stage_shapes(s: &TftShape) -> Vec<Vec<Vec<i64>>> {
     stages.push(embeddings);
     stages.push(vec![vec![past, d], vec![past, d]]);
     stages.push(vec![vec![future, d], vec![future, d]]);
-    selection(statics, d, None, &mut stages);
-    selection(past, d, Some(d), &mut stages);
-    selection(future, d, Some(d), &mut stages);
+    selection(static_vars, d, None, &mut stages);
+    selection(past_vars, d, Some(d), &mut stages);
+    selection(future_vars, d, Some(d), &mut stages);
     for _ in 0..4 {
         stages.push(block(|out| grn(d, d, d, None, out)));
     }

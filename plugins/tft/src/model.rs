@@ -56,22 +56,108 @@ pub struct TftShape {
     pub horizons: usize,
     /// Outputs per horizon (quantiles).
     pub outputs: usize,
+    /// Which input columns form one variable (a categorical's one-hot
+    /// columns: one embedding, one selection weight).
+    pub groups: InputGroups,
+}
+
+/// The variable of each input column, numbered from 0 in column order
+/// (plugin API 1.4's `feature_variable`, relabelled per input set). Empty:
+/// each column its own variable.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct InputGroups {
+    /// Past inputs: observed, then known (the position not included).
+    pub past: Vec<usize>,
+    /// Future inputs: known (the position not included).
+    pub future: Vec<usize>,
+    /// Static reals.
+    pub statics: Vec<usize>,
+}
+
+/// Variables among `columns` columns grouped by `groups` (empty: one each).
+fn variables(groups: &[usize], columns: usize) -> usize {
+    groups.iter().max().map_or(columns, |&m| m + 1)
+}
+
+/// `groups` (or one per column when empty) with `extra` more variables of
+/// their own after them (the position input).
+fn with_own(groups: &[usize], columns: usize, extra: usize) -> Vec<usize> {
+    let first = variables(groups, columns);
+    let mut out: Vec<usize> = if groups.is_empty() {
+        (0..columns).collect()
+    } else {
+        groups.to_vec()
+    };
+    out.extend(first..first + extra);
+    out
+}
+
+impl InputGroups {
+    /// The variables of the columns `picked` (indices into a dataset's
+    /// features, in order) given each feature's variable: relabelled from 0
+    /// in order of first appearance.
+    pub fn relabel(variables: &[u32], picked: &[usize]) -> Vec<usize> {
+        let mut out = Vec::with_capacity(picked.len());
+        let mut last: Option<u32> = None;
+        let mut next = 0usize;
+        for &c in picked {
+            let v = variables.get(c).copied().unwrap_or(u32::MAX - c as u32);
+            if last == Some(v) {
+                out.push(next - 1);
+            } else {
+                out.push(next);
+                next += 1;
+                last = Some(v);
+            }
+        }
+        if next == picked.len() {
+            Vec::new()
+        } else {
+            out
+        }
+    }
 }
 
 impl TftShape {
-    /// Past-bar inputs: observed, known, position.
+    /// Past-bar input columns: observed, known, position.
     pub fn past_inputs(&self) -> usize {
         self.observed + self.known + 1
     }
 
-    /// Future-bar inputs: known, position.
+    /// Future-bar input columns: known, position.
     pub fn future_inputs(&self) -> usize {
         self.known + 1
     }
 
-    /// Static variables: the asset and the static reals.
+    /// Static input columns: the asset and the static reals.
     pub fn static_inputs(&self) -> usize {
         1 + self.static_reals
+    }
+
+    /// Past-bar variables (what the past selection weighs): the past
+    /// columns grouped, and the position.
+    pub fn past_variables(&self) -> usize {
+        variables(&self.groups.past, self.observed + self.known) + 1
+    }
+
+    /// Future-bar variables: the known columns grouped, and the position.
+    pub fn future_variables(&self) -> usize {
+        variables(&self.groups.future, self.known) + 1
+    }
+
+    /// Static variables: the asset and the static reals grouped.
+    pub fn static_variables(&self) -> usize {
+        1 + variables(&self.groups.statics, self.static_reals)
+    }
+
+    /// Each past input column's variable, the position's included.
+    pub fn past_groups(&self) -> Vec<usize> {
+        with_own(&self.groups.past, self.observed + self.known, 1)
+    }
+
+    /// Each future input column's variable, the position's included.
+    pub fn future_groups(&self) -> Vec<usize> {
+        with_own(&self.groups.future, self.known, 1)
     }
 }
 
@@ -91,11 +177,11 @@ pub struct TftBatch {
 pub struct TftOutput {
     /// `[B, H, outputs]`.
     pub forecast: Tensor,
-    /// `[B, static inputs]`.
+    /// `[B, static variables]`.
     pub static_weights: Tensor,
-    /// `[B, T, past inputs]`.
+    /// `[B, T, past variables]`.
     pub past_weights: Tensor,
-    /// `[B, H, future inputs]`.
+    /// `[B, H, future variables]`.
     pub future_weights: Tensor,
     /// `[B, heads, H, T + H]`.
     pub attention: Tensor,
@@ -208,27 +294,28 @@ impl Tft {
         let static_reals = match shape.static_reals {
             0 => None,
             n => Some(done(
-                RealInputs::new(n, d, rng, device)?,
+                RealInputs::new(n, d, rng, device)?.grouped(&shape.groups.statics)?,
                 "inputs.static",
                 after_block,
             )?),
         };
         let past_reals = done(
-            RealInputs::new(shape.past_inputs(), d, rng, device)?,
+            RealInputs::new(shape.past_inputs(), d, rng, device)?.grouped(&shape.past_groups())?,
             "inputs.past",
             after_block,
         )?;
         let future_reals = done(
-            RealInputs::new(shape.future_inputs(), d, rng, device)?,
+            RealInputs::new(shape.future_inputs(), d, rng, device)?
+                .grouped(&shape.future_groups())?,
             "inputs.future",
             after_block,
         )?;
         let mut selection = |count: usize, context: Option<usize>, name: &str| {
             VariableSelection::build(count, d, context, p, rng, device, name, after_block)
         };
-        let static_selection = selection(shape.static_inputs(), None, "static_selection")?;
-        let past_selection = selection(shape.past_inputs(), Some(d), "past_selection")?;
-        let future_selection = selection(shape.future_inputs(), Some(d), "future_selection")?;
+        let static_selection = selection(shape.static_variables(), None, "static_selection")?;
+        let past_selection = selection(shape.past_variables(), Some(d), "past_selection")?;
+        let future_selection = selection(shape.future_variables(), Some(d), "future_selection")?;
         let static_encoders = [
             grn(rng, None, CONTEXT_NAMES[0], after_block)?,
             grn(rng, None, CONTEXT_NAMES[1], after_block)?,

@@ -29,7 +29,7 @@
 
 use crate::config::{Precision, TftConfig};
 use crate::memory;
-use crate::model::{Tft, TftBatch, TftShape};
+use crate::model::{InputGroups, Tft, TftBatch, TftShape};
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use tch::{Device, Kind, Tensor};
@@ -168,7 +168,8 @@ impl TftPredictor {
                 "the model's schema has no feature columns",
             ));
         }
-        let roles = schema.annex(0)?.feature_roles;
+        let annex = schema.annex(0)?;
+        let (roles, variables) = (annex.feature_roles.clone(), annex.variables());
         let of_role = |role: FeatureRole| -> Vec<usize> {
             (0..roles.len()).filter(|&j| roles[j] == role).collect()
         };
@@ -180,6 +181,12 @@ impl TftPredictor {
         let assets = schema
             .pooled
             .then(|| schema.asset_count().max(schema.datasets.len()));
+        let past: Vec<usize> = observed.iter().chain(&known).copied().collect();
+        let groups = InputGroups {
+            past: InputGroups::relabel(&variables, &past),
+            future: InputGroups::relabel(&variables, &known),
+            statics: InputGroups::relabel(&variables, &statics),
+        };
         let shape = TftShape {
             hidden: config.hidden_size,
             heads: config.attention_heads,
@@ -191,6 +198,7 @@ impl TftPredictor {
             assets: assets.unwrap_or(1),
             horizons: config.horizons,
             outputs: config.quantiles.len(),
+            groups,
         };
         // INT8: the matrices the trainer quantized lose their f32 storage
         // as soon as their block exists.
@@ -218,7 +226,6 @@ impl TftPredictor {
                 .and_then(|t| t.f_to_device(device))
                 .plugin_err("indexing features by role")
         };
-        let past: Vec<usize> = observed.iter().chain(&known).copied().collect();
         host.info(&format!(
             "model {}: TFT hidden {} × {} heads ({}), inputs {} observed / {} known / {} static, \
              lookback {}, forecasting {target} {} bar(s) ahead",

@@ -47,7 +47,14 @@ struct SavedState {
     dropout_rng: CounterRngState,
     /// The data the checkpoint belongs to: inputs by role, training windows.
     inputs: [usize; 3],
+    /// Their grouping into variables (past, future, static; empty: none).
+    #[serde(default, skip_serializing_if = "no_groups")]
+    groups: [Vec<usize>; 3],
     train_windows: usize,
+}
+
+fn no_groups(groups: &[Vec<usize>; 3]) -> bool {
+    groups.iter().all(Vec::is_empty)
 }
 
 pub struct TftTrainer {
@@ -251,6 +258,7 @@ impl Trainer for TftTrainer {
             cursor: self.sampler.cursor(),
             dropout_rng: self.dropout_rng.state(),
             inputs: input_counts(&self.data),
+            groups: input_groups(&self.data),
             train_windows: self.data.rows.train.len(),
         };
         let tensors = self.weights.named_tensors(&self.model);
@@ -267,6 +275,13 @@ impl Trainer for TftTrainer {
                 "inputs observed/known/static (checkpoint {:?}, this task {:?})",
                 state.inputs,
                 input_counts(&self.data)
+            ));
+        }
+        if state.groups != input_groups(&self.data) {
+            differing.push(format!(
+                "categorical inputs (checkpoint {:?}, this task {:?})",
+                state.groups,
+                input_groups(&self.data)
             ));
         }
         if state.train_windows != self.data.rows.train.len() {
@@ -307,6 +322,15 @@ fn input_counts(data: &TftData) -> [usize; 3] {
         data.observed_names.len(),
         data.known_names.len(),
         data.static_names.len(),
+    ]
+}
+
+/// The inputs' grouping into variables, as a checkpoint records it.
+fn input_groups(data: &TftData) -> [Vec<usize>; 3] {
+    [
+        data.groups.past.clone(),
+        data.groups.future.clone(),
+        data.groups.statics.clone(),
     ]
 }
 

@@ -22,12 +22,19 @@ use tli_plugin_kit::rng::Rng;
 use tli_plugin_kit::staged::{Graph, Node};
 use tli_plugin_kit::TchResultExt;
 
-/// `n` real inputs → `n` vectors of size `d`, one affine map per input.
+/// `n` real inputs → `n` vectors of size `d`, one affine map per input;
+/// grouped, the vectors of each group's inputs are added into one per
+/// variable. A categorical column's one-hot inputs so become one embedding:
+/// with one level set, the sum is that level's row (plus the group's
+/// biases), exactly an embedding lookup.
 pub struct RealInputs {
     /// `[n, d]`.
     pub weight: Tensor,
     /// `[n, d]`.
     pub bias: Tensor,
+    /// `[variables, n]` 0/1: which inputs each variable adds (`None`: one
+    /// variable per input). Not a parameter.
+    groups: Option<Tensor>,
 }
 
 impl RealInputs {
@@ -46,10 +53,43 @@ impl RealInputs {
         let bias = Tensor::f_zeros(shape, (Kind::Float, device))
             .plugin_err(ctx)?
             .set_requires_grad(true);
-        Ok(Self { weight, bias })
+        Ok(Self {
+            weight,
+            bias,
+            groups: None,
+        })
     }
 
-    /// `x [..., n]` → `[..., n, d]`.
+    /// These inputs grouped into variables: `groups[j]` is input `j`'s
+    /// variable, numbered from 0 in order (empty, or one per input: no
+    /// grouping).
+    pub fn grouped(mut self, groups: &[usize]) -> Result<Self, PluginError> {
+        let n = self.weight.size()[0] as usize;
+        let variables = groups.iter().max().map_or(0, |m| m + 1);
+        if groups.is_empty() || variables == n {
+            return Ok(self);
+        }
+        if groups.len() != n {
+            return Err(PluginError::invalid_data(format!(
+                "{} input groups for {n} inputs",
+                groups.len()
+            )));
+        }
+        let mut matrix = vec![0f32; variables * n];
+        for (j, &v) in groups.iter().enumerate() {
+            matrix[v * n + j] = 1.0;
+        }
+        let device = self.weight.device();
+        self.groups = Some(
+            Tensor::f_from_slice(&matrix)
+                .and_then(|m| m.f_view([variables as i64, n as i64]))
+                .and_then(|m| m.f_to_device(device))
+                .plugin_err("grouping inputs")?,
+        );
+        Ok(self)
+    }
+
+    /// `x [..., n]` → `[..., n, d]` (grouped: `[..., variables, d]`).
     pub fn forward(&self, x: &Tensor) -> Result<Tensor, PluginError> {
         let n = self.weight.size()[0];
         if x.size().last() != Some(&n) {
@@ -58,10 +98,16 @@ impl RealInputs {
                 x.size()
             )));
         }
-        x.f_unsqueeze(-1)
+        let each = x
+            .f_unsqueeze(-1)
             .and_then(|x| x.f_mul(&self.weight))
             .and_then(|x| x.f_add(&self.bias))
-            .plugin_err("input transform")
+            .plugin_err("input transform")?;
+        match &self.groups {
+            // [V, n] @ [..., n, d] → [..., V, d].
+            Some(groups) => groups.f_matmul(&each).plugin_err("input groups"),
+            None => Ok(each),
+        }
     }
 }
 

@@ -136,6 +136,7 @@ fn the_tft_trains_in_int8_on_the_available_device() {
         assets: 1,
         horizons: 3,
         outputs: 3,
+        groups: Default::default(),
     };
     let mut rng = Rng::new(6);
     let mut normal = |shape: &[i64]| {

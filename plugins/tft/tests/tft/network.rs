@@ -23,6 +23,7 @@ pub fn shape() -> TftShape {
         assets: 3,
         horizons: 4,
         outputs: 3,
+        groups: Default::default(),
     }
 }
 
@@ -189,4 +190,40 @@ fn the_analytic_shapes_are_the_models() {
             tli_plugin_tft::memory::parameter_count(&s)
         );
     }
+}
+
+/// A categorical input's one-hot columns are one variable: one selection
+/// weight, and its vector is the sum of its columns' (an embedding).
+#[test]
+fn grouped_one_hot_columns_are_one_variable() {
+    use tli_plugin_tft::InputGroups;
+    // Past: 3 observed + 2 known columns; the last two observed and both
+    // known columns are one categorical each. Future: the known pair is one.
+    let s = TftShape {
+        groups: InputGroups {
+            past: vec![0, 1, 1, 2, 2],
+            future: vec![0, 0],
+            statics: Vec::new(),
+        },
+        ..shape()
+    };
+    assert_eq!((s.past_variables(), s.future_variables()), (4, 2));
+    let model = Tft::new(&s, &mut Rng::new(3), Device::Cpu).unwrap();
+    let built: Vec<Vec<i64>> = model.parameters().iter().map(|t| t.size()).collect();
+    assert_eq!(built, tli_plugin_tft::memory::tensor_shapes(&s));
+    let mut rng = Rng::new(9);
+    let batch = TftBatch {
+        past: random(&[2, 6, 5], &mut rng),
+        future: random(&[2, 4, 2], &mut rng),
+        static_reals: random(&[2, 1], &mut rng),
+        asset: Tensor::from_slice(&[0i64, 2]),
+    };
+    let out = model.forward(&batch, None).unwrap();
+    assert_eq!(out.past_weights.size(), vec![2, 6, 4]);
+    assert_eq!(out.future_weights.size(), vec![2, 4, 2]);
+    // The weights of each bar still add up to 1 over the variables.
+    let sums = out
+        .past_weights
+        .sum_dim_intlist([-1i64].as_slice(), false, tch::Kind::Float);
+    assert!((sums - 1.0).abs().max().double_value(&[]) < 1e-5);
 }

@@ -352,6 +352,7 @@ fn predictions_give_the_reported_test_metrics(name: &str, config: &str) -> u64 {
         assets: 1,
         horizons: c.horizons,
         outputs: c.quantiles.len(),
+        groups: Default::default(),
     };
     assert_eq!(
         measured.parameters,
