@@ -421,6 +421,12 @@ pub struct SynthArgs {
     /// Write one instrument instead of quarterly contracts.
     #[arg(long)]
     pub single_contract: bool,
+    /// Daily bars of one instrument with two planted columns of your own: `ofi`
+    /// (observed past; moves the next bar's return by 0.5σ per unit) and `event`
+    /// (known future; `FOMC` bars move +1.5σ, `CPI` and `none` nothing), to a .csv or
+    /// .parquet file (docs/data.md, "Your own columns").
+    #[arg(long, conflicts_with_all = ["planted_strength", "single_contract"])]
+    pub planted_covariates: bool,
     /// Output file: .dbn or .dbn.zst (or .parquet / .csv for the front series).
     #[arg(long, short = 'O')]
     pub out: PathBuf,

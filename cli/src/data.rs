@@ -2,7 +2,7 @@
 
 use crate::args::{OutputFormat, SynthArgs};
 use crate::{new_table, print_json};
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use std::path::Path;
 use tli_core::byte_size::format_bytes;
 use tli_data::{
@@ -27,6 +27,9 @@ pub(super) fn synth(
 ) -> Result<()> {
     let book = ContractBook::load(contracts)?;
     let contract = book.lookup(&args.symbol)?;
+    if args.planted_covariates {
+        return synth_covariates(&book, contract, args, output);
+    }
     let spec = synth::SynthSpec {
         symbol: args.symbol.clone(),
         interval: BarInterval::parse(&args.interval).map_err(|e| anyhow!("--interval: {e}"))?,
@@ -65,6 +68,52 @@ pub(super) fn synth(
         summary.first,
         summary.last,
         spec.planted_strength
+    );
+    Ok(())
+}
+
+/// `tli data synth --planted-covariates`.
+fn synth_covariates(
+    book: &ContractBook,
+    contract: &tli_data::contracts::ContractSpec,
+    args: &SynthArgs,
+    output: OutputFormat,
+) -> Result<()> {
+    use tli_data::synthetic_covariates::{planted_covariates, PlantedCovariates};
+    if args.interval != "1d" && args.interval != "1m" {
+        bail!("--planted-covariates writes daily bars: leave --interval out (or give 1d)");
+    }
+    if Format::from_path(&args.out)? == Format::Dbn {
+        bail!(
+            "{}: a DBN file cannot hold columns of your own; name it .csv or .parquet",
+            args.out.display()
+        );
+    }
+    let spec = PlantedCovariates {
+        symbol: contract.root.clone(),
+        bars: args.bars as usize,
+        start: timefmt::parse(&args.start).map_err(|e| anyhow!("--start: {e}"))?,
+        seed: args.seed,
+        ..PlantedCovariates::default()
+    };
+    let table = planted_covariates(&spec);
+    tli_data::write_bars(&args.out, &table)?;
+    let summary = inspect::summarize(&args.out, book)
+        .with_context(|| format!("reading back {}", args.out.display()))?;
+    if output == OutputFormat::Json {
+        return print_json(&summary);
+    }
+    crate::outln!(
+        "wrote {} ({}): {} daily bars of {} from {} to {} with the columns ofi (observed past, \
+         leads the next return by {}σ) and event (known future: FOMC moves its bar {}σ)",
+        args.out.display(),
+        format_bytes(summary.bytes),
+        summary.bars,
+        summary.symbol,
+        summary.first,
+        summary.last,
+        spec.lead,
+        spec.event_effect
     );
     Ok(())
 }

@@ -1,7 +1,8 @@
 //! OHLCV bars as CSV text.
 //!
-//! **Written** (by [`write()`]): the header `ts_event,open,high,low,close,volume,symbol`,
-//! one line per bar; `ts_event` as RFC 3339 UTC ([`timefmt::format`]), prices
+//! **Written** (by [`write()`]): the header `ts_event,open,high,low,close,volume,symbol`
+//! (then the table's own columns, if any: numbers, or labels; a missing
+//! value as an empty field), one line per bar; `ts_event` as RFC 3339 UTC ([`timefmt::format`]), prices
 //! with Rust's shortest round-trip `f64` formatting (so reading the file back
 //! gives bit-identical prices), volume as an integer, and the table's symbol on
 //! every line (so the file reads back as the same symbol whatever its name).
@@ -30,6 +31,7 @@
 //! the 1-based data row (the header is not counted), the column and the text.
 
 use super::bar_source::{ReadNotes, SymbolOrigin};
+use super::column_read::ColumnValues;
 use super::timefmt;
 use super::zones::{LocalZone, Timestamps};
 use super::{excerpt, list_excerpt, BarInterval, BarTable, DataError};
@@ -204,23 +206,29 @@ pub fn write(path: &Path, table: &BarTable) -> Result<(), DataError> {
         csv::ErrorKind::Io(io) => DataError::io(path, io),
         other => DataError::bad_file(path, format!("cannot write CSV: {other:?}")),
     };
-    writer
-        .write_record([
-            "ts_event", "open", "high", "low", "close", "volume", "symbol",
-        ])
-        .map_err(write_error)?;
+    let mut header = vec![
+        "ts_event", "open", "high", "low", "close", "volume", "symbol",
+    ];
+    header.extend(table.extra.iter().map(|c| c.name.as_str()));
+    writer.write_record(&header).map_err(write_error)?;
     for i in 0..table.len() {
-        writer
-            .write_record([
-                timefmt::format(table.ts[i]),
-                table.open[i].to_string(),
-                table.high[i].to_string(),
-                table.low[i].to_string(),
-                table.close[i].to_string(),
-                table.volume[i].to_string(),
-                table.symbol.clone(),
-            ])
-            .map_err(write_error)?;
+        let mut record = vec![
+            timefmt::format(table.ts[i]),
+            table.open[i].to_string(),
+            table.high[i].to_string(),
+            table.low[i].to_string(),
+            table.close[i].to_string(),
+            table.volume[i].to_string(),
+            table.symbol.clone(),
+        ];
+        for column in &table.extra {
+            record.push(match &column.values {
+                ColumnValues::Real(v) if v[i].is_nan() => String::new(),
+                ColumnValues::Real(v) => v[i].to_string(),
+                ColumnValues::Text(v) => v[i].clone().unwrap_or_default(),
+            });
+        }
+        writer.write_record(&record).map_err(write_error)?;
     }
     writer.flush().map_err(|e| DataError::io(path, e))?;
     Ok(())

@@ -24,6 +24,8 @@
 //! * [`timefmt`]: UTC ns ↔ text, civil-date arithmetic.
 //! * [`synthetic_ar`]: the deterministic synthetic AR(1) `Dataset` (offline demo and tests).
 //! * [`synthetic_memory`]: a `Dataset` with a planted long-memory signal (200+ bars back).
+//! * [`synthetic_covariates`]: daily bars with a planted observed-past column (leads returns by
+//!   one bar) and a planted known-future event flag (a known effect), for the user-column bench.
 //! * [`synthetic_seasonal`]: assets with a planted known-future (calendar) and observed-past
 //!   (flow) effect, for the TFT.
 //!
@@ -44,6 +46,7 @@ pub mod inspect;
 pub mod parquet_format;
 pub mod synth;
 pub mod synthetic_ar;
+pub mod synthetic_covariates;
 pub mod synthetic_memory;
 pub mod synthetic_seasonal;
 pub mod table;

@@ -2,7 +2,8 @@
 //!
 //! **Written** (by [`write()`]): one row per bar with the columns
 //! `ts_event` Timestamp(Nanosecond, "UTC"), `open`, `high`, `low`, `close`
-//! Float64 and `volume` UInt64, none nullable; zstd-compressed; the file's
+//! Float64 and `volume` UInt64, none nullable (then the table's own columns,
+//! if any: Float64 or Utf8, nullable); zstd-compressed; the file's
 //! key-value metadata holds `tli.symbol` and `tli.interval` (`1s`, `1m`, `1h`,
 //! `1d`).
 //!
@@ -27,6 +28,7 @@
 //! groups).
 
 use super::bar_source::{ReadNotes, SymbolOrigin};
+use super::column_read::ColumnValues;
 use super::csv_format::{symbol_from_file_name, timestamp_columns_text, TIMESTAMP_COLUMNS};
 use super::zones::{LocalZone, Timestamps};
 use super::{excerpt, list_excerpt, BarInterval, BarTable, DataError};
@@ -36,7 +38,8 @@ use arrow_array::types::{
     TimestampNanosecondType, TimestampSecondType, UInt64Type,
 };
 use arrow_array::{
-    Array, ArrayRef, Float64Array, RecordBatch, TimestampNanosecondArray, UInt64Array,
+    Array, ArrayRef, Float64Array, RecordBatch, StringArray, TimestampNanosecondArray,
+    UInt64Array,
 };
 use arrow_schema::{DataType, Field, Schema, TimeUnit};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -59,7 +62,7 @@ const BATCH_ROWS: usize = 64 * 1024;
 /// first: a table that [`read`] would refuse is not written.
 pub fn write(path: &Path, table: &BarTable) -> Result<(), DataError> {
     table.validate(path)?;
-    let schema = Arc::new(Schema::new(vec![
+    let mut fields = vec![
         Field::new(
             "ts_event",
             DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into())),
@@ -70,8 +73,8 @@ pub fn write(path: &Path, table: &BarTable) -> Result<(), DataError> {
         Field::new("low", DataType::Float64, false),
         Field::new("close", DataType::Float64, false),
         Field::new("volume", DataType::UInt64, false),
-    ]));
-    let columns: Vec<ArrayRef> = vec![
+    ];
+    let mut columns: Vec<ArrayRef> = vec![
         Arc::new(TimestampNanosecondArray::from(table.ts.clone()).with_timezone("UTC")),
         Arc::new(Float64Array::from(table.open.clone())),
         Arc::new(Float64Array::from(table.high.clone())),
@@ -79,6 +82,24 @@ pub fn write(path: &Path, table: &BarTable) -> Result<(), DataError> {
         Arc::new(Float64Array::from(table.close.clone())),
         Arc::new(UInt64Array::from(table.volume.clone())),
     ];
+    // The table's own columns: Float64 or Utf8, a missing value as null.
+    for column in &table.extra {
+        match &column.values {
+            ColumnValues::Real(v) => {
+                fields.push(Field::new(&column.name, DataType::Float64, true));
+                columns.push(Arc::new(Float64Array::from(
+                    v.iter()
+                        .map(|x| (!x.is_nan()).then_some(*x))
+                        .collect::<Vec<_>>(),
+                )));
+            }
+            ColumnValues::Text(v) => {
+                fields.push(Field::new(&column.name, DataType::Utf8, true));
+                columns.push(Arc::new(StringArray::from(v.clone())));
+            }
+        }
+    }
+    let schema = Arc::new(Schema::new(fields));
     let failed = |e: &dyn std::fmt::Display| {
         DataError::bad_file(path, format!("cannot be written as Parquet: {e}"))
     };
