@@ -38,8 +38,7 @@ use arrow_array::types::{
     TimestampNanosecondType, TimestampSecondType, UInt64Type,
 };
 use arrow_array::{
-    Array, ArrayRef, Float64Array, RecordBatch, StringArray, TimestampNanosecondArray,
-    UInt64Array,
+    Array, ArrayRef, Float64Array, RecordBatch, StringArray, TimestampNanosecondArray, UInt64Array,
 };
 use arrow_schema::{DataType, Field, Schema, TimeUnit};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;

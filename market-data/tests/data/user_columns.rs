@@ -650,8 +650,9 @@ fn written_columns_read_back_as_they_were() {
             panic!("{name}: ofi is not real")
         };
         assert!(
-            a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()
-                || (x.is_nan() && y.is_nan())),
+            a.iter()
+                .zip(b)
+                .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan())),
             "{name}: ofi"
         );
         assert_eq!(back.extra[1].values, table.extra[1].values, "{name}: event");

@@ -8,7 +8,11 @@
 //! * `{split}_vsn_static_{name}`, `{split}_vsn_past_{name}`,
 //!   `{split}_vsn_future_{name}`: the mean variable-selection weight of each
 //!   input over the split's windows (and bars); `position` is the relative
-//!   time input, `asset` the asset embedding;
+//!   time input, `asset` the asset embedding (a categorical column is one
+//!   input, named by its column);
+//! * `{split}_vsn_last_{name}`: the past weights on the last encoder bar
+//!   alone (the bar the forecast is made at: an input that moves only the
+//!   next bar shows there, not in the mean over every past bar);
 //! * `{split}_attention_lag_h{h}`: the attention-weighted mean distance in
 //!   bars from decoder bar `h` back to the bars it attends to (averaged over
 //!   heads and windows), and `{split}_attention_encoder_h{h}` the share of
@@ -28,6 +32,8 @@ struct Readouts {
     windows: f64,
     static_weights: Vec<f64>,
     past_weights: Vec<f64>,
+    /// Past weights on each window's last encoder bar.
+    last_weights: Vec<f64>,
     future_weights: Vec<f64>,
     /// Per horizon: Σ attention · lag, Σ attention on encoder bars.
     lag: Vec<f64>,
@@ -88,6 +94,7 @@ pub fn split_metrics(
         windows: 0.0,
         static_weights: vec![0.0; 1 + data.static_variable_names().len()],
         past_weights: vec![0.0; data.past_variable_names().len() + 1],
+        last_weights: vec![0.0; data.past_variable_names().len() + 1],
         future_weights: vec![0.0; data.future_variable_names().len() + 1],
         lag: vec![0.0; config.horizons],
         encoder_share: vec![0.0; config.horizons],
@@ -110,6 +117,8 @@ pub fn split_metrics(
         };
         add(&mut r.static_weights, &sum_over(&out.static_weights, &[0])?);
         // Past and future weights: mean over bars, summed over windows.
+        let last = out.past_weights.f_select(1, t - 1).plugin_err(ctx)?;
+        add(&mut r.last_weights, &sum_over(&last, &[0])?);
         let past = sum_over(&out.past_weights, &[0, 1])?;
         add(
             &mut r.past_weights,
@@ -166,6 +175,11 @@ pub fn split_metrics(
         "past",
         with(&[], &data.past_variable_names(), &["position"]),
         &r.past_weights,
+    );
+    named(
+        "last",
+        with(&[], &data.past_variable_names(), &["position"]),
+        &r.last_weights,
     );
     named(
         "future",

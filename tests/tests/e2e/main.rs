@@ -38,4 +38,5 @@ mod tensorboard;
 mod tft_plugin;
 mod torchscript_export;
 mod training_through_the_abi;
+mod user_columns;
 mod walk_forward;

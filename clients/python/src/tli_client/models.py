@@ -23,7 +23,7 @@ import json
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ._optional import require_pandas
 from ._proto.tli.v1 import models_pb2 as mpb
@@ -272,7 +272,8 @@ def bars_to_proto(
 
     The symbol is ``symbol``, else the bars' ``symbol`` column (one value), else
     ``default_symbol``. ``interval``: ``1s``, ``1m``, ``1h`` or ``1d``; None = inferred by the
-    host from the timestamps.
+    host from the timestamps. Every other column goes with the bars (numbers as values,
+    anything else as labels): a model trained on columns of your own reads them.
     """
     pd = require_pandas()
     frame = _frame(bars)
@@ -320,7 +321,30 @@ def bars_to_proto(
         low=prices["low"],
         close=prices["close"],
         volume=volume.astype("uint64").tolist(),
+        columns=_own_columns(frame),
     )
+
+
+#: Columns of a bars frame that are not the user's own.
+_BAR_COLUMNS = frozenset((*_PRICE_COLUMNS, "volume", "symbol", *_TIME_COLUMNS, "datetime", "date"))
+
+
+def _own_columns(frame: "pandas.DataFrame") -> List[mpb.BarColumn]:
+    """The frame's other columns, for a model trained on columns of its own: numbers (and
+    booleans) as values, NaN where missing; anything else as labels, "" where missing."""
+    pd = require_pandas()
+    out: List[mpb.BarColumn] = []
+    for name in frame.columns:
+        if str(name).lower() in _BAR_COLUMNS:
+            continue
+        series = frame[name]
+        if pd.api.types.is_bool_dtype(series) or pd.api.types.is_numeric_dtype(series):
+            values = pd.to_numeric(series, errors="coerce").astype("float64").tolist()
+            out.append(mpb.BarColumn(name=str(name), values=values))
+        else:
+            labels = ["" if pd.isna(v) else str(v) for v in series.tolist()]
+            out.append(mpb.BarColumn(name=str(name), labels=labels))
+    return out
 
 
 def rows_to_frame(
