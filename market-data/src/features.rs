@@ -116,6 +116,11 @@ impl Default for FeatureConfig {
     }
 }
 
+/// Most features a row may have (one-hot columns counted one by one).
+pub const MAX_FEATURES: usize = 2048;
+/// Most raw feature values (bars × features) one table may produce (2 GiB of f64).
+pub const MAX_FEATURE_VALUES: usize = 1 << 28;
+
 /// Most return horizons, and most target horizons, a config may ask for
 /// (each is a column of every row: a job spec listing a million would
 /// allocate rows × a million).
@@ -266,6 +271,16 @@ pub fn raw_features(
     let mut zscore = vec![true; builtin];
     zscore.extend(&user.zscore);
     let width = names.len();
+    if width > MAX_FEATURES || n.saturating_mul(width) > MAX_FEATURE_VALUES {
+        return Err(pipeline_error(
+            table,
+            format!(
+                "{width} features × {n} bars is more than this pipeline holds ({MAX_FEATURES} \
+                 features, {MAX_FEATURE_VALUES} values); lower a categorical column's \
+                 max_levels, name fewer columns or cut the bars"
+            ),
+        ));
+    }
     let mut values = vec![f64::NAN; n * width];
     let log_close: Vec<f64> = table.close.iter().map(|c| c.ln()).collect();
     let log_volume: Vec<f64> = table.volume.iter().map(|v| (*v as f64).ln_1p()).collect();

@@ -23,7 +23,7 @@
 use crate::column_read::ColumnValues;
 use crate::columns::{ColumnKind, ColumnRole, Fill, Target, Transform};
 use crate::covariates::column;
-use crate::features::{pipeline_error, FeatureConfig};
+use crate::features::{pipeline_error, FeatureConfig, MAX_FEATURES, MAX_FEATURE_VALUES};
 use crate::{excerpt, timefmt, BarTable, DataError};
 use std::collections::{BTreeMap, BTreeSet};
 use tli_plugin_api::FeatureRole;
@@ -192,6 +192,25 @@ pub(crate) fn user_features(
         let values = column(table, &c.name)
             .ok_or_else(|| missing_column(table, &c.name, "the features name it"))?;
         let role = c.role.feature_role();
+        // Refused before the columns are allocated (raw_features checks the whole width).
+        let adding = match c.kind {
+            ColumnKind::Real => 1,
+            ColumnKind::Categorical => levels.get(&c.name).map_or(0, Vec::len),
+        };
+        let width = out.names.len() + adding;
+        if width > MAX_FEATURES || table.len().saturating_mul(width) > MAX_FEATURE_VALUES {
+            return Err(pipeline_error(
+                table,
+                format!(
+                    "the user columns give more than {MAX_FEATURES} features, or {} values \
+                     over {} bars, by column {}; lower a categorical column's max_levels, name \
+                     fewer columns or cut the bars",
+                    MAX_FEATURE_VALUES,
+                    table.len(),
+                    c.name
+                ),
+            ));
+        }
         match (c.kind, filled(values, c.fill)) {
             (ColumnKind::Real, ColumnValues::Real(v)) => {
                 out.names.push(c.name.clone());

@@ -658,3 +658,38 @@ fn written_columns_read_back_as_they_were() {
         assert_eq!(back.extra[1].values, table.extra[1].values, "{name}: event");
     }
 }
+
+/// One-hot columns cannot grow a dataset without bound: more than the
+/// pipeline's feature cap is refused before the columns are built.
+#[test]
+fn too_many_one_hot_columns_are_refused_before_they_are_built() {
+    let f = fixture();
+    let dir = tempfile::tempdir().unwrap();
+    let n = f.table.len();
+    let path = dir.path().join("wide.csv");
+    let labels = || (0..n).map(|i| format!("c{}", i % 7)).collect();
+    write_bar_csv(
+        &path,
+        &f.table,
+        &[("a", labels()), ("b", labels()), ("c", labels())],
+    );
+    // Three columns of 1,000 declared levels each: 3,000 one-hot columns.
+    let categorical = |name: &str| UserColumn {
+        kind: ColumnKind::Categorical,
+        max_levels: 1024,
+        levels: Some((0..1000).map(|i| format!("c{i}")).collect()),
+        ..UserColumn::new(name, ColumnRole::ObservedPast)
+    };
+    let config = FeatureConfig {
+        columns: vec![categorical("a"), categorical("b"), categorical("c")],
+        ..FeatureConfig::default()
+    };
+    let es = ContractBook::builtin().lookup("ES").unwrap().clone();
+    let table = read(&path, &config).unwrap();
+    let e = match build_with_stats(&table, &es, &config) {
+        Ok(_) => panic!("3,000 one-hot columns were built"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.contains("give more than 2048 features"), "{e}");
+    assert!(e.contains("by column c;"), "{e}");
+}

@@ -10,8 +10,9 @@
 //! `finished`, stop and resume, bad requests → the exception of the right
 //! gRPC code, the token rule, models (a bundle trained here with
 //! `tli train local --save`, imported, loaded, applied with Predict and bar
-//! by bar with PredictStream, exported, unloaded), and docs/python.md's
-//! examples run as written.
+//! by bar with PredictStream, exported, unloaded), a pandas DataFrame with
+//! columns of its own written to Parquet, trained on and predicted from, and
+//! docs/python.md's examples run as written.
 //!
 //! Needs the project's Python (`.venv/bin/python`, scripts/bootstrap.sh) and
 //! PyPI (pip's cache makes reruns quick); `TLI_PYTHON` names another Python.
@@ -137,13 +138,28 @@ fn the_package_builds_in_a_fresh_venv_and_passes_its_tests_against_real_hosts() 
         both(&typed)
     );
 
-    // Host 1: loopback, no token, the template and behaviour plugins.
+    // Host 1: loopback, no token, the template and behaviour plugins; bar files under the
+    // repository's data and a directory the tests write Parquet files to.
     let plugins = template_and_behaviour();
     let (state, secure_state) = (
         tempfile::tempdir().expect("state dir"),
         tempfile::tempdir().expect("state dir"),
     );
-    let server = Server::start(plugins.path(), state.path(), &["--ui-listen", "off"]);
+    let data_dir = work.path().join("data");
+    std::fs::create_dir(&data_dir).expect("a data directory");
+    let repo_data = root.join("data");
+    let server = Server::start(
+        plugins.path(),
+        state.path(),
+        &[
+            "--ui-listen",
+            "off",
+            "--data-root",
+            data_dir.to_str().expect("utf-8 path"),
+            "--data-root",
+            repo_data.to_str().expect("utf-8 path"),
+        ],
+    );
 
     // Host 2: every interface, so a token is required; TLS too.
     let token = "py-client-s3cret";
@@ -210,6 +226,7 @@ fn the_package_builds_in_a_fresh_venv_and_passes_its_tests_against_real_hosts() 
         .env("TLI_TEST_DOCS", root.join("docs/python.md"))
         .env("TLI_TEST_BUNDLE", &bundle)
         .env("TLI_TEST_BARS_CSV", &bars_csv)
+        .env("TLI_TEST_DATA_DIR", &data_dir)
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .env_remove("TLI_TOKEN")
         .env_remove("TLI_ENDPOINT")
@@ -249,6 +266,8 @@ fn the_package_builds_in_a_fresh_venv_and_passes_its_tests_against_real_hosts() 
         "test_the_package_version_follows_the_api",
         "test_early_stopping_keeps_the_best_and_resume_trains_further",
         "test_sweep_with_asha_returns_a_results_dataframe",
+        "test_bars_carry_their_other_columns",
+        "test_a_parquet_frame_with_columns_of_its_own_trains_and_predicts",
     ] {
         assert!(
             stdout(&tests).contains(&format!("{test} PASSED")),
