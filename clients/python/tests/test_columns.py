@@ -81,10 +81,10 @@ def test_a_parquet_frame_with_columns_of_its_own_trains_and_predicts(client: Cli
     assert [c["name"] for c in model.card["features"]["columns"]] == ["ofi", "regime"]
     assert model.card["inputs"]["feature_names"][-3:] == ["ofi", "regime=calm", "regime=wild"]
     client.load_model(task.task_id)
-    out = client.predict(task.task_id, frame.iloc[-300:])
+    out = client.predict(task.task_id, frame.iloc[-300:], symbol="ES")
     assert len(out) > 200 and out.iloc[:, 1].notna().all()
     # The forecast follows ofi: the frame's own column reached the model.
     assert np.corrcoef(out.iloc[:, 1], frame["ofi"].loc[out.index])[0, 1] > 0.5
 
     with pytest.raises(InvalidArgument, match="ofi"):
-        client.predict(task.task_id, frame.drop(columns=["ofi"]).iloc[-300:])
+        client.predict(task.task_id, frame.drop(columns=["ofi"]).iloc[-300:], symbol="ES")
