@@ -32,7 +32,6 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ProjectionMask;
 use serde::Serialize;
 use std::fs::File;
-use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
 /// One column's values, one per row.
@@ -215,17 +214,7 @@ fn read_csv(
     optional: &[(String, ColumnKind)],
     zone: Option<&LocalZone>,
 ) -> Result<ColumnFile, DataError> {
-    let file = File::open(path).map_err(|e| DataError::io(path, e))?;
-    let mut reader = csv::ReaderBuilder::new()
-        .has_headers(true)
-        .flexible(true)
-        .from_reader(BufReader::with_capacity(1 << 16, file));
-    let header: Vec<String> = reader
-        .headers()
-        .map_err(|e| DataError::bad_file(path, format!("header: cannot be parsed as CSV: {e}")))?
-        .iter()
-        .map(|name| name.trim_start_matches('\u{feff}').trim().to_string())
-        .collect();
+    let (mut reader, header) = crate::csv_format::open_with_header(path)?;
     let position = |name: &str| header.iter().position(|h| h.eq_ignore_ascii_case(name));
     let wanted = &with_present(wanted, optional, |n| position(n).is_some());
     let ts_index = TIMESTAMP_COLUMNS
@@ -237,13 +226,7 @@ fn read_csv(
         .map(|(name, _)| position(name).ok_or_else(|| missing_column(path, name, &header)))
         .collect::<Result<_, _>>()?;
     let mut ts = Vec::new();
-    let mut values: Vec<ColumnValues> = wanted
-        .iter()
-        .map(|(_, kind)| match kind {
-            ColumnKind::Real => ColumnValues::Real(Vec::new()),
-            ColumnKind::Categorical => ColumnValues::Text(Vec::new()),
-        })
-        .collect();
+    let mut values = empty_values(wanted);
     let mut stamps = Timestamps::new(zone);
     let mut record = csv::StringRecord::new();
     let mut row = 0usize;
@@ -251,13 +234,7 @@ fn read_csv(
         match reader.read_record(&mut record) {
             Ok(true) => {}
             Ok(false) => break,
-            Err(e) => {
-                return Err(DataError::bad_row(
-                    path,
-                    row + 1,
-                    format!("cannot be parsed as CSV: {e}"),
-                ))
-            }
+            Err(e) => return Err(crate::csv_format::csv_error(path, Some(row + 1), e)),
         }
         row += 1;
         if record.len() != header.len() {
@@ -316,19 +293,7 @@ fn read_csv(
             }
         }
     }
-    let columns = wanted
-        .iter()
-        .zip(values)
-        .map(|((name, _), values)| NamedColumn {
-            name: name.clone(),
-            values,
-        })
-        .collect();
-    Ok(ColumnFile {
-        path: path.to_path_buf(),
-        ts,
-        columns,
-    })
+    Ok(column_file(path, ts, wanted, values))
 }
 
 fn read_parquet(
@@ -387,13 +352,7 @@ fn read_parquet(
         .build()
         .map_err(|e| DataError::bad_file(path, format!("is not a readable Parquet file: {e}")))?;
     let mut ts = Vec::new();
-    let mut values: Vec<ColumnValues> = wanted
-        .iter()
-        .map(|(_, kind)| match kind {
-            ColumnKind::Real => ColumnValues::Real(Vec::new()),
-            ColumnKind::Categorical => ColumnValues::Text(Vec::new()),
-        })
-        .collect();
+    let mut values = empty_values(wanted);
     let mut stamps = Timestamps::new(zone);
     for batch in reader {
         let first_row = ts.len();
@@ -418,6 +377,27 @@ fn read_parquet(
             }
         }
     }
+    Ok(column_file(path, ts, wanted, values))
+}
+
+/// One empty column per wanted one, of its kind.
+fn empty_values(wanted: &[(String, ColumnKind)]) -> Vec<ColumnValues> {
+    wanted
+        .iter()
+        .map(|(_, kind)| match kind {
+            ColumnKind::Real => ColumnValues::Real(Vec::new()),
+            ColumnKind::Categorical => ColumnValues::Text(Vec::new()),
+        })
+        .collect()
+}
+
+/// What a reader read, the columns named as asked.
+fn column_file(
+    path: &Path,
+    ts: Vec<i64>,
+    wanted: &[(String, ColumnKind)],
+    values: Vec<ColumnValues>,
+) -> ColumnFile {
     let columns = wanted
         .iter()
         .zip(values)
@@ -426,11 +406,11 @@ fn read_parquet(
             values,
         })
         .collect();
-    Ok(ColumnFile {
+    ColumnFile {
         path: path.to_path_buf(),
         ts,
         columns,
-    })
+    }
 }
 
 fn is_numeric(t: &DataType) -> bool {

@@ -142,20 +142,28 @@ pub fn attach_bar_file_columns(
 /// For each bar, its row in `file` (the bar file read again for its
 /// columns; the bars may be a cut of it).
 fn same_rows(table: &BarTable, file: &ColumnFile) -> Result<Vec<usize>, DataError> {
+    exact_rows(table, file, |ts| {
+        format!(
+            "has no row at {}, a bar of its own prices: the file changed while it was read?",
+            timefmt::format(ts)
+        )
+    })
+}
+
+/// For each bar, the row of `file` with its timestamp; the first bar
+/// without one is refused with `problem(its timestamp)`.
+fn exact_rows(
+    table: &BarTable,
+    file: &ColumnFile,
+    problem: impl Fn(i64) -> String,
+) -> Result<Vec<usize>, DataError> {
     table
         .ts
         .iter()
-        .map(|ts| {
-            file.ts.binary_search(ts).map_err(|_| {
-                DataError::bad_file(
-                    &file.path,
-                    format!(
-                        "has no row at {}, a bar of its own prices: the file changed while it \
-                         was read?",
-                        timefmt::format(*ts)
-                    ),
-                )
-            })
+        .map(|&ts| {
+            file.ts
+                .binary_search(&ts)
+                .map_err(|_| DataError::bad_file(&file.path, problem(ts)))
         })
         .collect()
 }
@@ -185,25 +193,16 @@ fn join(
     let mut out = Vec::with_capacity(columns.len());
     for (column, read) in columns.iter().zip(&file.columns) {
         let rows: Vec<usize> = match column.role {
-            ColumnRole::KnownFuture => table
-                .ts
-                .iter()
-                .map(|ts| {
-                    file.ts.binary_search(ts).map_err(|_| {
-                        DataError::bad_file(
-                            &file.path,
-                            format!(
-                                "column {} is known_future, so every bar needs a row at its own \
-                                 timestamp; there is none at {} (a bar of {}). Add the row, or \
-                                 declare the column observed_past to join it as of each bar",
-                                column.name,
-                                timefmt::format(*ts),
-                                table.symbol
-                            ),
-                        )
-                    })
-                })
-                .collect::<Result<_, _>>()?,
+            ColumnRole::KnownFuture => exact_rows(table, file, |ts| {
+                format!(
+                    "column {} is known_future, so every bar needs a row at its own timestamp; \
+                     there is none at {} (a bar of {}). Add the row, or declare the column \
+                     observed_past to join it as of each bar",
+                    column.name,
+                    timefmt::format(ts),
+                    table.symbol
+                )
+            })?,
             // The last row at or before each bar (the first row is at or
             // before the first bar, checked above).
             ColumnRole::ObservedPast | ColumnRole::Static => table

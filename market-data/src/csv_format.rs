@@ -73,21 +73,8 @@ pub fn read_with(
     path: &Path,
     zone: Option<&LocalZone>,
 ) -> Result<(BarTable, ReadNotes), DataError> {
-    let file = File::open(path).map_err(|e| DataError::io(path, e))?;
-    let mut reader = csv::ReaderBuilder::new()
-        .has_headers(true)
-        .flexible(true)
-        .from_reader(BufReader::with_capacity(1 << 16, file));
-    let header: Vec<String> = reader
-        .headers()
-        .map_err(|e| csv_error(path, None, e))?
-        .iter()
-        .map(|name| {
-            name.trim_start_matches('\u{feff}')
-                .trim()
-                .to_ascii_lowercase()
-        })
-        .collect();
+    let (mut reader, header) = open_with_header(path)?;
+    let header: Vec<String> = header.iter().map(|h| h.to_ascii_lowercase()).collect();
     if header.is_empty() || header.iter().all(String::is_empty) {
         return Err(DataError::bad_file(path, "is empty: no header line"));
     }
@@ -194,6 +181,25 @@ pub fn read_with(
         timestamps: stamps.report,
     };
     Ok((table, notes))
+}
+
+/// A CSV reader of `path` past its header, and the header's names (a
+/// byte-order mark and surrounding spaces removed, case kept).
+pub(crate) fn open_with_header(
+    path: &Path,
+) -> Result<(csv::Reader<BufReader<File>>, Vec<String>), DataError> {
+    let file = File::open(path).map_err(|e| DataError::io(path, e))?;
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(true)
+        .flexible(true)
+        .from_reader(BufReader::with_capacity(1 << 16, file));
+    let header = reader
+        .headers()
+        .map_err(|e| csv_error(path, None, e))?
+        .iter()
+        .map(|name| name.trim_start_matches('\u{feff}').trim().to_string())
+        .collect();
+    Ok((reader, header))
 }
 
 /// Writes `table` as CSV (see the module docs). The table is validated first:
@@ -319,7 +325,7 @@ fn parse_volume(text: &str) -> Option<u64> {
 }
 
 /// A CSV parse error on a data row (`Some(row)`) or the header (`None`).
-fn csv_error(path: &Path, row: Option<usize>, error: csv::Error) -> DataError {
+pub(crate) fn csv_error(path: &Path, row: Option<usize>, error: csv::Error) -> DataError {
     let problem = match error.into_kind() {
         csv::ErrorKind::Io(io) => return DataError::io(path, io),
         csv::ErrorKind::Utf8 { err, .. } => {

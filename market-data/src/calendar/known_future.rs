@@ -73,20 +73,14 @@ pub const KNOWN_FUTURE_NAMES: [&str; 13] = [
 impl ExchangeCalendar {
     /// The names of the columns [`Self::known_future_features`] returns, in order.
     pub fn column_names(&self, interval: BarInterval) -> Vec<String> {
-        let mut names = vec!["dow_sin", "dow_cos", "month_sin", "month_cos"];
+        // Calendar (4), time of day and session (6, bars under a day), holidays (2), roll (1).
+        let mut names = KNOWN_FUTURE_NAMES[..4].to_vec();
         if interval != BarInterval::Day {
-            names.extend([
-                "tod_sin",
-                "tod_cos",
-                "minutes_since_open",
-                "minutes_to_close",
-                "session_open_bar",
-                "session_close_bar",
-            ]);
+            names.extend_from_slice(&KNOWN_FUTURE_NAMES[4..10]);
         }
-        names.extend(["holiday_next", "half_day"]);
+        names.extend_from_slice(&KNOWN_FUTURE_NAMES[10..12]);
         if self.roll.kind != super::roll_schedule::RollKind::None {
-            names.push("days_to_roll");
+            names.push(KNOWN_FUTURE_NAMES[12]);
         }
         names.into_iter().map(String::from).collect()
     }

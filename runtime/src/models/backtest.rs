@@ -155,6 +155,17 @@ impl LoadedModel {
         if let Some(c) = column("position") {
             return Ok((values(c), None, "agent".into()));
         }
+        // A forecaster trades its return forecasts (or their sign): a forecast of volatility,
+        // range or a column of the user's says nothing about which way to trade.
+        use tli_data::columns::Target;
+        let trained_on = &self.card.features.target;
+        if !matches!(trained_on, Target::FwdLogret | Target::FwdSign) {
+            return Err(bad(format!(
+                "this model forecasts {} rather than returns, so its forecasts give no \
+                 position to trade; backtest a model whose target is fwd_logret or fwd_sign",
+                trained_on.name(1).trim_end_matches("_1")
+            )));
+        }
         let target = self
             .card
             .inputs

@@ -24,8 +24,9 @@ const COLUMNS: [&str; 4] = [
     "event:known_future:categorical",
 ];
 
-fn synth(dir: &Path) -> PathBuf {
-    let path = dir.join("planted.csv");
+/// `tli data synth --planted-covariates` of 1,500 bars of `symbol` into `dir/name`.
+fn synth(dir: &Path, name: &str, symbol: &str, seed: &str) -> PathBuf {
+    let path = dir.join(name);
     let out = run_tli(
         Path::new("/nonexistent"),
         &[
@@ -33,11 +34,11 @@ fn synth(dir: &Path) -> PathBuf {
             "synth",
             "--planted-covariates",
             "--symbol",
-            "ES",
+            symbol,
             "--bars",
             "1500",
             "--seed",
-            "4",
+            seed,
             "-O",
             path.to_str().unwrap(),
         ],
@@ -148,7 +149,7 @@ fn user_columns_train_forecast_and_refuse_bad_input_through_a_host() {
         (PPO, "ppo"),
     ]);
     let (dir, state) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let bars = synth(dir.path());
+    let bars = synth(dir.path(), "planted.csv", "ES", "4");
     let asset = format!("ES={}", bars.display());
     let root = dir.path().to_str().unwrap();
     let server = Server::start(
@@ -312,6 +313,103 @@ fn user_columns_train_forecast_and_refuse_bad_input_through_a_host() {
     assert!(!out.status.success());
     assert!(
         stderr(&out).contains("has no column \"event\""),
+        "{}",
+        stderr(&out)
+    );
+
+    // One covariate file shared by the assets of a pooled task (NQ: another planted file
+    // on the same days), joined as of each bar of each.
+    let nq = synth(dir.path(), "nq.csv", "NQ", "5");
+    let shared = dir.path().join("shared-vix.csv");
+    let mut cov = String::from("ts_event,vix\n");
+    for (i, line) in std::fs::read_to_string(&bars)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .enumerate()
+    {
+        cov.push_str(&format!(
+            "{},{}\n",
+            line.split(',').next().unwrap(),
+            15 + i % 7
+        ));
+    }
+    std::fs::write(&shared, cov).unwrap();
+    let shared_column = format!("vix:observed_past:file={}", shared.display());
+    let nq_asset = format!("NQ={}", nq.display());
+    let pooled = ok_json(&start(
+        &server,
+        &[
+            "-p",
+            "template",
+            "--pooled",
+            "-a",
+            &asset,
+            "-a",
+            &nq_asset,
+            "--steps",
+            "30",
+            "--feature-column",
+            "ofi:observed_past",
+            "--feature-column",
+            &shared_column,
+        ],
+    ))["job_id"]
+        .as_u64()
+        .unwrap();
+    let pooled_tasks = finished(&server, pooled);
+    assert_eq!(pooled_tasks.len(), 1, "one pooled task");
+    let card = ok_json(&server.client(&[
+        "models",
+        "show",
+        &pooled_tasks[0].2.to_string(),
+        "-o",
+        "json",
+    ]))["card"]
+        .clone();
+    assert_eq!(card["assets"].as_array().unwrap().len(), 2, "{card}");
+    let files = card["training"]["data"].to_string();
+    assert!(files.contains("shared-vix.csv"), "{files}");
+
+    // A model of another target trains, predicts its target, and is not traded.
+    let vol = ok_json(&start(
+        &server,
+        &[
+            "-p",
+            "template",
+            "-a",
+            &asset,
+            "--steps",
+            "20",
+            "--target",
+            "fwd_realized_vol",
+            "--target-horizons",
+            "5",
+        ],
+    ))["job_id"]
+        .as_u64()
+        .unwrap();
+    let vol_task = finished(&server, vol)[0].2.to_string();
+    let loaded = server.client(&["models", "load", &vol_task]);
+    assert!(loaded.status.success(), "{}", stderr(&loaded));
+    let data = format!("ES={}", bars.display());
+    let out = server.client(&[
+        "predict", "--model", &vol_task, "--data", &data, "-o", "csv",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out)
+            .lines()
+            .next()
+            .unwrap()
+            .contains("fwd_realized_vol_5"),
+        "{}",
+        stdout(&out)
+    );
+    let out = server.client(&["backtest", "--model", &vol_task, "--data", &data]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("forecasts fwd_realized_vol rather than returns"),
         "{}",
         stderr(&out)
     );
