@@ -416,6 +416,22 @@ impl JobSpec {
         self.features
             .check()
             .map_err(|e| SpecError::field("features", e))?;
+        let own_inputs = !self.features.columns.is_empty()
+            || !self.features.builtin
+            || !self.features.target.is_default();
+        if own_inputs {
+            if let Some(i) = self
+                .assets
+                .iter()
+                .position(|a| matches!(a, AssetSpec::Synthetic(_)))
+            {
+                return Err(SpecError::field(
+                    format!("assets[{i}]"),
+                    "a synthetic asset has no columns and its own targets: features.columns, \
+                     builtin and target apply to bar files only; give a bar file",
+                ));
+            }
+        }
         if let Some(w) = &self.walk_forward {
             w.check().map_err(|e| SpecError::field("walk_forward", e))?;
             if self.models.iter().any(|m| m.pooled) {
@@ -899,6 +915,30 @@ mod tests {
             e.contains("features") && e.contains("is not before test_start"),
             "{e}"
         );
+    }
+
+    /// A spec's own columns and target read back as given; on a synthetic
+    /// asset (no columns) they are refused, as are bad columns.
+    #[test]
+    fn own_columns_and_targets_are_part_of_the_spec_and_need_bar_files() {
+        let text = r#"{"name":"x","models":[{"plugin":"t","steps":1}],"assets":[{"data":"p.csv"}],
+            "features":{"columns":[{"name":"ofi","role":"observed_past","fill":"ffill:2"},
+                                   {"name":"vix","role":"observed_past","file":"vix.csv"}],
+                        "target":{"column":"basis"},"builtin":false}}"#;
+        let spec = JobSpec::from_json(text).unwrap();
+        assert_eq!(spec.features.columns.len(), 2);
+        assert!(!spec.features.builtin);
+        let again: JobSpec = serde_json::from_str(&serde_json::to_string(&spec).unwrap()).unwrap();
+        assert_eq!(again, spec);
+        let synthetic = text.replace(r#"{"data":"p.csv"}"#, r#"{"synthetic":{"rows":100}}"#);
+        let e = JobSpec::from_json(&synthetic).unwrap_err().to_string();
+        assert!(
+            e.contains("assets[0]") && e.contains("apply to bar files only"),
+            "{e}"
+        );
+        let bad = text.replace("ffill:2", "sometimes");
+        let e = JobSpec::from_json(&bad).unwrap_err().to_string();
+        assert!(e.contains("use refuse, zero, ffill or ffill:N"), "{e}");
     }
 
     /// Specs stored by earlier hosts (assets with `"synthetic": null`) still read.

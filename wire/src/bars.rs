@@ -5,7 +5,7 @@
 
 use std::path::Path;
 use tli_data::column_read::{ColumnValues, NamedColumn};
-use tli_data::columns::{MAX_COLUMN_NAME_BYTES, MAX_USER_COLUMNS};
+use tli_data::columns::MAX_COLUMN_NAME_BYTES;
 use tli_data::table::{BarInterval, BarTable};
 use tli_models::PredictionTable;
 use tli_proto::v1 as pb;
@@ -54,14 +54,17 @@ pub fn bars_to_proto(table: &BarTable) -> pb::Bars {
 
 /// Longest label of a categorical column on the wire, in bytes.
 pub const MAX_LABEL_BYTES: usize = 256;
+/// Most columns beside the bars in one message (a client may send every
+/// column of its frame; the model reads the ones it names).
+pub const MAX_BAR_COLUMNS: usize = 4096;
 
 /// The user's columns of a message, one value per bar each, checked.
 fn columns_from_proto(columns: &[pb::BarColumn], n: usize) -> Result<Vec<NamedColumn>, BarsError> {
-    if columns.len() > MAX_USER_COLUMNS + 1 {
+    if columns.len() > MAX_BAR_COLUMNS {
         return Err(BarsError::Shape(format!(
-            "{} columns beside the bars; a model reads at most {}",
-            columns.len(),
-            MAX_USER_COLUMNS + 1
+            "{} columns beside the bars; send at most {MAX_BAR_COLUMNS} (the ones the model \
+             reads)",
+            columns.len()
         )));
     }
     let mut seen = std::collections::HashSet::new();

@@ -381,6 +381,89 @@ mod tests {
     }
 
     #[test]
+    fn feature_flags_become_the_feature_config_and_bad_ones_fail_before_sending() {
+        let dir = tempfile::tempdir().unwrap();
+        let covariates = dir.path().join("vix.csv");
+        std::fs::write(&covariates, "date,vix\n2024-01-02,13\n").unwrap();
+        let file_arg = format!("vix:observed_past:log1p:file={}", covariates.display());
+        let r = request_from_flags(&start_args(&[
+            "-p",
+            "tft",
+            "-a",
+            "ES=es.csv",
+            "--features",
+            r#"{"return_horizons": [1, 2]}"#,
+            "--feature-column",
+            "ofi:observed_past:zscore:fill=ffill:3",
+            "--feature-column",
+            "event:known_future:categorical:fill=zero",
+            "--feature-column",
+            &file_arg,
+            "--no-builtin-features",
+            "--target",
+            "fwd_sign",
+            "--target-horizons",
+            "1,5",
+        ]))
+        .unwrap();
+        let features: serde_json::Value = serde_json::from_str(&r.features_json).unwrap();
+        assert_eq!(features["return_horizons"], serde_json::json!([1, 2]));
+        assert_eq!(features["builtin"], false);
+        assert_eq!(features["target"], "fwd_sign");
+        assert_eq!(features["target_horizons"], serde_json::json!([1, 5]));
+        let columns = features["columns"].as_array().unwrap();
+        assert_eq!(
+            columns[0],
+            serde_json::json!({"name": "ofi", "role": "observed_past", "transform": "zscore",
+                               "fill": "ffill:3"})
+        );
+        assert_eq!(columns[1]["kind"], "categorical");
+        assert_eq!(columns[2]["file"], covariates.display().to_string());
+        // A covariate file named relative to here goes to a local host as an absolute path.
+        let mut relative = request_from_flags(&start_args(&[
+            "-p",
+            "tft",
+            "-a",
+            "ES=es.csv",
+            "--feature-column",
+            "vix:observed_past:file=Cargo.toml",
+        ]))
+        .unwrap();
+        absolutize_local_paths(&mut relative, "http://127.0.0.1:50051");
+        let features: serde_json::Value = serde_json::from_str(&relative.features_json).unwrap();
+        let file = features["columns"][0]["file"].as_str().unwrap();
+        assert!(
+            Path::new(file).is_absolute() && file.ends_with("Cargo.toml"),
+            "{file}"
+        );
+        // Refused before anything is sent: a bad column, a rule a column breaks, bad JSON.
+        let mut argv = vec!["tli", "train", "start", "-p", "tft", "-a", "x.csv"];
+        argv.extend(["--feature-column", "ofi:sometimes"]);
+        let e = Cli::try_parse_from(argv).unwrap_err().to_string();
+        assert!(e.contains("role \"sometimes\""), "{e}");
+        let e = request_from_flags(&start_args(&[
+            "-p",
+            "tft",
+            "-a",
+            "x.csv",
+            "--features",
+            r#"{"columns": [{"name": "x", "role": "static", "transform": "zscore"}]}"#,
+        ]))
+        .unwrap_err();
+        assert!(format!("{e:#}").contains("use none or log1p"), "{e:#}");
+        let e = request_from_flags(&start_args(&[
+            "-p",
+            "tft",
+            "-a",
+            "x.csv",
+            "--features",
+            "{",
+        ]))
+        .unwrap_err();
+        assert!(format!("{e:#}").contains("--features is not JSON"), "{e:#}");
+    }
+
+    #[test]
     fn a_spec_with_one_model_uses_the_single_model_form_and_defaults() {
         let spec = r#"{"name":"one","models":[{"plugin":"template","steps":10}],
                        "assets":[{"synthetic":{"rows":100}}]}"#;

@@ -53,6 +53,12 @@ pub(super) fn local_data(
         if args.dates.any() {
             bail!("--start, --end, --valid-start and --test-start cut a bar file: give --data");
         }
+        if args.features.any() {
+            bail!(
+                "--features, --feature-column, --no-builtin-features, --target and \
+                 --target-horizons shape the inputs of a bar file: give --data"
+            );
+        }
         return Ok(LocalData {
             annotated: synthetic_ar_annotated(SyntheticArSpec {
                 rows: args.rows as usize,

@@ -158,6 +158,21 @@ fn user_columns_train_forecast_and_refuse_bad_input_through_a_host() {
         &["--data-root", root, "--ui-listen", "off"],
     );
 
+    // Columns shape a bar file's inputs: without one, `train local` refuses them.
+    let out = run_tli(
+        plugins.path(),
+        &[
+            "train",
+            "local",
+            "-p",
+            "template",
+            "--feature-column",
+            "ofi:observed_past",
+        ],
+    );
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("give --data"), "{}", stderr(&out));
+
     // What the models will receive, with the columns' roles and sources.
     let shown = run_tli(
         plugins.path(),
