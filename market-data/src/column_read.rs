@@ -197,15 +197,43 @@ fn missing_column(path: &Path, name: &str, names: &[String]) -> DataError {
     )
 }
 
-/// `wanted` and those of `optional` that `present` says the file has.
-fn with_present(
+/// Where a file's columns are: the timestamp column's position, and the
+/// position of each column read (`wanted`, then those of `optional` the file has).
+struct Located {
+    wanted: Vec<(String, ColumnKind)>,
+    ts_index: usize,
+    indices: Vec<usize>,
+}
+
+/// Finds the timestamp column and the wanted ones among the file's column
+/// `names` (without regard to case); a missing one is refused by name.
+fn locate(
+    path: &Path,
+    names: &[String],
     wanted: &[(String, ColumnKind)],
     optional: &[(String, ColumnKind)],
-    present: impl Fn(&str) -> bool,
-) -> Vec<(String, ColumnKind)> {
+) -> Result<Located, DataError> {
+    let position = |name: &str| names.iter().position(|n| n.eq_ignore_ascii_case(name));
     let mut all = wanted.to_vec();
-    all.extend(optional.iter().filter(|(n, _)| present(n)).cloned());
-    all
+    all.extend(
+        optional
+            .iter()
+            .filter(|(n, _)| position(n).is_some())
+            .cloned(),
+    );
+    let ts_index = TIMESTAMP_COLUMNS
+        .iter()
+        .find_map(|n| position(n))
+        .ok_or_else(|| missing_column(path, &timestamp_columns_text(), names))?;
+    let indices = all
+        .iter()
+        .map(|(name, _)| position(name).ok_or_else(|| missing_column(path, name, names)))
+        .collect::<Result<_, _>>()?;
+    Ok(Located {
+        wanted: all,
+        ts_index,
+        indices,
+    })
 }
 
 fn read_csv(
@@ -215,16 +243,12 @@ fn read_csv(
     zone: Option<&LocalZone>,
 ) -> Result<ColumnFile, DataError> {
     let (mut reader, header) = crate::csv_format::open_with_header(path)?;
-    let position = |name: &str| header.iter().position(|h| h.eq_ignore_ascii_case(name));
-    let wanted = &with_present(wanted, optional, |n| position(n).is_some());
-    let ts_index = TIMESTAMP_COLUMNS
-        .iter()
-        .find_map(|n| position(n))
-        .ok_or_else(|| missing_column(path, &timestamp_columns_text(), &header))?;
-    let indices: Vec<usize> = wanted
-        .iter()
-        .map(|(name, _)| position(name).ok_or_else(|| missing_column(path, name, &header)))
-        .collect::<Result<_, _>>()?;
+    let Located {
+        wanted,
+        ts_index,
+        indices,
+    } = locate(path, &header, wanted, optional)?;
+    let wanted = &wanted;
     let mut ts = Vec::new();
     let mut values = empty_values(wanted);
     let mut stamps = Timestamps::new(zone);
@@ -309,16 +333,12 @@ fn read_parquet(
     crate::parquet_format::check_footer(path, builder.metadata(), file_bytes)?;
     let schema = builder.schema().clone();
     let names: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
-    let position = |name: &str| names.iter().position(|n| n.eq_ignore_ascii_case(name));
-    let wanted = &with_present(wanted, optional, |n| position(n).is_some());
-    let ts_index = TIMESTAMP_COLUMNS
-        .iter()
-        .find_map(|n| position(n))
-        .ok_or_else(|| missing_column(path, &timestamp_columns_text(), &names))?;
-    let indices: Vec<usize> = wanted
-        .iter()
-        .map(|(name, _)| position(name).ok_or_else(|| missing_column(path, name, &names)))
-        .collect::<Result<_, _>>()?;
+    let Located {
+        wanted,
+        ts_index,
+        indices,
+    } = locate(path, &names, wanted, optional)?;
+    let wanted = &wanted;
     for (&index, (name, kind)) in indices.iter().zip(wanted) {
         let data_type = schema.field(index).data_type();
         let ok = match kind {

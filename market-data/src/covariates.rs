@@ -86,10 +86,7 @@ pub fn attach_columns(
 }
 
 fn has(table: &BarTable, name: &str) -> bool {
-    table
-        .extra
-        .iter()
-        .any(|c| c.name.eq_ignore_ascii_case(name))
+    column(table, name).is_some()
 }
 
 /// Puts the columns of the bar file `config` reads ([`bar_file_columns`])

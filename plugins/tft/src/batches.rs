@@ -38,9 +38,9 @@ pub fn variable_names(columns: &[String], groups: &[usize]) -> Vec<String> {
     for (j, name) in columns.iter().enumerate() {
         let v = groups.get(j).copied().unwrap_or(names.len());
         if v == names.len() {
-            let grouped = groups.iter().filter(|&&g| g == v).count() > 1;
+            // `groups` is empty when no column is grouped: names stay as they are.
             names.push(match name.split_once('=') {
-                Some((column, _)) if grouped || !groups.is_empty() => column.to_string(),
+                Some((column, _)) if !groups.is_empty() => column.to_string(),
                 _ => name.clone(),
             });
         }
