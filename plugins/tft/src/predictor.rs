@@ -42,7 +42,7 @@ use tli_plugin_api::{
 use tli_plugin_kit::data::{self, Split};
 use tli_plugin_kit::device::parse_device;
 use tli_plugin_kit::flat_adamw::{FIRST_MOMENT, SECOND_MOMENT};
-use tli_plugin_kit::int8::optimizer::{M_ABSMAX, M_CODES, V_ABSMAX, V_CODES};
+use tli_plugin_kit::int8::optimizer::is_state_tensor;
 use tli_plugin_kit::int8::{Int8Options, Int8Weight};
 use tli_plugin_kit::mlp::copy_checked;
 use tli_plugin_kit::nn::Parameters;
@@ -53,18 +53,10 @@ use tli_plugin_kit::{tensor_bytes, weights, TchResultExt};
 const F32: u64 = 4;
 
 /// Whether a checkpoint tensor is part of the model: everything but the
-/// optimizer's moments (f32 and 8-bit). INT8 weights are kept as stored,
-/// `<name>.int8` codes and `<name>.scale` row scales.
+/// optimizer's moments (f32, 8-bit or below). INT8 weights are kept as
+/// stored, `<name>.int8` codes and `<name>.scale` row scales.
 pub fn is_weight(name: &str) -> bool {
-    ![
-        FIRST_MOMENT,
-        SECOND_MOMENT,
-        M_CODES,
-        V_CODES,
-        M_ABSMAX,
-        V_ABSMAX,
-    ]
-    .contains(&name)
+    ![FIRST_MOMENT, SECOND_MOMENT].contains(&name) && !is_state_tensor(name)
 }
 
 /// The output columns: per horizon (`:h<k>` when there are several), one
@@ -205,6 +197,7 @@ impl TftPredictor {
         let options = Int8Options {
             min_numel: config.int8_min_elements,
             seed: 0,
+            ..Int8Options::default()
         };
         let int8 = config.precision == Precision::Int8;
         let mut quantized_shapes: HashMap<String, Vec<i64>> = HashMap::new();

@@ -162,21 +162,42 @@ pub fn update_host(
         }
     });
     // Phase 2, parallel over rows: new scales, stochastic rounding.
-    let rows_per_thread = rows.div_ceil(threads).max(1);
-    let rng_ro: &CounterRng = rng;
-    std::thread::scope(|scope| {
-        let parts = grad
-            .chunks(rows_per_thread * cols)
-            .zip(codes.chunks_mut(rows_per_thread * cols))
-            .zip(scales.chunks_mut(rows_per_thread))
-            .enumerate();
-        for (t, ((w, q), sc)) in parts {
-            let first = (t * rows_per_thread * cols) as u64;
-            scope.spawn(move || requantize_rows(w, q, sc, cols, rng_ro, first));
-        }
-    });
-    rng.skip(n as u64);
+    requantize_parallel(grad, codes, scales, cols, rng, threads);
     Ok(())
+}
+
+/// The stochastic re-quantization of updated f32 weights (`weights`,
+/// row-major, `cols` per row) into `codes` and `scales`, parallel over rows
+/// (none for one thread); element `j` draws value `counter + j` of `rng`,
+/// which then moves past all of them.
+pub(super) fn requantize_parallel(
+    weights: &[f32],
+    codes: &mut [i8],
+    scales: &mut [f32],
+    cols: usize,
+    rng: &mut CounterRng,
+    threads: usize,
+) {
+    let n = weights.len();
+    let rows = scales.len();
+    if threads <= 1 {
+        requantize_rows(weights, codes, scales, cols, rng, 0);
+    } else {
+        let rows_per_thread = rows.div_ceil(threads).max(1);
+        let rng_ro: &CounterRng = rng;
+        std::thread::scope(|scope| {
+            let parts = weights
+                .chunks(rows_per_thread * cols)
+                .zip(codes.chunks_mut(rows_per_thread * cols))
+                .zip(scales.chunks_mut(rows_per_thread))
+                .enumerate();
+            for (t, ((w, q), sc)) in parts {
+                let first = (t * rows_per_thread * cols) as u64;
+                scope.spawn(move || requantize_rows(w, q, sc, cols, rng_ro, first));
+            }
+        });
+    }
+    rng.skip(n as u64);
 }
 
 /// One thread's share of phase 1: whole blocks from element `first` on
@@ -212,7 +233,7 @@ unsafe fn update_blocks_avx2(range: BlockRange<'_>, s: &UpdateScalars) {
 
 /// Whether this CPU runs the AVX2 + FMA builds of the host kernels.
 #[cfg(target_arch = "x86_64")]
-fn has_avx2_fma() -> bool {
+pub(super) fn has_avx2_fma() -> bool {
     static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *HAS.get_or_init(|| {
         std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
@@ -288,7 +309,7 @@ fn update_blocks_body(range: BlockRange<'_>, s: &UpdateScalars) {
 
 /// `max |x|` (0 for an empty slice), in eight lanes so that it vectorises.
 #[inline(always)]
-fn abs_max(x: &[f32]) -> f32 {
+pub(super) fn abs_max(x: &[f32]) -> f32 {
     let mut lanes = [0f32; 8];
     let mut chunks = x.chunks_exact(8);
     for c in &mut chunks {
@@ -302,7 +323,7 @@ fn abs_max(x: &[f32]) -> f32 {
 
 /// `x`, or 1 where `x` is 0 (a block or row of zeros divides by 1).
 #[inline(always)]
-fn nonzero_or_one(x: f32) -> f32 {
+pub(super) fn nonzero_or_one(x: f32) -> f32 {
     if x > 0.0 {
         x
     } else {

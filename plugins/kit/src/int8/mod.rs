@@ -10,6 +10,9 @@
 //! * [`blockwise_adam`]: one AdamW update of an int8 weight with 8-bit
 //!   moments in blocks of 256, as a fused host pass (CPU) or tensor ops
 //!   (any device), both drawing the stochastic rounding from a [`CounterRng`].
+//! * [`low_bit`]: the same update with moments below 8 bits ([`StateFormat`]
+//!   `4bit`: 4-bit moments, rank-1 normalized second moment; `factored`:
+//!   4-bit first moment, Adafactor-factored second moment).
 //! * [`optimizer`]: [`Int8AdamW`], the whole-model optimizer: quantizes the
 //!   large matrices, keeps small tensors in f32 ([`FlatAdamW`]), materializes
 //!   f32 weights for a step and releases them after, checkpoints exactly;
@@ -21,10 +24,12 @@
 
 pub mod blockwise_adam;
 pub mod dynamic_map;
+pub mod low_bit;
 pub mod optimizer;
 pub mod weight;
 
 pub use dynamic_map::DynamicMap;
+pub use low_bit::StateFormat;
 pub use optimizer::staged_step::StagedStep;
 pub use optimizer::{Int8AdamW, Int8AdamWState, Int8Options, Prequantized};
 pub use weight::Int8Weight;
@@ -34,3 +39,6 @@ mod tests;
 
 #[cfg(test)]
 mod staged_tests;
+
+#[cfg(test)]
+mod low_bit_tests;

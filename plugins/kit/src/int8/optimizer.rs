@@ -24,18 +24,27 @@
 //! after). The stochastic rounding draws from the optimizer's own
 //! [`CounterRng`], whose state travels in [`Int8AdamWState`].
 //!
+//! The moments of the quantized weights are kept in one of three
+//! [`StateFormat`]s ([`Int8Options::state`]): 8-bit blockwise (the default),
+//! or below 8 bits ([`low_bit`](super::low_bit): 4-bit with a rank-1
+//! normalized second moment, or a 4-bit first moment with a factored second).
+//!
 //! Checkpoint tensors ([`named_tensors`](Int8AdamW::named_tensors)): each
 //! quantized weight as `<name>.int8` and `<name>.scale`, every other
 //! parameter under its own name, the 8-bit state as `adam8.{m,v}_codes` and
-//! `adam8.{m,v}_absmax`, the small tensors' moments as `adamw.{m,v}`.
+//! `adam8.{m,v}_absmax` (4-bit: `adam4.{m_codes, m_absmax, v_codes,
+//! v_rowmax, v_colmax}`; factored: `adam4f.{m_codes, m_absmax, v_rows,
+//! v_cols}`), the small tensors' moments as `adamw.{m,v}`.
 
 use super::blockwise_adam::{
     blocks_for, update_host, update_tensors, DeviceMaps, HostState, TensorState, UpdateScalars,
 };
+use super::low_bit::{self, packed_fill, DeviceMaps16, Map16, StateFormat, BLOCK4};
 use super::weight::Int8Weight;
 
 #[path = "staged_step.rs"]
 pub mod staged_step;
+use super::dynamic_map::DynamicMap;
 use crate::adam::AdamConfig;
 use crate::counter_rng::{CounterRng, CounterRngState};
 use crate::errors::TchResultExt;
@@ -52,6 +61,15 @@ pub const V_CODES: &str = "adam8.v_codes";
 pub const M_ABSMAX: &str = "adam8.m_absmax";
 pub const V_ABSMAX: &str = "adam8.v_absmax";
 
+/// Prefixes of every checkpoint tensor that is optimizer state rather than
+/// model (the quantized moments of each format and the f32 AdamW moments).
+pub const STATE_PREFIXES: [&str; 4] = ["adam8.", "adam4.", "adam4f.", "adamw."];
+
+/// Is checkpoint tensor `name` optimizer state (not part of the model)?
+pub fn is_state_tensor(name: &str) -> bool {
+    STATE_PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
 /// Fewest elements per thread of the fused host update.
 const MIN_ELEMENTS_PER_THREAD: usize = 1 << 18;
 
@@ -63,6 +81,8 @@ pub struct Int8Options {
     pub min_numel: usize,
     /// Seed of the stochastic-rounding stream.
     pub seed: u64,
+    /// How the quantized weights' moments are stored.
+    pub state: StateFormat,
 }
 
 impl Default for Int8Options {
@@ -70,6 +90,7 @@ impl Default for Int8Options {
         Self {
             min_numel: 4096,
             seed: 0,
+            state: StateFormat::Bits8,
         }
     }
 }
@@ -133,6 +154,13 @@ fn release_leaf(t: &Tensor) -> Result<(), PluginError> {
 pub struct Int8AdamWState {
     pub step: u64,
     pub rounding_rng: CounterRngState,
+    /// Absent in checkpoints written before sub-8-bit state: 8-bit.
+    #[serde(default, skip_serializing_if = "is_bits8")]
+    pub state_format: StateFormat,
+}
+
+fn is_bits8(format: &StateFormat) -> bool {
+    *format == StateFormat::Bits8
 }
 
 struct Quantized {
@@ -141,10 +169,15 @@ struct Quantized {
     leaf: Tensor,
     weight: Int8Weight,
     decayed: bool,
-    /// First element of this tensor in the flat 8-bit code buffers.
+    /// First element of this tensor in the layout (its first rounding draw).
     offset: i64,
+    /// First byte of this tensor in the flat code buffers (8-bit: = `offset`).
+    code_offset: i64,
     /// First block of this tensor in the flat absmax buffers.
     block_offset: i64,
+    /// First row and column statistic in the flat `v_rows`/`v_cols` buffers (sub-8-bit).
+    row_offset: i64,
+    col_offset: i64,
 }
 
 /// AdamW with INT8 weights and 8-bit blockwise moments (see the module docs).
@@ -155,11 +188,17 @@ pub struct Int8AdamW {
     /// Unquantized parameters: `(name, leaf)` in the dense optimizer's layout order.
     dense: Vec<(String, Tensor)>,
     dense_optimizer: Option<FlatAdamW>,
+    format: StateFormat,
+    /// The moments, flat over the quantized tensors (see [`StateFormat`]);
+    /// the buffers a format does not use are empty.
     m_codes: Tensor,
     v_codes: Tensor,
     m_absmax: Tensor,
     v_absmax: Tensor,
+    v_rows: Tensor,
+    v_cols: Tensor,
     maps: DeviceMaps,
+    maps16: DeviceMaps16,
     rng: CounterRng,
     device: Device,
     materialized: bool,
@@ -203,7 +242,9 @@ impl Int8AdamW {
             .ok_or_else(|| PluginError::other("int8 optimizer: no parameters given"))?;
         let mut quantized = Vec::new();
         let (mut dense_decayed, mut dense_rest) = (Vec::new(), Vec::new());
-        let (mut offset, mut block_offset) = (0i64, 0i64);
+        let format = options.state;
+        let (mut offset, mut code_offset, mut block_offset) = (0i64, 0i64, 0i64);
+        let (mut row_offset, mut col_offset) = (0i64, 0i64);
         for (group, is_decayed) in [(decayed, true), (not_decayed, false)] {
             for (name, t) in group {
                 let weight = match ready.remove(name.as_str()) {
@@ -230,16 +271,28 @@ impl Int8AdamW {
                 };
                 if let Some(weight) = weight {
                     let numel = weight.numel();
+                    let shape = weight.shape();
                     quantized.push(Quantized {
                         name: name.clone(),
                         leaf: t.shallow_clone(),
                         weight,
                         decayed: is_decayed,
                         offset,
+                        code_offset,
                         block_offset,
+                        row_offset,
+                        col_offset,
                     });
                     offset += numel;
-                    block_offset += blocks_for(numel as usize) as i64;
+                    if format.is_low_bit() {
+                        code_offset += (numel as u64).div_ceil(2) as i64;
+                        block_offset += (numel as u64).div_ceil(BLOCK4 as u64) as i64;
+                        row_offset += shape[0];
+                        col_offset += shape[1];
+                    } else {
+                        code_offset += numel;
+                        block_offset += blocks_for(numel as usize) as i64;
+                    }
                 } else if is_decayed {
                     dense_decayed.push((name.clone(), t.shallow_clone()));
                 } else {
@@ -265,23 +318,52 @@ impl Int8AdamW {
                 &refs(&dense_rest),
             )?)
         };
-        let ctx = "allocating 8-bit optimizer state";
-        let zero_m = super::dynamic_map::DynamicMap::signed().zero_code() as i64;
-        let zero_v = super::dynamic_map::DynamicMap::unsigned().zero_code() as i64;
-        let codes =
-            |fill: i64| Tensor::f_full([offset], fill, (Kind::Uint8, device)).plugin_err(ctx);
-        let absmax = || Tensor::f_zeros([block_offset], (Kind::Float, device)).plugin_err(ctx);
+        let ctx = "allocating the optimizer state of the int8 weights";
+        let codes = |len: i64, fill: u8| {
+            Tensor::f_full([len], fill as i64, (Kind::Uint8, device)).plugin_err(ctx)
+        };
+        let floats = |len: i64| Tensor::f_zeros([len], (Kind::Float, device)).plugin_err(ctx);
+        let (m_codes, v_codes, m_absmax, v_absmax, v_rows, v_cols) = match format {
+            StateFormat::Bits8 => (
+                codes(code_offset, DynamicMap::signed().zero_code())?,
+                codes(code_offset, DynamicMap::unsigned().zero_code())?,
+                floats(block_offset)?,
+                floats(block_offset)?,
+                floats(0)?,
+                floats(0)?,
+            ),
+            StateFormat::Bits4 | StateFormat::Factored => (
+                codes(code_offset, packed_fill(Map16::signed().zero_code()))?,
+                // Code 0 is 1/16 of a zero row/column maximum: 0.
+                codes(
+                    if format == StateFormat::Bits4 {
+                        code_offset
+                    } else {
+                        0
+                    },
+                    0,
+                )?,
+                floats(block_offset)?,
+                floats(0)?,
+                floats(row_offset)?,
+                floats(col_offset)?,
+            ),
+        };
         let mut optimizer = Self {
             config,
             step: 0,
             quantized,
             dense: dense_decayed.into_iter().chain(dense_rest).collect(),
             dense_optimizer,
-            m_codes: codes(zero_m)?,
-            v_codes: codes(zero_v)?,
-            m_absmax: absmax()?,
-            v_absmax: absmax()?,
+            format,
+            m_codes,
+            v_codes,
+            m_absmax,
+            v_absmax,
+            v_rows,
+            v_cols,
             maps: DeviceMaps::new(device)?,
+            maps16: DeviceMaps16::new(device)?,
             rng: CounterRng::new(options.seed),
             device,
             materialized: true,
@@ -436,8 +518,74 @@ impl Int8AdamW {
             counter: first_draw.wrapping_add(q.offset as u64),
         });
         let numel = q.weight.numel();
+        if self.format.is_low_bit() {
+            let shape = q.weight.shape();
+            let bytes = (numel as u64).div_ceil(2) as i64;
+            let blocks = (numel as u64).div_ceil(BLOCK4 as u64) as i64;
+            let narrow = |t: &Tensor, at: i64, len: i64| t.f_narrow(0, at, len).plugin_err(ctx);
+            let v_len = if self.format == StateFormat::Bits4 {
+                bytes
+            } else {
+                0
+            };
+            let views = [
+                narrow(&self.m_codes, q.code_offset, bytes)?,
+                narrow(&self.m_absmax, q.block_offset, blocks)?,
+                narrow(
+                    &self.v_codes,
+                    if v_len > 0 { q.code_offset } else { 0 },
+                    v_len,
+                )?,
+                narrow(&self.v_rows, q.row_offset, shape[0])?,
+                narrow(&self.v_cols, q.col_offset, shape[1])?,
+            ];
+            if self.device == Device::Cpu {
+                let grad = grad.f_contiguous().plugin_err(ctx)?;
+                let threads = libtorch_threads
+                    .min(numel as usize / MIN_ELEMENTS_PER_THREAD)
+                    .max(1);
+                // SAFETY: as for the 8-bit update below: contiguous CPU tensors of
+                // the kinds named, disjoint, touched by nothing else meanwhile.
+                return unsafe {
+                    let [mc, ma, vc, vr, vcol] = &views;
+                    low_bit::update_host(
+                        self.format,
+                        host_slice_mut::<f32>(&grad)?,
+                        host_slice_mut::<i8>(&q.weight.codes)?,
+                        host_slice_mut::<f32>(&q.weight.scales)?,
+                        shape[1] as usize,
+                        low_bit::HostState {
+                            m_codes: host_slice_mut::<u8>(mc)?,
+                            m_absmax: host_slice_mut::<f32>(ma)?,
+                            v_codes: host_slice_mut::<u8>(vc)?,
+                            v_rows: host_slice_mut::<f32>(vr)?,
+                            v_cols: host_slice_mut::<f32>(vcol)?,
+                        },
+                        &s,
+                        &mut rng,
+                        threads,
+                    )
+                };
+            }
+            let [mc, ma, vc, vr, vcol] = &views;
+            return low_bit::update_tensors(
+                self.format,
+                grad,
+                &mut q.weight,
+                low_bit::TensorState {
+                    m_codes: mc,
+                    m_absmax: ma,
+                    v_codes: vc,
+                    v_rows: vr,
+                    v_cols: vcol,
+                },
+                &self.maps16,
+                &s,
+                &mut rng,
+            );
+        }
         let blocks = blocks_for(numel as usize) as i64;
-        let codes = |t: &Tensor| t.f_narrow(0, q.offset, numel).plugin_err(ctx);
+        let codes = |t: &Tensor| t.f_narrow(0, q.code_offset, numel).plugin_err(ctx);
         let maxima = |t: &Tensor| t.f_narrow(0, q.block_offset, blocks).plugin_err(ctx);
         let views = [
             codes(&self.m_codes)?,
@@ -510,6 +658,7 @@ impl Int8AdamW {
         Int8AdamWState {
             step: self.step,
             rounding_rng: self.rng.state(),
+            state_format: self.format,
         }
     }
 
@@ -520,14 +669,51 @@ impl Int8AdamW {
         q + d
     }
 
-    /// Bytes of optimizer state: 8-bit codes and block maxima, f32 moments
-    /// of the small tensors.
+    /// Bytes of optimizer state: the quantized moments (codes, block
+    /// maxima, row and column statistics), f32 moments of the small tensors.
     pub fn state_bytes(&self) -> u64 {
-        [&self.m_codes, &self.v_codes, &self.m_absmax, &self.v_absmax]
+        self.quantized_state()
             .into_iter()
-            .map(crate::tensor_bytes)
+            .map(|(_, t)| crate::tensor_bytes(t))
             .sum::<u64>()
             + self.dense_optimizer.as_ref().map_or(0, |d| d.state_bytes())
+    }
+
+    /// How the quantized weights' moments are stored.
+    pub fn state_format(&self) -> StateFormat {
+        self.format
+    }
+
+    /// Parameters (elements) held as int8, and in all.
+    pub fn parameter_counts(&self) -> (u64, u64) {
+        let q: u64 = self.quantized.iter().map(|q| q.weight.numel() as u64).sum();
+        let d: u64 = self.dense.iter().map(|(_, t)| t.numel() as u64).sum();
+        (q, q + d)
+    }
+
+    /// The quantized moments' checkpoint names and buffers, for this format.
+    fn quantized_state(&self) -> Vec<(&'static str, &Tensor)> {
+        match self.format {
+            StateFormat::Bits8 => vec![
+                (M_CODES, &self.m_codes),
+                (V_CODES, &self.v_codes),
+                (M_ABSMAX, &self.m_absmax),
+                (V_ABSMAX, &self.v_absmax),
+            ],
+            StateFormat::Bits4 => vec![
+                ("adam4.m_codes", &self.m_codes),
+                ("adam4.m_absmax", &self.m_absmax),
+                ("adam4.v_codes", &self.v_codes),
+                ("adam4.v_rowmax", &self.v_rows),
+                ("adam4.v_colmax", &self.v_cols),
+            ],
+            StateFormat::Factored => vec![
+                ("adam4f.m_codes", &self.m_codes),
+                ("adam4f.m_absmax", &self.m_absmax),
+                ("adam4f.v_rows", &self.v_rows),
+                ("adam4f.v_cols", &self.v_cols),
+            ],
+        }
     }
 
     /// Peak f32 bytes of weight copies and gradients the last staged step
@@ -558,12 +744,7 @@ impl Int8AdamW {
         for (name, t) in &self.dense {
             out.push((name.clone(), t.shallow_clone()));
         }
-        for (name, t) in [
-            (M_CODES, &self.m_codes),
-            (V_CODES, &self.v_codes),
-            (M_ABSMAX, &self.m_absmax),
-            (V_ABSMAX, &self.v_absmax),
-        ] {
+        for (name, t) in self.quantized_state() {
             out.push((name.to_string(), t.shallow_clone()));
         }
         if let Some(d) = &self.dense_optimizer {
@@ -585,6 +766,15 @@ impl Int8AdamW {
         tensors: &[(String, Tensor)],
         state: Int8AdamWState,
     ) -> Result<(), PluginError> {
+        if state.state_format != self.format {
+            return Err(PluginError::io(format!(
+                "the checkpoint keeps its optimizer state as {:?}, this task as {:?}: resume \
+                 with optimizer_state {:?} or start again",
+                state.state_format.name(),
+                self.format.name(),
+                state.state_format.name()
+            )));
+        }
         let own = self.named_tensors();
         for (name, t) in &own {
             let saved = find(tensors, name).map_err(|_| {

@@ -53,6 +53,7 @@ impl TwoLayer {
         let options = Int8Options {
             min_numel: 4096,
             seed: 9,
+            ..Int8Options::default()
         };
         Int8AdamW::new(config, &decayed, &rest, options).unwrap()
     }

@@ -12,13 +12,13 @@ use crate::flat_adamw::FlatAdamW;
 use crate::rng::Rng;
 use tch::{Device, Kind, Tensor};
 
-fn random(shape: &[i64], scale: f64, rng: &mut Rng) -> Tensor {
+pub(super) fn random(shape: &[i64], scale: f64, rng: &mut Rng) -> Tensor {
     let n: i64 = shape.iter().product();
     let v: Vec<f32> = (0..n).map(|_| (rng.normal() * scale) as f32).collect();
     Tensor::from_slice(&v).reshape(shape)
 }
 
-fn scalars(step: i32, grad_scale: f32) -> UpdateScalars {
+pub(super) fn scalars(step: i32, grad_scale: f32) -> UpdateScalars {
     let c = AdamConfig::default();
     UpdateScalars {
         beta1: c.beta1 as f32,
@@ -32,7 +32,7 @@ fn scalars(step: i32, grad_scale: f32) -> UpdateScalars {
     }
 }
 
-fn to_vec<T: tch::kind::Element + Copy + Default>(t: &Tensor) -> Vec<T> {
+pub(super) fn to_vec<T: tch::kind::Element + Copy + Default>(t: &Tensor) -> Vec<T> {
     let mut out = vec![T::default(); t.numel()];
     t.reshape([-1]).copy_data(&mut out, t.numel());
     out
@@ -141,16 +141,16 @@ fn host_and_tensor_updates_agree() {
 }
 
 /// Parameters by name.
-type Named<'a> = Vec<(String, &'a Tensor)>;
+pub(super) type Named<'a> = Vec<(String, &'a Tensor)>;
 
 /// A linear regression `y = x·Wᵀ` with a 64×128 weight (8192 elements: quantized) and a bias.
-struct Regression {
-    weight: Tensor,
-    bias: Tensor,
+pub(super) struct Regression {
+    pub(super) weight: Tensor,
+    pub(super) bias: Tensor,
 }
 
 impl Regression {
-    fn new(seed: u64) -> Self {
+    pub(super) fn new(seed: u64) -> Self {
         let mut rng = Rng::new(seed);
         Self {
             weight: (random(&[64, 128], 0.05, &mut rng)).set_requires_grad(true),
@@ -158,13 +158,13 @@ impl Regression {
         }
     }
 
-    fn loss(&self, x: &Tensor, y: &Tensor) -> Tensor {
+    pub(super) fn loss(&self, x: &Tensor, y: &Tensor) -> Tensor {
         (x.linear(&self.weight, Some(&self.bias)) - y)
             .square()
             .mean(Kind::Float)
     }
 
-    fn named(&self) -> (Named<'_>, Named<'_>) {
+    pub(super) fn named(&self) -> (Named<'_>, Named<'_>) {
         (
             vec![("weight".to_string(), &self.weight)],
             vec![("bias".to_string(), &self.bias)],
@@ -172,7 +172,7 @@ impl Regression {
     }
 }
 
-fn regression_data(seed: u64) -> (Tensor, Tensor) {
+pub(super) fn regression_data(seed: u64) -> (Tensor, Tensor) {
     let mut rng = Rng::new(seed);
     let target = random(&[64, 128], 0.2, &mut rng);
     let x = random(&[256, 128], 1.0, &mut rng);
@@ -189,6 +189,7 @@ fn int8_optimizer(model: &Regression) -> Int8AdamW {
     let options = Int8Options {
         min_numel: 4096,
         seed: 5,
+        ..Int8Options::default()
     };
     Int8AdamW::new(config, &decayed, &rest, options).unwrap()
 }

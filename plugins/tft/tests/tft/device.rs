@@ -157,6 +157,7 @@ fn the_tft_trains_in_int8_on_the_available_device() {
     let options = Int8Options {
         min_numel: 1024,
         seed: 2,
+        ..Int8Options::default()
     };
     let mut opt = Int8AdamW::new(AdamConfig::default(), &decayed, &rest, options).unwrap();
     let q = Tensor::from_slice(&[0.1f32, 0.5, 0.9]).to_device(device);

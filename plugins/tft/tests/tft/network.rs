@@ -147,6 +147,7 @@ fn fp32_and_int8_both_learn_a_known_future_effect() {
     let options = Int8Options {
         min_numel: 1024,
         seed: 11,
+        ..Int8Options::default()
     };
     let mut opt = Int8AdamW::new(config, &decayed, &rest, options).unwrap();
     assert!(

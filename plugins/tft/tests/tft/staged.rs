@@ -24,6 +24,7 @@ fn optimizer(model: &Tft) -> Int8AdamW {
     let options = Int8Options {
         min_numel: 1024,
         seed: 11,
+        ..Int8Options::default()
     };
     Int8AdamW::new(config, &decayed, &rest, options).unwrap()
 }
@@ -121,6 +122,7 @@ fn quantizing_while_building_equals_quantizing_after() {
     let options = Int8Options {
         min_numel: 1024,
         seed: 11,
+        ..Int8Options::default()
     };
     let after = Tft::new(&s, &mut Rng::new(7), Device::Cpu).unwrap();
     let opt_after = optimizer(&after);
