@@ -175,6 +175,26 @@ fn print_table(profiles: &[MemoryProfile]) {
         }
         table.add_row(cells);
     };
+    let mut names: Vec<&str> = Vec::new();
+    for p in profiles {
+        for (name, _) in &p.fractions {
+            if !names.contains(&name.as_str()) {
+                names.push(name);
+            }
+        }
+    }
+    for name in names {
+        extra(
+            &name.replace('_', " "),
+            &|p| {
+                p.fractions
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map_or("-".into(), |(_, v)| format!("{:.1}%", 100.0 * v))
+            },
+            false,
+        );
+    }
     extra(
         "peak RSS / tensor total",
         &|p| format!("{:.3}", p.process.ratio_to_tensors),

@@ -37,6 +37,10 @@ pub struct MemoryProfile {
     pub plugin: String,
     /// The config as the plugin validated it (defaults filled in).
     pub config: serde_json::Value,
+    /// The fractions the plugin reported with its last step (metrics named
+    /// `*_fraction`, e.g. the share of parameters held as int8).
+    #[serde(default)]
+    pub fractions: Vec<(String, f64)>,
     pub device: String,
     pub steps: u64,
     /// Wall time of one training step, mean over the measured steps.

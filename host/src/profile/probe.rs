@@ -89,7 +89,7 @@ pub fn measure(
     if request.warmup {
         eprintln!("{}: warm-up step (not measured)", request.label);
         let mut warm = create("profile-warmup")?;
-        step_once(&mut warm, 0)?;
+        let _ = step_once(&mut warm, 0)?;
     }
     release_free_memory();
 
@@ -111,9 +111,17 @@ pub fn measure(
     let mut trainer = create("profile")?;
     let peak_after_build = read_status()?.peak.max(baseline) - baseline;
     let started = Instant::now();
+    let mut fractions = Vec::new();
     for done in 0..request.steps {
         let t = Instant::now();
-        step_once(&mut trainer, done)?;
+        let report = step_once(&mut trainer, done)?;
+        // What the plugin says it holds (e.g. the share of parameters in int8).
+        fractions = report
+            .metrics
+            .iter()
+            .filter(|m| m.name.as_str().ends_with("_fraction") && m.value.is_finite())
+            .map(|m| (m.name.to_string(), m.value))
+            .collect();
         eprintln!(
             "{}: step {}/{} ({:.2} s)",
             request.label,
@@ -146,6 +154,7 @@ pub fn measure(
         label: request.label.to_string(),
         plugin: plugin.name().to_string(),
         config: serde_json::from_str(&config)?,
+        fractions,
         device,
         steps: request.steps,
         seconds_per_step,
@@ -165,12 +174,15 @@ pub fn measure(
     })
 }
 
-fn step_once(trainer: &mut TrainerHandle, done: u64) -> Result<(), ProbeError> {
+fn step_once(
+    trainer: &mut TrainerHandle,
+    done: u64,
+) -> Result<tli_plugin_api::StepReport, ProbeError> {
     let report = trainer.step(1).map_err(plugin_err("step"))?;
     if report.steps_done == 0 {
         return Err(ProbeError::NoProgress { done });
     }
-    Ok(())
+    Ok(report)
 }
 
 /// Resident memory now and at its peak, in bytes.

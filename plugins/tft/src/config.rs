@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 use tli_plugin_api::PluginError;
+use tli_plugin_kit::int8::StateFormat;
 use tli_plugin_kit::schedule::LrSchedule;
 
 /// Longest lookback accepted (encoder bars per window).
@@ -72,6 +73,12 @@ pub struct TftConfig {
     /// With `precision: "int8"`: `"staged"` trains (and evaluates) holding
     /// one block's f32 weights and gradients at a time.
     pub step_memory: StepMemory,
+    /// With `precision: "int8"`: how the int8 matrices' AdamW moments are
+    /// stored: `"8bit"` (blockwise, 2 bytes per parameter), `"4bit"`
+    /// (1 byte) or `"factored"` (4-bit first moment, factored second
+    /// moment: ½ byte).
+    #[serde(default)]
+    pub optimizer_state: StateFormat,
     /// Steps between validations during training: a `step` call that
     /// crosses a multiple of it reports the validation split's metrics at
     /// its end (0: none, only the final evaluation).
@@ -105,6 +112,7 @@ impl Default for TftConfig {
             eval_batch_size: 256,
             int8_min_elements: 4096,
             step_memory: StepMemory::Full,
+            optimizer_state: StateFormat::Bits8,
             valid_every: default_valid_every(),
         }
     }
@@ -155,6 +163,16 @@ impl TftConfig {
                     .into(),
             );
         }
+        if self.optimizer_state != StateFormat::Bits8 && self.precision != Precision::Int8 {
+            return bad(
+                "optimizer_state",
+                format!(
+                    "{:?} needs precision \"int8\" (fp32 weights keep f32 moments): set \
+                     precision to \"int8\" or leave optimizer_state at \"8bit\"",
+                    self.optimizer_state.name()
+                ),
+            );
+        }
         if self.quantiles.is_empty() {
             return bad("quantiles", "at least one level is needed".into());
         }
@@ -198,6 +216,7 @@ impl TftConfig {
                 "eval_batch_size": int(1, 1 << 16, d.eval_batch_size),
                 "int8_min_elements": int(1, 1 << 30, d.int8_min_elements),
                 "step_memory": {"enum": ["full", "staged"], "default": "full"},
+                "optimizer_state": {"enum": StateFormat::NAMES, "default": "8bit", "description": "with precision int8: how the int8 matrices' AdamW moments are stored (8bit: 2 bytes per parameter; 4bit: 1 byte; factored: 4-bit first moment and factored second moment, half a byte)"},
                 "valid_every": {"type": "integer", "minimum": 0, "default": d.valid_every, "description": "steps between validations during training: a step call that crosses a multiple of it reports the valid_* metrics measured at its end (0 = none, only the final evaluation)"}
             }
         })
@@ -213,6 +232,8 @@ mod tests {
         assert_eq!(TftConfig::parse("{}").unwrap(), TftConfig::default());
         let int8 = TftConfig::parse(r#"{"precision": "int8"}"#).unwrap();
         assert_eq!(int8.precision, Precision::Int8);
+        let four = TftConfig::parse(r#"{"precision": "int8", "optimizer_state": "4bit"}"#).unwrap();
+        assert_eq!(four.optimizer_state, StateFormat::Bits4);
         let refused = [
             (r#"{"precision": "int4"}"#, "precision"),
             (r#"{"hidden_size": 0}"#, "hidden_size"),
@@ -237,6 +258,8 @@ mod tests {
             (r#"{"step_memory": "staged"}"#, "step_memory"),
             (r#"{"step_memory": "half"}"#, "step_memory"),
             (r#"{"valid_every": -1}"#, "valid_every"),
+            (r#"{"optimizer_state": "4bit"}"#, "optimizer_state"),
+            (r#"{"precision": "int8", "optimizer_state": "2bit"}"#, "optimizer_state"),
         ];
         for (json, key) in refused {
             let e = TftConfig::parse(json).unwrap_err();

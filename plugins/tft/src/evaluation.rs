@@ -54,12 +54,14 @@ fn to_f32(t: &Tensor) -> Result<Vec<f32>, PluginError> {
         .plugin_err("reading evaluation outputs")
 }
 
-/// The metrics of `split` (none when it has no window).
+/// The metrics of `split` (none when it has no window), from forward
+/// passes over `pass_windows` windows at a time.
 pub fn split_metrics(
     forward: &mut dyn FnMut(&TftBatch) -> Result<TftOutput, PluginError>,
     config: &TftConfig,
     data: &TftData,
     split: Split,
+    pass_windows: usize,
 ) -> Result<Vec<Metric>, PluginError> {
     let windows = data.rows.windows(split);
     if windows.is_empty() {
@@ -99,7 +101,7 @@ pub fn split_metrics(
         lag: vec![0.0; config.horizons],
         encoder_share: vec![0.0; config.horizons],
     };
-    for chunk in windows.chunks(config.eval_batch_size) {
+    for chunk in windows.chunks(pass_windows.max(1)) {
         let batch = data.batch(chunk, config.lookback, config.horizons)?;
         let out = forward(&batch.inputs)?;
         set.asset.extend(chunk.iter().map(|w| w.asset));

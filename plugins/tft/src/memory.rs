@@ -6,9 +6,10 @@
 //! model names them (a test checks it against a built model). From it
 //! [`breakdown`] counts, per precision, the bytes of weights, gradients and
 //! optimizer state the kit's optimizers hold (FP32: f32 weights, f32 AdamW
-//! moments; INT8: int8 codes + one f32 scale per row and 8-bit moments + one
-//! f32 maximum per 256-element block for matrices of at least
-//! `int8_min_elements`, f32 for the rest). Gradients exist only during a
+//! moments; INT8: int8 codes + one f32 scale per row and the moments in the
+//! config's `optimizer_state` format — 8-bit codes + one f32 maximum per
+//! 256-element block, or below 8 bits, see the kit's `StateFormat` — for
+//! matrices of at least `int8_min_elements`, f32 for the rest). Gradients exist only during a
 //! step: f32 for every parameter, and with INT8 also the dequantized f32
 //! weights; with `step_memory: "staged"` only the largest stage's weight
 //! copies and gradients (plus the small f32 tensors' gradients), from
@@ -18,7 +19,6 @@
 
 use crate::config::{Precision, StepMemory, TftConfig};
 use crate::model::TftShape;
-use tli_plugin_kit::int8::blockwise_adam::blocks_for;
 
 /// The parameter shapes of a GRN (`input → hidden → output`, optional context).
 fn grn(input: i64, hidden: i64, output: i64, context: Option<i64>, out: &mut Vec<Vec<i64>>) {
@@ -191,6 +191,24 @@ pub fn evaluation_bytes(config: &TftConfig, s: &TftShape, windows: u64) -> u64 {
     windows * per_window(config, s, ACTIVATION_EVALUATION)
 }
 
+/// Windows per evaluation forward pass. One-pass precisions use
+/// `eval_batch_size`. A staged INT8 pass dequantizes every block once
+/// whatever its size, so it takes as many windows as fit in the memory a
+/// training step holds and evaluation does not: the transient's gradient
+/// half (a stage's f32 weights stay) and the training batch's activations —
+/// never fewer than `eval_batch_size`, and the task's peak stays within
+/// its estimate.
+pub fn evaluation_windows(config: &TftConfig, s: &TftShape) -> usize {
+    let staged = config.step_memory == StepMemory::Staged && config.precision == Precision::Int8;
+    if !staged {
+        return config.eval_batch_size;
+    }
+    let b = breakdown(config, s);
+    let per_window = per_window(config, s, ACTIVATION_EVALUATION).max(1);
+    let fit = (b.gradients / 2 + b.activations) / per_window;
+    (fit.min(1 << 16) as usize).max(config.eval_batch_size)
+}
+
 /// Bytes of the f32 copies of the INT8 matrices a forward pass uses (0 in FP32).
 pub fn dequantized_bytes(config: &TftConfig, s: &TftShape) -> u64 {
     if config.precision != Precision::Int8 {
@@ -215,7 +233,9 @@ pub fn breakdown(config: &TftConfig, s: &TftShape) -> Bytes {
             && n >= config.int8_min_elements as u64;
         if quantized {
             parameters += n + 4 * shape[0] as u64;
-            optimizer_state += 2 * n + 8 * blocks_for(n as usize) as u64;
+            optimizer_state += config
+                .optimizer_state
+                .bytes_for(shape[0] as u64, shape[1] as u64);
             gradients += 4 * n; // the dequantized f32 weight of a step
         } else {
             parameters += 4 * n;
@@ -239,5 +259,81 @@ pub fn breakdown(config: &TftConfig, s: &TftShape) -> Bytes {
         gradients,
         optimizer_state,
         activations,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tli_plugin_kit::int8::StateFormat;
+
+    /// The seed's size on daily bars: hidden 1024, 6 observed + 7 known inputs.
+    fn seed_size(config: &TftConfig) -> TftShape {
+        TftShape {
+            hidden: config.hidden_size,
+            heads: config.attention_heads,
+            lstm_layers: config.lstm_layers,
+            dropout: config.dropout,
+            observed: 6,
+            known: 7,
+            static_reals: 0,
+            assets: 1,
+            horizons: config.horizons,
+            outputs: config.quantiles.len(),
+            groups: Default::default(),
+        }
+    }
+
+    fn config(precision: Precision, state: StateFormat) -> TftConfig {
+        TftConfig {
+            precision,
+            optimizer_state: state,
+            hidden_size: 1024,
+            lookback: 16,
+            batch_size: 4,
+            eval_batch_size: 4,
+            step_memory: if precision == Precision::Int8 {
+                StepMemory::Staged
+            } else {
+                StepMemory::Full
+            },
+            ..TftConfig::default()
+        }
+    }
+
+    #[test]
+    fn sub_8_bit_state_takes_parameters_and_state_below_a_seventh_of_fp32() {
+        let fp32 = config(Precision::Fp32, StateFormat::Bits8);
+        let s = seed_size(&fp32);
+        assert!((175e6..179e6).contains(&(parameter_count(&s) as f64)));
+        let held = |c: &TftConfig| {
+            let b = breakdown(c, &s);
+            (b.parameters + b.optimizer_state) as f64
+        };
+        let base = held(&fp32);
+        let ratio = |state| held(&config(Precision::Int8, state)) / base;
+        let (r8, r4, rf) = (
+            ratio(StateFormat::Bits8),
+            ratio(StateFormat::Bits4),
+            ratio(StateFormat::Factored),
+        );
+        assert!((0.25..0.26).contains(&r8), "8bit {r8}");
+        assert!((0.17..0.175).contains(&r4), "4bit {r4}");
+        assert!(rf < 0.15, "factored {rf}");
+    }
+
+    #[test]
+    fn a_staged_evaluation_pass_takes_what_a_training_step_frees() {
+        let c = config(Precision::Int8, StateFormat::Factored);
+        let s = seed_size(&c);
+        let windows = evaluation_windows(&c, &s);
+        assert!(windows > 4 * c.eval_batch_size, "{windows} windows per pass");
+        // A pass's activations and one stage's f32 weights stay within the estimate.
+        let b = breakdown(&c, &s);
+        let pass = evaluation_bytes(&c, &s, windows as u64) + b.gradients / 2;
+        assert!(pass <= b.gradients + b.activations, "{pass} > {b:?}");
+        // One-pass precisions keep eval_batch_size.
+        let fp32 = config(Precision::Fp32, StateFormat::Bits8);
+        assert_eq!(evaluation_windows(&fp32, &s), fp32.eval_batch_size);
     }
 }

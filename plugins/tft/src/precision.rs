@@ -69,6 +69,7 @@ impl Weights {
                 let mut prequantized = Prequantized::new(Int8Options {
                     min_numel: config.int8_min_elements,
                     seed: rounding_seed,
+                    state: config.optimizer_state,
                 });
                 let model = Tft::build(shape, model_rng, device, &mut |block| {
                     prequantized.take(block)
@@ -170,6 +171,24 @@ impl Weights {
                     }
                 }
                 Ok(Some(value))
+            }
+        }
+    }
+
+    /// With INT8: the fraction of parameters held as int8, and of those
+    /// whose moments are kept below 8 bits (`None` in FP32).
+    pub fn int8_fractions(&self) -> Option<(f64, f64)> {
+        match self {
+            Weights::Fp32(_) => None,
+            Weights::Int8(opt) => {
+                let (quantized, all) = opt.parameter_counts();
+                let fraction = quantized as f64 / all.max(1) as f64;
+                let low_bit = if opt.state_format().is_low_bit() {
+                    fraction
+                } else {
+                    0.0
+                };
+                Some((fraction, low_bit))
             }
         }
     }

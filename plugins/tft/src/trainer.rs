@@ -105,6 +105,7 @@ impl TftTrainer {
             Rng::new(spec.seed).fork(3).next_u64(),
             device,
         )?;
+        report_int8(&host, &spec.task_id, &config, &weights);
         host.info(&format!(
             "task {}: TFT hidden {} × {} heads, {} precision ({} parameters) on {}, lookback {}, \
              {} horizon(s), inputs {} observed / {} known / {} static, {} training / {} \
@@ -194,11 +195,53 @@ impl TftTrainer {
         let (model, weights, step_memory) =
             (&self.model, &mut self.weights, self.config.step_memory);
         let mut forward = |batch: &TftBatch| weights.evaluate(model, batch, step_memory);
-        let part = evaluation::split_metrics(&mut forward, &self.config, &self.data, split);
+        let pass = memory::evaluation_windows(&self.config, &self.data.shape(&self.config));
+        let part = evaluation::split_metrics(&mut forward, &self.config, &self.data, split, pass);
         let rested = self.weights.rest();
         let metrics = part?;
         rested?;
         Ok(metrics)
+    }
+}
+
+/// Step metrics of an INT8 task: the fraction of parameters held as int8,
+/// and of those whose AdamW moments are below 8 bits.
+pub const INT8_FRACTION: &str = "int8_fraction";
+pub const LOW_BIT_STATE_FRACTION: &str = "low_bit_state_fraction";
+
+/// Below this fraction of int8 parameters an INT8 task is warned that it
+/// trains mostly in f32.
+const FEW_INT8: f64 = 0.5;
+
+/// Says (and warns when it is little or nothing) how much of an INT8
+/// model is held as int8: with the default `int8_min_elements` a small
+/// model may quantize no matrix at all and train exactly as FP32.
+fn report_int8(host: &Host, task: &str, config: &TftConfig, weights: &Weights) {
+    let Some((int8, low_bit)) = weights.int8_fractions() else {
+        return;
+    };
+    let state = if low_bit > 0.0 {
+        format!("moments {}", config.optimizer_state.name())
+    } else {
+        "8-bit moments".to_string()
+    };
+    let message = format!(
+        "task {task}: {:.1}% of the parameters are held as int8 ({state}; matrices of at least \
+         int8_min_elements = {} elements), the rest in f32",
+        100.0 * int8,
+        config.int8_min_elements
+    );
+    if int8 == 0.0 {
+        host.warn(&format!(
+            "{message}: no matrix is quantized, so this task trains exactly as fp32 — lower \
+             int8_min_elements (e.g. to hidden_size²) or use precision \"fp32\""
+        ));
+    } else if int8 < FEW_INT8 {
+        host.warn(&format!(
+            "{message}: most of the model stays f32 — lower int8_min_elements to quantize more"
+        ));
+    } else {
+        host.info(&message);
     }
 }
 
@@ -219,6 +262,10 @@ impl Trainer for TftTrainer {
         let before = self.steps;
         let run = run_steps(n, || self.train_one_batch())?;
         let mut report = run.report(self.learning_rate(), self.sampler.cursor().epoch);
+        if let Some((int8, low_bit)) = self.weights.int8_fractions() {
+            report.metrics.push(Metric::new(INT8_FRACTION, int8));
+            report.metrics.push(Metric::new(LOW_BIT_STATE_FRACTION, low_bit));
+        }
         if run.done == n
             && !self.data.rows.valid.is_empty()
             && validation_due(before, self.steps, self.config.valid_every)
