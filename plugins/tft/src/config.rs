@@ -259,7 +259,10 @@ mod tests {
             (r#"{"step_memory": "half"}"#, "step_memory"),
             (r#"{"valid_every": -1}"#, "valid_every"),
             (r#"{"optimizer_state": "4bit"}"#, "optimizer_state"),
-            (r#"{"precision": "int8", "optimizer_state": "2bit"}"#, "optimizer_state"),
+            (
+                r#"{"precision": "int8", "optimizer_state": "2bit"}"#,
+                "optimizer_state",
+            ),
         ];
         for (json, key) in refused {
             let e = TftConfig::parse(json).unwrap_err();

@@ -327,7 +327,10 @@ mod tests {
         let c = config(Precision::Int8, StateFormat::Factored);
         let s = seed_size(&c);
         let windows = evaluation_windows(&c, &s);
-        assert!(windows > 4 * c.eval_batch_size, "{windows} windows per pass");
+        assert!(
+            windows > 4 * c.eval_batch_size,
+            "{windows} windows per pass"
+        );
         // A pass's activations and one stage's f32 weights stay within the estimate.
         let b = breakdown(&c, &s);
         let pass = evaluation_bytes(&c, &s, windows as u64) + b.gradients / 2;

@@ -264,7 +264,9 @@ impl Trainer for TftTrainer {
         let mut report = run.report(self.learning_rate(), self.sampler.cursor().epoch);
         if let Some((int8, low_bit)) = self.weights.int8_fractions() {
             report.metrics.push(Metric::new(INT8_FRACTION, int8));
-            report.metrics.push(Metric::new(LOW_BIT_STATE_FRACTION, low_bit));
+            report
+                .metrics
+                .push(Metric::new(LOW_BIT_STATE_FRACTION, low_bit));
         }
         if run.done == n
             && !self.data.rows.valid.is_empty()

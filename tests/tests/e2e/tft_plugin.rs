@@ -94,6 +94,21 @@ fn checkpoints_resume_exactly_in_both_precisions() {
     let staged = with(&int8, r#"{"step_memory": "staged"}"#);
     let (_, eval) = assert_resumes_exactly(tft, &staged, &data, 9, 7);
     assert!(eval.contains_key("valid_qrisk_p50"), "{eval:?}");
+    // Moments below 8 bits: 4-bit (one-pass steps), factored (staged steps).
+    assert_resumes_exactly(
+        tft,
+        &with(&int8, r#"{"optimizer_state": "4bit"}"#),
+        &data,
+        11,
+        6,
+    );
+    assert_resumes_exactly(
+        tft,
+        &with(&staged, r#"{"optimizer_state": "factored"}"#),
+        &data,
+        8,
+        5,
+    );
 }
 
 #[test]
@@ -109,6 +124,44 @@ fn a_checkpoint_of_the_other_precision_is_refused() {
     let e = other.load_checkpoint(ckpt.path()).unwrap_err();
     assert_eq!(e.code, ErrorCode::IO, "{e}");
     assert!(e.message.contains("precision"), "{e}");
+    // INT8 with 8-bit moments, resumed with 4-bit ones: refused, naming the key.
+    let int8 = with(SMALL, r#"{"precision": "int8", "int8_min_elements": 256}"#);
+    let ckpt = tempfile::tempdir().unwrap();
+    let mut t = trainer(tft, &int8, 1, 10, &data);
+    t.step(2).unwrap();
+    t.save_checkpoint(ckpt.path()).unwrap();
+    let four = with(&int8, r#"{"optimizer_state": "4bit"}"#);
+    let mut other = trainer(tft, &four, 1, 10, &data);
+    let e = other.load_checkpoint(ckpt.path()).unwrap_err();
+    assert_eq!(e.code, ErrorCode::IO, "{e}");
+    assert!(e.message.contains("optimizer_state \"8bit\""), "{e}");
+}
+
+#[test]
+fn an_int8_task_reports_how_much_of_it_is_int8() {
+    let (_dir, registry) = registry_of(TFT, "tft");
+    let tft = registry.get("tft").unwrap();
+    let data = synthetic(300);
+    let fractions = |config: &str| {
+        let mut t = trainer(tft, config, 1, 10, &data);
+        let report = as_map(&t.step(1).unwrap().metrics);
+        (
+            report.get("int8_fraction").copied(),
+            report.get("low_bit_state_fraction").copied(),
+        )
+    };
+    // A small model with the default threshold quantizes nothing: it says so.
+    let (none, _) = fractions(&with(SMALL, r#"{"precision": "int8"}"#));
+    assert_eq!(none, Some(0.0));
+    let low = with(SMALL, r#"{"precision": "int8", "int8_min_elements": 64}"#);
+    let (int8, state) = fractions(&low);
+    let int8 = int8.unwrap();
+    assert!(int8 > 0.5 && int8 < 1.0, "{int8}");
+    assert_eq!(state, Some(0.0), "8-bit moments are not below 8 bits");
+    let (again, state) = fractions(&with(&low, r#"{"optimizer_state": "factored"}"#));
+    assert_eq!((again, state), (Some(int8), Some(int8)));
+    // FP32 reports neither.
+    assert_eq!(fractions(SMALL), (None, None));
 }
 
 #[test]
@@ -229,8 +282,9 @@ fn the_cli_trains_the_tft_in_a_job_beside_the_other_families() {
 /// planted calendar effect (known in advance) and a flow effect (observed
 /// one bar before), `tli_data::synthetic_seasonal`. FP32 gets at least half
 /// of the P50 q-risk improvement over the zero forecast (q-risk 1.0) that the
-/// best forecast gets; INT8, trained the same way, lands within 3% of FP32
-/// and its P10–P90 coverage within 5 points. `TFT_CI_STEPS` and
+/// best forecast gets; INT8, trained the same way with 8-bit, 4-bit or
+/// factored optimizer state, lands within 3% of FP32 and its P10–P90
+/// coverage within 5 points. `TFT_CI_STEPS` and
 /// `TFT_CI_CONFIG` change the budget and the config.
 #[test]
 fn fp32_and_int8_learn_the_planted_calendar_and_flow_effects() {
@@ -261,15 +315,13 @@ fn fp32_and_int8_learn_the_planted_calendar_and_flow_effects() {
             "batch_size": 32, "dropout": 0.0, "learning_rate": 0.005, "int8_min_elements": 256}"#
             .to_string()
     });
-    let run = |precision: &str| {
-        let config = tft
-            .validate_config(&with(&base, &format!(r#"{{"precision": "{precision}"}}"#)))
-            .unwrap();
+    let run = |overlay: &str| {
+        let config = tft.validate_config(&with(&base, overlay)).unwrap();
         let mut t = tft
             .create_trainer_with_inputs(
                 task_spec(&config, 7, steps, &first),
                 inputs(),
-                TaskServices::new("tft", precision),
+                TaskServices::new("tft", overlay),
             )
             .unwrap();
         train(&mut t, steps, 100);
@@ -289,8 +341,8 @@ fn fp32_and_int8_learn_the_planted_calendar_and_flow_effects() {
     }
     let best = abs_err / abs_y;
     eprintln!("best forecast P50 q-risk ≈ {best:.4}");
-    let fp32 = run("fp32");
-    let int8 = run("int8");
+    let fp32 = run(r#"{"precision": "fp32"}"#);
+    let int8 = run(r#"{"precision": "int8"}"#);
     let (q32, q8) = (fp32["valid_qrisk_p50"], int8["valid_qrisk_p50"]);
     let (c32, c8) = (
         fp32["valid_coverage_p10_p90"],
@@ -311,4 +363,14 @@ fn fp32_and_int8_learn_the_planted_calendar_and_flow_effects() {
     );
     assert!(q8 < q32 * 1.03, "INT8 {q8} vs FP32 {q32}");
     assert!((c8 - c32).abs() < 0.05, "coverage INT8 {c8} vs FP32 {c32}");
+    // Moments below 8 bits: 4-bit, and 4-bit with a factored second moment.
+    for state in ["4bit", "factored"] {
+        let low = run(&format!(
+            r#"{{"precision": "int8", "optimizer_state": "{state}"}}"#
+        ));
+        let (q, c) = (low["valid_qrisk_p50"], low["valid_coverage_p10_p90"]);
+        eprintln!("{state}: P50 q-risk {q:.4}, P10-P90 coverage {c:.3}");
+        assert!(q < q32 * 1.03, "INT8 with {state} state {q} vs FP32 {q32}");
+        assert!((c - c32).abs() < 0.05, "coverage {state} {c} vs FP32 {c32}");
+    }
 }
