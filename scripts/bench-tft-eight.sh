@@ -69,8 +69,9 @@ PY
   timer=()
   if [ -x /usr/bin/time ]; then timer=(/usr/bin/time -f "%M" -o "$work/$precision.maxrss"); fi
   started=$(date +%s)
-  # Large tensors in mappings of their own, so that the host's RSS follows its tasks' memory.
-  TLI_MMAP_THRESHOLD=${TLI_MMAP_THRESHOLD:-1048576} "${timer[@]}" "$TLI" host run --state-dir "$work/$precision" --data-root "$(dirname "$DATA")" --memory-budget "$BUDGET" --strategy "$STRATEGY" \
+  # The host as it runs by default (heap trims after slices); TLI_MMAP_THRESHOLD=1048576
+  # instead fixes glibc's mmap threshold (docs/orchestrator.md).
+  TLI_MMAP_THRESHOLD=${TLI_MMAP_THRESHOLD:-0} "${timer[@]}" "$TLI" host run --state-dir "$work/$precision" --data-root "$(dirname "$DATA")" --memory-budget "$BUDGET" --strategy "$STRATEGY" \
     --margin "$MARGIN" --submit "$work/$precision.json" >"$work/$precision.log" 2>&1 || {
     tail -30 "$work/$precision.log"; exit 1; }
   echo "wall time: $(( $(date +%s) - started )) s"

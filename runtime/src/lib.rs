@@ -14,8 +14,8 @@
 //! * [`elf_check`]: refuses truncated or foreign files before `dlopen` sees them.
 //! * [`services`]: what the host offers plugins (logging, cancellation, progress).
 //! * [`libtorch_info`]: which libtorch this process runs on, and CUDA.
-//! * [`allocator`]: glibc malloc settings (`TLI_MMAP_THRESHOLD`): resident memory that follows
-//!   live tensors.
+//! * [`allocator`]: resident memory that follows live tensors (a heap trim after each
+//!   task slice; `TLI_MMAP_THRESHOLD` for a fixed mmap threshold).
 //!
 //! Never depends on the server (gRPC, HTTP: `tli-server`, `tli-proto`, `tli-wire`, `tonic`),
 //! on Slurm (`tli-slurm`) or on clap: those sit above it and plug in through the seams

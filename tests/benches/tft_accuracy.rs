@@ -9,9 +9,12 @@
 //! (Σ|y − ŷ|/Σ|y| over horizons 1..H) of the zero forecast (1 by
 //! definition), the seasonal-naive forecast (the same bar one week
 //! earlier), the planted best forecast (synthetic only), the template MLP
-//! (horizon 1: its only output) and the TFT in FP32 and INT8 (mean ± sd
-//! over seeds), with the TFT's P10–P90 coverage.
+//! (horizon 1: its only output) and the TFT in FP32 and INT8 with 8-bit,
+//! 4-bit and factored optimizer state (mean ± sd over seeds), with the
+//! TFT's P10–P90 coverage.
 //!
+//! `TFT_BENCH_VARIANTS` (space-separated, default `fp32 int8 int8-4bit
+//! int8-factored`; fp32 always runs),
 //! `TFT_BENCH_SEEDS` (default 3), `TFT_BENCH_STEPS` (1500; docs/benchmarks.md also has 600),
 //! `TFT_BENCH_CONFIG` (the TFT config JSON) and `TFT_BENCH_CASES`
 //! (`synthetic`, `real` or `both`, the default) change the run.
@@ -155,6 +158,27 @@ fn main() {
     };
     let best = (best_over(horizons), best_over(1));
     let which: String = env_or("TFT_BENCH_CASES", "both".to_string());
+    const ALL: [(&str, &str); 4] = [
+        ("fp32", r#"{"precision": "fp32"}"#),
+        ("int8", r#"{"precision": "int8"}"#),
+        (
+            "int8-4bit",
+            r#"{"precision": "int8", "optimizer_state": "4bit"}"#,
+        ),
+        (
+            "int8-factored",
+            r#"{"precision": "int8", "optimizer_state": "factored"}"#,
+        ),
+    ];
+    let wanted: String = env_or(
+        "TFT_BENCH_VARIANTS",
+        "fp32 int8 int8-4bit int8-factored".to_string(),
+    );
+    let variants: Vec<(&str, &str)> = ALL
+        .iter()
+        .copied()
+        .filter(|(name, _)| *name == "fp32" || wanted.split_whitespace().any(|w| w == *name))
+        .collect();
     let mut cases = vec![];
     if which != "real" {
         cases.push(Case {
@@ -179,14 +203,14 @@ fn main() {
         });
         let mut runs: BTreeMap<&str, Vec<BTreeMap<String, f64>>> = BTreeMap::new();
         for seed in 1..=seeds {
-            for precision in ["fp32", "int8"] {
-                let config = with(&base, &format!(r#"{{"precision": "{precision}"}}"#));
+            for &(variant, overlay) in &variants {
+                let config = with(&base, overlay);
                 let m = train(tft, &config, seed, steps, &case.assets);
                 eprintln!(
-                    "{}: {precision} seed {seed}: P50 q-risk {:.4}, coverage {:.3}",
+                    "{}: {variant} seed {seed}: P50 q-risk {:.4}, coverage {:.3}",
                     case.name, m["valid_qrisk_p50"], m["valid_coverage_p10_p90"]
                 );
-                runs.entry(precision).or_default().push(m);
+                runs.entry(variant).or_default().push(m);
             }
             let m = train(template, "{}", seed, steps, &case.assets);
             runs.entry("template").or_default().push(m);
@@ -204,7 +228,7 @@ fn main() {
         let (t, t_sd) = mean_sd(&column("template", "valid_qrisk_p50"));
         println!("| template MLP (1 step only) | – | {t:.4} ± {t_sd:.4} | – |");
         let mut means = BTreeMap::new();
-        for p in ["fp32", "int8"] {
+        for &(p, _) in &variants {
             let (q, q_sd) = mean_sd(&column(p, "valid_qrisk_p50"));
             let (h1, h1_sd) = mean_sd(&column(p, "valid_qrisk_p50_h1"));
             let (c, c_sd) = mean_sd(&column(p, "valid_coverage_p10_p90"));
@@ -214,13 +238,19 @@ fn main() {
                 p.to_uppercase()
             );
         }
-        let ((q32, c32), (q8, c8)) = (means["fp32"], means["int8"]);
+        let (q32, c32) = means["fp32"];
+        for &(p, _) in variants.iter().skip(1) {
+            let (q8, c8) = means[p];
+            println!(
+                "{} / FP32 P50 q-risk {:.4} ({:+.2}%), coverage {:+.1} points",
+                p.to_uppercase(),
+                q8 / q32,
+                (q8 / q32 - 1.0) * 100.0,
+                (c8 - c32) * 100.0,
+            );
+        }
         println!(
-            "INT8 / FP32 P50 q-risk {:.4} ({:+.2}%), coverage {:+.1} points; FP32 vs seasonal \
-             naive {:+.2}%",
-            q8 / q32,
-            (q8 / q32 - 1.0) * 100.0,
-            (c8 - c32) * 100.0,
+            "FP32 vs seasonal naive {:+.2}%",
             (q32 / naive - 1.0) * 100.0
         );
     }

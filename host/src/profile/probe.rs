@@ -91,7 +91,7 @@ pub fn measure(
         let mut warm = create("profile-warmup")?;
         let _ = step_once(&mut warm, 0)?;
     }
-    release_free_memory();
+    crate::allocator::trim_now();
 
     let cuda_index = match request.device {
         Device::Cuda(i) => Some(i as usize),
@@ -235,14 +235,6 @@ fn tune_allocator() {
 
 /// Hands memory freed by the warm-up back to the kernel, so the baseline is
 /// what is live.
-fn release_free_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only returns free heap pages to the kernel.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

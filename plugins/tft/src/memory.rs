@@ -43,9 +43,14 @@ fn gate_add_norm(input: i64, output: i64, out: &mut Vec<Vec<i64>>) {
     out.push(vec![output]);
 }
 
-/// A variable selection network: the selector, then one GRN per variable (a stage each).
+/// A variable selection network: the selector's input projection (its
+/// `fc1` weight and bias), the rest of the selector, then one GRN per
+/// variable (a stage each).
 fn selection(count: i64, d: i64, context: Option<i64>, stages: &mut Vec<Vec<Vec<i64>>>) {
-    stages.push(block(|out| grn(count * d, d, count, context, out)));
+    let mut selector = block(|out| grn(count * d, d, count, context, out));
+    let rest = selector.split_off(2);
+    stages.push(selector);
+    stages.push(rest);
     for _ in 0..count {
         stages.push(block(|out| grn(d, d, d, None, out)));
     }

@@ -185,12 +185,25 @@ impl VariableSelection {
                 "variable selection over {n} inputs got shape {size:?}"
             )));
         }
+        // The selector's input projection reads every variable's embedding
+        // (its matrix is the model's largest): a stage of its own, so that
+        // a staged step never holds it beside another matrix.
         let selector = join(name, "selector");
-        let mut args = vec![inputs];
-        args.extend(context);
-        let [weights] = graph.stage(&[&selector], &args, move |xs, rng| {
+        let fc1 = join(&selector, "fc1");
+        let rest: Vec<String> = ["context", "fc2", "skip", "gate"]
+            .iter()
+            .map(|part| join(&selector, part))
+            .collect();
+        let [projected] = graph.stage(&[&fc1], &[inputs], move |xs, _| {
             let flat = xs[0].f_flatten(-2, -1).plugin_err(ctx)?;
-            let logits = self.selector.forward(&flat, xs.get(1), rng)?;
+            Ok(vec![self.selector.project_input(&flat)?])
+        })?;
+        let mut args = vec![projected, inputs];
+        args.extend(context);
+        let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
+        let [weights] = graph.stage(&rest, &args, move |xs, rng| {
+            let flat = xs[1].f_flatten(-2, -1).plugin_err(ctx)?;
+            let logits = self.selector.finish(&xs[0], &flat, xs.get(2), rng)?;
             Ok(vec![logits.f_softmax(-1, Kind::Float).plugin_err(ctx)?])
         })?;
         let mut combine = vec![weights];

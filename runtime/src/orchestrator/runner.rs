@@ -437,6 +437,8 @@ impl Runner {
                 .flatten()
                 .filter(|_| restart_peak(ctx.task.device));
             let report = self.trainer.step(n)?;
+            // What the slice freed goes back to the kernel (see `allocator`).
+            crate::allocator::release_free_memory();
             // A scheduling point for the API's threads (see `core_sharing`;
             // the plugin's cancellation polls are others, inside the slice).
             core_sharing::offer_if_due();

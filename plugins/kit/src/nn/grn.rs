@@ -117,9 +117,30 @@ impl Grn {
         c: Option<&Tensor>,
         rng: Option<&mut CounterRng>,
     ) -> Result<Tensor, PluginError> {
-        let ctx = "gated residual network forward";
+        let eta2 = self.project_input(a)?;
+        self.finish(&eta2, a, c, rng)
+    }
+
+    /// The first part of [`forward`](Self::forward): `fc1(a)` (the input
+    /// projection, the largest matrix when the input is wide).
+    pub fn project_input(&self, a: &Tensor) -> Result<Tensor, PluginError> {
         check_last_dim(a, self.fc1.input_size(), "gated residual network")?;
-        let mut eta2 = self.fc1.forward(a)?;
+        self.fc1.forward(a)
+    }
+
+    /// The rest of [`forward`](Self::forward) from `projected = fc1(a)`:
+    /// context, ELU, `fc2`, the residual of `a` and the gate. A staged
+    /// pass runs the two parts as separate stages, so that the input
+    /// projection's weights are never live beside the others'.
+    pub fn finish(
+        &self,
+        projected: &Tensor,
+        a: &Tensor,
+        c: Option<&Tensor>,
+        rng: Option<&mut CounterRng>,
+    ) -> Result<Tensor, PluginError> {
+        let ctx = "gated residual network forward";
+        let mut eta2 = projected.shallow_clone();
         match (&self.context, c) {
             (Some(w3), Some(c)) => {
                 let mut projected = w3.forward(c)?;
