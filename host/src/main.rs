@@ -2,8 +2,9 @@
 //! turns any error into one clear line and a non-zero exit code.
 
 fn main() -> std::process::ExitCode {
-    // Before any thread exists: TLI_MMAP_THRESHOLD (resident memory follows live tensors).
-    tli_host::allocator::configure_from_env();
+    // Before any thread exists: malloc set up so that resident memory follows
+    // live tensors without page faults in every step (TLI_MALLOC, TLI_MMAP_THRESHOLD).
+    let _ = tli_host::allocator::configure_from_env();
     // A write past `ulimit -f` fails with EFBIG instead of killing the host.
     tli_host::fault_signals::ignore_file_size_signal();
     tli_cli::init_logging();

@@ -10,7 +10,9 @@
 //!   backward, fused host update with stochastic re-quantization, release),
 //!
 //! and of the optimizer part alone for each, plus the bytes of parameters
-//! and optimizer state. `TLI_BENCH_THREADS` sets libtorch's intra-op
+//! and optimizer state; then the fused host update alone on one weight, per
+//! element, with 8-bit, 4-bit and factored state (`TLI_BENCH_UPDATE_ONLY=1`:
+//! only that). `TLI_BENCH_THREADS` sets libtorch's intra-op
 //! threads (default 1; the fused host update uses as many); `TLI_BENCH_WIDTH`,
 //! `TLI_BENCH_LAYERS`, `TLI_BENCH_TOKENS` change the size (defaults 2048, 4, 256:
 //! 16.8 M parameters, the size of the published 8-bit optimizer measurements
@@ -22,7 +24,7 @@ use tli_plugin_kit::adam::AdamConfig;
 use tli_plugin_kit::counter_rng::CounterRng;
 use tli_plugin_kit::flat_adamw::FlatAdamW;
 use tli_plugin_kit::int8::blockwise_adam::{blocks_for, update_host, HostState, UpdateScalars};
-use tli_plugin_kit::int8::{Int8AdamW, Int8Options};
+use tli_plugin_kit::int8::{low_bit, Int8AdamW, Int8Options, StateFormat};
 use tli_plugin_kit::rng::Rng;
 
 const RUNS: usize = 7;
@@ -110,6 +112,10 @@ fn main() {
         ..AdamConfig::default()
     };
     let params = layers * width * (width + 1);
+    if env_or("TLI_BENCH_UPDATE_ONLY", 0) != 0 {
+        host_update_alone(width, threads as usize);
+        return;
+    }
 
     let f32_model = Stack::new(width, layers, tokens, 1);
     let all: Vec<&Tensor> = f32_model.weights.iter().chain(&f32_model.biases).collect();
@@ -228,7 +234,45 @@ fn host_update_alone(width: i64, threads: usize) {
         times.push(t.elapsed().as_secs_f64());
     }
     println!(
-        "fused host update alone ({width}² elements, {threads} thread(s)): {:.2} ns per element",
+        "fused host update alone ({width}² elements, {threads} thread(s)): {:.2} ns per element \
+         (8bit)",
         median(times) * 1e9 / n as f64
     );
+    for format in [StateFormat::Bits4, StateFormat::Factored] {
+        let half = n.div_ceil(2);
+        let mut mc = vec![0x77u8; half];
+        let mut ma = vec![1e-4f32; n.div_ceil(low_bit::BLOCK4)];
+        let mut vc = vec![0x55u8; if format == StateFormat::Bits4 { half } else { 0 }];
+        let (mut rows, mut cols) = (vec![1e-8f32; width as usize], vec![1e-8f32; width as usize]);
+        let mut times = vec![];
+        for _ in 0..RUNS {
+            let mut grad = grad_init.clone();
+            let t = Instant::now();
+            low_bit::update_host(
+                format,
+                &mut grad,
+                &mut codes,
+                &mut scales,
+                width as usize,
+                low_bit::HostState {
+                    m_codes: &mut mc,
+                    m_absmax: &mut ma,
+                    v_codes: &mut vc,
+                    v_rows: &mut rows,
+                    v_cols: &mut cols,
+                },
+                &s,
+                &mut counter,
+                threads,
+            )
+            .unwrap();
+            times.push(t.elapsed().as_secs_f64());
+        }
+        println!(
+            "fused host update alone ({width}² elements, {threads} thread(s)): {:.2} ns per \
+             element ({})",
+            median(times) * 1e9 / n as f64,
+            format.name()
+        );
+    }
 }

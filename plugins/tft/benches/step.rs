@@ -13,7 +13,9 @@
 //! `TLI_BENCH_LOOKBACK` (64); `TLI_BENCH_THREADS` sets libtorch's intra-op
 //! threads (default: libtorch's own, one per core); `TLI_BENCH_DEVICE=cuda:N`
 //! runs on a GPU (INT8 then uses the tensor-op update; times include a
-//! synchronisation per step).
+//! synchronisation per step). malloc is set up as `tli` sets it up (blocks
+//! under 32 MiB kept in the heaps, `runtime/src/allocator.rs`) unless
+//! `TLI_MALLOC=glibc` asks for glibc's defaults.
 
 use std::time::Instant;
 use tch::{Device, Kind, Tensor};
@@ -56,7 +58,21 @@ fn device() -> Device {
     }
 }
 
+/// As the host's default malloc policy (`tli_runtime::allocator`): the
+/// mmap threshold at glibc's 32 MiB maximum, trims only beyond 1 GiB.
+fn configure_malloc() {
+    if std::env::var("TLI_MALLOC").is_ok_and(|v| v == "glibc") {
+        return;
+    }
+    // SAFETY: mallopt only changes glibc's malloc parameters.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
+    }
+}
+
 fn main() {
+    configure_malloc();
     let dev = device();
     if let Some(t) = std::env::var("TLI_BENCH_THREADS")
         .ok()
@@ -115,23 +131,40 @@ fn main() {
     let (decayed, rest) = int8.decay_groups();
     let mut int8_opt = Int8AdamW::new(config, &decayed, &rest, Int8Options::default()).unwrap();
 
-    let (mut f_times, mut i_times) = (vec![], vec![]);
+    // Per run: FP32 forward, FP32 backward + update; INT8 materialize, forward, backward + update.
+    let mut times: [Vec<f64>; 5] = Default::default();
     for run in 0..=RUNS {
-        let t = Instant::now();
-        let _ = fp32_opt.backward_step(&loss(&fp32), 1e-3, 1.0).unwrap();
+        let t0 = Instant::now();
+        let l = loss(&fp32);
         sync();
-        let f = t.elapsed().as_secs_f64();
-        let t = Instant::now();
+        let t1 = Instant::now();
+        let _ = fp32_opt.backward_step(&l, 1e-3, 1.0).unwrap();
+        sync();
+        let t2 = Instant::now();
         int8_opt.materialize().unwrap();
-        int8_opt.backward_step(&loss(&int8), 1e-3, 1.0).unwrap();
         sync();
-        let i = t.elapsed().as_secs_f64();
+        let t3 = Instant::now();
+        let l = loss(&int8);
+        sync();
+        let t4 = Instant::now();
+        int8_opt.backward_step(&l, 1e-3, 1.0).unwrap();
+        sync();
+        let t5 = Instant::now();
         if run > 0 {
-            f_times.push(f);
-            i_times.push(i);
+            for (k, (a, b)) in [(t0, t1), (t1, t2), (t2, t3), (t3, t4), (t4, t5)]
+                .into_iter()
+                .enumerate()
+            {
+                times[k].push((b - a).as_secs_f64());
+            }
         }
     }
-    let (f, i) = (median(f_times), median(i_times));
+    let f: Vec<f64> = (0..RUNS).map(|r| times[0][r] + times[1][r]).collect();
+    let i: Vec<f64> = (0..RUNS)
+        .map(|r| times[2][r] + times[3][r] + times[4][r])
+        .collect();
+    let (f, i) = (median(f), median(i));
+    let ms = |k: usize| median(times[k].clone()) * 1e3;
     println!(
         "TFT hidden {hidden} ({:.1} M parameters), batch {batch} × lookback {lookback} + 5, \
          {dev:?}, {} thread(s), median of {RUNS} steps: FP32 {:.1} ms, INT8 {:.1} ms, INT8 / FP32 \
@@ -141,5 +174,14 @@ fn main() {
         f * 1e3,
         i * 1e3,
         i / f
+    );
+    println!(
+        "  FP32: forward {:.1} ms, backward + update {:.1} ms; INT8: materialize {:.1} ms, \
+         forward {:.1} ms, backward + update {:.1} ms",
+        ms(0),
+        ms(1),
+        ms(2),
+        ms(3),
+        ms(4)
     );
 }
