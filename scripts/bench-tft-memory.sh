@@ -5,9 +5,10 @@
 # lookback 32, batch 8 (and evaluation batch 8: the profile runs no
 # evaluation, so the estimate's evaluation term must not be the larger one),
 # two steps each, in child processes; prints the table
-# (FP32, INT8 with one-pass steps, INT8 with staged steps)
+# (FP32, INT8 with one-pass steps, INT8 with staged steps, and staged with 4-bit
+# and with factored optimizer state)
 # and the JSON, writes the chart to docs/images/tft-memory-seed-size.png.
-# Needs `make build` first; about 4 GiB of free RAM and ~10 minutes on 2 cores.
+# Needs `make build` first; about 4 GiB of free RAM and ~12 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TLI=${TLI:-target/release/tli}
@@ -21,10 +22,13 @@ out=$(mktemp)
   --config "{$base, \"precision\": \"fp32\"}" --label fp32 \
   --config "{$base, \"precision\": \"int8\"}" --label int8 \
   --config "{$base, \"precision\": \"int8\", \"step_memory\": \"staged\"}" --label int8-staged \
+  --config "{$base, \"precision\": \"int8\", \"step_memory\": \"staged\", \"optimizer_state\": \"4bit\"}" --label int8-staged-4bit \
+  --config "{$base, \"precision\": \"int8\", \"step_memory\": \"staged\", \"optimizer_state\": \"factored\"}" --label int8-staged-factored \
   --chart "$CHART" -o json >"$out"
 python3 - "$out" <<'PY'
 import json, sys
-fp32, int8, staged = json.load(open(sys.argv[1]))
+profiles = json.load(open(sys.argv[1]))
+fp32 = profiles[0]
 mib = lambda b: f"{b / 2**20:,.1f} MiB"
 rows = [
     ("parameters", lambda p: p["tensors"]["parameters"]),
@@ -38,12 +42,18 @@ rows = [
     ("  of it while building", lambda p: p["process"]["build_peak_over_baseline"]),
 ]
 print(f"parameters: {fp32['tensors']['parameters'] / 4 / 1e6:.1f} M (fp32 bytes / 4)")
-print("| | FP32 | INT8 | INT8 / FP32 | INT8 staged | staged / FP32 |")
-print("|---|---:|---:|---:|---:|---:|")
+header = "| | " + " | ".join(
+    p["label"] if i == 0 else f"{p['label']} | / fp32" for i, p in enumerate(profiles)) + " |"
+print(header)
+print("|---|" + "---:|" * (2 * len(profiles) - 1))
 for name, f in rows:
-    print(f"| {name} | {mib(f(fp32))} | {mib(f(int8))} | {f(int8) / f(fp32):.3f}× "
-          f"| {mib(f(staged))} | {f(staged) / f(fp32):.3f}× |")
-for p in (fp32, int8, staged):
-    print(f"| {p['label']}: peak RSS / tensor total | {p['process']['ratio_to_tensors']:.3f} | seconds per step {p['seconds_per_step']:.1f} | |")
+    cells = [mib(f(fp32))]
+    for p in profiles[1:]:
+        cells += [mib(f(p)), f"{f(p) / f(fp32):.3f}×"]
+    print(f"| {name} | " + " | ".join(cells) + " |")
+for p in profiles:
+    fractions = ", ".join(f"{n} {v:.1%}" for n, v in p.get("fractions", []))
+    print(f"| {p['label']}: peak RSS / tensor total {p['process']['ratio_to_tensors']:.3f}, "
+          f"seconds per step {p['seconds_per_step']:.1f}{', ' + fractions if fractions else ''} |")
 PY
 rm -f "$out"

@@ -265,10 +265,23 @@ pub fn tft(i: usize, m: &pb::TftConfig) -> Result<Value, Status> {
             )))
         }
     };
+    let optimizer_state = match pb::TftOptimizerState::try_from(m.optimizer_state) {
+        Ok(pb::TftOptimizerState::Unspecified) => None,
+        Ok(pb::TftOptimizerState::TftOptimizerState8bit) => Some("8bit"),
+        Ok(pb::TftOptimizerState::TftOptimizerState4bit) => Some("4bit"),
+        Ok(pb::TftOptimizerState::Factored) => Some("factored"),
+        Err(_) => {
+            return Err(invalid(format!(
+                "{path}.optimizer_state: {} is not a TftOptimizerState",
+                m.optimizer_state
+            )))
+        }
+    };
     let mut c = ConfigObject::new(path);
     c.numbers("quantiles", &m.quantiles)?
         .text("precision", precision)
         .text("step_memory", step_memory)
+        .text("optimizer_state", optimizer_state)
         .whole("hidden_size", m.hidden_size)
         .whole("attention_heads", m.attention_heads)
         .whole("lstm_layers", m.lstm_layers)
@@ -344,13 +357,25 @@ mod tests {
             lr_schedule: pb::LrSchedule::Constant as i32,
             int8_min_elements: Some(1024),
             step_memory: pb::TftStepMemory::Staged as i32,
+            optimizer_state: pb::TftOptimizerState::Factored as i32,
             ..Default::default()
         };
         assert_eq!(
             tft(1, &t).unwrap(),
             json!({"precision": "int8", "hidden_size": 32, "quantiles": [0.05, 0.5, 0.95],
-                   "lr_schedule": "constant", "int8_min_elements": 1024, "step_memory": "staged"})
+                   "lr_schedule": "constant", "int8_min_elements": 1024, "step_memory": "staged",
+                   "optimizer_state": "factored"})
         );
+        for (state, name) in [
+            (pb::TftOptimizerState::TftOptimizerState8bit, "8bit"),
+            (pb::TftOptimizerState::TftOptimizerState4bit, "4bit"),
+        ] {
+            let t = pb::TftConfig {
+                optimizer_state: state as i32,
+                ..Default::default()
+            };
+            assert_eq!(tft(1, &t).unwrap(), json!({ "optimizer_state": name }));
+        }
         let bad = pb::TftConfig {
             precision: 9,
             ..Default::default()
@@ -366,6 +391,14 @@ mod tests {
         assert_eq!(
             tft(3, &bad).unwrap_err().message(),
             "models[3].tft.step_memory: 7 is not a TftStepMemory"
+        );
+        let bad = pb::TftConfig {
+            optimizer_state: 5,
+            ..Default::default()
+        };
+        assert_eq!(
+            tft(4, &bad).unwrap_err().message(),
+            "models[4].tft.optimizer_state: 5 is not a TftOptimizerState"
         );
     }
 

@@ -89,9 +89,14 @@ def test_typed_configs_send_only_what_is_set() -> None:
     # An all-defaults config still picks its family.
     for cls, member in [(PpoConfig, "ppo"), (Mamba2Config, "mamba2"), (TftConfig, "tft")]:
         assert Model(cls()).to_proto(1).WhichOneof("config") == member
-    tft = Model(TftConfig(precision="int8", step_memory="staged", quantiles=[0.1, 0.9])).to_proto(1)
+    tft = Model(
+        TftConfig(
+            precision="int8", step_memory="staged", optimizer_state="4bit", quantiles=[0.1, 0.9]
+        )
+    ).to_proto(1)
     assert tft.tft.precision == pb.TFT_PRECISION_INT8
     assert tft.tft.step_memory == pb.TFT_STEP_MEMORY_STAGED
+    assert tft.tft.optimizer_state == pb.TFT_OPTIMIZER_STATE_4BIT
     assert list(tft.tft.quantiles) == [0.1, 0.9]
 
 

@@ -242,7 +242,14 @@ fn host_update_alone(width: i64, threads: usize) {
         let half = n.div_ceil(2);
         let mut mc = vec![0x77u8; half];
         let mut ma = vec![1e-4f32; n.div_ceil(low_bit::BLOCK4)];
-        let mut vc = vec![0x55u8; if format == StateFormat::Bits4 { half } else { 0 }];
+        let mut vc = vec![
+            0x55u8;
+            if format == StateFormat::Bits4 {
+                half
+            } else {
+                0
+            }
+        ];
         let (mut rows, mut cols) = (vec![1e-8f32; width as usize], vec![1e-8f32; width as usize]);
         let mut times = vec![];
         for _ in 0..RUNS {

@@ -47,6 +47,7 @@ RlEnv = Literal["trading", "cartpole"]
 LrSchedule = Literal["constant", "cosine"]
 TftPrecision = Literal["fp32", "int8"]
 TftStepMemory = Literal["full", "staged"]
+TftOptimizerState = Literal["8bit", "4bit", "factored"]
 
 # Fields sent as tli.v1 enums: the proto enum and the prefix of its value names.
 _ENUM_FIELDS: Dict[str, tuple[Any, str]] = {
@@ -54,6 +55,7 @@ _ENUM_FIELDS: Dict[str, tuple[Any, str]] = {
     "lr_schedule": (pb.LrSchedule, "LR_SCHEDULE_"),
     "precision": (pb.TftPrecision, "TFT_PRECISION_"),
     "step_memory": (pb.TftStepMemory, "TFT_STEP_MEMORY_"),
+    "optimizer_state": (pb.TftOptimizerState, "TFT_OPTIMIZER_STATE_"),
 }
 
 
@@ -241,6 +243,7 @@ class TftConfig(_FamilyConfig):
     eval_batch_size: Optional[int] = None
     int8_min_elements: Optional[int] = None
     step_memory: Optional[TftStepMemory] = None
+    optimizer_state: Optional[TftOptimizerState] = None
 
 
 @dataclass(frozen=True)
