@@ -15,10 +15,12 @@
 #      two Mamba-2 models (default, and lookback 2048 with quantiles) whose estimate vs
 #      measured memory is in the table.
 #   7. runs the TFT's device tests (binary from `cargo test --release -p tli-plugin-tft --no-run`):
-#      the 8-bit Adam tensor-op update on CUDA against the host kernel, INT8 training on the
-#      GPU; the job of step 2 holds a TFT in FP32 and one in INT8 (estimate vs measured).
+#      the 8-bit, 4-bit and factored Adam tensor-op updates on CUDA against the host kernel,
+#      INT8 training on the GPU (8-bit and factored state); the job of step 2 holds a TFT in
+#      FP32 and one in INT8 (estimate vs measured).
 #   8. measures a seed-size TFT (hidden 1024, ≈178 M parameters) in FP32, INT8 and INT8 with
-#      staged steps (`step_memory: "staged"`: the tensor-op 8-bit update per block on the GPU)
+#      staged steps (`step_memory: "staged"`: the tensor-op update per block on the GPU) with
+#      8-bit, 4-bit and factored optimizer state
 #      with `tli profile memory` (the CUDA allocator's peak beside the tensor count), and one training
 #      step of each with the TFT step bench (binary from `cargo bench -p tli-plugin-tft --bench
 #      step --no-run`): INT8 / FP32 step time on the GPU.
@@ -158,11 +160,13 @@ fi
 
 hidden=$([ "$SMALL" = 1 ] && echo 64 || echo 1024)
 base="\"hidden_size\": $hidden, \"attention_heads\": 4, \"lookback\": 64, \"batch_size\": 64, \"eval_batch_size\": 64"
-echo "gpu-check: tli profile memory, TFT hidden $hidden, FP32 vs INT8 vs INT8 staged on $DEVICE"
+echo "gpu-check: tli profile memory, TFT hidden $hidden, FP32 vs INT8 vs INT8 staged (8-bit, 4-bit, factored state) on $DEVICE"
 "$TLI" profile memory -p tft --device "$DEVICE" --data data/samples/es_proxy_sp500_1d.dbn.zst \
   --steps 3 --config "{$base, \"precision\": \"fp32\"}" --label fp32 \
   --config "{$base, \"precision\": \"int8\"}" --label int8 \
   --config "{$base, \"precision\": \"int8\", \"step_memory\": \"staged\"}" --label int8-staged \
+  --config "{$base, \"precision\": \"int8\", \"step_memory\": \"staged\", \"optimizer_state\": \"4bit\"}" --label int8-staged-4bit \
+  --config "{$base, \"precision\": \"int8\", \"step_memory\": \"staged\", \"optimizer_state\": \"factored\"}" --label int8-staged-factored \
   || echo "gpu-check: profile failed"
 step_bench=$(ls -t target/release/deps/step-* 2>/dev/null | grep -v '\.d$' | head -1 || true)
 if [ -n "$step_bench" ]; then
