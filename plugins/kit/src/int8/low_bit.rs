@@ -503,8 +503,8 @@ fn update_part_body(
         let len = end - start;
         let (g, m, v) = (&mut grad[start..end], &mut m[..len], &mut v[..len]);
         let old_m = m_absmax[b];
-        for k in 0..len {
-            m[k] = smap.decode(nibble(m_codes, start + k)) * old_m;
+        for (k, mk) in m.iter_mut().enumerate() {
+            *mk = smap.decode(nibble(m_codes, start + k)) * old_m;
         }
         for k in 0..len {
             m[k] += w1 * (g[k] * s.grad_scale - m[k]);
@@ -537,10 +537,10 @@ fn update_part_body(
                 }
                 _ => {
                     let r = stats.new_rows[row];
-                    for i in k..seg_end {
-                        let j = col0 + i - k;
-                        v[i] = if stats.mean_rows > 0.0 {
-                            r * stats.new_cols[j] / stats.mean_rows
+                    let cols_here = &stats.new_cols[col0..col0 + seg_end - k];
+                    for (vi, &c) in v[k..seg_end].iter_mut().zip(cols_here) {
+                        *vi = if stats.mean_rows > 0.0 {
+                            r * c / stats.mean_rows
                         } else {
                             0.0
                         };
