@@ -291,6 +291,8 @@ fn drive(
         let step = trainer
             .step(n)
             .map_err(|e| format!("step failed after {} steps: {e}", report.steps_done))?;
+        // What the slice freed goes back to the kernel, as in a host (see `allocator`).
+        crate::allocator::release_free_memory();
         if step.steps_done == 0 {
             return Err(format!(
                 "the trainer made no progress when asked for {n} steps"

@@ -377,7 +377,16 @@ fn predictions_give_the_reported_test_metrics(name: &str, config: &str) -> u64 {
 fn fp32_and_int8_predictions_give_the_reported_test_metrics() {
     assert!(TftPlugin::capabilities().contains(&capability::PREDICT.to_string()));
     let fp32 = predictions_give_the_reported_test_metrics("fp32", FP32);
+    let factored = int8().replace(
+        r#""precision": "int8","#,
+        r#""precision": "int8", "optimizer_state": "factored","#,
+    );
     let int8 = predictions_give_the_reported_test_metrics("int8", &int8());
+    // A model trained with factored state predicts from its int8 weights alone.
+    assert_eq!(
+        predictions_give_the_reported_test_metrics("int8-factored", &factored),
+        int8
+    );
     eprintln!("predictor weights: fp32 {fp32} bytes, int8 {int8} bytes");
     assert!(
         int8 * 2 < fp32,
