@@ -17,22 +17,30 @@
 //!   the seed's size the INT8 backward pass took 0.9–1.7 s against FP32's
 //!   0.7 s, with 30,000–110,000 page faults per step.
 //!
-//! The default, [`MallocPolicy::Reuse`], fixes both thresholds: blocks
-//! under 32 MiB come from the heaps and stay there between steps (glibc
-//! trims a heap itself only beyond 1 GiB of free top), larger ones are
-//! mapped (transparent huge pages make those cheap to fault), and
-//! [`release_free_memory`] (`malloc_trim`) after a task's slice — at most
-//! once per [`TRIM_INTERVAL`] — hands every arena's free pages back to the
-//! kernel, so resident memory follows the tasks at slice granularity.
-//! `TLI_MMAP_THRESHOLD=BYTES` instead maps every block from that size on
-//! (the tightest memory, a page fault on every large allocation: one default
-//! TFT trained 20 steps in 13.3 s with glibc's threshold and 20.9 s with
-//! 1 MiB), and `TLI_MALLOC=glibc` keeps glibc's defaults. Profiling
-//! children always map blocks of 128 KiB and more (`tli profile memory`).
-//! docs/benchmarks.md has the figures.
+//! The default, [`MallocPolicy::Adaptive`], follows the number of tasks
+//! running in the process ([`TaskGuard`]):
+//!
+//! * **one task** (a `tli train local`, a worker, a host with one task
+//!   running): blocks under 32 MiB come from the heaps and stay there
+//!   between steps (glibc trims a heap itself only beyond 1 GiB of free top;
+//!   larger blocks are mapped);
+//! * **several**: blocks of 4 MiB and more get mappings of their own,
+//!   unmapped when freed, so no task's freed matrices stay resident while
+//!   another runs.
+//!
+//! In both, [`release_free_memory`] (`malloc_trim`) after a task's slice —
+//! at most once per [`TRIM_INTERVAL`] — hands every arena's free pages back
+//! to the kernel. `TLI_MMAP_THRESHOLD=BYTES` fixes the threshold instead
+//! (every block from that size on mapped), and `TLI_MALLOC=glibc` keeps
+//! glibc's defaults; profiling children always map blocks of 128 KiB and
+//! more (`tli profile memory`). docs/benchmarks.md has the figures: one
+//! default TFT trained 20 steps in 6.6 s against 7.4–7.8 s with glibc's
+//! defaults (16 s with a 1 MiB threshold), and eight seed-size INT8 TFTs held
+//! 4.1 GiB of RSS with several-task mapping against 9.8 GiB with
+//! single-task reuse.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Least time between two trims of the heap.
@@ -72,16 +80,19 @@ pub fn trim_now() {
 pub const MMAP_THRESHOLD_MAX: usize = 32 << 20;
 
 /// Free bytes a heap may keep at its top before glibc trims it by itself
-/// (under [`MallocPolicy::Reuse`]; the trims after slices return the rest).
+/// while one task runs (the trims after slices return the rest).
 pub const TRIM_THRESHOLD: usize = 1 << 30;
+
+/// Blocks of this size and more get mappings of their own while several
+/// tasks run (a 1024 × 1024 f32 matrix is 4 MiB).
+pub const SHARED_MMAP_THRESHOLD: usize = 4 << 20;
 
 /// How this process's malloc is set up (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MallocPolicy {
-    /// Blocks under 32 MiB from the heaps, kept there between steps (no page
-    /// faults to refill them); larger ones mapped; freed pages handed back
-    /// by the trims after slices. The default.
-    Reuse,
+    /// Reuse while one task runs, map blocks of 4 MiB and more while
+    /// several do (see the module docs). The default.
+    Adaptive,
     /// glibc's own adaptive thresholds (`TLI_MALLOC=glibc`).
     Glibc,
     /// A fixed mmap threshold of this many bytes (`TLI_MMAP_THRESHOLD`).
@@ -90,7 +101,7 @@ pub enum MallocPolicy {
 
 /// Sets malloc up from `TLI_MMAP_THRESHOLD` (a byte count > 0: a fixed
 /// threshold) and `TLI_MALLOC` (`glibc`: glibc's defaults), else
-/// [`MallocPolicy::Reuse`]. Call before other threads start allocating.
+/// [`MallocPolicy::Adaptive`]. Call before other threads start allocating.
 pub fn configure_from_env() -> MallocPolicy {
     let threshold = std::env::var("TLI_MMAP_THRESHOLD")
         .ok()
@@ -101,26 +112,87 @@ pub fn configure_from_env() -> MallocPolicy {
     } else if std::env::var("TLI_MALLOC").is_ok_and(|v| v.trim() == "glibc") {
         MallocPolicy::Glibc
     } else {
-        MallocPolicy::Reuse
+        MallocPolicy::Adaptive
     };
     apply(policy);
     policy
 }
 
+/// The policy [`configure_from_env`] chose (`Glibc` before it ran).
+static POLICY: Mutex<(Option<MallocPolicy>, usize)> = Mutex::new((None, 0));
+
 /// Applies `policy` to this process's malloc.
 pub fn apply(policy: MallocPolicy) {
+    let mut state = POLICY.lock().unwrap_or_else(|e| e.into_inner());
+    state.0 = Some(policy);
     match policy {
         MallocPolicy::Glibc => {}
         MallocPolicy::Fixed(threshold) => map_large_allocations(threshold),
-        MallocPolicy::Reuse => {
-            map_large_allocations(MMAP_THRESHOLD_MAX);
-            #[cfg(all(target_os = "linux", target_env = "gnu"))]
-            // SAFETY: mallopt only changes glibc's malloc parameters.
-            unsafe {
-                libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD as libc::c_int);
-            }
+        MallocPolicy::Adaptive => set_sharing(state.1 > 1),
+    }
+}
+
+/// Malloc parameters for one task (`false`: reuse) or several (`true`: map
+/// blocks of [`SHARED_MMAP_THRESHOLD`] and more).
+fn set_sharing(shared: bool) {
+    let (mmap, trim) = if shared {
+        (SHARED_MMAP_THRESHOLD, 2 * SHARED_MMAP_THRESHOLD)
+    } else {
+        (MMAP_THRESHOLD_MAX, TRIM_THRESHOLD)
+    };
+    map_large_allocations(mmap);
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only changes glibc's malloc parameters.
+    unsafe {
+        libc::mallopt(libc::M_TRIM_THRESHOLD, trim as libc::c_int);
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    let _ = trim;
+}
+
+/// A task running in this process, for [`MallocPolicy::Adaptive`]: held by
+/// the thread that runs it, from its start to its end.
+pub struct TaskGuard(());
+
+impl TaskGuard {
+    pub fn enter() -> Self {
+        running_tasks_changed(1);
+        TaskGuard(())
+    }
+
+    /// Tasks running now.
+    pub fn running() -> usize {
+        POLICY.lock().map(|s| s.1).unwrap_or(0)
+    }
+}
+
+impl Drop for TaskGuard {
+    fn drop(&mut self) {
+        running_tasks_changed(-1);
+    }
+}
+
+fn running_tasks_changed(delta: isize) {
+    let mut state = POLICY.lock().unwrap_or_else(|e| e.into_inner());
+    let before = state.1;
+    state.1 = before.saturating_add_signed(delta);
+    if state.0 != Some(MallocPolicy::Adaptive) {
+        return;
+    }
+    if let Some(shared) = sharing_change(before, state.1) {
+        set_sharing(shared);
+        if shared {
+            // What the reusing task left in the heaps goes back before the others grow.
+            trim_now();
         }
     }
+}
+
+/// Whether the malloc parameters change when the running tasks go from
+/// `before` to `after`: `Some(true)` to several-task mapping, `Some(false)`
+/// back to one-task reuse.
+fn sharing_change(before: usize, after: usize) -> Option<bool> {
+    ((before > 1) != (after > 1)).then_some(after > 1)
 }
 
 /// Allocations of `threshold` bytes or more get a mapping of their own,
@@ -152,5 +224,19 @@ mod tests {
         std::thread::sleep(TRIM_INTERVAL + Duration::from_millis(50));
         let _ = release_free_memory();
         assert!(!release_free_memory());
+    }
+
+    #[test]
+    fn the_parameters_change_when_a_second_task_starts_and_when_one_is_left() {
+        assert_eq!(sharing_change(0, 1), None);
+        assert_eq!(sharing_change(1, 2), Some(true));
+        assert_eq!(sharing_change(2, 3), None);
+        assert_eq!(sharing_change(3, 2), None);
+        assert_eq!(sharing_change(2, 1), Some(false));
+        assert_eq!(sharing_change(1, 0), None);
+        // Guards count (other tests of this binary may run tasks meanwhile).
+        let a = TaskGuard::enter();
+        assert!(TaskGuard::running() >= 1);
+        drop(a);
     }
 }

@@ -240,6 +240,8 @@ const OOM_REQUEUES: u32 = 1;
 pub fn run(ctx: &RunnerContext) -> Outcome {
     super::crash_blame::enter_task(ctx.task.id);
     let _on_device = ctx.occupancy.enter();
+    // Malloc reuses freed blocks while this is the only task, maps large ones while others run.
+    let _malloc = crate::allocator::TaskGuard::enter();
     lower_own_priority();
     tch::set_num_threads(ctx.threads.max(1));
     let mut runner = match Runner::start(ctx) {
