@@ -24,7 +24,7 @@
 //!   running): blocks under 32 MiB come from the heaps and stay there
 //!   between steps (glibc trims a heap itself only beyond 1 GiB of free top;
 //!   larger blocks are mapped);
-//! * **several**: blocks of 4 MiB and more get mappings of their own,
+//! * **several**: blocks of 1 MiB and more get mappings of their own,
 //!   unmapped when freed, so no task's freed matrices stay resident while
 //!   another runs.
 //!
@@ -35,9 +35,9 @@
 //! glibc's defaults; profiling children always map blocks of 128 KiB and
 //! more (`tli profile memory`). docs/benchmarks.md has the figures: one
 //! default TFT trained 20 steps in 6.6 s against 7.4–7.8 s with glibc's
-//! defaults (16 s with a 1 MiB threshold), and eight seed-size INT8 TFTs held
-//! 4.1 GiB of RSS with several-task mapping against 9.8 GiB with
-//! single-task reuse.
+//! defaults (16 s with a 1 MiB threshold throughout), and eight seed-size
+//! INT8 TFTs held 3.7 GiB of RSS with several-task mapping against 9.8 GiB
+//! with single-task reuse.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -84,13 +84,14 @@ pub const MMAP_THRESHOLD_MAX: usize = 32 << 20;
 pub const TRIM_THRESHOLD: usize = 1 << 30;
 
 /// Blocks of this size and more get mappings of their own while several
-/// tasks run (a 1024 × 1024 f32 matrix is 4 MiB).
-pub const SHARED_MMAP_THRESHOLD: usize = 4 << 20;
+/// tasks run (measured against 2 and 4 MiB on eight seed-size TFTs: 3.7
+/// against 4.2 GiB of RSS at the same speed).
+pub const SHARED_MMAP_THRESHOLD: usize = 1 << 20;
 
 /// How this process's malloc is set up (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MallocPolicy {
-    /// Reuse while one task runs, map blocks of 4 MiB and more while
+    /// Reuse while one task runs, map blocks of 1 MiB and more while
     /// several do (see the module docs). The default.
     Adaptive,
     /// glibc's own adaptive thresholds (`TLI_MALLOC=glibc`).
