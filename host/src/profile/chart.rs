@@ -122,9 +122,13 @@ pub fn write_chart(path: &Path, profiles: &[MemoryProfile]) -> Result<(), ChartE
             .map_err(|e| draw_err(&e))?
             .label(profile.label.clone())
             .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], color.filled()));
-        let value_style = TextStyle::from((FONT, 13).into_font())
+        // Beyond three configs a bar is too narrow for "value (ratio)": the
+        // others show their ratio alone, alternately raised so neighbours do not overlap.
+        let crowded = profiles.len() > 3;
+        let value_style = TextStyle::from((FONT, if crowded { 12 } else { 13 }).into_font())
             .pos(Pos::new(HPos::Center, VPos::Bottom))
             .color(&BLACK);
+        let raise = if crowded && k % 2 == 1 { 0.04 } else { 0.0 };
         let labels = groups.iter().enumerate().map(|(g, (_, values))| {
             let mib = values[k] as f64 / MIB;
             let size = if mib < 10.0 {
@@ -134,12 +138,14 @@ pub fn write_chart(path: &Path, profiles: &[MemoryProfile]) -> Result<(), ChartE
             };
             let text = match values[0] {
                 _ if k == 0 => size,
+                0 if crowded => "–".to_string(),
                 0 => format!("{size} (–)"),
+                base if crowded => format!("{:.2}×", values[k] as f64 / base as f64),
                 base => format!("{size} ({:.2}×)", values[k] as f64 / base as f64),
             };
             Text::new(
                 text,
-                (left(g) + width * 0.46, mib + top * 0.01),
+                (left(g) + width * 0.46, mib + top * (0.01 + raise)),
                 value_style.clone(),
             )
         });
