@@ -384,28 +384,45 @@ fn requantize_rows_body(
     }
 }
 
-/// Lookup tensors of the two maps on one device (values, and midpoints for
-/// `searchsorted`), built once per optimizer.
+/// Lookup tensors of a signed and an unsigned map on one device (values,
+/// and midpoints for `searchsorted`), built once per optimizer: the 8-bit
+/// maps ([`new`](Self::new)) or the 4-bit ones
+/// ([`low_bit::device_maps`](super::low_bit::device_maps)).
 pub struct DeviceMaps {
-    signed: Tensor,
-    signed_mid: Tensor,
-    unsigned: Tensor,
-    unsigned_mid: Tensor,
+    pub(super) signed: Tensor,
+    pub(super) signed_mid: Tensor,
+    pub(super) unsigned: Tensor,
+    pub(super) unsigned_mid: Tensor,
 }
 
 impl DeviceMaps {
+    /// The 8-bit dynamic maps.
     pub fn new(device: Device) -> Result<Self, PluginError> {
+        let (s, u) = (DynamicMap::signed(), DynamicMap::unsigned());
+        Self::of(
+            device,
+            [s.values(), s.midpoints(), u.values(), u.midpoints()],
+            "copying the 8-bit maps to the device",
+        )
+    }
+
+    /// `[signed values, signed midpoints, unsigned values, unsigned midpoints]`.
+    pub(super) fn of(
+        device: Device,
+        tables: [&[f32]; 4],
+        what: &'static str,
+    ) -> Result<Self, PluginError> {
         let on = |v: &[f32]| {
             Tensor::f_from_slice(v)
                 .and_then(|t| t.f_to_device(device))
-                .plugin_err("copying the 8-bit maps to the device")
+                .plugin_err(what)
         };
-        let (s, u) = (DynamicMap::signed(), DynamicMap::unsigned());
+        let [s, s_mid, u, u_mid] = tables;
         Ok(Self {
-            signed: on(s.values())?,
-            signed_mid: on(s.midpoints())?,
-            unsigned: on(u.values())?,
-            unsigned_mid: on(u.midpoints())?,
+            signed: on(s)?,
+            signed_mid: on(s_mid)?,
+            unsigned: on(u)?,
+            unsigned_mid: on(u_mid)?,
         })
     }
 }

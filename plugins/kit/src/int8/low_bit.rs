@@ -39,7 +39,9 @@
 //! thread count bit for bit: column sums are added in fixed row chunks) and
 //! [`update_tensors`] (libtorch ops, any device).
 
-use super::blockwise_adam::{abs_max, nonzero_or_one, requantize_parallel, UpdateScalars};
+use super::blockwise_adam::{
+    abs_max, nonzero_or_one, requantize_parallel, DeviceMaps, UpdateScalars,
+};
 use super::weight::Int8Weight;
 use crate::counter_rng::CounterRng;
 use crate::errors::TchResultExt;
@@ -569,29 +571,14 @@ fn update_part_body(
     }
 }
 
-/// Lookup tensors of the two 16-value maps on one device.
-pub struct DeviceMaps16 {
-    signed: Tensor,
-    signed_mid: Tensor,
-    unsigned: Tensor,
-    unsigned_mid: Tensor,
-}
-
-impl DeviceMaps16 {
-    pub fn new(device: Device) -> Result<Self, PluginError> {
-        let on = |v: &[f32]| {
-            Tensor::f_from_slice(v)
-                .and_then(|t| t.f_to_device(device))
-                .plugin_err("copying the 4-bit maps to the device")
-        };
-        let (s, u) = (Map16::signed(), Map16::unsigned());
-        Ok(Self {
-            signed: on(s.values())?,
-            signed_mid: on(s.midpoints())?,
-            unsigned: on(u.values())?,
-            unsigned_mid: on(u.midpoints())?,
-        })
-    }
+/// The two 16-value maps on one device, for [`update_tensors`].
+pub fn device_maps(device: Device) -> Result<DeviceMaps, PluginError> {
+    let (s, u) = (Map16::signed(), Map16::unsigned());
+    DeviceMaps::of(
+        device,
+        [s.values(), s.midpoints(), u.values(), u.midpoints()],
+        "copying the 4-bit maps to the device",
+    )
 }
 
 /// One tensor's sub-8-bit moments as tensors (views into the flat buffers).
@@ -632,7 +619,7 @@ pub fn update_tensors(
     grad: &Tensor,
     weight: &mut Int8Weight,
     state: TensorState<'_>,
-    maps: &DeviceMaps16,
+    maps: &DeviceMaps,
     s: &UpdateScalars,
     rng: &mut CounterRng,
 ) -> Result<(), PluginError> {

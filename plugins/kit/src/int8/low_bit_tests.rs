@@ -3,7 +3,7 @@
 //! tracks f32, checkpoints resume exactly and refuse another format, the
 //! bytes shrink as documented, and a second moment never rounds to zero.
 
-use super::low_bit::{self, packed_fill, DeviceMaps16, HostState, Map16, TensorState, BLOCK4};
+use super::low_bit::{self, packed_fill, HostState, Map16, TensorState, BLOCK4};
 use super::tests::{random, regression_data, scalars, to_vec, Regression};
 use super::*;
 use crate::adam::AdamConfig;
@@ -128,7 +128,7 @@ fn host_and_tensor_updates_agree() {
         let mut host = HostVecs::new(format, rows as usize, cols as usize);
         let device_state = host.tensors();
         let (mut host_rng, mut tensor_rng) = (CounterRng::new(9), CounterRng::new(9));
-        let maps = DeviceMaps16::new(Device::Cpu).unwrap();
+        let maps = low_bit::device_maps(Device::Cpu).unwrap();
         for step in 1..=20 {
             let grad = random(&[rows, cols], 1.0, &mut rng);
             let s = scalars(step, 0.5);

@@ -39,7 +39,7 @@
 use super::blockwise_adam::{
     blocks_for, update_host, update_tensors, DeviceMaps, HostState, TensorState, UpdateScalars,
 };
-use super::low_bit::{self, packed_fill, DeviceMaps16, Map16, StateFormat, BLOCK4};
+use super::low_bit::{self, packed_fill, Map16, StateFormat, BLOCK4};
 use super::weight::Int8Weight;
 
 #[path = "staged_step.rs"]
@@ -198,7 +198,7 @@ pub struct Int8AdamW {
     v_rows: Tensor,
     v_cols: Tensor,
     maps: DeviceMaps,
-    maps16: DeviceMaps16,
+    maps16: DeviceMaps,
     rng: CounterRng,
     device: Device,
     materialized: bool,
@@ -363,7 +363,7 @@ impl Int8AdamW {
             v_rows,
             v_cols,
             maps: DeviceMaps::new(device)?,
-            maps16: DeviceMaps16::new(device)?,
+            maps16: low_bit::device_maps(device)?,
             rng: CounterRng::new(options.seed),
             device,
             materialized: true,

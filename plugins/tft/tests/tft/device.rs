@@ -164,7 +164,7 @@ fn sub_8_bit_tensor_updates_agree_with_the_host_kernel_on_the_available_device()
             on(&Tensor::from_slice(&vr)),
             on(&Tensor::from_slice(&vcol)),
         );
-        let maps = low_bit::DeviceMaps16::new(device).unwrap();
+        let maps = low_bit::device_maps(device).unwrap();
         let (mut host_rng, mut device_rng) = (CounterRng::new(8), CounterRng::new(8));
         for step in 1..=10 {
             let grad = normal(&[rows, cols], 1.0);
