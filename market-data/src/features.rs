@@ -175,7 +175,8 @@ impl FeatureConfig {
         if let Some(e) = self.embargo {
             if e < self.max_target_horizon() {
                 return Err(format!(
-                    "embargo {e} is shorter than the longest target horizon {}: training targets would overlap later splits",
+                    "embargo {e} is shorter than the longest of target_horizons ({}): training \
+                     targets would overlap later splits; raise embargo or shorten target_horizons",
                     self.max_target_horizon()
                 ));
             }
@@ -742,10 +743,12 @@ mod tests {
             target_horizons: vec![5],
             ..FeatureConfig::default()
         };
-        assert!(build_dataset(&table, &es, &bad)
-            .unwrap_err()
-            .to_string()
-            .contains("embargo 2 is shorter"));
+        let e = build_dataset(&table, &es, &bad).unwrap_err().to_string();
+        // Both fields are named: a refusal says which key to change.
+        assert!(
+            e.contains("embargo 2 is shorter") && e.contains("target_horizons (5)"),
+            "{e}"
+        );
         let short = bars(BarInterval::Day, 40);
         assert!(build_dataset(&short, &es, &config)
             .unwrap_err()
