@@ -32,6 +32,8 @@ PPO_STEPS=${PPO_STEPS:-100000}
 export TLI_PLUGIN_DIR=${TLI_PLUGIN_DIR:-target/release}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+# Killed or interrupted: still clean up (a kill skips the EXIT trap otherwise).
+trap 'exit 130' INT TERM
 start=$(date +%s)
 for seed in $SEEDS; do
   "$TLI" data synth --planted-covariates --symbol ES --bars "$BARS" --seed "$seed" \

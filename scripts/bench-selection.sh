@@ -26,6 +26,8 @@ STEPS_TFT=${STEPS_TFT:-3000}
 DQN_CONFIG=${DQN_CONFIG:-\"learning_rate\": 0.003}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+# Killed or interrupted: still clean up (a kill skips the EXIT trap otherwise).
+trap 'exit 130' INT TERM
 export TLI_PLUGIN_DIR=${TLI_PLUGIN_DIR:-target/release}
 root=$(pwd)
 

@@ -29,6 +29,8 @@ endpoint="http://127.0.0.1:$port"
   --strategy auto >"$work/host.log" 2>&1 &
 host=$!
 trap 'kill $host 2>/dev/null; wait $host 2>/dev/null; rm -rf "$work"' EXIT
+# Killed or interrupted: still clean up (a kill skips the EXIT trap otherwise).
+trap 'exit 130' INT TERM
 for _ in $(seq 100); do
   "$TLI" --endpoint "$endpoint" train list >/dev/null 2>&1 && break
   sleep 0.2

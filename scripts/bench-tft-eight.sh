@@ -36,6 +36,8 @@ STRATEGY=${STRATEGY:-parallel:$TASKS}
 PRECISIONS=${PRECISIONS:-int8 fp32}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+# Killed or interrupted: still clean up (a kill skips the EXIT trap otherwise).
+trap 'exit 130' INT TERM
 if [ -z "$DATA" ]; then
   "$TLI" data convert data/samples/es_proxy_sp500_1d.dbn.zst "$work/full.csv" >/dev/null
   mkdir -p "$work/data"

@@ -18,6 +18,8 @@ PYTHON=${PYTHON:-python3}
 STEPS=${STEPS:-400}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+# Killed or interrupted: still clean up (a kill skips the EXIT trap otherwise).
+trap 'exit 130' INT TERM
 export TLI_PLUGIN_DIR=${TLI_PLUGIN_DIR:-target/release}
 
 "$PYTHON" - "$work/planted.csv" <<'PY'
