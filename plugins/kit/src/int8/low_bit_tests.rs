@@ -4,11 +4,10 @@
 //! bytes shrink as documented, and a second moment never rounds to zero.
 
 use super::low_bit::{self, packed_fill, HostState, Map16, TensorState, BLOCK4};
-use super::tests::{random, regression_data, scalars, to_vec, Regression};
+use super::tests::{f32_reference_loss, random, regression_data, scalars, to_vec, Regression};
 use super::*;
 use crate::adam::AdamConfig;
 use crate::counter_rng::CounterRng;
-use crate::flat_adamw::FlatAdamW;
 use crate::rng::Rng;
 use tch::{Device, Kind, Tensor};
 
@@ -240,19 +239,7 @@ fn train(model: &Regression, opt: &mut Int8AdamW, data: &(Tensor, Tensor), steps
 fn training_with_sub_8_bit_state_tracks_f32() {
     let data = regression_data(3);
     let initial = Regression::new(4).loss(&data.0, &data.1).double_value(&[]);
-    let reference = Regression::new(4);
-    let config = AdamConfig {
-        learning_rate: 1e-2,
-        ..AdamConfig::default()
-    };
-    let mut f32_opt =
-        FlatAdamW::with_decay_groups(config, &[&reference.weight], &[&reference.bias]).unwrap();
-    let mut f32_loss = 0.0;
-    for _ in 0..300 {
-        let loss = reference.loss(&data.0, &data.1);
-        f32_loss = loss.double_value(&[]);
-        let _ = f32_opt.backward_step(&loss, 1e-2, 1.0).unwrap();
-    }
+    let f32_loss = f32_reference_loss(&data, 300);
     for format in FORMATS {
         let model = Regression::new(4);
         let mut opt = optimizer(&model, format);

@@ -172,6 +172,24 @@ impl Regression {
     }
 }
 
+/// The loss after `steps` f32 AdamW steps (lr 1e-2) of `Regression::new(4)`.
+pub(super) fn f32_reference_loss(data: &(Tensor, Tensor), steps: usize) -> f64 {
+    let reference = Regression::new(4);
+    let config = AdamConfig {
+        learning_rate: 1e-2,
+        ..AdamConfig::default()
+    };
+    let mut f32_opt =
+        FlatAdamW::with_decay_groups(config, &[&reference.weight], &[&reference.bias]).unwrap();
+    let mut f32_loss = 0.0;
+    for _ in 0..steps {
+        let loss = reference.loss(&data.0, &data.1);
+        f32_loss = loss.double_value(&[]);
+        let _ = f32_opt.backward_step(&loss, 1e-2, 1.0).unwrap();
+    }
+    f32_loss
+}
+
 pub(super) fn regression_data(seed: u64) -> (Tensor, Tensor) {
     let mut rng = Rng::new(seed);
     let target = random(&[64, 128], 0.2, &mut rng);
@@ -223,19 +241,7 @@ fn int8_training_tracks_f32_training() {
     );
     let int8_loss = int8_train(&model, &mut opt, &data, 300);
 
-    let reference = Regression::new(4);
-    let config = AdamConfig {
-        learning_rate: 1e-2,
-        ..AdamConfig::default()
-    };
-    let mut f32_opt =
-        FlatAdamW::with_decay_groups(config, &[&reference.weight], &[&reference.bias]).unwrap();
-    let mut f32_loss = 0.0;
-    for _ in 0..300 {
-        let loss = reference.loss(&data.0, &data.1);
-        f32_loss = loss.double_value(&[]);
-        let _ = f32_opt.backward_step(&loss, 1e-2, 1.0).unwrap();
-    }
+    let f32_loss = f32_reference_loss(&data, 300);
     let start = Regression::new(4);
     let initial = start.loss(&data.0, &data.1).double_value(&[]);
     assert!(f32_loss < initial * 0.01, "f32 {f32_loss} from {initial}");
