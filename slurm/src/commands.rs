@@ -39,13 +39,19 @@ pub struct JobState {
 }
 
 impl JobState {
-    /// The job still runs or will: its worker may still report.
+    /// The job still runs or will, or its processes may still be ending:
+    /// its worker may still report. COMPLETING counts: right after `scancel`
+    /// (or a time limit) Slurm shows the job COMPLETING for as long as its
+    /// processes take to exit, and that is when a signalled worker saves its
+    /// checkpoint.
     pub fn is_alive(&self) -> bool {
         matches!(
             self.state.as_str(),
             "PENDING"
                 | "CONFIGURING"
                 | "RUNNING"
+                | "COMPLETING"
+                | "STOPPED"
                 | "SUSPENDED"
                 | "REQUEUED"
                 | "RESIZING"
@@ -236,16 +242,18 @@ mod tests {
 
     #[test]
     fn squeue_lines_are_read_and_junk_is_skipped() {
-        let jobs =
-            parse_squeue("12|RUNNING|None\n13|PENDING|Resources\n\ngarbage\n14|COMPLETING|None\n");
-        assert_eq!(jobs.len(), 3);
+        let jobs = parse_squeue(
+            "12|RUNNING|None\n13|PENDING|Resources\n\ngarbage\n14|COMPLETING|None\n15|CANCELLED|None\n",
+        );
+        assert_eq!(jobs.len(), 4);
         assert!(jobs["12"].is_alive());
         assert_eq!(jobs["13"].reason, "Resources");
         assert!(jobs["13"].is_alive());
         assert!(
-            !jobs["14"].is_alive(),
-            "a completing job's worker has exited"
+            jobs["14"].is_alive(),
+            "a completing job's worker may still be saving its checkpoint"
         );
+        assert!(!jobs["15"].is_alive());
     }
 
     #[test]

@@ -135,6 +135,21 @@ impl SlurmCluster {
             .collect()
     }
 
+    /// The last `lines` lines of slurmctld's and slurmd's logs (for a failing test's message).
+    pub fn log_tail(&self, lines: usize) -> String {
+        ["slurmctld.log", "slurmd.log"]
+            .iter()
+            .map(|name| {
+                let text = std::fs::read_to_string(self.dir.path().join("log").join(name))
+                    .unwrap_or_else(|e| format!("(unreadable: {e})"));
+                let all: Vec<&str> = text.lines().collect();
+                let tail = all[all.len().saturating_sub(lines)..].join("\n");
+                format!("--- {name}\n{tail}")
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
     /// Waits until `done()` or `limit` passes (then panics with `what`).
     pub fn wait_until(&self, limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
         let started = Instant::now();

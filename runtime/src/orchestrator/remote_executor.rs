@@ -85,6 +85,12 @@ pub trait RemoteExecutor: Send + Sync {
     fn poll_interval(&self) -> Duration {
         Duration::from_secs(2)
     }
+    /// How long after a job with an attached worker is seen ended the engine
+    /// still waits for that worker's own report before it counts the job as
+    /// lost (a report may be in flight as the job ends).
+    fn report_grace(&self) -> Duration {
+        Duration::from_secs(10)
+    }
     /// Submits a job that runs `tli worker` for the task under the lease.
     fn dispatch(&self, request: &DispatchRequest<'_>) -> Result<Dispatched, ExecutorError>;
     /// Which of `jobs` are no longer alive, and how each ended.

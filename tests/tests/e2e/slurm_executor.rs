@@ -301,9 +301,20 @@ fn scancel_of_a_worker_resumes_its_task_from_its_checkpoint_in_a_new_slurm_job()
         .clone()
         .unwrap();
     cluster.run("scancel", &[&first]);
-    cluster.wait_until(Duration::from_secs(120), "the task completes", || {
-        all_in(&server, &job, "completed")
-    });
+    let started = std::time::Instant::now();
+    while !all_in(&server, &job, "completed") {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the task did not complete in 120 s after the scancel: {:?}\nhistory {:#?}\ndispatches {:#?}\nended {:?}\nlive {:?}\n{}",
+            tasks(&status(&server, &job)),
+            reasons(&state, task),
+            Store::open_read_only(&state).unwrap().dispatches_of(task).unwrap(),
+            cluster.ended_jobs(),
+            cluster.live_jobs(),
+            cluster.log_tail(40)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let dispatches = Store::open_read_only(&state)
         .unwrap()
         .dispatches_of(task)
@@ -327,6 +338,95 @@ fn scancel_of_a_worker_resumes_its_task_from_its_checkpoint_in_a_new_slurm_job()
             .any(|(id, _, state)| id == &first && state.starts_with("CANCELLED")),
         "{:?}",
         cluster.ended_jobs()
+    );
+}
+
+/// A worker still saving its signal checkpoint while Slurm shows its job
+/// COMPLETING: the host waits for its report, the task resumes from that very
+/// checkpoint (no step redone) and only then does a new job take the lease.
+#[test]
+fn a_worker_slow_to_save_after_scancel_keeps_its_signal_checkpoint() {
+    let Some(cluster) = SlurmCluster::start(2, 4) else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let (_plugins, state, server) =
+        slurm_host(&cluster, work.path(), &[(BEHAVIOUR, "behaviour")], &[]);
+    // No scheduled checkpoint: the signal's is the only one to resume from.
+    let spec = write_spec(
+        work.path(),
+        "slow-save",
+        r#"{"name":"slow-save","models":[{"plugin":"behaviour","steps":3000,
+            "config":{"sleep_ms_per_step":2,"save_sleep_ms":5000}}],
+            "assets":[{"synthetic":{"rows":300}}],"slice_steps":20,
+            "checkpoint":{"every_steps":1000000}}"#,
+    );
+    let job = job_of(&ok_json(
+        &server.client(&["train", "start", "--spec", &spec, "-o", "json"]),
+    ));
+    cluster.wait_until(Duration::from_secs(60), "the task passes step 300", || {
+        tasks(&status(&server, &job))[0].2 > 300
+    });
+    let task = tasks(&status(&server, &job))[0].0;
+    let first = Store::open_read_only(&state)
+        .unwrap()
+        .dispatches_of(task)
+        .unwrap()[0]
+        .external_id
+        .clone()
+        .unwrap();
+    cluster.run("scancel", &[&first]);
+    cluster.wait_until(
+        Duration::from_secs(8),
+        "Slurm shows the job COMPLETING",
+        || {
+            cluster
+                .live_jobs()
+                .iter()
+                .any(|(id, _, state)| id == &first && state == "COMPLETING")
+        },
+    );
+    cluster.wait_until(Duration::from_secs(120), "the task completes", || {
+        all_in(&server, &job, "completed")
+    });
+    let history = reasons(&state, task);
+    let signalled: u64 = history
+        .iter()
+        .find_map(|r| {
+            r.strip_prefix(
+                "checkpointing: pre-emption (Slurm is ending the job) checkpoint at step ",
+            )
+        })
+        .unwrap_or_else(|| panic!("no signal checkpoint in {history:#?}"))
+        .parse()
+        .unwrap();
+    let resumed: u64 = history
+        .iter()
+        .find_map(|r| r.strip_prefix("running: resumed from checkpoint step "))
+        .unwrap_or_else(|| panic!("no resume in {history:#?}"))
+        .parse()
+        .unwrap();
+    assert_eq!(resumed, signalled, "steps redone: {history:#?}");
+    assert!(
+        !history
+            .iter()
+            .any(|r| r.contains("without its worker reporting")),
+        "{history:#?}"
+    );
+    let dispatches = Store::open_read_only(&state)
+        .unwrap()
+        .dispatches_of(task)
+        .unwrap();
+    assert_eq!(dispatches.len(), 2, "{dispatches:#?}");
+    assert_eq!(
+        dispatches[0].end_reason.as_deref(),
+        Some("worker ended: Interrupted"),
+        "{dispatches:#?}"
+    );
+    // The new job was submitted only after the first worker's report.
+    assert!(
+        dispatches[1].submitted_ms >= dispatches[0].ended_ms.unwrap(),
+        "{dispatches:#?}"
     );
 }
 

@@ -10,7 +10,13 @@
 //!
 //! Failures: the executor is polled every [`RemoteExecutor::poll_interval`];
 //! a job that ended without its worker reporting leaves the task interrupted
-//! and re-queued (a new job resumes it from its last checkpoint). A task
+//! and re-queued (a new job resumes it from its last checkpoint). A job whose
+//! worker had attached counts as ended only once the executor says so (a
+//! Slurm job COMPLETING is still alive: its worker may be saving) and
+//! [`RemoteExecutor::report_grace`] has passed since, so a worker's last
+//! report is never refused and no new job takes the lease while the old
+//! worker may still write. A task the lost worker had already recorded as
+//! interrupted is re-queued all the same. A task
 //! interrupted by the executor's signal (time limit, `scancel`) is re-queued
 //! too. A refused submission fails the task with the executor's message. At
 //! start-up an open dispatch whose job still lives is re-adopted: its task
@@ -60,6 +66,9 @@ pub(super) struct Remote {
     last_poll: Mutex<Option<Instant>>,
     /// Jobs per task that ended before their worker attached.
     early_losses: Mutex<HashMap<TaskId, u32>>,
+    /// When each ended job with an attached worker was first seen ended
+    /// (by external id): it is lost once the report grace has passed.
+    ended_seen: Mutex<HashMap<String, Instant>>,
 }
 
 impl Remote {
@@ -68,6 +77,7 @@ impl Remote {
             executor,
             last_poll: Mutex::new(None),
             early_losses: Mutex::new(HashMap::new()),
+            ended_seen: Mutex::new(HashMap::new()),
         }
     }
 
@@ -251,7 +261,25 @@ impl Orchestrator {
                 return;
             }
         };
-        for end in ended {
+        let grace = executor.executor.report_grace();
+        let lost: Vec<_> = {
+            let mut seen = lock(&executor.ended_seen);
+            seen.retain(|job, _| ended.iter().any(|e| &e.external_id == job));
+            ended
+                .into_iter()
+                .filter(|end| {
+                    let attached = watched
+                        .iter()
+                        .any(|(_, r)| r.external_id == end.external_id && r.attached);
+                    let first = *seen
+                        .entry(end.external_id.clone())
+                        .or_insert_with(Instant::now);
+                    !attached || first.elapsed() >= grace
+                })
+                .collect()
+        };
+        for end in lost {
+            lock(&executor.ended_seen).remove(&end.external_id);
             for (task, remote) in watched
                 .iter()
                 .filter(|(_, r)| r.external_id == end.external_id)
@@ -287,6 +315,9 @@ impl Orchestrator {
                 TaskState::Interrupted,
                 &format!("{why}, without its worker reporting"),
             );
+            self.requeue_interrupted(task, &why);
+        } else if row.state == TaskState::Interrupted {
+            // Its worker recorded the interruption, then its end never came.
             self.requeue_interrupted(task, &why);
         } else if let (TaskState::Queued, false, Some(executor)) =
             (row.state, remote.attached, &self.remote)
