@@ -342,11 +342,43 @@ fn requantize_rows(
     first: u64,
 ) {
     #[cfg(target_arch = "x86_64")]
+    if has_avx512() {
+        // SAFETY: the CPU has AVX-512 F/DQ/VL, AVX2 and FMA (checked just above).
+        return unsafe { requantize_rows_avx512(weights, codes, scales, cols, rng, first) };
+    }
+    #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
         // SAFETY: the CPU has AVX2 and FMA (checked just above).
         return unsafe { requantize_rows_avx2(weights, codes, scales, cols, rng, first) };
     }
     requantize_rows_body(weights, codes, scales, cols, rng, first)
+}
+
+/// The AVX-512 build: the counter RNG's 64-bit multiplications are single
+/// instructions there (`vpmullq`), not three 32-bit ones. Same bits.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2,fma")]
+unsafe fn requantize_rows_avx512(
+    weights: &[f32],
+    codes: &mut [i8],
+    scales: &mut [f32],
+    cols: usize,
+    rng: &CounterRng,
+    first: u64,
+) {
+    requantize_rows_body(weights, codes, scales, cols, rng, first)
+}
+
+/// Whether this CPU runs the AVX-512 build of the re-quantization.
+#[cfg(target_arch = "x86_64")]
+fn has_avx512() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        has_avx2_fma()
+            && std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512dq")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+    })
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -379,7 +411,12 @@ fn requantize_rows_body(
         let row_first = first + (r * cols) as u64;
         for (k, (wk, qk)) in w.iter().zip(q.iter_mut()).enumerate() {
             let u = rng.uniform_at(row_first + k as u64);
-            *qk = (wk / divisor + u).floor().clamp(-max_code, max_code) as i8;
+            // `max`/`min` (not `clamp`) return the number when one side is NaN, so
+            // `y` is always within ±127 and converts without a saturating cast's
+            // per-lane fix-ups: the loop stays vectorised (about 40% less time).
+            let y = (wk / divisor + u).floor().max(-max_code).min(max_code);
+            // SAFETY: `y` is finite and within ±127, so it fits an i32 exactly.
+            *qk = unsafe { y.to_int_unchecked::<i32>() } as i8;
         }
     }
 }
@@ -500,4 +537,44 @@ pub fn update_tensors(
     .plugin_err("8-bit Adam update")?;
     *weight = Int8Weight::quantize_stochastic(&updated, rng)?;
     Ok(())
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod builds {
+    use super::*;
+
+    /// The baseline, AVX2 and AVX-512 builds of the re-quantization give
+    /// the same codes and scales (each where this CPU runs it).
+    #[test]
+    fn every_build_of_the_re_quantization_gives_the_same_bits() {
+        let (rows, cols) = (7usize, 300usize);
+        let mut rng = crate::rng::Rng::new(8);
+        let mut weights: Vec<f32> = (0..rows * cols)
+            .map(|_| (rng.uniform() as f32 - 0.5) * 0.2)
+            .collect();
+        weights[5] = 0.0;
+        weights[cols..2 * cols].fill(0.0); // a row of zeros divides by 1
+        let counter = CounterRng::new(17);
+        let run = |build: u8| {
+            let (mut codes, mut scales) = (vec![0i8; rows * cols], vec![0f32; rows]);
+            let (w, q, sc) = (&weights[..], &mut codes[..], &mut scales[..]);
+            match build {
+                // SAFETY: called below only where the CPU has AVX2 and FMA.
+                1 => unsafe { requantize_rows_avx2(w, q, sc, cols, &counter, 11) },
+                // SAFETY: called below only where the CPU has AVX-512 F/DQ/VL.
+                2 => unsafe { requantize_rows_avx512(w, q, sc, cols, &counter, 11) },
+                _ => requantize_rows_body(w, q, sc, cols, &counter, 11),
+            }
+            let bits: Vec<u32> = scales.iter().map(|s| s.to_bits()).collect();
+            (codes, bits)
+        };
+        let baseline = run(0);
+        assert!(baseline.0.iter().any(|&c| c != 0));
+        if has_avx2_fma() {
+            assert!(run(1) == baseline, "the AVX2 build differs");
+        }
+        if has_avx512() {
+            assert!(run(2) == baseline, "the AVX-512 build differs");
+        }
+    }
 }

@@ -29,7 +29,7 @@ pub struct DynamicMap {
     /// `(values[i] + values[i + 1]) / 2`.
     midpoints: [f32; CODES - 1],
     /// Code of the smallest `f32` whose top 16 bits are the index.
-    table: Vec<u8>,
+    table: Box<[u8; 1 << 16]>,
     /// The midpoints and `+∞`: the upper bound of each code's interval
     /// (the encoder never indexes past the end).
     upper_bounds: [f32; CODES],
@@ -79,14 +79,14 @@ impl DynamicMap {
             *m = (values[i] + values[i + 1]) / 2.0;
         }
         let slow = |x: f32| midpoints.partition_point(|&m| m < x) as u8;
-        let table = (0..=u16::MAX as u32)
-            .map(|prefix| {
-                // The smallest value with this prefix: the bottom bits all zero for a
-                // positive pattern, all one for a negative (the most negative).
-                let low_bits = if prefix & 0x8000 == 0 { 0 } else { 0xFFFF };
-                slow(f32::from_bits((prefix << 16) | low_bits))
-            })
-            .collect();
+        // A fixed-size table: an index of 16 bits needs no bounds check.
+        let mut table = Box::new([0u8; 1 << 16]);
+        for (prefix, code) in (0u32..).zip(table.iter_mut()) {
+            // The smallest value with this prefix: the bottom bits all zero for a
+            // positive pattern, all one for a negative (the most negative).
+            let low_bits = if prefix & 0x8000 == 0 { 0 } else { 0xFFFF };
+            *code = slow(f32::from_bits((prefix << 16) | low_bits));
+        }
         let mut upper_bounds = [f32::INFINITY; CODES];
         upper_bounds[..CODES - 1].copy_from_slice(&midpoints);
         DynamicMap {
