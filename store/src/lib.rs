@@ -120,7 +120,7 @@ pub use rows::{
 pub use summary::JOB_STATES;
 
 /// The schema version this host creates and understands.
-pub const SCHEMA_VERSION: i64 = 9;
+pub const SCHEMA_VERSION: i64 = 10;
 /// File name of the database inside the state directory.
 pub const DB_FILE: &str = "tli.sqlite3";
 /// File name of the host lock inside the state directory.
@@ -152,6 +152,20 @@ pub enum StoreError {
     },
     #[error("no store at {} (no host has run with this state directory yet)", path.display())]
     Missing { path: PathBuf },
+    #[error(
+        "store {} was not closed cleanly (a host had it open{}) and its write-ahead log {} is \
+         missing: what the host wrote since it opened the store is in that file. Copy or move \
+         the store together with that file; a store closed cleanly (the host stopped with \
+         SIGTERM or Ctrl-C) is whole in the database file alone",
+        db.display(),
+        pid.map(|p| format!(", process {p}")).unwrap_or_default(),
+        wal.display()
+    )]
+    WalMissing {
+        db: PathBuf,
+        wal: PathBuf,
+        pid: Option<i64>,
+    },
     #[error("store file {} is not an SQLite database (damaged, or some other file)", path.display())]
     NotADatabase { path: PathBuf },
     #[error(
@@ -275,6 +289,10 @@ impl Store {
         })?;
         let db_path = state_dir.join(DB_FILE);
         let lock = take_host_lock(state_dir, &db_path)?;
+        // Before SQLite touches the file (opening a WAL database creates its
+        // log): a store a host had open keeps part of itself in the log,
+        // which must be beside it.
+        refuse_without_wal(&db_path)?;
 
         let open_err = |source| StoreError::Open {
             path: db_path.clone(),
@@ -303,6 +321,7 @@ impl Store {
         if version < SCHEMA_VERSION {
             migrate(&mut conn, &db_path)?;
         }
+        mark_session(&conn, true).map_err(open_err)?;
         // After the migration, so that readers find the schema in place.
         let readers = Readers::open(READ_CONNECTIONS, || {
             let reader = Connection::open_with_flags(
@@ -377,6 +396,21 @@ impl Store {
         })
     }
 
+    /// Closes the store cleanly for a host's shutdown: marks it closed and
+    /// folds the write-ahead log into the database file (a TRUNCATE
+    /// checkpoint), so that the file alone is the whole store — a copy of it
+    /// is a backup. A write after this goes to the log again (and the store
+    /// is marked closed only by the next call or the store's drop). Nothing
+    /// for a read-only store.
+    pub fn close_cleanly(&self) -> Result<(), StoreError> {
+        if self.read_only {
+            return Ok(());
+        }
+        let conn = self.conn();
+        mark_session(&conn, false)?;
+        Ok(())
+    }
+
     /// Path of the SQLite file.
     pub fn path(&self) -> &Path {
         &self.db_path
@@ -422,6 +456,79 @@ impl std::fmt::Debug for Store {
             .field("read_only", &self.read_only)
             .finish_non_exhaustive()
     }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        // Runs before the fields drop: the writer is still open here.
+        if let Err(e) = self.close_cleanly() {
+            tracing::warn!("closing the store {}: {e}", self.db_path.display());
+        }
+    }
+}
+
+/// The write-ahead log's path beside `db`.
+fn wal_path(db: &Path) -> PathBuf {
+    let mut name = db.as_os_str().to_os_string();
+    name.push("-wal");
+    PathBuf::from(name)
+}
+
+/// Refuses a store whose database file says a host had it open while its
+/// write-ahead log is not beside it (a copy or a move of the file alone).
+/// Reads the file as it is (SQLite's `immutable`: no log, no lock, nothing
+/// created); anything it cannot read is left to the normal open to report.
+fn refuse_without_wal(db: &Path) -> Result<(), StoreError> {
+    let wal = wal_path(db);
+    // `symlink_metadata`: whatever is at either name counts as present.
+    if std::fs::symlink_metadata(db).is_err() || std::fs::symlink_metadata(&wal).is_ok() {
+        return Ok(());
+    }
+    let Ok(conn) = read_only_media::open_immutable(db) else {
+        return Ok(());
+    };
+    let session = conn
+        .pragma_query_value(None, "user_version", |r| r.get::<_, i64>(0))
+        .ok()
+        .filter(|&version| version >= 10)
+        .and_then(|_| {
+            conn.query_row(
+                "SELECT open, pid FROM store_session WHERE id = 1",
+                [],
+                |r| Ok((r.get::<_, i64>(0)?, r.get::<_, Option<i64>>(1)?)),
+            )
+            .ok()
+        });
+    match session {
+        Some((open, pid)) if open != 0 => Err(StoreError::WalMissing {
+            db: db.to_path_buf(),
+            wal,
+            pid,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Records whether a host has the store open, then folds the log into the
+/// database file (TRUNCATE checkpoint) so the file itself says so.
+fn mark_session(conn: &Connection, open: bool) -> Result<(), rusqlite::Error> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let pid = open.then(|| i64::from(std::process::id()));
+    conn.execute(
+        "UPDATE store_session SET open = ?1, pid = ?2, changed_ms = ?3 WHERE id = 1",
+        rusqlite::params![open as i64, pid, now],
+    )?;
+    // (busy, log frames, checkpointed frames): busy = 1 when a reader kept
+    // the checkpoint from finishing; the log then still holds the rest.
+    let busy: i64 = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))?;
+    if busy != 0 {
+        tracing::warn!(
+            "the store's write-ahead log could not be folded in completely (a reader was busy)"
+        );
+    }
+    Ok(())
 }
 
 /// Maps "file is not a database" to its own error, anything else to `Open`.
@@ -479,4 +586,65 @@ fn take_host_lock(state_dir: &Path, db_path: &Path) -> Result<File, StoreError> 
         .set_len(0)
         .and_then(|()| writeln!(file, "{}", std::process::id()));
     Ok(file)
+}
+
+#[cfg(test)]
+mod session_tests {
+    use super::*;
+
+    fn copy_db_alone(from: &Path) -> tempfile::TempDir {
+        let to = tempfile::tempdir().unwrap();
+        std::fs::copy(from.join(DB_FILE), to.path().join(DB_FILE)).unwrap();
+        to
+    }
+
+    #[test]
+    fn a_store_closed_cleanly_is_whole_in_its_database_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let (job, _) = store.create_job("kept", "{}", &[]).unwrap();
+        store.close_cleanly().unwrap();
+        // Still open (a process that exits now never drops it): the file alone holds the job.
+        let copy = copy_db_alone(dir.path());
+        let reopened = Store::open(copy.path()).unwrap();
+        assert!(
+            reopened.job(job).unwrap().is_some(),
+            "the job is in the copy"
+        );
+        drop(store);
+    }
+
+    #[test]
+    fn the_database_file_of_an_open_store_alone_is_refused_with_what_to_copy() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        store.create_job("in the log", "{}", &[]).unwrap();
+        let copy = copy_db_alone(dir.path());
+        let err = Store::open(copy.path()).unwrap_err();
+        assert!(matches!(err, StoreError::WalMissing { .. }), "{err}");
+        let message = err.to_string();
+        assert!(
+            message.contains("tli.sqlite3-wal") && message.contains("together with"),
+            "{message}"
+        );
+        // Nothing was written to the refused copy: it is refused again, the same way.
+        assert!(matches!(
+            Store::open(copy.path()).unwrap_err(),
+            StoreError::WalMissing { .. }
+        ));
+        // With its log beside it, the same copy opens and holds the job.
+        drop(store);
+        let dir2 = tempfile::tempdir().unwrap();
+        let store = Store::open(dir2.path()).unwrap();
+        let (job, _) = store.create_job("in the log", "{}", &[]).unwrap();
+        let copy = copy_db_alone(dir2.path());
+        std::fs::copy(
+            wal_path(&dir2.path().join(DB_FILE)),
+            wal_path(&copy.path().join(DB_FILE)),
+        )
+        .unwrap();
+        let reopened = Store::open(copy.path()).unwrap();
+        assert!(reopened.job(job).unwrap().is_some());
+        drop(store);
+    }
 }

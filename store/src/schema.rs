@@ -172,6 +172,19 @@ ALTER TABLE checkpoints ADD COLUMN best_value REAL;
 ALTER TABLE checkpoints ADD COLUMN best_mode TEXT;
 ";
 
+/// Whether a host has the store open: set when one opens it, cleared when it
+/// closes it cleanly, each time folded into the database file itself (see
+/// `Store::open`), so a copy of the file alone tells whether it is whole.
+const SCHEMA_V10: &str = "
+CREATE TABLE store_session (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    open INTEGER NOT NULL,
+    pid INTEGER,
+    changed_ms INTEGER NOT NULL
+);
+INSERT INTO store_session (id, open, pid, changed_ms) VALUES (1, 0, NULL, 0);
+";
+
 /// Rebuilds one task's `latest_metrics` rows from its history.
 pub(super) const REBUILD_LATEST_METRICS: &str = "
 INSERT INTO latest_metrics (task_id, name, step, value)
@@ -244,7 +257,10 @@ pub(super) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreErr
     if version < 9 {
         tx.execute_batch(SCHEMA_V9).map_err(open_err)?;
     }
-    // Later versions: `if version < 10 { ... }` here.
+    if version < 10 {
+        tx.execute_batch(SCHEMA_V10).map_err(open_err)?;
+    }
+    // Later versions: `if version < 11 { ... }` here.
     tx.pragma_update(None, "user_version", SCHEMA_VERSION)
         .map_err(open_err)?;
     tx.commit().map_err(open_err)

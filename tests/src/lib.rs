@@ -211,6 +211,14 @@ impl Server {
         let _ = self.child.wait();
     }
 
+    /// Sends `signal` (a number, e.g. 1 for SIGHUP), then waits; returns how
+    /// the server exited.
+    pub fn signal_and_wait(&mut self, signal: i32) -> std::process::ExitStatus {
+        // SAFETY: sending a signal to our own child process.
+        unsafe { libc_kill(self.child.id() as i32, signal) };
+        self.child.wait().expect("wait for tli host serve")
+    }
+
     /// SIGTERM, then wait; returns how long the server took to exit.
     pub fn terminate(&mut self) -> std::time::Duration {
         let started = std::time::Instant::now();

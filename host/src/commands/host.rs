@@ -31,8 +31,9 @@ pub(super) fn install_signal_handlers() {
     let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
     // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
     unsafe {
-        libc::signal(libc::SIGINT, handler);
-        libc::signal(libc::SIGTERM, handler);
+        for signal in super::serve::SHUTDOWN_SIGNALS {
+            libc::signal(signal, handler);
+        }
     }
 }
 
@@ -180,6 +181,10 @@ pub(super) fn run(
             print_progress_lines(h);
         }
     })?;
+    // The store file alone is then the whole store (a copy of it is a backup).
+    if let Err(e) = host.store().close_cleanly() {
+        eprintln!("tli host run: closing the store: {e}");
+    }
     let jobs = shown_jobs(host.all_job_views()?);
     if output == OutputFormat::Json {
         print_host_json(&jobs)?;

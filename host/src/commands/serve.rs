@@ -234,8 +234,7 @@ async fn run(
     shutdown_timeout: Duration,
 ) -> Result<()> {
     // Handlers first, so a signal right after the ready line is not lost.
-    let mut sigint = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
-    let mut sigterm = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let mut signals = ShutdownSignals::install()?;
 
     let shutdown = ShutdownSignal::new();
     let (router, health) = api::router(orchestrator.clone(), &shutdown, &config).await?;
@@ -313,8 +312,7 @@ async fn run(
     let mut scheduler_result: Option<Result<(), String>> = None;
     let mut server_result = None;
     let why = tokio::select! {
-        _ = sigint.recv() => "SIGINT",
-        _ = sigterm.recv() => "SIGTERM",
+        name = signals.next() => name,
         r = &mut scheduler => {
             let r = r.unwrap_or_else(|_| Err("the scheduling thread panicked".into()));
             failure = Some(anyhow!("the scheduling loop stopped: {}", match &r {
@@ -337,11 +335,10 @@ async fn run(
 
     // A second signal ends the process at once.
     tokio::spawn(async move {
-        tokio::select! {
-            _ = sigint.recv() => {}
-            _ = sigterm.recv() => {}
-        }
-        eprintln!("tli host serve: second signal: exiting without waiting for checkpoints");
+        let name = signals.next().await;
+        eprintln!(
+            "tli host serve: second signal ({name}): exiting without waiting for checkpoints"
+        );
         std::process::exit(130);
     });
 
@@ -397,11 +394,70 @@ async fn run(
             ),
         }
     }
+    // Last: the store file alone is then the whole store (a copy of it is a backup).
+    if let Err(e) = orchestrator.store().close_cleanly() {
+        eprintln!("tli host serve: closing the store: {e}");
+    }
     match failure {
         Some(e) => Err(e),
         None => {
             eprintln!("tli host serve: stopped");
             Ok(())
         }
+    }
+}
+
+/// The signals that stop a host gracefully (its tasks checkpoint and become
+/// `interrupted`, the process exits 0): those a terminal sends (SIGINT,
+/// SIGHUP when it closes, SIGQUIT) and those supervisors and batch systems
+/// send (SIGTERM, SIGUSR1/SIGUSR2), each fatal by default — none may end a
+/// host without its checkpoints.
+pub(super) const SHUTDOWN_SIGNALS: [libc::c_int; 6] = [
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+];
+
+/// Every [`SHUTDOWN_SIGNALS`] signal, as one stream of their names.
+struct ShutdownSignals(tokio::sync::mpsc::UnboundedReceiver<&'static str>);
+
+impl ShutdownSignals {
+    /// Installs the handlers (inside the runtime) and forwards what they get.
+    fn install() -> Result<Self> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        for raw in SHUTDOWN_SIGNALS {
+            let name = signal_name(raw);
+            let mut stream = signal(SignalKind::from_raw(raw))
+                .with_context(|| format!("cannot handle {name}"))?;
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                while stream.recv().await.is_some() {
+                    if tx.send(name).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        Ok(Self(rx))
+    }
+
+    /// The name of the next signal received.
+    async fn next(&mut self) -> &'static str {
+        self.0.recv().await.unwrap_or("a signal")
+    }
+}
+
+fn signal_name(raw: libc::c_int) -> &'static str {
+    match raw {
+        libc::SIGINT => "SIGINT",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGUSR2 => "SIGUSR2",
+        _ => "a signal",
     }
 }

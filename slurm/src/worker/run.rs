@@ -43,11 +43,20 @@ extern "C" fn on_signal(signal: libc::c_int) {
 
 fn install_signal_handlers() {
     let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+    // Every signal that is fatal by default and that Slurm, a terminal or an
+    // administrator sends: each ends the worker with a checkpoint.
     // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
     unsafe {
-        libc::signal(libc::SIGTERM, handler);
-        libc::signal(libc::SIGINT, handler);
-        libc::signal(libc::SIGUSR1, handler);
+        for signal in [
+            libc::SIGTERM,
+            libc::SIGINT,
+            libc::SIGUSR1,
+            libc::SIGUSR2,
+            libc::SIGHUP,
+            libc::SIGQUIT,
+        ] {
+            libc::signal(signal, handler);
+        }
     }
 }
 

@@ -31,6 +31,7 @@ mod profile_cli;
 mod proto_api;
 mod python_client;
 mod selection;
+mod shutdown;
 mod slurm_executor;
 mod status_page;
 mod sweeps;
