@@ -96,6 +96,7 @@ mod summary;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -150,6 +151,20 @@ pub enum StoreError {
         lock: PathBuf,
         holder: Option<String>,
     },
+    #[error(
+        "store {} is locked by another host process{}; stop that host or use another state \
+         directory",
+        db.display(),
+        holder.as_ref().map(|p| format!(" (pid {p}, from {LOCK_FILE})")).unwrap_or_default()
+    )]
+    DatabaseLocked { db: PathBuf, holder: Option<String> },
+    #[error(
+        "store {} is no longer the file this host opened and locked ({why}): another process \
+         may be using this state directory; this host stops so that two hosts never train the \
+         same tasks",
+        db.display()
+    )]
+    LockLost { db: PathBuf, why: String },
     #[error("no store at {} (no host has run with this state directory yet)", path.display())]
     Missing { path: PathBuf },
     #[error(
@@ -264,7 +279,17 @@ pub struct Store {
     readers: Readers,
     db_path: PathBuf,
     read_only: bool,
-    _lock: Option<File>,
+    _lock: Option<HostLocks>,
+}
+
+/// What keeps a second host off a store: the flock on `host.lock` (it names
+/// the holder's pid) and a lock on the database file itself (an OFD lock,
+/// which deleting `host.lock` cannot lift). Dropped after the connections:
+/// closing the database file's descriptor earlier would also drop SQLite's
+/// own POSIX locks on it.
+struct HostLocks {
+    _flock: File,
+    database: File,
 }
 
 /// Converts a count or size to SQLite's INTEGER, refusing what does not fit.
@@ -288,7 +313,11 @@ impl Store {
             source,
         })?;
         let db_path = state_dir.join(DB_FILE);
-        let lock = take_host_lock(state_dir, &db_path)?;
+        let flock = take_host_lock(state_dir, &db_path)?;
+        let lock = HostLocks {
+            database: lock_database(&db_path)?,
+            _flock: flock,
+        };
         // Before SQLite touches the file (opening a WAL database creates its
         // log): a store a host had open keeps part of itself in the log,
         // which must be beside it.
@@ -409,6 +438,34 @@ impl Store {
         let conn = self.conn();
         mark_session(&conn, false)?;
         Ok(())
+    }
+
+    /// Whether the database file at the store's path is still the one this
+    /// host opened and locked (not deleted, moved or replaced). A host
+    /// checks it every few seconds and stops when it is not. Always `Ok`
+    /// for a read-only store.
+    pub fn check_lock(&self) -> Result<(), StoreError> {
+        let Some(locks) = &self._lock else {
+            return Ok(());
+        };
+        let lost = |why: String| StoreError::LockLost {
+            db: self.db_path.clone(),
+            why,
+        };
+        let held = locks
+            .database
+            .metadata()
+            .map_err(|e| lost(format!("cannot read the locked file: {e}")))?;
+        match std::fs::symlink_metadata(&self.db_path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Err(lost("it was deleted or moved".into()))
+            }
+            Err(e) => Err(lost(format!("cannot read it: {e}"))),
+            Ok(now) if (now.dev(), now.ino()) != (held.dev(), held.ino()) => {
+                Err(lost("another file took its place".into()))
+            }
+            Ok(_) => Ok(()),
+        }
     }
 
     /// Path of the SQLite file.
@@ -545,6 +602,57 @@ fn classify(err: rusqlite::Error, path: &Path) -> StoreError {
     }
 }
 
+/// Where on the database file the host's lock sits: one byte far beyond
+/// any range SQLite locks (its lock bytes start at 1 GiB) or any size the
+/// file reaches.
+const DATABASE_LOCK_OFFSET: libc::off_t = 1 << 50;
+
+/// Opens (creating it empty if needed: SQLite takes an empty file as an
+/// empty database) and write-locks the database file with an open file
+/// description lock, which belongs to this descriptor: it goes away only
+/// when the host's descriptor closes, whatever happens to `host.lock`.
+fn lock_database(db: &Path) -> Result<File, StoreError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(db)
+        .map_err(|source| StoreError::Io {
+            action: "open",
+            path: db.to_path_buf(),
+            source,
+        })?;
+    // SAFETY: an all-zero `flock` is a valid value of this plain C struct.
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_type = libc::F_WRLCK as libc::c_short;
+    lock.l_whence = libc::SEEK_SET as libc::c_short;
+    lock.l_start = DATABASE_LOCK_OFFSET;
+    lock.l_len = 1;
+    // SAFETY: fcntl(F_OFD_SETLK) on a descriptor `file` owns, with a valid `flock`.
+    let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &lock) };
+    if rc != 0 {
+        let err = std::io::Error::last_os_error();
+        if matches!(err.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) {
+            let holder = db
+                .parent()
+                .and_then(|dir| std::fs::read_to_string(dir.join(LOCK_FILE)).ok())
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty());
+            return Err(StoreError::DatabaseLocked {
+                db: db.to_path_buf(),
+                holder,
+            });
+        }
+        return Err(StoreError::Io {
+            action: "lock",
+            path: db.to_path_buf(),
+            source: err,
+        });
+    }
+    Ok(file)
+}
+
 /// Takes the exclusive host lock on `<state dir>/host.lock` and writes this
 /// process's id into it.
 fn take_host_lock(state_dir: &Path, db_path: &Path) -> Result<File, StoreError> {
@@ -596,6 +704,41 @@ mod session_tests {
         let to = tempfile::tempdir().unwrap();
         std::fs::copy(from.join(DB_FILE), to.path().join(DB_FILE)).unwrap();
         to
+    }
+
+    #[test]
+    fn deleting_host_lock_does_not_let_a_second_host_in() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = Store::open(dir.path()).unwrap();
+        std::fs::remove_file(dir.path().join(LOCK_FILE)).unwrap();
+        let err = Store::open(dir.path()).unwrap_err();
+        assert!(matches!(err, StoreError::DatabaseLocked { .. }), "{err}");
+        assert!(err.to_string().contains("another host"), "{err}");
+        first.check_lock().unwrap();
+        drop(first);
+        // Released with the first host: a new one gets in.
+        Store::open(dir.path()).unwrap();
+    }
+
+    #[test]
+    fn a_host_notices_when_its_database_file_is_moved_or_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        store.check_lock().unwrap();
+        let db = dir.path().join(DB_FILE);
+        let aside = dir.path().join("moved.sqlite3");
+        std::fs::rename(&db, &aside).unwrap();
+        let err = store.check_lock().unwrap_err();
+        assert!(err.to_string().contains("deleted or moved"), "{err}");
+        std::fs::write(&db, b"").unwrap();
+        let err = store.check_lock().unwrap_err();
+        assert!(
+            err.to_string().contains("another file took its place"),
+            "{err}"
+        );
+        std::fs::remove_file(&db).unwrap();
+        std::fs::rename(&aside, &db).unwrap();
+        store.check_lock().unwrap();
     }
 
     #[test]

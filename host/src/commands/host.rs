@@ -37,6 +37,43 @@ pub(super) fn install_signal_handlers() {
     }
 }
 
+/// Checks every few seconds that the host's store is still the file it
+/// locked; when it is not, asks the host to stop (its tasks checkpoint) and
+/// keeps why, for the exit.
+pub(super) struct StoreGuard {
+    last: Instant,
+    lost: Option<String>,
+}
+
+impl StoreGuard {
+    const EVERY: Duration = Duration::from_secs(2);
+
+    pub(super) fn new() -> Self {
+        Self {
+            last: Instant::now(),
+            lost: None,
+        }
+    }
+
+    /// Called every scheduling round.
+    pub(super) fn check(&mut self, host: &Orchestrator) {
+        if self.lost.is_some() || self.last.elapsed() < Self::EVERY {
+            return;
+        }
+        self.last = Instant::now();
+        if let Err(e) = host.store().check_lock() {
+            tracing::error!("{e}");
+            self.lost = Some(e.to_string());
+            host.shutdown_flag().store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// `Err(why)` when the store was lost.
+    pub(super) fn outcome(&mut self) -> Result<(), String> {
+        self.lost.take().map_or(Ok(()), Err)
+    }
+}
+
 /// An opened host, and its Slurm settings when it has the Slurm executor.
 pub(super) struct OpenHost {
     pub host: Orchestrator,
@@ -172,10 +209,12 @@ pub(super) fn run(
     install_signal_handlers();
     let shutdown = host.shutdown_flag();
     let mut last_print = Instant::now();
+    let mut guard = StoreGuard::new();
     host.run_until_idle(Duration::from_millis(50), |h| {
         if SIGNALLED.load(Ordering::SeqCst) {
             shutdown.store(true, Ordering::SeqCst);
         }
+        guard.check(h);
         if last_print.elapsed() >= Duration::from_secs(2) {
             last_print = Instant::now();
             print_progress_lines(h);
@@ -196,6 +235,7 @@ pub(super) fn run(
         .flat_map(|j| &j.progress.tasks)
         .filter(|t| t.state == WireState::Known(TaskState::Failed))
         .count();
+    guard.outcome().map_err(|e| anyhow::anyhow!(e))?;
     if SIGNALLED.load(Ordering::SeqCst) {
         eprintln!("host stopped by signal; running tasks were checkpointed and resume at the next `tli host run`");
     } else if failed > 0 {

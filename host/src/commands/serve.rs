@@ -287,9 +287,11 @@ async fn run(
     std::thread::Builder::new()
         .name("tli-scheduler".into())
         .spawn(move || {
+            let mut guard = super::host::StoreGuard::new();
             let result = scheduling
-                .run_until_shutdown(Duration::from_millis(50), |_| {})
-                .map_err(|e| e.to_string());
+                .run_until_shutdown(Duration::from_millis(50), |o| guard.check(o))
+                .map_err(|e| e.to_string())
+                .and_then(|()| guard.outcome());
             let _ = scheduler_done.send(result);
         })
         .context("cannot start the scheduling thread")?;

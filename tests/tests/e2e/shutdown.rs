@@ -101,3 +101,73 @@ fn a_copy_of_an_open_stores_file_alone_is_refused_and_left_as_it_was() {
     }
     drop(server);
 }
+
+/// Waits up to `limit` for `child` to exit; kills it and returns `None` when it does not.
+fn exit_within(
+    child: &mut std::process::Child,
+    limit: Duration,
+) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+#[test]
+fn the_store_itself_is_locked_and_a_host_whose_store_is_moved_away_stops() {
+    let plugins = template_and_behaviour();
+    let state = tempfile::tempdir().unwrap();
+    let mut server = Server::start(plugins.path(), state.path(), &[]);
+    let job = start_long_task(&server);
+
+    // host.lock deleted: a second host is still refused, by the database file's own lock.
+    std::fs::remove_file(state.path().join("host.lock")).unwrap();
+    let mut second = std::process::Command::new(tli_binary())
+        .args(["host", "run", "--plugin-dir"])
+        .arg(plugins.path())
+        .arg("--state-dir")
+        .arg(state.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let exit = exit_within(&mut second, Duration::from_secs(30));
+    let mut err = String::new();
+    use std::io::Read;
+    if let Some(mut pipe) = second.stderr.take() {
+        let _ = pipe.read_to_string(&mut err);
+    }
+    assert!(
+        exit.is_some_and(|s| !s.success()),
+        "a second host ran on the same store ({exit:?}): {err}"
+    );
+    assert!(err.contains("locked by another host"), "{err}");
+    let status = ok_json(&server.client(&["train", "status", &job.to_string(), "-o", "json"]));
+    assert_eq!(
+        status["progress"]["tasks"][0]["state"], "running",
+        "{status}"
+    );
+
+    // The database file moved away: the host notices, checkpoints and exits with why.
+    std::fs::rename(
+        state.path().join(DB_FILE),
+        state.path().join("moved-away.sqlite3"),
+    )
+    .unwrap();
+    let exit = exit_within(&mut server.child, Duration::from_secs(30));
+    let log = server.log.lock().unwrap().clone();
+    assert!(
+        exit.is_some_and(|s| !s.success()),
+        "the host went on with its store moved away ({exit:?}): {log}"
+    );
+    assert!(
+        log.contains("no longer the file this host opened") && log.contains("deleted or moved"),
+        "{log}"
+    );
+}
