@@ -205,3 +205,85 @@ fn host_status_reads_a_state_directory_and_refuses_unknown_jobs() {
     assert_eq!(too_big.status.code(), Some(1));
     assert!(stderr(&too_big).contains("too big"), "{}", stderr(&too_big));
 }
+
+/// A job over two bar files, stopped; one file then disappears. At the next
+/// start the task of the other file resumes and completes; only the task
+/// that reads the missing file fails, naming it.
+#[test]
+fn a_missing_bar_file_fails_only_the_tasks_that_read_it() {
+    let plugins = template_and_behaviour();
+    let (state, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let sample = slurm::repo_root().join("data/samples/es_proxy_sp500_1d.csv");
+    let (kept, lost) = (data.path().join("kept.csv"), data.path().join("lost.csv"));
+    std::fs::copy(&sample, &kept).unwrap();
+    std::fs::copy(&sample, &lost).unwrap();
+    let root = format!("--data-root={}", data.path().display());
+    let mut server = Server::start(plugins.path(), state.path(), &[&root]);
+    let job = ok_json(&server.client(&[
+        "train",
+        "start",
+        "-p",
+        "behaviour",
+        "--config",
+        r#"{"sleep_ms_per_step":5}"#,
+        "-a",
+        kept.to_str().unwrap(),
+        "-a",
+        lost.to_str().unwrap(),
+        "--steps",
+        "600",
+        "-o",
+        "json",
+    ]))["job_id"]
+        .as_u64()
+        .unwrap();
+    let status = |server: &Server| {
+        ok_json(&server.client(&["train", "status", &job.to_string(), "-o", "json"]))
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !status(&server).to_string().contains("\"running\"") {
+        assert!(
+            Instant::now() < deadline,
+            "nothing runs: {}",
+            status(&server)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    server.terminate();
+    std::fs::remove_file(&lost).unwrap();
+
+    let server = Server::start(plugins.path(), state.path(), &[&root]);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let tasks = loop {
+        let now = status(&server);
+        let tasks = now["progress"]["tasks"].as_array().unwrap().clone();
+        if tasks
+            .iter()
+            .all(|t| matches!(t["state"].as_str(), Some("completed" | "failed")))
+        {
+            break tasks;
+        }
+        assert!(Instant::now() < deadline, "the tasks did not end: {now}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let store = Store::open_read_only(state.path()).unwrap();
+    let rows = store.tasks_of(job as i64).unwrap();
+    let of = |file: &str| {
+        let row = rows.iter().find(|r| r.asset.contains(file)).unwrap();
+        tasks
+            .iter()
+            .find(|t| t["task_id"].as_i64() == Some(row.id))
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(of("kept.csv")["state"], "completed", "{tasks:?}");
+    let failed = of("lost.csv");
+    assert_eq!(failed["state"], "failed", "{tasks:?}");
+    assert!(
+        failed["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("lost.csv"),
+        "{failed}"
+    );
+}

@@ -1,8 +1,9 @@
 //! The data each task receives: the dataset cache builds each asset's
 //! dataset and plugin API 1.1 annex once per (asset, feature config), and
-//! [`JobData`] turns a task's assets ([`TaskAssets`], from
-//! `JobSpec::task_plan`) into its first dataset and [`TaskInputs`];
-//! [`Orchestrator::task_inputs`] does that for a stored task.
+//! [`JobData`] holds a job's datasets at submission (shapes, model cards);
+//! [`Orchestrator::task_inputs`] builds a stored task's first dataset and
+//! [`TaskInputs`] from its own assets only ([`TaskAssets`], from
+//! `JobSpec::task_plan`).
 
 use super::super::job::{AssetSpec, JobSpec, SyntheticAsset, TaskAssets};
 use super::super::store::TaskRow;
@@ -96,21 +97,66 @@ impl JobData {
         .ok()?;
         serde_json::to_string(&card).ok()
     }
+}
 
-    /// The first dataset of the task (its `TaskSpec::dataset`) and its inputs.
-    pub fn inputs(&self, assets: TaskAssets) -> (RArc<Dataset>, TaskInputs) {
-        let with_index = |a: usize| {
-            let mut annex = self.0[a].annex.clone();
-            annex.asset_index = a as u32;
-            (self.0[a].dataset.clone(), annex)
-        };
-        let (datasets, pooled) = match assets {
-            TaskAssets::One(a) => (vec![with_index(a)], false),
-            TaskAssets::Pooled => ((0..self.0.len()).map(with_index).collect(), true),
-        };
-        let first = datasets[0].0.clone();
-        (first, TaskInputs::new(datasets, pooled, self.0.len()))
+/// The units (assets, or walk-forward folds) a task of `assets` reads, of `total`.
+fn wanted_units(assets: TaskAssets, total: usize) -> Vec<usize> {
+    match assets {
+        TaskAssets::One(a) => vec![a],
+        TaskAssets::Pooled => (0..total).collect(),
     }
+}
+
+/// A task's first dataset and inputs from the units it reads (each with its
+/// index among the job's `total`).
+fn inputs_of(
+    picked: Vec<(usize, &AssetData)>,
+    pooled: bool,
+    total: usize,
+) -> (RArc<Dataset>, TaskInputs) {
+    let datasets: Vec<_> = picked
+        .into_iter()
+        .map(|(a, data)| {
+            let mut annex = data.annex.clone();
+            annex.asset_index = a as u32;
+            (data.dataset.clone(), annex)
+        })
+        .collect();
+    let first = datasets[0].0.clone();
+    (first, TaskInputs::new(datasets, pooled, total))
+}
+
+/// What each unit of `spec` is built from, in unit order: the asset's index
+/// in the spec, the asset (cut to its fold for walk-forward) and the
+/// features (a fold's own for walk-forward: [`JobSpec::unit`]).
+fn units_of(spec: &JobSpec) -> Result<Vec<(usize, AssetSpec, FeatureConfig)>, (usize, String)> {
+    let Some(walk) = &spec.walk_forward else {
+        return Ok(spec
+            .assets
+            .iter()
+            .enumerate()
+            .map(|(i, asset)| (i, asset.clone(), spec.features.clone()))
+            .collect());
+    };
+    let mut units = Vec::new();
+    for (i, asset) in spec.assets.iter().enumerate() {
+        let folds = walk
+            .plan
+            .get(i)
+            .ok_or_else(|| (i, "its walk-forward folds were not planned".to_string()))?;
+        for fold in folds {
+            let cut = match asset {
+                AssetSpec::Data(source) => AssetSpec::Data(tli_data::BarSource {
+                    start: fold.start.map(|t| t.0).or(source.start),
+                    end: Some(fold.end.0),
+                    ..source.clone()
+                }),
+                AssetSpec::Synthetic(_) => asset.clone(),
+            };
+            units.push((i, cut, fold.features(&spec.features)));
+        }
+    }
+    Ok(units)
 }
 
 /// Datasets built once per (asset, feature config) and shared by tasks.
@@ -281,40 +327,11 @@ impl DatasetCache {
         spec: &JobSpec,
         contracts: &ContractBook,
     ) -> Result<JobData, (usize, String)> {
-        let Some(walk) = &spec.walk_forward else {
-            return spec
-                .assets
-                .iter()
-                .enumerate()
-                .map(|(i, asset)| {
-                    self.get(asset, &spec.features, contracts)
-                        .map_err(|m| (i, m))
-                })
-                .collect::<Result<Vec<_>, _>>()
-                .map(JobData);
-        };
-        let mut units = Vec::new();
-        for (i, asset) in spec.assets.iter().enumerate() {
-            let folds = walk
-                .plan
-                .get(i)
-                .ok_or_else(|| (i, "its walk-forward folds were not planned".to_string()))?;
-            for fold in folds {
-                let cut = match asset {
-                    AssetSpec::Data(source) => AssetSpec::Data(tli_data::BarSource {
-                        start: fold.start.map(|t| t.0).or(source.start),
-                        end: Some(fold.end.0),
-                        ..source.clone()
-                    }),
-                    AssetSpec::Synthetic(_) => asset.clone(),
-                };
-                units.push(
-                    self.get(&cut, &fold.features(&spec.features), contracts)
-                        .map_err(|m| (i, m))?,
-                );
-            }
-        }
-        Ok(JobData(units))
+        units_of(spec)?
+            .iter()
+            .map(|(i, asset, features)| self.get(asset, features, contracts).map_err(|m| (*i, m)))
+            .collect::<Result<Vec<_>, _>>()
+            .map(JobData)
     }
 
     /// `spec` with its walk-forward folds planned on each asset's bars (as
@@ -363,11 +380,23 @@ impl Orchestrator {
             .get(task.ordinal as usize)
             .copied()
             .ok_or_else(|| format!("task {} has no place in its job spec", task.id))?;
-        let data = self
-            .datasets
-            .job(&spec, &self.contracts)
-            .map_err(|(i, m)| format!("assets[{i}]: {m}"))?;
-        let (dataset, inputs) = data.inputs(planned.assets);
+        // Only the task's own assets: a file another task of the job reads
+        // may be gone without stopping this one.
+        let units = units_of(&spec).map_err(|(i, m)| format!("assets[{i}]: {m}"))?;
+        let mut built = Vec::new();
+        for a in wanted_units(planned.assets, units.len()) {
+            let (i, asset, features) = units
+                .get(a)
+                .ok_or_else(|| format!("task {} reads asset {a} of {}", task.id, units.len()))?;
+            let data = self
+                .datasets
+                .get(asset, features, &self.contracts)
+                .map_err(|m| format!("assets[{i}]: {m}"))?;
+            built.push((a, data));
+        }
+        let picked = built.iter().map(|(a, d)| (*a, d)).collect();
+        let pooled = matches!(planned.assets, TaskAssets::Pooled);
+        let (dataset, inputs) = inputs_of(picked, pooled, units.len());
         Ok((spec, dataset, inputs))
     }
 }
