@@ -126,10 +126,13 @@ fn inputs_of(
     (first, TaskInputs::new(datasets, pooled, total))
 }
 
+/// A unit to build: the asset's index in the spec, the asset, its features.
+type Unit = (usize, AssetSpec, FeatureConfig);
+
 /// What each unit of `spec` is built from, in unit order: the asset's index
 /// in the spec, the asset (cut to its fold for walk-forward) and the
 /// features (a fold's own for walk-forward: [`JobSpec::unit`]).
-fn units_of(spec: &JobSpec) -> Result<Vec<(usize, AssetSpec, FeatureConfig)>, (usize, String)> {
+fn units_of(spec: &JobSpec) -> Result<Vec<Unit>, (usize, String)> {
     let Some(walk) = &spec.walk_forward else {
         return Ok(spec
             .assets
