@@ -31,7 +31,6 @@ use arrow_schema::DataType;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ProjectionMask;
 use serde::Serialize;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 /// One column's values, one per row.
@@ -326,7 +325,7 @@ fn read_parquet(
     optional: &[(String, ColumnKind)],
     zone: Option<&LocalZone>,
 ) -> Result<ColumnFile, DataError> {
-    let file = File::open(path).map_err(|e| DataError::io(path, e))?;
+    let file = crate::files::open_data_file(path)?;
     let file_bytes = file.metadata().map_err(|e| DataError::io(path, e))?.len();
     let builder = ParquetRecordBatchReaderBuilder::try_new(file)
         .map_err(|e| DataError::bad_file(path, format!("is not a readable Parquet file: {e}")))?;

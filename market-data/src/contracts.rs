@@ -35,6 +35,7 @@
 use super::DataError;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::io::Read;
 use std::path::Path;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -296,7 +297,17 @@ impl ContractBook {
     pub fn load(user_file: Option<&Path>) -> Result<Self, DataError> {
         let mut book = Self::builtin();
         if let Some(path) = user_file {
-            let text = std::fs::read_to_string(path).map_err(|e| DataError::io(path, e))?;
+            const MAX: u64 = 1 << 20;
+            let mut text = String::new();
+            std::io::Read::take(crate::files::open_data_file(path)?, MAX + 1)
+                .read_to_string(&mut text)
+                .map_err(|e| DataError::io(path, e))?;
+            if text.len() as u64 > MAX {
+                return Err(DataError::bad_file(
+                    path,
+                    "is larger than 1 MiB: not a contracts file",
+                ));
+            }
             let file: ContractFile = toml::from_str(&text).map_err(|e| {
                 DataError::bad_file(path, format!("is not a valid contracts file: {e}"))
             })?;

@@ -35,6 +35,7 @@ use super::column_read::ColumnValues;
 use super::timefmt;
 use super::zones::{LocalZone, Timestamps};
 use super::{excerpt, list_excerpt, BarInterval, BarTable, DataError};
+use crate::files::LineCap;
 use std::collections::HashSet;
 use std::fs::File;
 use std::io::{BufReader, BufWriter};
@@ -187,12 +188,12 @@ pub fn read_with(
 /// byte-order mark and surrounding spaces removed, case kept).
 pub(crate) fn open_with_header(
     path: &Path,
-) -> Result<(csv::Reader<BufReader<File>>, Vec<String>), DataError> {
-    let file = File::open(path).map_err(|e| DataError::io(path, e))?;
+) -> Result<(csv::Reader<BufReader<LineCap<File>>>, Vec<String>), DataError> {
+    let file = crate::files::open_data_file(path)?;
     let mut reader = csv::ReaderBuilder::new()
         .has_headers(true)
         .flexible(true)
-        .from_reader(BufReader::with_capacity(1 << 16, file));
+        .from_reader(BufReader::with_capacity(1 << 16, LineCap::new(file)));
     let header = reader
         .headers()
         .map_err(|e| csv_error(path, None, e))?

@@ -41,6 +41,7 @@ pub mod covariates;
 pub mod csv_format;
 pub mod dbn_format;
 pub mod features;
+pub mod files;
 pub mod inference;
 pub mod inspect;
 pub mod parquet_format;

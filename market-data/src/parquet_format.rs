@@ -152,7 +152,7 @@ fn read_unguarded(
     path: &Path,
     zone: Option<&LocalZone>,
 ) -> Result<(BarTable, ReadNotes), DataError> {
-    let file = File::open(path).map_err(|e| DataError::io(path, e))?;
+    let file = crate::files::open_data_file(path)?;
     let file_bytes = file.metadata().map_err(|e| DataError::io(path, e))?.len();
     let builder = ParquetRecordBatchReaderBuilder::try_new(file)
         .map_err(|e| DataError::bad_file(path, format!("is not a readable Parquet file: {e}")))?;

@@ -101,7 +101,7 @@ pub(super) fn local_data(
 
 /// A bar file by name and SHA-256, as a model card records it.
 pub(super) fn data_file(path: &Path) -> Result<DataFile> {
-    let file = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    let file = tli_data::files::open_data_file(path)?;
     let (sha256, _) = tli_core::digest::sha256_stream(file, None)
         .with_context(|| format!("reading {}", path.display()))?;
     Ok(DataFile {

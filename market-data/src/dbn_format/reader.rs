@@ -12,13 +12,12 @@ use dbn::decode::{DbnDecoder, DbnMetadata, DecodeRecordRef, DynReader};
 use dbn::{
     rtype, OhlcvMsg, Record, TsSymbolMap, VersionUpgradePolicy, UNDEF_PRICE, UNDEF_TIMESTAMP,
 };
-use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::Path;
 
 /// Reads a DBN file of OHLCV bars (see the [module docs](super)).
 pub fn read(path: &Path) -> Result<BarTable, DataError> {
-    let file = File::open(path).map_err(|e| DataError::io(path, e))?;
+    let file = crate::files::open_data_file(path)?;
     let file_bytes = file.metadata().map_err(|e| DataError::io(path, e))?.len();
     let mut reader = DynReader::inferred_with_buffer(BufReader::with_capacity(1 << 16, file))
         .map_err(|e| DataError::bad_file(path, format!("cannot be read as DBN: {e}")))?;

@@ -122,3 +122,69 @@ fn a_data_root_that_does_not_exist_stops_the_host_at_start() {
         stderr(&out)
     );
 }
+
+/// Runs `command`, killing it after `limit`: its output, or `None` when it hung.
+fn within(
+    mut command: std::process::Command,
+    limit: std::time::Duration,
+) -> Option<std::process::Output> {
+    let mut child = command
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < deadline {
+        if child.try_wait().unwrap().is_some() {
+            return Some(child.wait_with_output().unwrap());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+/// Only regular files are data: a FIFO named as a bar file is refused at
+/// once (it used to hold a host thread until a writer came), and a file
+/// without line breaks (a sparse 1 GiB file) is refused after 16 MiB of it,
+/// not read whole; the host keeps answering.
+#[test]
+fn a_fifo_and_a_file_without_line_breaks_are_refused_at_once() {
+    let plugins = PluginDir::with(&[(TEMPLATE, "template")]);
+    let (state, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let root = format!("--data-root={}", data.path().display());
+    let server = Server::start(plugins.path(), state.path(), &[&root]);
+    let fifo = data.path().join("bars.csv");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo with a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let sparse = data.path().join("sparse.csv");
+    std::fs::File::create(&sparse)
+        .unwrap()
+        .set_len(1 << 30)
+        .unwrap();
+    for (file, expected) in [
+        (&fifo, "is a FIFO (named pipe), not a regular file"),
+        (&sparse, "a line longer than 16 MiB"),
+    ] {
+        let mut start = std::process::Command::new(tli_binary());
+        start
+            .args(["train", "start", "-p", "template", "-a"])
+            .arg(file)
+            .args(["--steps", "5", "--endpoint", &server.endpoint()]);
+        let out = within(start, std::time::Duration::from_secs(60))
+            .unwrap_or_else(|| panic!("train start on {} hung", file.display()));
+        assert!(!out.status.success());
+        let err = stderr(&out);
+        assert!(err.contains(expected), "{}: {err}", file.display());
+        let mut inspect = std::process::Command::new(tli_binary());
+        inspect.args(["data", "inspect"]).arg(file);
+        let out = within(inspect, std::time::Duration::from_secs(60))
+            .unwrap_or_else(|| panic!("data inspect on {} hung", file.display()));
+        assert!(!out.status.success());
+        assert!(stderr(&out).contains(expected), "{}", stderr(&out));
+    }
+    let listed = ok_json(&server.client(&["train", "list", "-o", "json"]));
+    assert_eq!(listed["jobs"].as_array().map(Vec::len), Some(0), "{listed}");
+}

@@ -218,8 +218,9 @@ impl CacheEntries {
 
 /// A bar file by name and SHA-256 (empty when it cannot be read again).
 fn data_file(path: &std::path::Path) -> DataFile {
-    let sha256 = std::fs::File::open(path)
-        .and_then(|f| tli_core::digest::sha256_stream(f, None))
+    let sha256 = tli_data::files::open_data_file(path)
+        .ok()
+        .and_then(|f| tli_core::digest::sha256_stream(f, None).ok())
         .map(|(digest, _)| digest)
         .unwrap_or_default();
     DataFile {
