@@ -184,11 +184,12 @@ pub fn read_with(
     Ok((table, notes))
 }
 
+/// A CSV reader of a data file (its lines capped).
+pub(crate) type CsvReader = csv::Reader<BufReader<LineCap<File>>>;
+
 /// A CSV reader of `path` past its header, and the header's names (a
 /// byte-order mark and surrounding spaces removed, case kept).
-pub(crate) fn open_with_header(
-    path: &Path,
-) -> Result<(csv::Reader<BufReader<LineCap<File>>>, Vec<String>), DataError> {
+pub(crate) fn open_with_header(path: &Path) -> Result<(CsvReader, Vec<String>), DataError> {
     let file = crate::files::open_data_file(path)?;
     let mut reader = csv::ReaderBuilder::new()
         .has_headers(true)
