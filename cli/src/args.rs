@@ -35,6 +35,17 @@ pub struct Cli {
     )]
     pub endpoint: String,
 
+    /// Seconds a host has to answer each call (or TLI_TIMEOUT); a stream's
+    /// later messages (`train watch`) are not limited.
+    #[arg(
+        long,
+        env = "TLI_TIMEOUT",
+        default_value_t = 300,
+        global = true,
+        value_name = "SECONDS"
+    )]
+    pub timeout: u64,
+
     /// Bearer token for a host that listens beyond loopback (or TLI_TOKEN).
     #[arg(long, env = "TLI_TOKEN", global = true, hide_env_values = true)]
     pub token: Option<String>,

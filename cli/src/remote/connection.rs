@@ -32,7 +32,8 @@ where
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async {
-        let remote = Remote::connect(&cli.endpoint, cli.token.as_deref()).await?;
+        let limit = Duration::from_secs(cli.timeout.max(1));
+        let remote = Remote::connect(&cli.endpoint, cli.token.as_deref(), limit).await?;
         command(remote).await
     })
 }
@@ -52,16 +53,64 @@ impl Interceptor for Auth {
     }
 }
 
-pub(super) type Authed = InterceptedService<Channel, Auth>;
+pub(super) type Authed = InterceptedService<Deadline, Auth>;
+
+/// The channel with a deadline on every call's answer: a call the host does
+/// not begin to answer within it ends as DEADLINE_EXCEEDED naming the call
+/// (a frozen host no longer hangs the client). A stream's messages after
+/// its first answer (`train watch`) are not limited.
+#[derive(Clone)]
+pub(super) struct Deadline {
+    channel: Channel,
+    limit: Duration,
+}
+
+impl tower::Service<http::Request<tonic::body::Body>> for Deadline {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = tonic::transport::Error;
+    type Future = std::pin::Pin<
+        Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send + 'static>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.channel.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        let call = request.uri().path().trim_start_matches('/').to_string();
+        let limit = self.limit;
+        let answer = self.channel.call(request);
+        Box::pin(async move {
+            match tokio::time::timeout(limit, answer).await {
+                Ok(answer) => answer,
+                Err(_) => Ok(Status::deadline_exceeded(deadline_message(&call, limit)).into_http()),
+            }
+        })
+    }
+}
+
+/// What a call that got no answer in time says.
+fn deadline_message(call: &str, limit: Duration) -> String {
+    let call = call.rsplit('.').next().unwrap_or(call);
+    format!(
+        "the host did not answer {call} within {} s; it may be stuck or overloaded (check it \
+         with `tli host status --state-dir …` or its log), or give the call longer with \
+         --timeout SECONDS",
+        limit.as_secs()
+    )
+}
 
 /// A connected host.
 pub(super) struct Remote {
-    pub(super) channel: Channel,
+    pub(super) channel: Deadline,
     pub(super) auth: Auth,
 }
 
 impl Remote {
-    async fn connect(endpoint: &str, token: Option<&str>) -> Result<Self> {
+    async fn connect(endpoint: &str, token: Option<&str>, limit: Duration) -> Result<Self> {
         let endpoint = normalize_endpoint(endpoint);
         let auth = match token.map(str::trim).filter(|t| !t.is_empty()) {
             Some(token) => {
@@ -81,11 +130,21 @@ impl Remote {
         } else if !endpoint.starts_with("http://") {
             bail!("invalid endpoint {endpoint:?}: use http://HOST:PORT or https://HOST:PORT");
         }
-        let channel = builder
-            .connect()
-            .await
-            .map_err(|e| unreachable_error(&endpoint, &error_chain(&e)))?;
-        Ok(Self { channel, auth })
+        // A host that accepts the connection but never speaks (stopped, stuck)
+        // is as unreachable as one that refuses it.
+        let channel = match tokio::time::timeout(limit, builder.connect()).await {
+            Ok(channel) => channel.map_err(|e| unreachable_error(&endpoint, &error_chain(&e)))?,
+            Err(_) => {
+                return Err(unreachable_error(
+                    &endpoint,
+                    &format!("no answer to the connection within {} s", limit.as_secs()),
+                ))
+            }
+        };
+        Ok(Self {
+            channel: Deadline { channel, limit },
+            auth,
+        })
     }
 
     pub(super) fn training(&self) -> TrainingServiceClient<Authed> {
@@ -204,12 +263,16 @@ mod tests {
             .build()
             .unwrap();
         let e = rt
-            .block_on(Remote::connect("ftp://h:1", None))
+            .block_on(Remote::connect("ftp://h:1", None, Duration::from_secs(5)))
             .err()
             .unwrap();
         assert!(e.to_string().contains("invalid endpoint"), "{e}");
         let e = rt
-            .block_on(Remote::connect("http://127.0.0.1:1", Some("bad\ntoken")))
+            .block_on(Remote::connect(
+                "http://127.0.0.1:1",
+                Some("bad\ntoken"),
+                Duration::from_secs(5),
+            ))
             .err()
             .unwrap();
         assert!(e.to_string().contains("token"), "{e}");

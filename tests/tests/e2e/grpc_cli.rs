@@ -608,3 +608,59 @@ fn a_plugins_config_is_checked_against_its_own_schema_naming_the_key() {
     let watched = server.client(&["train", "watch", &job_id(&ok).to_string()]);
     assert!(watched.status.success(), "{}", stderr(&watched));
 }
+
+/// A frozen host (SIGSTOP: it accepts connections in the kernel, never
+/// answers) no longer hangs the CLI: a call ends after `--timeout` saying
+/// what got no answer; the same host answers again once it runs.
+#[test]
+fn a_frozen_host_fails_each_call_after_its_deadline_naming_it() {
+    let (plugins, state) = (template_and_behaviour(), tempfile::tempdir().unwrap());
+    let mut server = Server::start(plugins.path(), state.path(), &[]);
+    let pid = server.child.id() as i32;
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig} {pid}");
+    };
+    signal("-STOP");
+    let mut list = std::process::Command::new(tli_binary());
+    list.args([
+        "train",
+        "list",
+        "--timeout",
+        "2",
+        "--endpoint",
+        &server.endpoint(),
+    ])
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
+    let started = Instant::now();
+    let mut child = list.spawn().unwrap();
+    let finished = loop {
+        if child.try_wait().unwrap().is_some() {
+            break true;
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let out = child.wait_with_output().unwrap();
+    signal("-CONT");
+    assert!(finished, "train list hung on a frozen host");
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("within 2 s"), "{err}");
+    assert!(
+        err.contains("TrainingService/ListTrainingJobs")
+            || err.contains("cannot reach the tli host"),
+        "{err}"
+    );
+    let listed = server.client(&["train", "list", "--timeout", "10"]);
+    assert!(listed.status.success(), "{}", stderr(&listed));
+    server.terminate();
+}
