@@ -29,6 +29,31 @@ pub enum SlurmError {
     Unexpected { command: String, output: String },
 }
 
+/// How a job ended, from `sacct`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FinalState {
+    /// "CANCELLED by 0 (exit 0:0)", "COMPLETED (exit 0:0)", …
+    pub state: String,
+    /// Whether it was ever given resources (CPUs allocated); `None` when
+    /// `sacct` did not say.
+    pub started: Option<bool>,
+}
+
+/// The last `JobID|State|ExitCode|AllocCPUS` line of `id` in `sacct` output.
+pub fn parse_final_state(out: &str, id: &str) -> Option<FinalState> {
+    out.lines().rev().find_map(|line| {
+        let mut fields = line.split('|');
+        let job = fields.next()?.trim();
+        let state = fields.next()?.trim();
+        let exit = fields.next().unwrap_or("").trim();
+        let cpus = fields.next().and_then(|c| c.trim().parse::<u64>().ok());
+        (job == id && !state.is_empty()).then(|| FinalState {
+            state: format!("{state} (exit {exit})"),
+            started: cpus.map(|c| c > 0),
+        })
+    })
+}
+
 /// A job's state as `squeue` reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobState {
@@ -189,14 +214,20 @@ impl Slurm {
         self.run("scancel", &[id.to_string()], None).map(|_| ())
     }
 
-    /// How an ended job ended ("CANCELLED by 0", "TIMEOUT", "COMPLETED" …)
-    /// from accounting, or from the job-completion log where there is no
-    /// accounting database (`sacct -c`); `None` when neither knows.
-    pub fn final_state(&self, id: &str) -> Option<String> {
+    /// How an ended job ended ("CANCELLED by 0 (exit 0:0)", "TIMEOUT …")
+    /// and whether it ever started, from accounting, or from the
+    /// job-completion log where there is no accounting database (`sacct
+    /// -c`); `None` when neither knows.
+    pub fn final_state(&self, id: &str) -> Option<FinalState> {
         let args = |extra: &[&str]| -> Vec<String> {
             let mut a: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
             a.extend(
-                ["--noheader", "--parsable2", "--format=JobID,State,ExitCode"].map(String::from),
+                [
+                    "--noheader",
+                    "--parsable2",
+                    "--format=JobID,State,ExitCode,AllocCPUS",
+                ]
+                .map(String::from),
             );
             a.push(format!("--jobs={id}"));
             a
@@ -205,13 +236,7 @@ impl Slurm {
             .run("sacct", &args(&["-X"]), None)
             .or_else(|_| self.run("sacct", &args(&["-c"]), None))
             .ok()?;
-        out.lines().rev().find_map(|line| {
-            let mut fields = line.split('|');
-            let job = fields.next()?.trim();
-            let state = fields.next()?.trim();
-            let exit = fields.next().unwrap_or("").trim();
-            (job == id && !state.is_empty()).then(|| format!("{state} (exit {exit})"))
-        })
+        parse_final_state(&out, id)
     }
 }
 
@@ -254,6 +279,17 @@ mod tests {
             "a completing job's worker may still be saving its checkpoint"
         );
         assert!(!jobs["15"].is_alive());
+    }
+
+    #[test]
+    fn sacct_says_whether_a_job_ever_started() {
+        let out = "2|CANCELLED|0:0|0\n1|CANCELLED by 0|0:0|2\n3|COMPLETED|0:0\n";
+        let pending = parse_final_state(out, "2").unwrap();
+        assert_eq!(pending.state, "CANCELLED (exit 0:0)");
+        assert_eq!(pending.started, Some(false));
+        assert_eq!(parse_final_state(out, "1").unwrap().started, Some(true));
+        assert_eq!(parse_final_state(out, "3").unwrap().started, None);
+        assert_eq!(parse_final_state(out, "4"), None);
     }
 
     #[test]

@@ -91,12 +91,13 @@ impl RemoteExecutor for SlurmExecutor {
         Ok(jobs
             .iter()
             .filter(|job| !live.get(*job).is_some_and(|s| s.is_alive()))
-            .map(|job| EndedJob {
-                external_id: job.clone(),
-                state: self
-                    .commands
-                    .final_state(job)
-                    .unwrap_or_else(|| "state unknown".into()),
+            .map(|job| {
+                let end = self.commands.final_state(job);
+                EndedJob {
+                    external_id: job.clone(),
+                    started: end.as_ref().and_then(|e| e.started),
+                    state: end.map_or_else(|| "state unknown".into(), |e| e.state),
+                }
             })
             .collect())
     }

@@ -26,7 +26,7 @@ pub mod worker;
 
 use std::path::PathBuf;
 
-pub use commands::{JobState, Slurm, SlurmError};
+pub use commands::{FinalState, JobState, Slurm, SlurmError};
 pub use executor::SlurmExecutor;
 pub use request::{GpuRequest, TaskRequest};
 

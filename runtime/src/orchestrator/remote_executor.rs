@@ -49,6 +49,9 @@ pub struct EndedJob {
     pub external_id: String,
     /// The executor's word for its end ("COMPLETED", "TIMEOUT", "state unknown", ...).
     pub state: String,
+    /// Whether it ever started (was given resources): `Some(false)` for a
+    /// job cancelled or preempted while it waited, `None` when unknown.
+    pub started: Option<bool>,
 }
 
 /// Where a worker of a task keeps what it writes, and how many threads it

@@ -430,6 +430,96 @@ fn a_worker_slow_to_save_after_scancel_keeps_its_signal_checkpoint() {
     );
 }
 
+/// A job cancelled by an administrator while it waits for resources says
+/// nothing about the worker: three such cancels leave the task queued (it
+/// is submitted again each time), and it completes once there is room.
+#[test]
+fn cancels_of_a_pending_job_leave_its_task_queued() {
+    let Some(cluster) = SlurmCluster::start(2, 4) else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let (_plugins, state, server) =
+        slurm_host(&cluster, work.path(), &[(TEMPLATE, "template")], &[]);
+    // Another user's job takes every CPU: tli's job pends.
+    let blocker = cluster
+        .run(
+            "sbatch",
+            &[
+                "--parsable",
+                "-c",
+                "4",
+                "--output=/dev/null",
+                "--wrap",
+                "sleep 300",
+            ],
+        )
+        .trim()
+        .to_string();
+    cluster.wait_until(Duration::from_secs(20), "the blocker runs", || {
+        cluster
+            .live_jobs()
+            .iter()
+            .any(|(id, _, st)| id == &blocker && st == "RUNNING")
+    });
+    let job = job_of(&ok_json(&server.client(&[
+        "train",
+        "start",
+        "-p",
+        "template",
+        "-a",
+        "synthetic:300:1",
+        "--steps",
+        "50",
+        "-o",
+        "json",
+    ])));
+    let task = tasks(&status(&server, &job))[0].0;
+    let dispatches = || {
+        Store::open_read_only(&state)
+            .unwrap()
+            .dispatches_of(task)
+            .unwrap()
+    };
+    for cancel in 1..=3 {
+        let mut pending = String::new();
+        cluster.wait_until(
+            Duration::from_secs(30),
+            &format!("dispatch {cancel} pends in Slurm"),
+            || {
+                let Some(id) = dispatches()
+                    .get(cancel - 1)
+                    .and_then(|d| d.external_id.clone())
+                else {
+                    return false;
+                };
+                pending = id;
+                cluster
+                    .live_jobs()
+                    .iter()
+                    .any(|(id, _, st)| id == &pending && st == "PENDING")
+            },
+        );
+        cluster.run("scancel", &[&pending]);
+    }
+    cluster.wait_until(Duration::from_secs(30), "a fourth submission", || {
+        dispatches().len() >= 4
+    });
+    assert_eq!(tasks(&status(&server, &job))[0].1, "queued");
+    cluster.run("scancel", &[&blocker]);
+    cluster.wait_until(Duration::from_secs(120), "the task completes", || {
+        let now = tasks(&status(&server, &job))[0].1.clone();
+        assert_ne!(now, "failed", "{:#?}", reasons(&state, task));
+        now == "completed"
+    });
+    let ended: Vec<String> = dispatches()
+        .iter()
+        .take(3)
+        .map(|d| d.end_reason.clone().unwrap_or_default())
+        .collect();
+    assert!(ended.iter().all(|r| r.contains("CANCELLED")), "{ended:?}");
+}
+
 #[test]
 fn a_host_killed_while_workers_run_re_adopts_them_after_a_restart() {
     let Some(cluster) = SlurmCluster::start(2, 4) else {

@@ -25,7 +25,7 @@
 use super::{lock, Orchestrator, OrchestratorError, Runner, RunningTask};
 use crate::orchestrator::executor::ExecutorKind;
 use crate::orchestrator::job::{CheckpointPolicy, JobSpec};
-use crate::orchestrator::remote_executor::{DispatchRequest, RemoteExecutor};
+use crate::orchestrator::remote_executor::{DispatchRequest, EndedJob, RemoteExecutor};
 use crate::orchestrator::runner::{Outcome, RunnerEvent, StopRequest};
 use crate::orchestrator::state::TaskState;
 use crate::orchestrator::store::{StoreError, TaskRow};
@@ -39,8 +39,9 @@ use std::time::Instant;
 use tli_core::selection::Selection;
 use tli_plugin_api::TaskInputs;
 
-/// Jobs that may end before their worker reaches the host (a wrong binary
-/// path, an unreachable host) before the task fails.
+/// Jobs that may start and end before their worker reaches the host (a
+/// wrong binary path, an unreachable host) before the task fails; a job
+/// cancelled or preempted before it started does not count.
 pub const EARLY_LOSSES_BEFORE_FAILING: u32 = 3;
 /// Attempts (dispatches) of one task before a lost or signalled one is no
 /// longer re-queued.
@@ -284,13 +285,14 @@ impl Orchestrator {
                 .iter()
                 .filter(|(_, r)| r.external_id == end.external_id)
             {
-                self.remote_job_lost(*task, remote, &end.state);
+                self.remote_job_lost(*task, remote, &end);
             }
         }
     }
 
     /// A task's remote job ended without its worker reporting an end.
-    fn remote_job_lost(&self, task: TaskId, remote: &RemoteTask, job_state: &str) {
+    fn remote_job_lost(&self, task: TaskId, remote: &RemoteTask, end: &EndedJob) {
+        let job_state = end.state.as_str();
         {
             let mut running = lock(&self.running);
             match running.get(&task).and_then(|r| r.remote()) {
@@ -319,6 +321,10 @@ impl Orchestrator {
         } else if row.state == TaskState::Interrupted {
             // Its worker recorded the interruption, then its end never came.
             self.requeue_interrupted(task, &why);
+        } else if end.started == Some(false) {
+            // Cancelled or preempted while it waited for resources: says nothing
+            // about the worker; the task stays queued and is submitted again.
+            tracing::info!(task, "{why} before it started; submitting the task again");
         } else if let (TaskState::Queued, false, Some(executor)) =
             (row.state, remote.attached, &self.remote)
         {
