@@ -23,6 +23,12 @@
 #       Cancels the cluster's jobs, stops slurmd and slurmctld by their PIDs (TERM, up to 10 s,
 #       then KILL), kills left-over job step processes of this cluster; with --munge also stops
 #       munged. Idempotent, bounded in time (about 30 s at worst).
+#   scripts/slurm-cluster.sh stop-ctld D
+#       Stops slurmctld alone (TERM, up to 10 s, then KILL), as a controller restart or outage
+#       does: slurmd and running jobs go on; client commands fail until start-ctld.
+#   scripts/slurm-cluster.sh start-ctld D
+#       Starts slurmctld again from D (its saved state: jobs, node) and waits up to 60 s until
+#       it answers.
 #   scripts/slurm-cluster.sh status D
 #       Shows whether munged, slurmctld and slurmd run, then `sinfo` and `squeue`.
 #       Exit 0 when slurmctld and slurmd both run, 3 otherwise.
@@ -505,6 +511,39 @@ stop_daemons() {
     rm -f "$D/run/slurmctld.pid" "$D/run/slurmd.pid" "$D"/run/*.launched
 }
 
+cmd_stop_ctld() {
+    set_cluster_dir "${1:-}"
+    local pids
+    pids=$(cluster_pids slurmctld)
+    if [[ -z $pids ]]; then
+        say "slurmctld of $D is not running"
+        return 0
+    fi
+    say "stopping slurmctld $pids (slurmd and jobs go on)"
+    # shellcheck disable=SC2086 # PIDs are digits only
+    if ! signal_and_wait TERM 10 $pids; then
+        # shellcheck disable=SC2086
+        signal_and_wait KILL 5 $pids || die "slurmctld $pids did not die"
+    fi
+    rm -f "$D/run/slurmctld.pid" "$D/run/slurmctld.launched"
+}
+
+cmd_start_ctld() {
+    set_cluster_dir "${1:-}"
+    [[ -f $CONF ]] || die "no cluster in $D (run: $PROG start $D)"
+    if [[ -n $(cluster_pids slurmctld) ]]; then
+        say "slurmctld of $D already runs"
+        return 0
+    fi
+    launch slurmctld
+    local deadline=$((SECONDS + 60))
+    until timeout "$CLIENT_TIMEOUT" squeue -h >/dev/null 2>&1; do
+        ((SECONDS < deadline)) || { show_logs; die "slurmctld did not answer within 60 s"; }
+        sleep 0.3
+    done
+    say "slurmctld answers again"
+}
+
 cmd_stop() {
     set_cluster_dir "${1:-}"
     shift
@@ -582,6 +621,8 @@ case ${1:-} in
     install) shift; (($# == 0)) || { say "install takes no arguments"; usage 2; }; cmd_install ;;
     start) shift; cmd_start "$@" ;;
     stop) shift; cmd_stop "$@" ;;
+    stop-ctld) shift; cmd_stop_ctld "$@" ;;
+    start-ctld) shift; cmd_start_ctld "$@" ;;
     status) shift; cmd_status "$@" ;;
     -h | --help | help) usage 0 ;;
     *) usage 2 ;;

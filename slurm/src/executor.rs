@@ -29,12 +29,37 @@ impl SlurmExecutor {
 
 fn unavailable(e: SlurmError) -> ExecutorError {
     match e {
+        SlurmError::Refused { message, .. } if is_transient(&message) => ExecutorError::Transient {
+            executor: "Slurm",
+            message,
+        },
         SlurmError::Refused { message, .. } => ExecutorError::Refused {
             executor: "Slurm",
             message,
         },
+        e @ SlurmError::Timeout { .. } => ExecutorError::Transient {
+            executor: "Slurm",
+            message: e.to_string(),
+        },
         other => ExecutorError::Unavailable(Box::new(other)),
     }
+}
+
+/// Whether Slurm's refusal says it could not be reached now (a controller
+/// restarting or overloaded), not that the request is wrong.
+pub fn is_transient(message: &str) -> bool {
+    const SIGNS: [&str; 8] = [
+        "unable to contact slurm controller",
+        "socket timed out",
+        "connection refused",
+        "communication connection failure",
+        "zero bytes were transmitted or received",
+        "temporarily unavailable",
+        "not responding",
+        "try again",
+    ];
+    let message = message.to_lowercase();
+    SIGNS.iter().any(|sign| message.contains(sign))
 }
 
 /// The output directory could not be made.
@@ -139,5 +164,28 @@ impl RemoteExecutor for SlurmExecutor {
             }
             Err(_) => format!("; no output at {}", path.display()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_transient;
+
+    #[test]
+    fn a_controller_outage_is_transient_and_a_bad_request_is_not() {
+        assert!(is_transient(
+            "sbatch: error: Batch job submission failed: Unable to contact slurm controller \
+             (connect failure)"
+        ));
+        assert!(is_transient(
+            "sbatch: error: Socket timed out on send/recv operation"
+        ));
+        assert!(!is_transient(
+            "sbatch: error: Batch job submission failed: Requested node configuration is not \
+             available"
+        ));
+        assert!(!is_transient(
+            "sbatch: error: invalid partition specified: gpu"
+        ));
     }
 }

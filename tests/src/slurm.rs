@@ -135,6 +135,29 @@ impl SlurmCluster {
             .collect()
     }
 
+    /// Stops slurmctld alone (slurmd and jobs go on), as a controller outage does.
+    pub fn stop_controller(&self) {
+        self.script("stop-ctld");
+    }
+
+    /// Starts slurmctld again and waits until it answers.
+    pub fn start_controller(&self) {
+        self.script("start-ctld");
+    }
+
+    fn script(&self, command: &str) {
+        let out = Command::new(script())
+            .arg(command)
+            .arg(self.dir.path())
+            .output()
+            .expect("run scripts/slurm-cluster.sh");
+        assert!(
+            out.status.success(),
+            "slurm-cluster.sh {command}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// The last `lines` lines of slurmctld's and slurmd's logs (for a failing test's message).
     pub fn log_tail(&self, lines: usize) -> String {
         ["slurmctld.log", "slurmd.log"]

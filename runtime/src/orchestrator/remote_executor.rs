@@ -71,6 +71,13 @@ pub enum ExecutorError {
         executor: &'static str,
         message: String,
     },
+    /// It could not be reached now (its controller restarting, a timeout):
+    /// the engine keeps the task queued and tries again later.
+    #[error("{executor} is not reachable now ({message})")]
+    Transient {
+        executor: &'static str,
+        message: String,
+    },
     /// It could not be asked (not installed, timed out, unreadable answer, ...).
     #[error(transparent)]
     Unavailable(Box<dyn std::error::Error + Send + Sync>),

@@ -430,6 +430,58 @@ fn a_worker_slow_to_save_after_scancel_keeps_its_signal_checkpoint() {
     );
 }
 
+/// A controller restart is not a refusal: a job submitted while slurmctld
+/// is down for a minute waits (its task stays queued, submissions back off)
+/// and starts and completes once slurmctld is back.
+#[test]
+fn a_job_submitted_while_slurmctld_is_down_starts_when_it_returns() {
+    let Some(cluster) = SlurmCluster::start(2, 4) else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let (_plugins, state, server) =
+        slurm_host(&cluster, work.path(), &[(TEMPLATE, "template")], &[]);
+    cluster.stop_controller();
+    let job = job_of(&ok_json(&server.client(&[
+        "train",
+        "start",
+        "-p",
+        "template",
+        "-a",
+        "synthetic:300:1",
+        "--steps",
+        "50",
+        "-o",
+        "json",
+    ])));
+    let task = tasks(&status(&server, &job))[0].0;
+    let down = std::time::Instant::now();
+    while down.elapsed() < Duration::from_secs(60) {
+        let now = tasks(&status(&server, &job))[0].1.clone();
+        assert_eq!(now, "queued", "{:#?}", reasons(&state, task));
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let attempts = Store::open_read_only(&state)
+        .unwrap()
+        .dispatches_of(task)
+        .unwrap();
+    assert!(
+        attempts.iter().any(|d| d
+            .end_reason
+            .as_deref()
+            .is_some_and(|r| r.contains("not reachable now"))),
+        "{attempts:#?}"
+    );
+    // Backing off: a few attempts in a minute, not one per scheduling round.
+    assert!(attempts.len() <= 12, "{} attempts", attempts.len());
+    cluster.start_controller();
+    cluster.wait_until(Duration::from_secs(120), "the task completes", || {
+        let now = tasks(&status(&server, &job))[0].1.clone();
+        assert_ne!(now, "failed", "{:#?}", reasons(&state, task));
+        now == "completed"
+    });
+}
+
 /// A job cancelled by an administrator while it waits for resources says
 /// nothing about the worker: three such cancels leave the task queued (it
 /// is submitted again each time), and it completes once there is room.

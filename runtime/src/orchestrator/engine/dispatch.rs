@@ -18,14 +18,19 @@
 //! worker may still write. A task the lost worker had already recorded as
 //! interrupted is re-queued all the same. A task
 //! interrupted by the executor's signal (time limit, `scancel`) is re-queued
-//! too. A refused submission fails the task with the executor's message. At
+//! too. A refused submission fails the task with the executor's message;
+//! one the executor could not take now (its controller restarting: a
+//! transient refusal) leaves the task queued and holds every submission
+//! back for [`FIRST_BACKOFF`], doubling up to [`MAX_BACKOFF`] while it lasts. At
 //! start-up an open dispatch whose job still lives is re-adopted: its task
 //! keeps its state and its worker, which retries its calls, carries on.
 
 use super::{lock, Orchestrator, OrchestratorError, Runner, RunningTask};
 use crate::orchestrator::executor::ExecutorKind;
 use crate::orchestrator::job::{CheckpointPolicy, JobSpec};
-use crate::orchestrator::remote_executor::{DispatchRequest, EndedJob, RemoteExecutor};
+use crate::orchestrator::remote_executor::{
+    DispatchRequest, EndedJob, ExecutorError, RemoteExecutor,
+};
 use crate::orchestrator::runner::{Outcome, RunnerEvent, StopRequest};
 use crate::orchestrator::state::TaskState;
 use crate::orchestrator::store::{StoreError, TaskRow};
@@ -35,7 +40,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tli_core::selection::Selection;
 use tli_plugin_api::TaskInputs;
 
@@ -70,6 +75,29 @@ pub(super) struct Remote {
     /// When each ended job with an attached worker was first seen ended
     /// (by external id): it is lost once the report grace has passed.
     ended_seen: Mutex<HashMap<String, Instant>>,
+    /// After a transient refusal: no submission before this instant, and
+    /// the wait after the next refusal.
+    backoff: Mutex<(Option<Instant>, Duration)>,
+}
+
+/// The first wait after the executor could not be reached; it doubles with
+/// every refusal in a row, up to [`MAX_BACKOFF`].
+pub const FIRST_BACKOFF: Duration = Duration::from_secs(2);
+/// The longest wait between submissions while the executor is unreachable.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// Why a task could not be submitted.
+pub(super) enum DispatchFailure {
+    /// For good: the task fails with this message.
+    Refused(String),
+    /// The executor could not be reached now: the task stays queued.
+    Transient(String),
+}
+
+impl From<String> for DispatchFailure {
+    fn from(message: String) -> Self {
+        Self::Refused(message)
+    }
 }
 
 impl Remote {
@@ -79,7 +107,26 @@ impl Remote {
             last_poll: Mutex::new(None),
             early_losses: Mutex::new(HashMap::new()),
             ended_seen: Mutex::new(HashMap::new()),
+            backoff: Mutex::new((None, FIRST_BACKOFF)),
         }
+    }
+
+    /// Whether a submission may be tried now (none while backing off).
+    pub(super) fn may_submit(&self) -> bool {
+        lock(&self.backoff).0.is_none_or(|t| Instant::now() >= t)
+    }
+
+    /// A submission got through: no more waiting.
+    fn reached(&self) {
+        *lock(&self.backoff) = (None, FIRST_BACKOFF);
+    }
+
+    /// A transient refusal: wait, longer each time; returns the wait.
+    fn back_off(&self) -> Duration {
+        let mut backoff = lock(&self.backoff);
+        let wait = backoff.1;
+        *backoff = (Some(Instant::now() + wait), (wait * 2).min(MAX_BACKOFF));
+        wait
     }
 
     /// Cancels a job, logging (not returning) a failure: the task's record
@@ -169,9 +216,11 @@ impl Orchestrator {
 
     /// Submits `task` to the remote executor. A refusal fails the task with
     /// the executor's message.
-    pub(super) fn dispatch_remote(&self, task: &TaskRow) -> Result<(), String> {
+    pub(super) fn dispatch_remote(&self, task: &TaskRow) -> Result<(), DispatchFailure> {
         let Some(remote) = &self.remote else {
-            return Err("this host has no Slurm executor (start it with --executor slurm)".into());
+            return Err(DispatchFailure::Refused(
+                "this host has no Slurm executor (start it with --executor slurm)".into(),
+            ));
         };
         let (spec, _dataset, inputs) = self.task_inputs(task)?;
         let dispatch = self
@@ -189,6 +238,7 @@ impl Orchestrator {
         };
         match remote.executor.dispatch(&request) {
             Ok(submitted) => {
+                remote.reached();
                 let job = submitted.external_id;
                 self.store
                     .set_dispatch_submitted(dispatch, &job, &submitted.request)
@@ -222,10 +272,19 @@ impl Orchestrator {
                 }
                 Ok(())
             }
+            Err(e @ ExecutorError::Transient { .. }) => {
+                let wait = remote.back_off();
+                let why = format!(
+                    "{e}; the task stays queued and is submitted again in {} s",
+                    wait.as_secs()
+                );
+                let _ = self.store.end_dispatch(dispatch, &why);
+                Err(DispatchFailure::Transient(why))
+            }
             Err(e) => {
                 let why = e.to_string();
                 let _ = self.store.end_dispatch(dispatch, &why);
-                Err(why)
+                Err(DispatchFailure::Refused(why))
             }
         }
     }

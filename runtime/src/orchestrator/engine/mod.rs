@@ -644,13 +644,27 @@ impl Orchestrator {
             .capacity()
             .saturating_sub(self.remote_count());
         for task in queued.into_iter().take(room) {
-            if let Err(message) = self.dispatch_remote(&task) {
-                tracing::error!(
-                    task = task.id,
-                    "could not submit to {}: {message}",
-                    remote.executor.name()
-                );
-                let _ = self.store.transition(task.id, TaskState::Failed, &message);
+            if !remote.may_submit() {
+                break;
+            }
+            match self.dispatch_remote(&task) {
+                Ok(()) => {}
+                Err(dispatch::DispatchFailure::Transient(why)) => {
+                    tracing::warn!(
+                        task = task.id,
+                        "waiting for {}: {why}",
+                        remote.executor.name()
+                    );
+                    break;
+                }
+                Err(dispatch::DispatchFailure::Refused(message)) => {
+                    tracing::error!(
+                        task = task.id,
+                        "could not submit to {}: {message}",
+                        remote.executor.name()
+                    );
+                    let _ = self.store.transition(task.id, TaskState::Failed, &message);
+                }
             }
         }
     }
