@@ -86,6 +86,22 @@ fn all_in(server: &Server, job: &str, state: &str) -> bool {
     tasks(&status(server, job)).iter().all(|t| t.1 == state)
 }
 
+/// A task's dispatches (Slurm submissions), oldest first.
+fn dispatches(state: &Path, task: i64) -> Vec<tli_host::orchestrator::store::DispatchRow> {
+    Store::open_read_only(state)
+        .unwrap()
+        .dispatches_of(task)
+        .unwrap()
+}
+
+/// The Slurm job id of a task's first dispatch.
+fn first_job(state: &Path, task: i64) -> String {
+    dispatches(state, task)[0]
+        .external_id
+        .clone()
+        .expect("the first dispatch was submitted")
+}
+
 /// The reasons of a task's transitions, oldest first.
 fn reasons(state: &Path, task: i64) -> Vec<String> {
     let store = Store::open_read_only(state).unwrap();
@@ -293,13 +309,7 @@ fn scancel_of_a_worker_resumes_its_task_from_its_checkpoint_in_a_new_slurm_job()
         tasks(&status(&server, &job))[0].2 > 1000
     });
     let task = tasks(&status(&server, &job))[0].0;
-    let first = Store::open_read_only(&state)
-        .unwrap()
-        .dispatches_of(task)
-        .unwrap()[0]
-        .external_id
-        .clone()
-        .unwrap();
+    let first = first_job(&state, task);
     cluster.run("scancel", &[&first]);
     let started = std::time::Instant::now();
     while !all_in(&server, &job, "completed") {
@@ -308,17 +318,14 @@ fn scancel_of_a_worker_resumes_its_task_from_its_checkpoint_in_a_new_slurm_job()
             "the task did not complete in 120 s after the scancel: {:?}\nhistory {:#?}\ndispatches {:#?}\nended {:?}\nlive {:?}\n{}",
             tasks(&status(&server, &job)),
             reasons(&state, task),
-            Store::open_read_only(&state).unwrap().dispatches_of(task).unwrap(),
+            dispatches(&state, task),
             cluster.ended_jobs(),
             cluster.live_jobs(),
             cluster.log_tail(40)
         );
         std::thread::sleep(Duration::from_millis(200));
     }
-    let dispatches = Store::open_read_only(&state)
-        .unwrap()
-        .dispatches_of(task)
-        .unwrap();
+    let dispatches = dispatches(&state, task);
     assert_eq!(dispatches.len(), 2, "{dispatches:?}");
     assert_ne!(dispatches[1].external_id.as_deref(), Some(first.as_str()));
     let history = reasons(&state, task);
@@ -368,13 +375,7 @@ fn a_worker_slow_to_save_after_scancel_keeps_its_signal_checkpoint() {
         tasks(&status(&server, &job))[0].2 > 300
     });
     let task = tasks(&status(&server, &job))[0].0;
-    let first = Store::open_read_only(&state)
-        .unwrap()
-        .dispatches_of(task)
-        .unwrap()[0]
-        .external_id
-        .clone()
-        .unwrap();
+    let first = first_job(&state, task);
     cluster.run("scancel", &[&first]);
     cluster.wait_until(
         Duration::from_secs(8),
@@ -413,10 +414,7 @@ fn a_worker_slow_to_save_after_scancel_keeps_its_signal_checkpoint() {
             .any(|r| r.contains("without its worker reporting")),
         "{history:#?}"
     );
-    let dispatches = Store::open_read_only(&state)
-        .unwrap()
-        .dispatches_of(task)
-        .unwrap();
+    let dispatches = dispatches(&state, task);
     assert_eq!(dispatches.len(), 2, "{dispatches:#?}");
     assert_eq!(
         dispatches[0].end_reason.as_deref(),
@@ -461,10 +459,7 @@ fn a_job_submitted_while_slurmctld_is_down_starts_when_it_returns() {
         assert_eq!(now, "queued", "{:#?}", reasons(&state, task));
         std::thread::sleep(Duration::from_millis(500));
     }
-    let attempts = Store::open_read_only(&state)
-        .unwrap()
-        .dispatches_of(task)
-        .unwrap();
+    let attempts = dispatches(&state, task);
     assert!(
         attempts.iter().any(|d| d
             .end_reason
@@ -527,12 +522,7 @@ fn cancels_of_a_pending_job_leave_its_task_queued() {
         "json",
     ])));
     let task = tasks(&status(&server, &job))[0].0;
-    let dispatches = || {
-        Store::open_read_only(&state)
-            .unwrap()
-            .dispatches_of(task)
-            .unwrap()
-    };
+    let dispatches = || dispatches(&state, task);
     for cancel in 1..=3 {
         let mut pending = String::new();
         cluster.wait_until(
