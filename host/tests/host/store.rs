@@ -706,23 +706,39 @@ fn a_version_2_store_counts_oom_requeues_from_its_history() {
     assert_eq!(store.task(ids[1]).unwrap().unwrap().oom_requeues, 0);
 }
 
-/// What version 9 added: dropping it gives a version-8 store.
-const DROP_V9: &str = "ALTER TABLE checkpoints DROP COLUMN best_metric;
+#[test]
+fn a_version_9_store_gains_its_session_mark_and_keeps_its_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, job, _ids) = store_with_job(dir.path(), 2);
+    drop(store);
+    {
+        // What a version-9 host left behind: no store_session.
+        let conn = rusqlite::Connection::open(dir.path().join(DB_FILE)).unwrap();
+        conn.execute_batch("DROP TABLE store_session; PRAGMA user_version = 9;")
+            .unwrap();
+    }
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(store.pragmas().unwrap().user_version, SCHEMA_VERSION);
+    assert!(store.job(job).unwrap().is_some());
+}
+
+/// What versions 9 and 10 added: dropping it gives a version-8 store.
+const DROP_V9: &str = "DROP TABLE store_session; ALTER TABLE checkpoints DROP COLUMN best_metric;
     ALTER TABLE checkpoints DROP COLUMN best_value; ALTER TABLE checkpoints DROP COLUMN best_mode;";
 
-/// What versions 8 and 9 added: dropping it gives a version-7 store.
-const DROP_V8: &str = "ALTER TABLE checkpoints DROP COLUMN best_metric;
+/// What versions 8 to 10 added: dropping it gives a version-7 store.
+const DROP_V8: &str = "DROP TABLE store_session; ALTER TABLE checkpoints DROP COLUMN best_metric;
     ALTER TABLE checkpoints DROP COLUMN best_value; ALTER TABLE checkpoints DROP COLUMN best_mode;
     DROP TABLE model_cards;";
 
-/// What versions 7 to 9 added: dropping it gives a version-6 store.
-const DROP_V7: &str = "ALTER TABLE checkpoints DROP COLUMN best_metric;
+/// What versions 7 to 10 added: dropping it gives a version-6 store.
+const DROP_V7: &str = "DROP TABLE store_session; ALTER TABLE checkpoints DROP COLUMN best_metric;
     ALTER TABLE checkpoints DROP COLUMN best_value; ALTER TABLE checkpoints DROP COLUMN best_mode;
     DROP TABLE model_cards; ALTER TABLE tasks DROP COLUMN plugin_version;
     ALTER TABLE tasks DROP COLUMN plugin_checksum;";
 
-/// What versions 4 to 9 added: dropping it gives a version-3 store.
-const DROP_V4: &str = "ALTER TABLE checkpoints DROP COLUMN best_metric;
+/// What versions 4 to 10 added: dropping it gives a version-3 store.
+const DROP_V4: &str = "DROP TABLE store_session; ALTER TABLE checkpoints DROP COLUMN best_metric;
     ALTER TABLE checkpoints DROP COLUMN best_value; ALTER TABLE checkpoints DROP COLUMN best_mode;
     DROP TABLE model_cards; ALTER TABLE tasks DROP COLUMN plugin_version;
     ALTER TABLE tasks DROP COLUMN plugin_checksum;
@@ -856,24 +872,26 @@ fn newer_schema_is_refused() {
     drop(Store::open(dir.path()).unwrap());
     {
         let conn = rusqlite::Connection::open(dir.path().join(DB_FILE)).unwrap();
-        conn.pragma_update(None, "user_version", 10).unwrap();
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+            .unwrap();
     }
+    let newer = SCHEMA_VERSION + 1;
     let err = Store::open(dir.path()).unwrap_err();
     assert!(
         matches!(
             err,
             StoreError::NewerSchema {
-                found: 10,
+                found,
                 known: SCHEMA_VERSION,
                 ..
-            }
+            } if found == newer
         ),
         "{err:?}"
     );
     let msg = err.to_string();
     assert!(
         msg.contains(&format!(
-            "has schema version 10, this host knows up to {SCHEMA_VERSION}"
+            "has schema version {newer}, this host knows up to {SCHEMA_VERSION}"
         )),
         "{msg}"
     );
