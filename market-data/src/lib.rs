@@ -5,6 +5,7 @@
 //! [`Dataset`](tli_plugin_api::Dataset) plugins receive; and the synthetic
 //! AR(1) dataset used offline and in tests.
 //!
+//! * [`files`]: opening data files: only regular files, without blocking; lines capped.
 //! * [`table`]: [`BarTable`], [`BarInterval`], [`Roll`], [`ContractBars`]; row checks, gaps.
 //! * [`csv_format`], [`parquet_format`], [`dbn_format`]: readers and writers; DBN parent roll.
 //! * [`bar_source`]: an asset's bar file as the user names it (`ES=prices.csv`, a time zone):

@@ -7,7 +7,7 @@
 //!
 //! The durable job store: one SQLite file, `<state dir>/tli.sqlite3`.
 //!
-//! # Schema (version 7, kept in `PRAGMA user_version`)
+//! # Schema (version 10, kept in `PRAGMA user_version`)
 //!
 //! ```text
 //! jobs         id, name, spec_json, created_ms
@@ -24,13 +24,17 @@
 //!              index (task_id, name, step)
 //! latest_metrics  task_id → tasks, name, step, value NULL: the value of each
 //!              metric at its highest step (kept with `metrics`; version 2)
-//! checkpoints  id, task_id → tasks, step, path, checksum, created_ms
+//! checkpoints  id, task_id → tasks, step, path, checksum, created_ms,
+//!              best_metric NULL, best_value NULL, best_mode NULL (a best checkpoint; version 9)
+//! model_cards  task_id → tasks, card (JSON; version 8)
 //! reservations id, task_id → tasks, device, bytes, reserved_ms, released_ms NULL
 //! dispatches   id (a worker's lease), task_id → tasks, executor, external_id NULL (the
 //!              Slurm job id), request NULL (the sbatch options), node NULL,
 //!              submitted_ms, ended_ms NULL, end_reason NULL (version 5)
 //! device_budgets id, device, bytes, at_ms: a device's memory budget from
 //!              `at_ms` on (a row per change, written when a host opens; version 6)
+//! store_session  one row: open (a host has the store open), pid NULL, changed_ms
+//!              (version 10; see "Whole in one file" below)
 //! ```
 //!
 //! Times are milliseconds since the Unix epoch ([`tli_core::now_ms`]). States are
@@ -54,10 +58,24 @@
 //!
 //! # One host per state directory
 //!
-//! [`Store::open`] takes an exclusive `flock` on `<state dir>/host.lock` and
-//! holds it for the life of the [`Store`]; a second host on the same
-//! directory is refused with [`StoreError::Locked`]. The kernel drops the lock
-//! when the process dies, so a crashed host never leaves a stale lock.
+//! [`Store::open`] takes an exclusive `flock` on `<state dir>/host.lock` (which
+//! names the holder's pid) and an OFD write lock on one byte of `tli.sqlite3`
+//! itself, far beyond SQLite's lock bytes, and holds both for the life of the
+//! [`Store`]; a second host on the same directory is refused with
+//! [`StoreError::Locked`] or, when `host.lock` was deleted,
+//! [`StoreError::DatabaseLocked`]. The kernel drops both locks when the
+//! process dies, so a crashed host never leaves a stale lock.
+//! [`Store::check_lock`] tells a running host whether the file at its path is
+//! still the one it locked.
+//!
+//! # Whole in one file
+//!
+//! Opening marks the store open and closing ([`Store::close_cleanly`], also
+//! on drop) marks it closed, each followed by a TRUNCATE checkpoint, so the
+//! database file itself says whether part of the store may be in the
+//! `-wal` log. After a clean close the file alone is the whole store; a file
+//! marked open without its log beside it is refused before SQLite touches it
+//! ([`StoreError::WalMissing`]).
 //! [`Store::open_read_only`] takes no lock (for status commands that look at a
 //! running host's store) and cannot write.
 //!
