@@ -261,3 +261,32 @@ pub fn small_template_job_args<'a>(name: &'a str, steps: &'a str) -> Vec<&'a str
         steps,
     ]
 }
+
+/// Waits up to `limit` for `child` to exit; kills it and returns `None` when it does not.
+pub fn exit_within(
+    child: &mut std::process::Child,
+    limit: std::time::Duration,
+) -> Option<std::process::ExitStatus> {
+    let deadline = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < deadline {
+        if let Some(status) = child.try_wait().expect("poll a child process") {
+            return Some(status);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+/// Runs `command` with its output captured, killing it after `limit`: its
+/// output, or `None` when it hung.
+pub fn output_within(mut command: Command, limit: std::time::Duration) -> Option<Output> {
+    let mut child = command
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start a child process");
+    exit_within(&mut child, limit)?;
+    Some(child.wait_with_output().expect("collect a child's output"))
+}

@@ -123,28 +123,6 @@ fn a_data_root_that_does_not_exist_stops_the_host_at_start() {
     );
 }
 
-/// Runs `command`, killing it after `limit`: its output, or `None` when it hung.
-fn within(
-    mut command: std::process::Command,
-    limit: std::time::Duration,
-) -> Option<std::process::Output> {
-    let mut child = command
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + limit;
-    while std::time::Instant::now() < deadline {
-        if child.try_wait().unwrap().is_some() {
-            return Some(child.wait_with_output().unwrap());
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    None
-}
-
 /// Only regular files are data: a FIFO named as a bar file is refused at
 /// once (it used to hold a host thread until a writer came), and a file
 /// without line breaks (a sparse 1 GiB file) is refused after 16 MiB of it,
@@ -173,14 +151,14 @@ fn a_fifo_and_a_file_without_line_breaks_are_refused_at_once() {
             .args(["train", "start", "-p", "template", "-a"])
             .arg(file)
             .args(["--steps", "5", "--endpoint", &server.endpoint()]);
-        let out = within(start, std::time::Duration::from_secs(60))
+        let out = output_within(start, std::time::Duration::from_secs(60))
             .unwrap_or_else(|| panic!("train start on {} hung", file.display()));
         assert!(!out.status.success());
         let err = stderr(&out);
         assert!(err.contains(expected), "{}: {err}", file.display());
         let mut inspect = std::process::Command::new(tli_binary());
         inspect.args(["data", "inspect"]).arg(file);
-        let out = within(inspect, std::time::Duration::from_secs(60))
+        let out = output_within(inspect, std::time::Duration::from_secs(60))
             .unwrap_or_else(|| panic!("data inspect on {} hung", file.display()));
         assert!(!out.status.success());
         assert!(stderr(&out).contains(expected), "{}", stderr(&out));

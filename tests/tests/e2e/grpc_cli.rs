@@ -634,24 +634,10 @@ fn a_frozen_host_fails_each_call_after_its_deadline_naming_it() {
         "2",
         "--endpoint",
         &server.endpoint(),
-    ])
-    .stdout(std::process::Stdio::piped())
-    .stderr(std::process::Stdio::piped());
-    let started = Instant::now();
-    let mut child = list.spawn().unwrap();
-    let finished = loop {
-        if child.try_wait().unwrap().is_some() {
-            break true;
-        }
-        if started.elapsed() > Duration::from_secs(30) {
-            let _ = child.kill();
-            break false;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let out = child.wait_with_output().unwrap();
+    ]);
+    let out = output_within(list, Duration::from_secs(30));
     signal("-CONT");
-    assert!(finished, "train list hung on a frozen host");
+    let out = out.expect("train list hung on a frozen host");
     assert!(!out.status.success());
     let err = stderr(&out);
     assert!(err.contains("within 2 s"), "{err}");

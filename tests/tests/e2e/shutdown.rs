@@ -102,23 +102,6 @@ fn a_copy_of_an_open_stores_file_alone_is_refused_and_left_as_it_was() {
     drop(server);
 }
 
-/// Waits up to `limit` for `child` to exit; kills it and returns `None` when it does not.
-fn exit_within(
-    child: &mut std::process::Child,
-    limit: Duration,
-) -> Option<std::process::ExitStatus> {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if let Some(status) = child.try_wait().unwrap() {
-            return Some(status);
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    None
-}
-
 #[test]
 fn the_store_itself_is_locked_and_a_host_whose_store_is_moved_away_stops() {
     let plugins = template_and_behaviour();
@@ -128,21 +111,15 @@ fn the_store_itself_is_locked_and_a_host_whose_store_is_moved_away_stops() {
 
     // host.lock deleted: a second host is still refused, by the database file's own lock.
     std::fs::remove_file(state.path().join("host.lock")).unwrap();
-    let mut second = std::process::Command::new(tli_binary())
+    let mut second = std::process::Command::new(tli_binary());
+    second
         .args(["host", "run", "--plugin-dir"])
         .arg(plugins.path())
         .arg("--state-dir")
-        .arg(state.path())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let exit = exit_within(&mut second, Duration::from_secs(30));
-    let mut err = String::new();
-    use std::io::Read;
-    if let Some(mut pipe) = second.stderr.take() {
-        let _ = pipe.read_to_string(&mut err);
-    }
+        .arg(state.path());
+    let out = output_within(second, Duration::from_secs(30));
+    let exit = out.as_ref().map(|o| o.status);
+    let err = out.as_ref().map(stderr).unwrap_or_default();
     assert!(
         exit.is_some_and(|s| !s.success()),
         "a second host ran on the same store ({exit:?}): {err}"
