@@ -501,6 +501,11 @@ pub enum TrainCommand {
         /// (or stopped early) ones included; each goes on from its final checkpoint.
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
         steps: Option<u64>,
+        /// Train on the job's data files as they are now, although they changed since the
+        /// job was submitted (a task refuses a changed file otherwise); the tasks' history
+        /// records which files changed and how.
+        #[arg(long)]
+        accept_changed_inputs: bool,
     },
     /// PNG charts of a job from a running host: each metric per task over steps,
     /// and each device's memory over time (reservations, budget, measured total).

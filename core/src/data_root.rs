@@ -7,8 +7,15 @@
 //! by default the host's working directory and the bundled sample data.
 //! Refusals name the path as given and the roots, never anything read from
 //! the file (nothing is read before the check passes); a path that does not
-//! resolve gets the same refusal when its lexical form is outside the roots,
-//! so the answer does not tell whether a file exists out there.
+//! resolve gets the same refusal when where it would be is outside the
+//! roots (its existing part resolved, symlinked directories included), so
+//! the answer does not tell whether a file exists out there.
+//!
+//! This check answers a submission at once with a clear refusal; the
+//! guarantee is kept where files are opened: a host confines its process's
+//! data reads to the same roots (`tli_data::files::confine_to`), checking
+//! each file by what was opened, so a link that changes after this check
+//! still leads nowhere outside.
 
 use crate::job::AssetSpec;
 use std::path::{Component, Path, PathBuf};
@@ -88,8 +95,12 @@ impl DataRoots {
             Ok(_) => Err(outside()),
             Err(e) => {
                 // Only a path that would be inside learns why it cannot be read.
-                let lexical = lexical_absolute(path).ok_or_else(outside)?;
-                if self.contains(&lexical) {
+                // "Would be" is judged on what exists of it: its longest
+                // prefix that resolves, resolved as the kernel would (a
+                // symlinked directory inside a root that leads out is outside),
+                // then the rest.
+                let judged = resolve_existing_prefix(path).ok_or_else(outside)?;
+                if self.contains(&judged) {
                     Err(DataRootError::Unreadable {
                         path: path.display().to_string(),
                         reason: e.to_string(),
@@ -139,21 +150,29 @@ impl DataRoots {
     }
 }
 
-/// `path` made absolute against the working directory with `.` and `..`
-/// removed, without touching the filesystem (for paths that do not resolve).
-fn lexical_absolute(path: &Path) -> Option<PathBuf> {
+/// `path` made absolute, its longest leading part that exists resolved
+/// (symbolic links and `..` followed, as the kernel does), and the parts
+/// after it appended with `.` and `..` removed: where `path` would be if it
+/// existed. `None` when not even `/` resolves.
+fn resolve_existing_prefix(path: &Path) -> Option<PathBuf> {
     let absolute = std::path::absolute(path).ok()?;
-    let mut out = PathBuf::new();
-    for part in absolute.components() {
-        match part {
-            Component::ParentDir => {
-                out.pop();
+    let parts: Vec<Component<'_>> = absolute.components().collect();
+    for keep in (1..=parts.len()).rev() {
+        let prefix: PathBuf = parts[..keep].iter().collect();
+        if let Ok(mut out) = prefix.canonicalize() {
+            for part in &parts[keep..] {
+                match part {
+                    Component::ParentDir => {
+                        out.pop();
+                    }
+                    Component::CurDir => {}
+                    other => out.push(other),
+                }
             }
-            Component::CurDir => {}
-            other => out.push(other),
+            return Some(out);
         }
     }
-    Some(out)
+    None
 }
 
 #[cfg(test)]
@@ -213,6 +232,27 @@ mod tests {
         assert!(matches!(
             roots.check(&root.path().join("../../etc/nope.csv")),
             Err(DataRootError::Outside { .. })
+        ));
+        // A directory link inside the root that leads out: a missing file
+        // behind it is as outside as an existing one, and `..` after the
+        // link is taken from where the link leads.
+        let elsewhere = tempfile::tempdir().unwrap();
+        std::fs::write(elsewhere.path().join("there.csv"), "x").unwrap();
+        let out = root.path().join("out");
+        std::os::unix::fs::symlink(elsewhere.path(), &out).unwrap();
+        for probe in ["there.csv", "not-there.csv", "../not-there.csv"] {
+            assert!(
+                matches!(
+                    roots.check(&out.join(probe)),
+                    Err(DataRootError::Outside { .. })
+                ),
+                "{probe}"
+            );
+        }
+        std::fs::create_dir(root.path().join("d")).unwrap();
+        assert!(matches!(
+            roots.check(&root.path().join("d/../nope.csv")),
+            Err(DataRootError::Unreadable { .. })
         ));
     }
 

@@ -93,6 +93,58 @@ pub struct JobSpec {
     /// one per trial in trial order, derived from it (a spec file gives
     /// `sweep` instead of `models`).
     pub sweep: Option<SweepSpec>,
+    /// Every data file the job reads (bar and covariate files) as it was
+    /// when the job was submitted; recorded by the host, which refuses to
+    /// start a task on a file that has changed since. Empty for a spec
+    /// that was never submitted (anything a client sends here is replaced).
+    pub inputs: Vec<InputFile>,
+}
+
+/// A data file as a job saw it: where its path led and what it held.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InputFile {
+    /// The path as the job names it.
+    pub path: PathBuf,
+    /// The file it led to (every symbolic link and `..` followed).
+    pub resolved: PathBuf,
+    /// Bytes.
+    pub size: u64,
+    /// Last modification, nanoseconds since the Unix epoch.
+    pub modified_ns: i64,
+    /// SHA-256 of its bytes, lower-case hex.
+    pub sha256: String,
+}
+
+impl InputFile {
+    /// What differs between the file as recorded (`self`) and as it is now,
+    /// for a message ("size 120 → 180 bytes, sha256 1a2b3c4d… → 5e6f7a8b…");
+    /// `None` when it is the same file with the same bytes.
+    pub fn change_from(&self, now: &InputFile) -> Option<String> {
+        let mut changes = Vec::new();
+        if self.resolved != now.resolved {
+            changes.push(format!(
+                "it now leads to {} instead of {}",
+                now.resolved.display(),
+                self.resolved.display()
+            ));
+        }
+        if self.size != now.size {
+            changes.push(format!("size {} → {} bytes", self.size, now.size));
+        }
+        if self.sha256 != now.sha256 {
+            let short = |h: &str| h.get(..8).unwrap_or(h).to_string();
+            changes.push(format!(
+                "sha256 {}… → {}…",
+                short(&self.sha256),
+                short(&now.sha256)
+            ));
+        } else if self.modified_ns != now.modified_ns && changes.is_empty() {
+            // Touched but the same bytes: the same input.
+            return None;
+        }
+        (!changes.is_empty()).then(|| changes.join(", "))
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -591,6 +643,8 @@ struct JobSpecFile {
     walk_forward: Option<WalkForward>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     sweep: Option<SweepSpec>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    inputs: Vec<InputFile>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -716,6 +770,7 @@ impl TryFrom<JobSpecFile> for JobSpec {
             slurm: f.slurm,
             walk_forward: f.walk_forward,
             sweep: f.sweep,
+            inputs: f.inputs,
         })
     }
 }
@@ -761,6 +816,7 @@ impl From<JobSpec> for JobSpecFile {
             slurm: s.slurm,
             walk_forward: s.walk_forward,
             sweep: s.sweep,
+            inputs: s.inputs,
         }
     }
 }
@@ -768,6 +824,39 @@ impl From<JobSpec> for JobSpecFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_input_is_changed_by_its_bytes_or_where_it_leads_not_by_a_touch() {
+        let then = InputFile {
+            path: "bars.csv".into(),
+            resolved: "/data/bars.csv".into(),
+            size: 120,
+            modified_ns: 1,
+            sha256: "1a2b3c4d5e6f".into(),
+        };
+        let touched = InputFile {
+            modified_ns: 2,
+            ..then.clone()
+        };
+        assert_eq!(then.change_from(&touched), None);
+        let rewritten = InputFile {
+            size: 180,
+            sha256: "99887766aabb".into(),
+            ..touched.clone()
+        };
+        assert_eq!(
+            then.change_from(&rewritten).as_deref(),
+            Some("size 120 → 180 bytes, sha256 1a2b3c4d… → 99887766…")
+        );
+        let elsewhere = InputFile {
+            resolved: "/data/other.csv".into(),
+            ..then.clone()
+        };
+        assert_eq!(
+            then.change_from(&elsewhere).as_deref(),
+            Some("it now leads to /data/other.csv instead of /data/bars.csv")
+        );
+    }
 
     #[test]
     fn the_documented_example_parses() {

@@ -5,26 +5,86 @@
 //! lines are capped ([`MAX_LINE_BYTES`]), so a file without line breaks (a
 //! sparse file of zeros, a binary file) costs at most that much memory
 //! before it is refused, not several times its size.
+//!
+//! A host confines every data file its process opens to its data roots
+//! ([`confine_to`]): each open is checked by the file it actually opened
+//! (the kernel's name for the descriptor), not by the path it was given, so
+//! a symbolic link or directory swapped between a check and the open cannot
+//! lead outside, and nothing of a file outside is ever read.
 
 use crate::DataError;
 use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+/// The directories (canonical) this process may read data files under;
+/// `None`: anywhere (the CLI's own commands read what their user names).
+static CONFINEMENT: RwLock<Option<Arc<[PathBuf]>>> = RwLock::new(None);
+
+/// From now on, [`open_data_file`] in this process opens only files that
+/// lie under one of `roots` (canonical directories; `/` allows everything).
+/// A host sets this once, at start, to its data roots.
+pub fn confine_to(roots: &[PathBuf]) {
+    let roots: Arc<[PathBuf]> = roots.iter().cloned().collect();
+    match CONFINEMENT.write() {
+        Ok(mut confinement) => *confinement = Some(roots),
+        Err(poisoned) => *poisoned.into_inner() = Some(roots),
+    }
+}
+
+fn confinement() -> Option<Arc<[PathBuf]>> {
+    match CONFINEMENT.read() {
+        Ok(c) => c.clone(),
+        Err(poisoned) => poisoned.into_inner().clone(),
+    }
+}
+
+/// The path the kernel holds for an open file: what was opened, with every
+/// symbolic link and `..` already followed.
+pub fn opened_path(file: &File) -> std::io::Result<PathBuf> {
+    std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
+}
+
+/// Refuses `file` (opened from `path`) unless what was opened lies under a root.
+fn check_confined(path: &Path, file: &File, roots: &[PathBuf]) -> Result<(), DataError> {
+    let opened = opened_path(file).map_err(|e| {
+        DataError::bad_file(
+            path,
+            format!(
+                "cannot tell which file was opened ({e}); the host reads data only when it \
+                 can check the file is under its data roots (is /proc mounted?)"
+            ),
+        )
+    })?;
+    if roots.iter().any(|root| opened.starts_with(root)) {
+        Ok(())
+    } else {
+        Err(DataError::OutsideRoots {
+            file: path.to_path_buf(),
+        })
+    }
+}
 
 /// The longest line a text data file may have: room for a header of a
 /// million columns, far beyond any bar file.
 pub const MAX_LINE_BYTES: u64 = 16 << 20;
 
 /// Opens `path` for reading if it is a regular file (symbolic links
-/// followed, as for any path a user names), else a clear error.
+/// followed, as for any path a user names) and, in a confined process
+/// ([`confine_to`]), one under the data roots; else a clear error.
 pub fn open_data_file(path: &Path) -> Result<File, DataError> {
     let file = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
         .open(path)
         .map_err(|e| DataError::io(path, e))?;
+    // What was opened is checked before anything else is said about it.
+    if let Some(roots) = confinement() {
+        check_confined(path, &file, &roots)?;
+    }
     let kind = file
         .metadata()
         .map_err(|e| DataError::io(path, e))?
@@ -136,6 +196,34 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("character device"), "{err}");
+    }
+
+    #[test]
+    fn what_was_opened_is_checked_not_the_path_given() {
+        let (root, elsewhere) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let roots = [root.path().canonicalize().unwrap()];
+        let (inside, outside) = (root.path().join("a.csv"), elsewhere.path().join("b.csv"));
+        std::fs::write(&inside, "inside").unwrap();
+        std::fs::write(&outside, "SECRET").unwrap();
+        let link = root.path().join("link.csv");
+        std::os::unix::fs::symlink(&outside, &link).unwrap();
+        // A directory inside the root that is a link to one outside.
+        let dir_link = root.path().join("sub");
+        std::os::unix::fs::symlink(elsewhere.path(), &dir_link).unwrap();
+        let opened = |p: &Path| {
+            let file = File::open(p).unwrap();
+            check_confined(p, &file, &roots)
+        };
+        assert!(opened(&inside).is_ok());
+        for refused in [link.clone(), dir_link.join("b.csv"), outside.clone()] {
+            let err = opened(&refused).unwrap_err().to_string();
+            assert!(err.contains("outside the host's data roots"), "{err}");
+            assert!(!err.contains("SECRET"), "{err}");
+        }
+        assert_eq!(
+            opened_path(&File::open(&link).unwrap()).unwrap(),
+            outside.canonicalize().unwrap()
+        );
     }
 
     #[test]

@@ -83,6 +83,13 @@ pub enum DataError {
     },
     #[error("{file}: {problem}")]
     BadFile { file: PathBuf, problem: String },
+    /// What was opened lies outside the host's data roots (a symbolic link
+    /// or directory changed after the path was checked); nothing was read.
+    #[error(
+        "{file}: outside the host's data roots when opened (a symbolic link or directory on \
+         its path leads out of them); the host reads data only under its roots"
+    )]
+    OutsideRoots { file: PathBuf },
     /// No contract specification for a symbol.
     #[error("{0}")]
     Contract(String),

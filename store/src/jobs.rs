@@ -197,6 +197,16 @@ impl Store {
 
     // ----- states ---------------------------------------------------------
 
+    /// Replaces a job's stored spec (JSON), e.g. with its inputs recorded
+    /// anew when a user accepts changed files.
+    pub fn set_job_spec(&self, job: JobId, spec_json: &str) -> Result<(), StoreError> {
+        self.conn().execute(
+            "UPDATE jobs SET spec_json = ?2 WHERE id = ?1",
+            params![job, spec_json],
+        )?;
+        Ok(())
+    }
+
     /// Moves a task to `to` if its current state allows it, recording the
     /// transition; returns the previous state. Going to `failed` stores
     /// `reason` as the task's error; going to `queued` clears it.

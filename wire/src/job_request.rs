@@ -218,6 +218,7 @@ pub fn job_spec(req: &pb::StartTrainingRequest) -> Result<JobSpec, Status> {
             plan: Vec::new(),
         }),
         sweep,
+        inputs: Vec::new(),
     };
     spec.check().map_err(|e| invalid(e.to_string()))?;
     Ok(spec)

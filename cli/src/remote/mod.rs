@@ -128,9 +128,13 @@ pub(super) fn train(cli: &Cli, command: &TrainCommand) -> Result<()> {
             };
             run(cli, |remote| stop(remote, request, output))
         }
-        TrainCommand::Resume { job, steps } => {
-            run(cli, |remote| resume(remote, *job, *steps, output))
-        }
+        TrainCommand::Resume {
+            job,
+            steps,
+            accept_changed_inputs,
+        } => run(cli, |remote| {
+            resume(remote, *job, *steps, *accept_changed_inputs, output)
+        }),
         TrainCommand::Local(_) => bail!("`train local` runs in-process, not through a host"),
         TrainCommand::Plot(_) => bail!("`train plot` is run by commands::plot"),
     }
@@ -331,6 +335,7 @@ async fn resume(
     remote: Remote,
     job_id: u64,
     more_steps: Option<u64>,
+    accept_changed_inputs: bool,
     output: OutputFormat,
 ) -> Result<()> {
     let response = remote
@@ -338,6 +343,7 @@ async fn resume(
         .resume_training(ResumeTrainingRequest {
             job_id,
             more_steps: more_steps.unwrap_or(0),
+            accept_changed_inputs,
         })
         .await
         .map_err(|s| api_error(&remote, s))?

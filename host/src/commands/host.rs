@@ -128,6 +128,12 @@ pub(super) fn open_host(
         },
         remote,
     )?;
+    // From here on every data file this process opens is checked, by what
+    // was opened, to lie under the data roots (the contracts file, named by
+    // the operator, was read at open).
+    if let Some(roots) = host.data_roots() {
+        tli_data::files::confine_to(roots.roots());
+    }
     // A fatal signal on a runner thread names its task for the next start.
     crate::orchestrator::crash_blame::install(&opts.state_dir)
         .context("installing the crash handlers")?;

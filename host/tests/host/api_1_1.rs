@@ -314,6 +314,7 @@ async fn a_pooled_job_reports_per_asset_metrics_and_resumes_exactly() {
         .resume_training(pb::ResumeTrainingRequest {
             job_id: job,
             more_steps: 0,
+            accept_changed_inputs: false,
         })
         .await
         .expect("resume")

@@ -403,6 +403,7 @@ async fn stop_and_resume_a_slow_task() {
         .resume_training(pb::ResumeTrainingRequest {
             job_id: id,
             more_steps: 0,
+            accept_changed_inputs: false,
         })
         .await
         .expect("resume")
@@ -436,6 +437,7 @@ async fn stop_and_resume_a_slow_task() {
         .resume_training(pb::ResumeTrainingRequest {
             job_id: id,
             more_steps: 0,
+            accept_changed_inputs: false,
         })
         .await
         .expect("resume")
@@ -453,6 +455,7 @@ async fn stop_and_resume_a_slow_task() {
         .resume_training(pb::ResumeTrainingRequest {
             job_id: id,
             more_steps: 0,
+            accept_changed_inputs: false,
         })
         .await
         .expect("resume")
@@ -576,6 +579,7 @@ async fn bad_requests_are_refused_and_change_nothing() {
             .resume_training(pb::ResumeTrainingRequest {
                 job_id: 999,
                 more_steps: 0,
+                accept_changed_inputs: false,
             })
             .await,
         Code::NotFound,

@@ -100,7 +100,8 @@ pub fn orchestrator_error(e: OrchestratorError) -> Status {
         | OrchestratorError::NoSuchTask { .. }
         | OrchestratorError::UnknownTask(_)) => Status::not_found(e.to_string()),
         e @ (OrchestratorError::TaskNotStoppable { .. }
-        | OrchestratorError::NothingToStop { .. }) => Status::failed_precondition(e.to_string()),
+        | OrchestratorError::NothingToStop { .. }
+        | OrchestratorError::Inputs { .. }) => Status::failed_precondition(e.to_string()),
         OrchestratorError::List(e) => invalid(format!("page_token: {e}")),
         OrchestratorError::Store(e) => store_error(e),
         e => Status::internal(e.to_string()),

@@ -180,6 +180,7 @@ impl TrainingService for TrainingApi {
     ) -> Result<Response<pb::ResumeTrainingResponse>, Status> {
         let job = convert::job_id_from_proto("job_id", request.get_ref().job_id)?;
         let more = request.get_ref().more_steps;
+        let accept_changed_inputs = request.get_ref().accept_changed_inputs;
         if more > tli_core::job::MAX_STEPS {
             return Err(Status::invalid_argument(format!(
                 "more_steps: {more} is outside 0..={}",
@@ -190,7 +191,7 @@ impl TrainingService for TrainingApi {
         let orchestrator = self.orchestrator.clone();
         let (job, resumed) = blocking(move || {
             let resumed = orchestrator
-                .resume_job(job, (more > 0).then_some(more))
+                .resume_job(job, (more > 0).then_some(more), accept_changed_inputs)
                 .map_err(convert::orchestrator_error)?;
             Ok((require_job(&orchestrator, job)?, resumed))
         })

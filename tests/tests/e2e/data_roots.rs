@@ -166,3 +166,221 @@ fn a_fifo_and_a_file_without_line_breaks_are_refused_at_once() {
     let listed = ok_json(&server.client(&["train", "list", "-o", "json"]));
     assert_eq!(listed["jobs"].as_array().map(Vec::len), Some(0), "{listed}");
 }
+
+/// Valid bars that are not the sample's: its later rows only (other split
+/// times in a model card), and a "secret" no message may ever quote.
+fn outside_files(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let text = std::fs::read_to_string(sample()).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let later = lines.len() * 2 / 5;
+    let valid = dir.join("valid.csv");
+    let mut kept = vec![lines[0]];
+    kept.extend(&lines[later..]);
+    std::fs::write(&valid, kept.join("\n") + "\n").unwrap();
+    let secret = dir.join("secret.csv");
+    std::fs::write(&secret, "ts_event,SECRET_KEY\nTOP-SECRET-VALUE,1\n").unwrap();
+    (valid, secret)
+}
+
+/// Points `link` at `target` in one step (a new link renamed over it), so
+/// it always exists.
+fn repoint(link: &Path, target: &Path) {
+    let fresh = link.with_extension("flip");
+    let _ = std::fs::remove_file(&fresh);
+    std::os::unix::fs::symlink(target, &fresh).unwrap();
+    std::fs::rename(&fresh, link).unwrap();
+}
+
+/// A symbolic link inside the data root flipped, as fast as it goes, among
+/// a file inside, valid bars outside and a secret outside, while 300 jobs
+/// name it (each with another start time, so none is served from memory).
+/// Some are refused and some accepted; every accepted job was built from
+/// the file inside (its model card's split times are the inside file's),
+/// and no message quotes the secret. The host used to check the path and
+/// then open it again, so a flip in between trained on the outside file.
+#[test]
+fn a_link_flipped_during_hundreds_of_submissions_never_leads_outside() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tli_proto::v1 as pb;
+    use tli_proto::v1::training_service_client::TrainingServiceClient;
+    let plugins = PluginDir::with(&[(TEMPLATE, "template")]);
+    let (state, root, elsewhere) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let inside = root.path().join("inside.csv");
+    std::fs::copy(sample(), &inside).unwrap();
+    let (valid, secret) = outside_files(elsewhere.path());
+    let link = root.path().join("bars.csv");
+    repoint(&link, &inside);
+    let server = Server::start(
+        plugins.path(),
+        state.path(),
+        &[&format!("--data-root={}", root.path().display())],
+    );
+    let request = |i: i64| pb::StartTrainingRequest {
+        name: format!("race-{i}"),
+        model: Some(pb::ModelSpec {
+            steps: 1,
+            config: Some(pb::model_spec::Config::Template(pb::TemplateConfig {
+                hidden_sizes: vec![4],
+                ..Default::default()
+            })),
+            ..Default::default()
+        }),
+        assets: vec![pb::AssetSpec {
+            source: Some(pb::asset_spec::Source::DataPath(
+                link.to_str().unwrap().to_string(),
+            )),
+            // Before every bar: the same data, another cache entry.
+            start_unix_ns: Some(i),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut client = runtime
+        .block_on(TrainingServiceClient::connect(server.endpoint()))
+        .unwrap();
+    let reference = runtime
+        .block_on(client.start_training(request(0)))
+        .unwrap()
+        .into_inner()
+        .job
+        .unwrap()
+        .job_id;
+
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let flipper = {
+        let (stop, link) = (stop.clone(), link.clone());
+        let targets = [inside.clone(), valid.clone(), secret.clone()];
+        std::thread::spawn(move || {
+            let mut flips = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                repoint(&link, &targets[flips % 3]);
+                flips += 1;
+            }
+            flips
+        })
+    };
+    let (mut accepted, mut refused) = (Vec::new(), 0);
+    for i in 1..=300 {
+        match runtime.block_on(client.start_training(request(i))) {
+            Ok(reply) => accepted.push(reply.into_inner().job.unwrap().job_id),
+            Err(status) => {
+                refused += 1;
+                let message = status.message();
+                assert!(!message.contains("SECRET"), "{message}");
+                assert!(message.contains("data roots"), "{message}");
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let flips = flipper.join().unwrap();
+    assert!(
+        refused > 0 && !accepted.is_empty(),
+        "the race did not happen: {} accepted, {refused} refused, {flips} flips",
+        accepted.len()
+    );
+
+    let store = tli_host::orchestrator::store::Store::open_read_only(state.path()).unwrap();
+    let card = |job: u64| -> serde_json::Value {
+        let task = store.tasks_of(job as i64).unwrap()[0].id;
+        serde_json::from_str(&store.model_card(task).unwrap().unwrap()).unwrap()
+    };
+    let splits = card(reference)["assets"][0]["splits"].clone();
+    assert!(splits["train"].is_array(), "{splits}");
+    let outside: Vec<u64> = accepted
+        .iter()
+        .copied()
+        .filter(|&job| card(job)["assets"][0]["splits"] != splits)
+        .collect();
+    assert!(
+        outside.is_empty(),
+        "{} of {} accepted jobs were built from a file outside the root: {outside:?}",
+        outside.len(),
+        accepted.len()
+    );
+    eprintln!(
+        "{} accepted, {refused} refused, {flips} flips of the link",
+        accepted.len()
+    );
+}
+
+/// A job accepted on a link inside the root; with the host stopped the link
+/// is pointed at a secret outside. At the next start the task is refused
+/// (failed, naming the data roots) without a byte of the secret in its
+/// error; pointed back inside, `resume` trains it to the end. The host used
+/// to re-read the stored path with no check at all.
+#[test]
+fn a_task_started_again_after_a_restart_checks_its_files_again() {
+    let plugins = template_and_behaviour();
+    let (state, root, elsewhere) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let inside = root.path().join("inside.csv");
+    std::fs::copy(sample(), &inside).unwrap();
+    let (_, secret) = outside_files(elsewhere.path());
+    let link = root.path().join("bars.csv");
+    repoint(&link, &inside);
+    let data_root = format!("--data-root={}", root.path().display());
+    let mut server = Server::start(plugins.path(), state.path(), &[&data_root]);
+    let job = ok_json(&start_slow(&server, &link))["job_id"]
+        .as_u64()
+        .unwrap();
+    let job = job.to_string();
+    let status =
+        |server: &Server| ok_json(&server.client(&["train", "status", &job, "-o", "json"]));
+    let task_state = |server: &Server| status(server)["progress"]["tasks"][0]["state"].clone();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while task_state(&server) != "running" {
+        assert!(std::time::Instant::now() < deadline, "{}", status(&server));
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    server.terminate();
+    repoint(&link, &secret);
+
+    let server = Server::start(plugins.path(), state.path(), &[&data_root]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while task_state(&server) != "failed" {
+        assert!(std::time::Instant::now() < deadline, "{}", status(&server));
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let failed = status(&server)["progress"]["tasks"][0].clone();
+    let error = failed["error"].as_str().unwrap_or_default();
+    assert!(error.contains("outside the host's data roots"), "{failed}");
+    assert!(!error.contains("SECRET"), "{failed}");
+
+    repoint(&link, &inside);
+    let resumed = server.client(&["train", "resume", &job]);
+    assert!(resumed.status.success(), "{}", stderr(&resumed));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while task_state(&server) != "completed" {
+        assert!(std::time::Instant::now() < deadline, "{}", status(&server));
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+/// `train start` of a task that trains for about three seconds.
+fn start_slow(server: &Server, asset: &Path) -> std::process::Output {
+    server.client(&[
+        "train",
+        "start",
+        "-p",
+        "behaviour",
+        "--config",
+        r#"{"sleep_ms_per_step":5}"#,
+        "-a",
+        asset.to_str().unwrap(),
+        "--steps",
+        "600",
+        "-o",
+        "json",
+    ])
+}

@@ -5,6 +5,7 @@
 
 mod backtest_cli;
 mod bring_your_own_bars;
+mod changed_inputs;
 mod client_binary;
 mod data_cli;
 mod data_roots;

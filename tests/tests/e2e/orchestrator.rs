@@ -262,7 +262,7 @@ fn stop_and_resume_ends_with_the_same_weights_as_an_uninterrupted_run() {
         "a graceful stop checkpoints"
     );
 
-    assert_eq!(h.resume_job(job, None).unwrap(), 1);
+    assert_eq!(h.resume_job(job, None, false).unwrap(), 1);
     run(&h);
     let done = store_of(&h).task(task).unwrap().unwrap();
     assert_eq!(done.state, TaskState::Completed);
@@ -311,7 +311,7 @@ fn a_corrupt_checkpoint_is_refused_and_the_previous_one_used() {
     bytes[middle] ^= 0xff;
     std::fs::write(&weights, bytes).unwrap();
 
-    h.resume_job(job, None).unwrap();
+    h.resume_job(job, None, false).unwrap();
     run(&h);
     assert_eq!(
         store_of(&h).task(task).unwrap().unwrap().state,

@@ -534,14 +534,25 @@ class Client:
         )
         return Job.from_proto(reply.job, self)
 
-    def resume(self, job: JobRef, steps: Optional[int] = None) -> Resumed:
+    def resume(
+        self,
+        job: JobRef,
+        steps: Optional[int] = None,
+        accept_changed_inputs: bool = False,
+    ) -> Resumed:
         """Re-queues the job's cancelled, failed and interrupted tasks (from their checkpoints).
 
         ``steps``: also re-queue its completed tasks (early-stopped ones included), every task
         then trained ``steps`` beyond those it has done, going on from its final checkpoint
         (patience counted afresh).
+
+        ``accept_changed_inputs``: a task refuses to start on a data file that changed since
+        its job was submitted; True records the files anew as they are now and trains on them
+        (each resumed task's history says which changed and how).
         """
-        request = pb.ResumeTrainingRequest(job_id=job_id_of(job))
+        request = pb.ResumeTrainingRequest(
+            job_id=job_id_of(job), accept_changed_inputs=bool(accept_changed_inputs)
+        )
         if steps is not None:
             if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
                 raise ValueError(

@@ -4,6 +4,7 @@
 //! stopped, how pages continue) live here, once, for the API and the CLI.
 
 use super::{lock, Orchestrator, OrchestratorError, Reservation, Resources};
+use crate::orchestrator::job::JobSpec;
 use crate::orchestrator::listing::{job_views, JobPage, JobQuery, JobView};
 use crate::orchestrator::progress::{job_progress_with, task_progress, JobProgress, TaskProgress};
 use crate::orchestrator::runner::StopRequest;
@@ -323,14 +324,40 @@ impl Orchestrator {
     /// Re-queues a job's cancelled, failed and interrupted tasks; each resumes
     /// from its last good checkpoint. With `more_steps`, its completed tasks
     /// too, each given that many steps beyond those it has done (and the
-    /// others as well). Returns how many.
+    /// others as well). With `accept_changed_inputs`, the job's data files
+    /// are recorded anew as they are now, and each resumed task's history
+    /// says which changed and how. Returns how many.
     pub fn resume_job(
         &self,
         job: JobId,
         more_steps: Option<u64>,
+        accept_changed_inputs: bool,
     ) -> Result<usize, OrchestratorError> {
-        if self.store.job(job)?.is_none() {
+        let Some(row) = self.store.job(job)? else {
             return Err(OrchestratorError::NoSuchJob(job));
+        };
+        let mut reason = "resumed".to_string();
+        if accept_changed_inputs {
+            let inputs_error = |message: String| OrchestratorError::Inputs { job, message };
+            let mut spec: JobSpec = serde_json::from_str(&row.spec_json)
+                .map_err(|e| inputs_error(format!("stored job spec: {e}")))?;
+            let now = self.datasets.inputs_now(&spec).map_err(inputs_error)?;
+            let changes: Vec<String> = spec
+                .inputs
+                .iter()
+                .filter_map(|then| {
+                    let current = now.iter().find(|f| f.path == then.path)?;
+                    let change = then.change_from(current)?;
+                    Some(format!("{} ({change})", then.path.display()))
+                })
+                .collect();
+            if !changes.is_empty() {
+                reason = format!("resumed, accepting changed inputs: {}", changes.join("; "));
+            }
+            spec.inputs = now;
+            let json =
+                serde_json::to_string(&spec).map_err(|e| inputs_error(format!("job spec: {e}")))?;
+            self.store.set_job_spec(job, &json)?;
         }
         // A sweep trial that ASHA stopped at a rung would be stopped there again: it stays.
         let rungs = match more_steps {
@@ -353,8 +380,7 @@ impl Orchestrator {
                     resumed += 1;
                 }
                 _ if task.state.is_resumable() => {
-                    self.store
-                        .transition(task.id, TaskState::Queued, "resumed")?;
+                    self.store.transition(task.id, TaskState::Queued, &reason)?;
                     resumed += 1;
                 }
                 _ => {}

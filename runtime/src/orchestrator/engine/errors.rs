@@ -123,6 +123,9 @@ pub enum OrchestratorError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// Accepting a job's changed inputs needs each file readable now.
+    #[error("job {job}: cannot accept its inputs as they are now: {message}")]
+    Inputs { job: JobId, message: String },
     #[error("cannot start the plugin watch: {0}")]
     PluginWatch(#[source] std::io::Error),
     /// The contract file (`--contracts`) could not be loaded.

@@ -377,6 +377,11 @@ impl Orchestrator {
         lock(&self.arbiter).budget().clone()
     }
 
+    /// The directories jobs may name data files under (`None`: anywhere).
+    pub fn data_roots(&self) -> Option<&crate::orchestrator::data_root::DataRoots> {
+        self.config.data_roots.as_ref()
+    }
+
     /// A flag that makes `run_until_idle` checkpoint every running task and return.
     pub fn shutdown_flag(&self) -> Arc<AtomicBool> {
         self.shutdown.clone()
@@ -555,9 +560,12 @@ impl Orchestrator {
                     })?;
             }
         }
-        // The executor is fixed at submission: a restart with another default keeps it.
+        // The executor is fixed at submission: a restart with another default
+        // keeps it. The files read are recorded as they were: a task refuses
+        // to start on one that changed since.
         let spec = JobSpec {
             executor: Some(executor),
+            inputs: data.inputs(),
             ..spec.clone()
         };
         let spec_json = serde_json::to_string(&spec).map_err(SubmitError::Encode)?;

@@ -5,11 +5,13 @@
 //! [`TaskInputs`] from its own assets only ([`TaskAssets`], from
 //! `JobSpec::task_plan`).
 
-use super::super::job::{AssetSpec, JobSpec, SyntheticAsset, TaskAssets};
+use super::super::job::{AssetSpec, InputFile, JobSpec, SyntheticAsset, TaskAssets};
 use super::super::store::TaskRow;
 use super::{lock, Orchestrator};
 use abi_stable::std_types::RArc;
 use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use tli_data::contracts::ContractBook;
 use tli_data::features::{AnnotatedDataset, FeatureConfig, FeatureStats};
@@ -27,12 +29,26 @@ pub struct AssetData {
     /// read, the bar file first, then each covariate file (`None` for
     /// synthetic data): what a model card keeps.
     pub fitted: Option<Arc<(FeatureStats, Vec<DataFile>)>>,
+    /// The files it was built from, as they were (the bar file first, then
+    /// each covariate file; none for synthetic data).
+    pub inputs: Vec<InputFile>,
 }
 
 /// The datasets of every asset of a job, in asset order.
 pub struct JobData(pub Vec<AssetData>);
 
 impl JobData {
+    /// Every file the job's datasets were built from, each once.
+    pub fn inputs(&self) -> Vec<InputFile> {
+        let mut all: Vec<InputFile> = Vec::new();
+        for file in self.0.iter().flat_map(|d| &d.inputs) {
+            if !all.iter().any(|f| f.path == file.path) {
+                all.push(file.clone());
+            }
+        }
+        all
+    }
+
     /// The shape a task's memory is estimated for: one asset's, or for a
     /// pooled task every asset's rows added up (features and targets of the first).
     pub fn shape(&self, assets: TaskAssets) -> DatasetShape {
@@ -162,17 +178,47 @@ fn units_of(spec: &JobSpec) -> Result<Vec<Unit>, (usize, String)> {
     Ok(units)
 }
 
-/// Datasets built once per (asset, feature config) and shared by tasks.
-/// Entries no task holds any more (finished jobs, refused submissions) are
-/// kept for reuse only up to [`UNHELD_KEPT`], the least recently used going
-/// first, so a long-lived host's memory follows its live tasks.
+/// Datasets built once per (asset, feature config, version of each file
+/// read) and shared by tasks: a file rewritten on disk is a new key, never
+/// served from memory as it was. Entries no task holds any more (finished
+/// jobs, refused submissions) are kept for reuse only up to
+/// [`UNHELD_KEPT`], the least recently used going first, so a long-lived
+/// host's memory follows its live tasks.
 #[derive(Default)]
 pub struct DatasetCache {
     built: Mutex<CacheEntries>,
+    /// SHA-256 of each file version hashed so far (at most [`HASHES_KEPT`]).
+    hashes: Mutex<HashMap<FileVersion, String>>,
 }
 
 /// Datasets no task holds that the cache keeps at most.
 pub const UNHELD_KEPT: usize = 8;
+
+/// File versions whose hash the cache remembers at most.
+const HASHES_KEPT: usize = 4096;
+
+/// One version of a file, told without reading it: new content changes the
+/// size, the modification time or the change time (which no user can set back).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+struct FileVersion {
+    device: u64,
+    inode: u64,
+    size: u64,
+    modified_ns: i64,
+    changed_ns: i64,
+}
+
+impl FileVersion {
+    fn of(meta: &std::fs::Metadata) -> Self {
+        Self {
+            device: meta.dev(),
+            inode: meta.ino(),
+            size: meta.size(),
+            modified_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
+            changed_ns: meta.ctime() * 1_000_000_000 + meta.ctime_nsec(),
+        }
+    }
+}
 
 #[derive(Default)]
 struct CacheEntries {
@@ -216,20 +262,33 @@ impl CacheEntries {
     }
 }
 
-/// A bar file by name and SHA-256 (empty when it cannot be read again).
-fn data_file(path: &std::path::Path) -> DataFile {
-    let sha256 = tli_data::files::open_data_file(path)
-        .ok()
-        .and_then(|f| tli_core::digest::sha256_stream(f, None).ok())
-        .map(|(digest, _)| digest)
-        .unwrap_or_default();
+/// A file as a model card names it: by name and SHA-256.
+fn data_file(input: &InputFile) -> DataFile {
     DataFile {
-        name: path
+        name: input
+            .path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default(),
-        sha256,
+        sha256: input.sha256.clone(),
     }
+}
+
+/// The bar file and covariate files a unit reads, each once.
+fn files_of<'a>(asset: &'a AssetSpec, features: &'a FeatureConfig) -> Vec<&'a Path> {
+    let AssetSpec::Data(source) = asset else {
+        return Vec::new();
+    };
+    let mut covariates: Vec<&Path> = features
+        .columns
+        .iter()
+        .filter_map(|c| c.file.as_deref())
+        .collect();
+    covariates.sort_unstable();
+    covariates.dedup();
+    let mut files = vec![source.path.as_path()];
+    files.extend(covariates.into_iter().filter(|&c| c != source.path));
+    files
 }
 
 impl DatasetCache {
@@ -240,7 +299,12 @@ impl DatasetCache {
         features: &FeatureConfig,
         contracts: &ContractBook,
     ) -> Result<AssetData, String> {
-        // Everything that changes the dataset: the file, symbol, zone and cut.
+        // Everything that changes the dataset: the file and the version of
+        // each file read, symbol, zone and cut.
+        let inputs = files_of(asset, features)
+            .into_iter()
+            .map(|path| self.fingerprint(path))
+            .collect::<Result<Vec<_>, _>>()?;
         let source = match asset {
             AssetSpec::Data(source) => format!(
                 "{}|{:?}|{:?}",
@@ -250,11 +314,17 @@ impl DatasetCache {
             ),
             AssetSpec::Synthetic(_) => String::new(),
         };
+        let versions: Vec<String> = inputs
+            .iter()
+            .map(|(input, version)| format!("{}@{version:?}", input.resolved.display()))
+            .collect();
         let key = format!(
-            "{}|{source}|{}",
+            "{}|{source}|{}|{}",
             asset.label(),
-            serde_json::to_string(features).unwrap_or_default()
+            serde_json::to_string(features).unwrap_or_default(),
+            versions.join(";")
         );
+        let inputs: Vec<InputFile> = inputs.into_iter().map(|(input, _)| input).collect();
         if let Some(d) = lock(&self.built).get(&key) {
             return Ok(d);
         }
@@ -269,15 +339,7 @@ impl DatasetCache {
                 let (built, stats) =
                     tli_data::features::build_with_stats(&table, contract, features)
                         .map_err(|e| e.to_string())?;
-                let mut files = vec![data_file(&source.path)];
-                let mut covariates: Vec<&std::path::Path> = features
-                    .columns
-                    .iter()
-                    .filter_map(|c| c.file.as_deref())
-                    .collect();
-                covariates.sort_unstable();
-                covariates.dedup();
-                files.extend(covariates.into_iter().map(data_file));
+                let files = inputs.iter().map(data_file).collect();
                 (built, Some(Arc::new((stats, files))))
             }
             AssetSpec::Synthetic(SyntheticAsset {
@@ -318,9 +380,81 @@ impl DatasetCache {
             dataset: RArc::new(dataset),
             annex,
             fitted,
+            inputs,
         };
         lock(&self.built).insert(key, data.clone());
         Ok(data)
+    }
+
+    /// `path` as it is now: opened (by the host's rules for data files),
+    /// where it led, its size, time and SHA-256 (hashed once per version).
+    fn fingerprint(&self, path: &Path) -> Result<(InputFile, FileVersion), String> {
+        let file = tli_data::files::open_data_file(path).map_err(|e| e.to_string())?;
+        let meta = file
+            .metadata()
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let version = FileVersion::of(&meta);
+        let resolved = tli_data::files::opened_path(&file).unwrap_or_else(|_| path.to_path_buf());
+        let known = lock(&self.hashes).get(&version).cloned();
+        let sha256 = match known {
+            Some(hash) => hash,
+            None => {
+                let (hash, _) = tli_core::digest::sha256_stream(&file, None)
+                    .map_err(|e| format!("{}: cannot be read: {e}", path.display()))?;
+                let mut hashes = lock(&self.hashes);
+                if hashes.len() >= HASHES_KEPT {
+                    hashes.clear();
+                }
+                hashes.insert(version, hash.clone());
+                hash
+            }
+        };
+        Ok((
+            InputFile {
+                path: path.to_path_buf(),
+                resolved,
+                size: version.size,
+                modified_ns: version.modified_ns,
+                sha256,
+            },
+            version,
+        ))
+    }
+
+    /// The files of `asset` that differ from what `recorded` says they
+    /// were, each with what changed; files `recorded` does not list (jobs
+    /// of hosts that did not record them) are not checked.
+    pub fn changed_inputs(
+        &self,
+        asset: &AssetSpec,
+        features: &FeatureConfig,
+        recorded: &[InputFile],
+    ) -> Result<Vec<(PathBuf, String)>, String> {
+        let mut changed = Vec::new();
+        for path in files_of(asset, features) {
+            let Some(then) = recorded.iter().find(|f| f.path == path) else {
+                continue;
+            };
+            let (now, _) = self.fingerprint(path)?;
+            if let Some(change) = then.change_from(&now) {
+                changed.push((path.to_path_buf(), change));
+            }
+        }
+        Ok(changed)
+    }
+
+    /// Every file `spec` reads as it is now (for accepting changed inputs).
+    pub fn inputs_now(&self, spec: &JobSpec) -> Result<Vec<InputFile>, String> {
+        let units = units_of(spec).map_err(|(i, m)| format!("assets[{i}]: {m}"))?;
+        let mut all: Vec<InputFile> = Vec::new();
+        for (_, asset, features) in &units {
+            for path in files_of(asset, features) {
+                if !all.iter().any(|f| f.path == path) {
+                    all.push(self.fingerprint(path)?.0);
+                }
+            }
+        }
+        Ok(all)
     }
 
     /// Every asset of `spec` (of a walk-forward job, every fold of every
@@ -392,6 +526,30 @@ impl Orchestrator {
             let (i, asset, features) = units
                 .get(a)
                 .ok_or_else(|| format!("task {} reads asset {a} of {}", task.id, units.len()))?;
+            // The data roots are checked again each time: the stored path
+            // may lead elsewhere now, and the roots may have changed.
+            if let Some(roots) = self.data_roots() {
+                for path in files_of(asset, features) {
+                    roots.check(path).map_err(|e| format!("assets[{i}]: {e}"))?;
+                }
+            }
+            let changed = self
+                .datasets
+                .changed_inputs(asset, features, &spec.inputs)
+                .map_err(|m| format!("assets[{i}]: {m}"))?;
+            if !changed.is_empty() {
+                let list: Vec<String> = changed
+                    .iter()
+                    .map(|(path, change)| format!("{} ({change})", path.display()))
+                    .collect();
+                return Err(format!(
+                    "assets[{i}]: changed since the job was submitted: {}; put the file back as \
+                     it was, or run `tli train resume {} --accept-changed-inputs` to train on it \
+                     as it is now",
+                    list.join("; "),
+                    task.job_id
+                ));
+            }
             let data = self
                 .datasets
                 .get(asset, features, &self.contracts)
