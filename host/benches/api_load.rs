@@ -254,7 +254,10 @@ async fn run(host: tokio::runtime::Handle, watching: tokio::runtime::Handle) {
         Serves::PageAndMetrics,
         Default::default(),
     );
-    host.spawn(web::serve(listener, routes, std::future::pending()));
+    let gate = tli_host::connections::ConnectionGate::new(
+        tli_host::connections::ConnectionLimits::for_this_process(),
+    );
+    host.spawn(async move { web::serve(listener, &gate, routes, std::future::pending()).await });
     let tasks: Vec<i64> = orchestrator
         .job_progress(job)
         .ok()

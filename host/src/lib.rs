@@ -21,7 +21,7 @@ pub mod profile;
 // host's commands, tests and benches name them by.
 pub use tli_core::{byte_size, digest, error_chain, plugin_configs};
 pub use tli_runtime::{allocator, elf_check, libtorch_info, orchestrator, registry, services};
-pub use tli_server::{api, telemetry, tensorboard, web};
+pub use tli_server::{api, connections, telemetry, tensorboard, web};
 /// Slurm as an executor (the `tli-slurm` crate).
 pub use tli_slurm as slurm;
 pub use tli_slurm::worker;

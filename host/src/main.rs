@@ -7,6 +7,9 @@ fn main() -> std::process::ExitCode {
     let _ = tli_host::allocator::configure_from_env();
     // A write past `ulimit -f` fails with EFBIG instead of killing the host.
     tli_host::fault_signals::ignore_file_size_signal();
+    // As many descriptors as the system allows: a host's connections are
+    // capped below the limit, the rest kept for its store and checkpoints.
+    let _ = tli_host::connections::raise_descriptor_limit();
     tli_cli::init_logging();
     let cli = tli_cli::parse("tli");
     tli_cli::exit_code(tli_host::commands::run(cli))

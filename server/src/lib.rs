@@ -4,6 +4,8 @@
 //!
 //! * [`api`]: the gRPC services (training, plugins, resources, the worker service), their
 //!   limits, authentication and error mapping.
+//! * [`connections`]: how many connections the listeners hold and for how long (descriptors
+//!   are kept for the store and checkpoints; silent connections make room for talking ones).
 //! * [`web`]: the status page, `/api/status` and `/metrics` over HTTP/1.1.
 //! * [`telemetry`]: the Prometheus metrics (RPCs, checkpoint writes, state sampled at scrape);
 //!   one `Telemetry` per server, no process-global state.
@@ -15,6 +17,7 @@
 //! engine's and `tli-wire`'s types.
 
 pub mod api;
+pub mod connections;
 pub mod telemetry;
 pub mod tensorboard;
 pub mod web;

@@ -212,11 +212,17 @@ impl ApiServer {
             .expect("bind");
         let addr = listener.local_addr().expect("local address");
         let mut stop = shutdown.subscribe();
-        tokio::spawn(
-            router.serve_with_incoming_shutdown(api::incoming(listener), async move {
+        tokio::spawn(router.serve_with_incoming_shutdown(
+            api::incoming(
+                listener,
+                &tli_host::connections::ConnectionGate::new(
+                    tli_host::connections::ConnectionLimits::for_this_process(),
+                ),
+            ),
+            async move {
                 let _ = stop.wait_for(|&s| s).await;
-            }),
-        );
+            },
+        ));
         Self {
             orchestrator,
             shutdown,

@@ -1,6 +1,7 @@
 //! `tli host run` (the orchestrator in the foreground) and `tli host status`.
 
 use crate::api::convert;
+use crate::connections::{ConnectionGate, ConnectionLimits};
 use crate::orchestrator::data_root::DataRoots;
 use crate::orchestrator::engine::{Orchestrator, OrchestratorConfig};
 use crate::orchestrator::executor::ExecutorKind;
@@ -386,7 +387,8 @@ impl WorkerService {
             let _guard = runtime.enter();
             tokio::net::TcpListener::from_std(self.listener)?
         };
-        runtime.spawn(router.serve_with_incoming(crate::api::incoming(listener)));
+        let gate = ConnectionGate::new(ConnectionLimits::for_this_process());
+        runtime.spawn(router.serve_with_incoming(crate::api::incoming(listener, &gate)));
         eprintln!("host: worker service listening on {}", self.local);
         Ok(ServingWorkers(Some(runtime)))
     }

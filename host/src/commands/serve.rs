@@ -24,6 +24,7 @@
 
 use super::host::open_host;
 use crate::api::{self, ServerConfig, ShutdownSignal, TlsPem};
+use crate::connections::{ConnectionGate, ConnectionLimits};
 use crate::orchestrator::engine::Orchestrator;
 use crate::telemetry::Telemetry;
 use crate::web::{self, Serves};
@@ -239,9 +240,11 @@ async fn run(
     let shutdown = ShutdownSignal::new();
     let (router, health) = api::router(orchestrator.clone(), &shutdown, &config).await?;
     let listener = tokio::net::TcpListener::from_std(listener)?;
+    // One cap over every listener, below the descriptor limit.
+    let gate = ConnectionGate::new(ConnectionLimits::for_this_process());
     let (stop_server, server_stopped) = oneshot::channel::<()>();
     let mut server = tokio::spawn(router.serve_with_incoming_shutdown(
-        api::incoming(listener),
+        api::incoming(listener, &gate),
         async {
             let _ = server_stopped.await;
         },
@@ -265,8 +268,9 @@ async fn run(
             config.telemetry.clone(),
         );
         let mut stop = web_stop.subscribe();
+        let gate = gate.clone();
         tokio::spawn(async move {
-            if let Err(e) = web::serve(listener, routes, async move {
+            if let Err(e) = web::serve(listener, &gate, routes, async move {
                 let _ = stop.recv().await;
             })
             .await
@@ -308,6 +312,16 @@ async fn run(
     for line in &web_lines {
         eprintln!("tli host serve: {line}");
     }
+    let limits = gate.limits();
+    eprintln!(
+        "tli host serve: at most {} connections at once ({} descriptors, {} kept for the \
+         store and checkpoints); silent ones close after {} s ({} s before a first byte)",
+        limits.max_open,
+        crate::connections::descriptor_limit().0,
+        crate::connections::HEADROOM,
+        limits.idle.as_secs(),
+        limits.first_byte.as_secs()
+    );
 
     // Wait for a signal, or for the scheduler or the server to end on their own (a failure).
     let mut failure: Option<anyhow::Error> = None;

@@ -572,7 +572,7 @@ impl Runner {
     ) -> Result<(), PluginError> {
         let root = best_root(&ctx.checkpoint_root);
         let (trainer, tracker, selection) = (&mut self.trainer, &self.tracker, &ctx.selection);
-        let saved = match checkpoint::write_atomic(&root, self.steps, |dir: &Path| {
+        let saved = match write_retrying(&root, self.steps, |dir: &Path| {
             trainer.save_checkpoint(dir)?;
             save_tracker(dir, selection, tracker)
         }) {
@@ -672,33 +672,32 @@ impl Runner {
         let writing = Instant::now();
         self.last_attempt_step = self.steps;
         self.last_checkpoint_at = writing;
-        let saved =
-            match checkpoint::write_atomic(&ctx.checkpoint_root, self.steps, |dir: &Path| {
-                trainer.save_checkpoint(dir)?;
-                save_tracker(dir, &ctx.selection, tracker)
-            }) {
-                Ok(saved) => saved,
-                Err(e) => {
-                    let what = format!("{why} checkpoint at step {} failed: {e}", self.steps);
-                    return match self.failed_writes.failed(
-                        why.is_routine(),
-                        &what,
-                        self.last_checkpoint_step,
-                        ctx.task.job_id,
-                    ) {
-                        AfterFailure::Continue(warning) => {
-                            warn_task(ctx, &warning);
-                            transition(
-                                ctx,
-                                TaskState::Running,
-                                "checkpoint failed; training goes on",
-                            );
-                            Ok(())
-                        }
-                        AfterFailure::Fail(error) => Err(PluginError::io(error)),
-                    };
-                }
-            };
+        let saved = match write_retrying(&ctx.checkpoint_root, self.steps, |dir: &Path| {
+            trainer.save_checkpoint(dir)?;
+            save_tracker(dir, &ctx.selection, tracker)
+        }) {
+            Ok(saved) => saved,
+            Err(e) => {
+                let what = format!("{why} checkpoint at step {} failed: {e}", self.steps);
+                return match self.failed_writes.failed(
+                    why.is_routine(),
+                    &what,
+                    self.last_checkpoint_step,
+                    ctx.task.job_id,
+                ) {
+                    AfterFailure::Continue(warning) => {
+                        warn_task(ctx, &warning);
+                        transition(
+                            ctx,
+                            TaskState::Running,
+                            "checkpoint failed; training goes on",
+                        );
+                        Ok(())
+                    }
+                    AfterFailure::Fail(error) => Err(PluginError::io(error)),
+                };
+            }
+        };
         self.failed_writes.succeeded();
         let new_row = ctx
             .record
@@ -813,6 +812,33 @@ fn remove_best_dir(root: &Path, dir: &Path) {
 
 /// The file in a checkpoint that holds the early-stopping state.
 const TRACKER_FILE: &str = "tli-selection.json";
+
+/// Tries after the first that a checkpoint write gets when the process or
+/// the system is out of file descriptors for a moment.
+const DESCRIPTOR_RETRIES: u32 = 10;
+
+/// [`checkpoint::write_atomic`], tried again after a descriptor shortage
+/// (EMFILE, ENFILE) up to [`DESCRIPTOR_RETRIES`] times, pausing 0.1 s and
+/// doubling up to 2 s (about 13 s in all): a burst of connections must not
+/// cost a task its checkpoint. Any other failure is returned at once.
+fn write_retrying<E: std::fmt::Display>(
+    root: &Path,
+    step: u64,
+    mut write: impl FnMut(&Path) -> Result<(), E>,
+) -> Result<checkpoint::SavedCheckpoint, checkpoint::CheckpointError> {
+    let mut pause = Duration::from_millis(100);
+    for _ in 0..DESCRIPTOR_RETRIES {
+        match checkpoint::write_atomic(root, step, &mut write) {
+            Err(e) if e.is_descriptor_shortage() => {
+                tracing::warn!("checkpoint at step {step}: {e}; trying again in {pause:?}");
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_secs(2));
+            }
+            done => return done,
+        }
+    }
+    checkpoint::write_atomic(root, step, write)
+}
 
 fn save_tracker(dir: &Path, selection: &Selection, tracker: &Tracker) -> Result<(), PluginError> {
     if selection.early_stopping.is_none() {
@@ -935,6 +961,29 @@ fn metric_pairs(metrics: &[tli_plugin_api::Metric]) -> Vec<(String, f64)> {
 #[cfg(test)]
 mod tests {
     use super::DeviceOccupancy;
+
+    #[test]
+    fn a_checkpoint_write_out_of_descriptors_is_tried_again_and_others_are_not() {
+        let root = tempfile::tempdir().unwrap();
+        let mut tries = 0;
+        let saved = super::write_retrying(root.path(), 7, |dir: &std::path::Path| {
+            tries += 1;
+            if tries <= 2 {
+                return Err(std::io::Error::from_raw_os_error(libc::EMFILE));
+            }
+            std::fs::write(dir.join("weights"), b"w")
+        })
+        .unwrap();
+        assert_eq!(tries, 3);
+        assert!(saved.dir.join("weights").is_file());
+        let mut tries = 0;
+        let err = super::write_retrying(root.path(), 8, |_: &std::path::Path| {
+            tries += 1;
+            Err(std::io::Error::from_raw_os_error(libc::ENOSPC))
+        })
+        .unwrap_err();
+        assert_eq!(tries, 1, "{err}");
+    }
 
     #[test]
     fn small_models_get_one_intra_op_thread_and_others_their_share() {

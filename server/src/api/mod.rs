@@ -191,11 +191,27 @@ pub fn check_tls(tls: &TlsPem) -> Result<(), BuildError> {
     with_tls(Server::builder(), tls).map(|_| ())
 }
 
-/// Accepted connections of `listener`, with `TCP_NODELAY` set: without it
-/// small responses waited for the peer's delayed ACK (about 40 ms per call on
+/// Accepted connections of `listener` through `gate` (its cap and
+/// timeouts: crate::connections), with `TCP_NODELAY` set: without it small
+/// responses waited for the peer's delayed ACK (about 40 ms per call on
 /// loopback, docs/benchmarks.md).
-pub fn incoming(listener: tokio::net::TcpListener) -> tonic::transport::server::TcpIncoming {
-    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
+pub fn incoming(
+    listener: tokio::net::TcpListener,
+    gate: &crate::connections::ConnectionGate,
+) -> crate::connections::GatedIncoming {
+    gate.incoming(listener)
+}
+
+/// How often the server pings each connection (HTTP/2 PING): a live peer
+/// answers, so a quiet stream (a watch of a queued job) is never silent
+/// for the connection gate's idle limit, and a dead one is dropped.
+pub const KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A server builder with the host's connection settings.
+fn server_builder() -> Server {
+    Server::builder()
+        .http2_keepalive_interval(Some(KEEPALIVE))
+        .http2_keepalive_timeout(Some(std::time::Duration::from_secs(20)))
 }
 
 /// The API's router: every request is counted and timed for `/metrics`, and
@@ -214,7 +230,7 @@ pub async fn router(
         Some(token) => Auth::token(token),
         None => Auth::none(),
     };
-    let mut builder = Server::builder();
+    let mut builder = server_builder();
     if let Some(tls) = &config.tls {
         builder = with_tls(builder, tls)?;
     }
@@ -260,7 +276,7 @@ pub async fn router(
 
 /// Only the worker service (for `tli host run`, which serves no control API).
 pub fn worker_router(orchestrator: Arc<Orchestrator>, worker_token: &str) -> Router {
-    Server::builder().add_service(InterceptedService::new(
+    server_builder().add_service(InterceptedService::new(
         WorkerServiceServer::new(worker_service::WorkerApi::new(orchestrator))
             .max_encoding_message_size(usize::MAX),
         Auth::token(worker_token),

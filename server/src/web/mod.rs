@@ -140,13 +140,17 @@ pub fn router(
     routes.fallback(not_found).with_state(state)
 }
 
-/// Serves `router` on `listener` until `stop` resolves.
+/// Serves `router` on `listener` until `stop` resolves, its connections
+/// held by `gate` (crate::connections: a cap shared with the gRPC side, and
+/// a connection silent too long is closed, so a half-sent request does not
+/// hold a descriptor for ever).
 pub async fn serve(
     listener: std::net::TcpListener,
+    gate: &crate::connections::ConnectionGate,
     router: Router,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let listener = tokio::net::TcpListener::from_std(listener)?;
+    let listener = gate.listener(tokio::net::TcpListener::from_std(listener)?);
     axum::serve(listener, router)
         .with_graceful_shutdown(stop)
         .await

@@ -148,6 +148,23 @@ pub enum CheckpointError {
     KeepZero,
 }
 
+impl CheckpointError {
+    /// The write failed because the process or the system was out of file
+    /// descriptors (EMFILE, ENFILE): a moment's shortage, worth another try.
+    pub fn is_descriptor_shortage(&self) -> bool {
+        match self {
+            Self::Io { source, .. } => {
+                matches!(source.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+            }
+            // A plugin's message crosses the ABI as text: its io::Error's Display.
+            Self::Writer { message, .. } => {
+                message.contains("(os error 24)") || message.contains("(os error 23)")
+            }
+            _ => false,
+        }
+    }
+}
+
 fn io_err(path: &Path, op: &'static str) -> impl FnOnce(io::Error) -> CheckpointError {
     let path = path.to_path_buf();
     move |source| CheckpointError::Io { path, op, source }

@@ -7,6 +7,7 @@ mod backtest_cli;
 mod bring_your_own_bars;
 mod changed_inputs;
 mod client_binary;
+mod connection_flood;
 mod data_cli;
 mod data_roots;
 mod date_splits;
