@@ -186,16 +186,21 @@ impl ConnectionGate {
             gate: Arc::downgrade(&self.inner),
             deadline: Box::pin(tokio::time::sleep(gate.limits.first_byte)),
             idle: gate.limits.idle,
+            expects_tls: false,
+            first_read: true,
+            told: false,
         }
     }
 
     /// The accepted connections of `listener`, through this gate, for
-    /// tonic's `serve_with_incoming`.
-    pub fn incoming(&self, listener: TcpListener) -> GatedIncoming {
+    /// tonic's `serve_with_incoming`. With `tls`, a peer that starts in
+    /// plain text is told, in its own protocol, to connect with `https://`.
+    pub fn incoming(&self, listener: TcpListener, tls: bool) -> GatedIncoming {
         GatedIncoming {
             listener,
             gate: self.clone(),
             pause: None,
+            tls,
         }
     }
 
@@ -250,9 +255,97 @@ pub struct GatedStream {
     /// When the connection is closed for silence.
     deadline: Pin<Box<Sleep>>,
     idle: Duration,
+    /// The listener serves TLS: the first byte must start a handshake.
+    expects_tls: bool,
+    /// Nothing was read yet.
+    first_read: bool,
+    /// A plain-text peer of a TLS port, told so: what it sends is dropped.
+    told: bool,
 }
 
+/// What a plain-text peer of a TLS port is told.
+const SPEAKS_TLS: &str = "this port speaks TLS: connect with https://HOST:PORT (the tli CLI and \
+     Python client also need the CA certificate: TLI_CA_FILE, or ca_file=)";
+
+/// The TLS record type of a handshake, the first byte any TLS client sends.
+const TLS_HANDSHAKE: u8 = 0x16;
+
+/// The answer to a plain-text peer whose first bytes are `first`: an
+/// HTTP/1.1 400 to an HTTP/1 request, else (HTTP/2 without TLS, as a gRPC
+/// client with an `http://` endpoint speaks) an empty SETTINGS frame and a
+/// GOAWAY whose debug data says what to do (clients show it).
+fn plain_text_reply(first: &[u8]) -> Vec<u8> {
+    let http1 = [
+        &b"GET "[..],
+        b"POST",
+        b"HEAD",
+        b"PUT ",
+        b"DELE",
+        b"OPTI",
+        b"PATC",
+    ]
+    .iter()
+    .any(|m| first.starts_with(m));
+    if http1 {
+        let body = format!("{SPEAKS_TLS}\n");
+        return format!(
+            "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\nconnection: close\r\n\
+             content-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes();
+    }
+    let frame = |kind: u8, payload: &[u8]| {
+        let len = payload.len() as u32;
+        let mut f = vec![
+            (len >> 16) as u8,
+            (len >> 8) as u8,
+            len as u8,
+            kind,
+            0,
+            0,
+            0,
+            0,
+            0,
+        ];
+        f.extend_from_slice(payload);
+        f
+    };
+    // GOAWAY: last stream 0, PROTOCOL_ERROR (1), debug data.
+    let mut goaway = vec![0, 0, 0, 0, 0, 0, 0, 1];
+    goaway.extend_from_slice(SPEAKS_TLS.as_bytes());
+    let mut reply = frame(0x4, &[]);
+    reply.extend(frame(0x7, &goaway));
+    reply
+}
+
+/// How long a plain-text peer told to use TLS is read from before it is dropped.
+const TOLD_LINGER: Duration = Duration::from_secs(2);
+
 impl GatedStream {
+    /// Reads and drops what a peer told to use TLS still sends, until it
+    /// closes (an end of file for our reader) or [`TOLD_LINGER`] passes.
+    fn drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let mut scratch = [0u8; 4096];
+        loop {
+            let mut sink = ReadBuf::new(&mut scratch);
+            match Pin::new(&mut self.stream).poll_read(cx, &mut sink) {
+                Poll::Ready(Ok(())) if sink.filled().is_empty() => return Poll::Ready(Ok(())),
+                Poll::Ready(Ok(())) => continue,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => {
+                    return match self.deadline.as_mut().poll(cx) {
+                        Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            "a plain-text peer on the TLS port (told to use https://)",
+                        ))),
+                        Poll::Pending => Poll::Pending,
+                    }
+                }
+            }
+        }
+    }
+
     fn closed_by_gate(&self) -> Option<io::Error> {
         self.peer.evicted.load(Ordering::Relaxed).then(|| {
             io::Error::new(
@@ -274,9 +367,31 @@ impl AsyncRead for GatedStream {
             return Poll::Ready(Err(e));
         }
         *lock(&this.peer.waker) = Some(cx.waker().clone());
+        if this.told {
+            return this.drain(cx);
+        }
         let before = buf.filled().len();
         match Pin::new(&mut this.stream).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
+                if this.first_read && buf.filled().len() > before {
+                    this.first_read = false;
+                    let first = &buf.filled()[before..];
+                    if this.expects_tls && first[0] != TLS_HANDSHAKE {
+                        // Best effort: a short reply into an empty socket
+                        // buffer, then our side closed; what the peer still
+                        // sends is read and dropped (closing with unread data
+                        // would reset the connection before it reads the reply).
+                        let _ = this.stream.try_write(&plain_text_reply(first));
+                        use std::os::fd::AsRawFd;
+                        // SAFETY: shutdown of the write side of a socket we own.
+                        unsafe { libc::shutdown(this.stream.as_raw_fd(), libc::SHUT_WR) };
+                        buf.set_filled(before);
+                        this.told = true;
+                        let linger = tokio::time::Instant::now() + TOLD_LINGER;
+                        this.deadline.as_mut().reset(linger);
+                        return this.drain(cx);
+                    }
+                }
                 if buf.filled().len() > before {
                     if let Some(gate) = this.gate.upgrade() {
                         this.peer
@@ -359,6 +474,7 @@ pub struct GatedIncoming {
     listener: TcpListener,
     gate: ConnectionGate,
     pause: Option<Pin<Box<Sleep>>>,
+    tls: bool,
 }
 
 impl tokio_stream::Stream for GatedIncoming {
@@ -375,7 +491,9 @@ impl tokio_stream::Stream for GatedIncoming {
             }
             match this.listener.poll_accept(cx) {
                 Poll::Ready(Ok((stream, _))) => {
-                    return Poll::Ready(Some(Ok(this.gate.admit(stream))));
+                    let mut stream = this.gate.admit(stream);
+                    stream.expects_tls = this.tls;
+                    return Poll::Ready(Some(Ok(stream)));
                 }
                 Poll::Ready(Err(e)) if passing(&e) => {
                     tracing::warn!("accepting a connection: {e}; trying again shortly");
@@ -474,6 +592,21 @@ mod tests {
         talking_client.write_all(b"ok").await.unwrap();
         talking.read_exact(&mut two).await.unwrap();
         assert_eq!(&two, b"ok");
+    }
+
+    #[test]
+    fn plain_text_on_a_tls_port_is_answered_in_its_own_protocol() {
+        let http1 = String::from_utf8(plain_text_reply(b"GET / HTTP/1.1")).unwrap();
+        assert!(http1.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{http1}");
+        assert!(http1.ends_with(&format!("{SPEAKS_TLS}\n")), "{http1}");
+        let h2 = plain_text_reply(b"PRI * HTTP/2.0\r\n");
+        // SETTINGS (empty), then GOAWAY with its length, last stream 0, PROTOCOL_ERROR.
+        assert_eq!(&h2[..9], &[0, 0, 0, 4, 0, 0, 0, 0, 0]);
+        let len = 8 + SPEAKS_TLS.len();
+        assert_eq!(&h2[9..12], &[0, (len >> 8) as u8, len as u8]);
+        assert_eq!(h2[12], 7);
+        assert_eq!(&h2[18..26], &[0, 0, 0, 0, 0, 0, 0, 1]);
+        assert_eq!(&h2[26..], SPEAKS_TLS.as_bytes());
     }
 
     #[tokio::test]

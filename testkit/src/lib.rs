@@ -218,6 +218,7 @@ impl ApiServer {
                 &tli_host::connections::ConnectionGate::new(
                     tli_host::connections::ConnectionLimits::for_this_process(),
                 ),
+                config.tls.is_some(),
             ),
             async move {
                 let _ = stop.wait_for(|&s| s).await;

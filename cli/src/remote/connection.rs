@@ -213,7 +213,18 @@ pub(super) fn api_error(remote: &Remote, status: Status) -> anyhow::Error {
 
 fn status_error(status: &Status, has_token: bool) -> anyhow::Error {
     let code = code_name(status.code());
-    let message = status.message().trim();
+    // A transport or protocol failure's reason is in its sources ("transport
+    // error" alone says nothing; a host that speaks TLS says so in them).
+    let mut chained = status.message().trim().to_string();
+    let mut next = std::error::Error::source(status);
+    while let Some(cause) = next {
+        let reason = cause.to_string();
+        if reason != "transport error" && !chained.contains(&reason) {
+            chained = format!("{chained}: {reason}");
+        }
+        next = cause.source();
+    }
+    let message = chained.as_str();
     let mut text = if message.is_empty() {
         code.to_string()
     } else {

@@ -388,7 +388,7 @@ impl WorkerService {
             tokio::net::TcpListener::from_std(self.listener)?
         };
         let gate = ConnectionGate::new(ConnectionLimits::for_this_process());
-        runtime.spawn(router.serve_with_incoming(crate::api::incoming(listener, &gate)));
+        runtime.spawn(router.serve_with_incoming(crate::api::incoming(listener, &gate, false)));
         eprintln!("host: worker service listening on {}", self.local);
         Ok(ServingWorkers(Some(runtime)))
     }

@@ -63,6 +63,17 @@ pub(super) fn serve(plugin_dir: &Path, contracts: Option<&Path>, args: &ServeArg
     };
     if let Some(tls) = &tls {
         api::check_tls(tls).context("--tls-cert/--tls-key")?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0);
+        if let Some(warning) = api::cert_dates::certificate_warning(&tls.cert, now) {
+            let cert = args.tls_cert.as_deref().unwrap_or(Path::new("?"));
+            eprintln!(
+                "tli host serve: warning: --tls-cert {}: {warning}",
+                cert.display()
+            );
+        }
     }
     let listener =
         std::net::TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
@@ -244,7 +255,7 @@ async fn run(
     let gate = ConnectionGate::new(ConnectionLimits::for_this_process());
     let (stop_server, server_stopped) = oneshot::channel::<()>();
     let mut server = tokio::spawn(router.serve_with_incoming_shutdown(
-        api::incoming(listener, &gate),
+        api::incoming(listener, &gate, config.tls.is_some()),
         async {
             let _ = server_stopped.await;
         },

@@ -21,6 +21,7 @@
 //! waiting for clients that watch forever.
 
 pub mod auth;
+pub mod cert_dates;
 pub mod convert;
 pub mod models;
 pub mod plugins;
@@ -192,14 +193,16 @@ pub fn check_tls(tls: &TlsPem) -> Result<(), BuildError> {
 }
 
 /// Accepted connections of `listener` through `gate` (its cap and
-/// timeouts: crate::connections), with `TCP_NODELAY` set: without it small
+/// timeouts: crate::connections; with `tls`, plain-text peers are told to
+/// use `https://`), with `TCP_NODELAY` set: without it small
 /// responses waited for the peer's delayed ACK (about 40 ms per call on
 /// loopback, docs/benchmarks.md).
 pub fn incoming(
     listener: tokio::net::TcpListener,
     gate: &crate::connections::ConnectionGate,
+    tls: bool,
 ) -> crate::connections::GatedIncoming {
-    gate.incoming(listener)
+    gate.incoming(listener, tls)
 }
 
 /// How often the server pings each connection (HTTP/2 PING): a live peer

@@ -311,7 +311,8 @@ fn a_link_flipped_during_hundreds_of_submissions_never_leads_outside() {
     );
 }
 
-/// A job accepted on a link inside the root; with the host stopped the link
+/// A job accepted on a link inside the root; with the host killed (before
+/// any checkpoint: its history says it starts again from step 0) the link
 /// is pointed at a secret outside. At the next start the task is refused
 /// (failed, naming the data roots) without a byte of the secret in its
 /// error; pointed back inside, `resume` trains it to the end. The host used
@@ -343,7 +344,8 @@ fn a_task_started_again_after_a_restart_checks_its_files_again() {
         assert!(std::time::Instant::now() < deadline, "{}", status(&server));
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    server.terminate();
+    // Killed before any checkpoint: the task starts again from step 0.
+    server.kill9();
     repoint(&link, &secret);
 
     let server = Server::start(plugins.path(), state.path(), &[&data_root]);
@@ -356,6 +358,20 @@ fn a_task_started_again_after_a_restart_checks_its_files_again() {
     let error = failed["error"].as_str().unwrap_or_default();
     assert!(error.contains("outside the host's data roots"), "{failed}");
     assert!(!error.contains("SECRET"), "{failed}");
+    let store = tli_host::orchestrator::store::Store::open_read_only(state.path()).unwrap();
+    let task = store.tasks_of(job.parse().unwrap()).unwrap()[0].id;
+    let reasons: Vec<String> = store
+        .transitions(task)
+        .unwrap()
+        .into_iter()
+        .map(|t| t.reason)
+        .collect();
+    assert!(
+        reasons.contains(
+            &"re-queued at host start to start again from step 0 (it has no checkpoint)".into()
+        ),
+        "{reasons:#?}"
+    );
 
     repoint(&link, &inside);
     let resumed = server.client(&["train", "resume", &job]);

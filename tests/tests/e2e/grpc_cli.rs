@@ -650,3 +650,94 @@ fn a_frozen_host_fails_each_call_after_its_deadline_naming_it() {
     assert!(listed.status.success(), "{}", stderr(&listed));
     server.terminate();
 }
+
+/// A host serving TLS with an expired certificate warns at start, naming
+/// the file and the date. A client that speaks plain text to its port is
+/// told, in its own protocol, to use https:// — the CLI with an http://
+/// endpoint prints it (it used to print only "unknown: transport error"),
+/// and a plain HTTP/1.1 request gets a 400 saying so.
+#[test]
+fn plain_text_to_the_tls_port_is_told_to_use_https_and_an_expired_certificate_is_named() {
+    let plugins = PluginDir::with(&[(TEMPLATE, "template")]);
+    let state = tempfile::tempdir().unwrap();
+    let (cert, key, request) = (
+        state.path().join("c.pem"),
+        state.path().join("k.pem"),
+        state.path().join("r.csr"),
+    );
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .output()
+            .expect("run openssl (Debian package openssl)");
+        assert!(out.status.success(), "{}", stderr(&out));
+    };
+    let path = |p: &Path| p.to_str().unwrap().to_string();
+    openssl(&["genrsa", "-out", &path(&key), "2048"]);
+    openssl(&[
+        "req",
+        "-new",
+        "-key",
+        &path(&key),
+        "-subj",
+        "/CN=localhost",
+        "-out",
+        &path(&request),
+    ]);
+    // Valid from now until a day ago: expired (extensions make it X.509 v3).
+    let extensions = state.path().join("v3.ext");
+    std::fs::write(
+        &extensions,
+        "basicConstraints=CA:FALSE\nsubjectAltName=DNS:localhost\n",
+    )
+    .unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        &path(&request),
+        "-signkey",
+        &path(&key),
+        "-days",
+        "-1",
+        "-extfile",
+        &path(&extensions),
+        "-out",
+        &path(&cert),
+    ]);
+    let server = Server::start_with(
+        plugins.path(),
+        state.path(),
+        "127.0.0.1:0",
+        &["--tls-cert", &path(&cert), "--tls-key", &path(&key)],
+        &[("TLI_SERVE_TOKEN", "tls-token")],
+    );
+    let log = server.log.lock().unwrap().clone();
+    assert!(
+        log.contains(&format!(
+            "warning: --tls-cert {}: the certificate expired at ",
+            path(&cert)
+        )),
+        "{log}"
+    );
+
+    let out = server.client(&["train", "list", "--token", "tls-token", "--timeout", "20"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("this port speaks TLS: connect with https://"),
+        "{}",
+        stderr(&out)
+    );
+    use std::io::{Read, Write};
+    let mut plain = std::net::TcpStream::connect(&server.address).unwrap();
+    plain
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    plain
+        .write_all(b"GET / HTTP/1.1\r\nHost: tli\r\n\r\n")
+        .unwrap();
+    let mut reply = String::new();
+    let _ = plain.read_to_string(&mut reply);
+    assert!(reply.starts_with("HTTP/1.1 400 Bad Request"), "{reply}");
+    assert!(reply.contains("this port speaks TLS"), "{reply}");
+}

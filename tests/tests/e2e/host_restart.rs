@@ -113,6 +113,10 @@ fn sigkill_then_restart_resumes_every_task_from_its_last_checkpoint() {
             .position(|s| *s == TaskState::Interrupted)
             .expect("marked interrupted after the kill");
         assert_eq!(states[i + 1], TaskState::Queued);
+        assert_eq!(
+            transitions[i + 1].reason,
+            format!("re-queued at host start to resume from its checkpoint at step {step}")
+        );
         let resumed = transitions[i + 1..]
             .iter()
             .find(|t| t.to == TaskState::Running)

@@ -422,7 +422,10 @@ impl Orchestrator {
         if let Err(e) = self.store.transition(
             task,
             TaskState::Queued,
-            &format!("re-queued ({why}); resumes from its last checkpoint in a new Slurm job"),
+            &format!(
+                "re-queued ({why}); will {} in a new Slurm job",
+                self.resume_point(task)
+            ),
         ) {
             tracing::warn!(task, "re-queue after its Slurm job ended not recorded: {e}");
         }

@@ -291,11 +291,27 @@ impl Orchestrator {
                 self.store.transition(
                     task.id,
                     TaskState::Queued,
-                    "re-queued at host start to resume from its last checkpoint",
+                    &format!("re-queued at host start to {}", self.resume_point(task.id)),
                 )?;
             }
         }
         Ok(())
+    }
+
+    /// Where a re-queued task goes on from, for its history: "resume from
+    /// its checkpoint at step 1200", or "start again from step 0 (it has no
+    /// checkpoint)".
+    pub(super) fn resume_point(&self, task: TaskId) -> String {
+        let newest = self.store.checkpoints(task).ok().and_then(|rows| {
+            rows.iter()
+                .filter(|r| r.best.is_none())
+                .map(|r| r.step)
+                .max()
+        });
+        match newest {
+            Some(step) => format!("resume from its checkpoint at step {step}"),
+            None => "start again from step 0 (it has no checkpoint)".to_string(),
+        }
     }
 
     /// A job's recorded history for charts (`GetTrainingHistory`): metric
