@@ -201,7 +201,8 @@ pub struct ServeArgs {
     /// Address to listen on. Anything beyond loopback requires a token.
     #[arg(long, default_value = "127.0.0.1:50051")]
     pub listen: String,
-    /// File holding the bearer token clients must send (or TLI_SERVE_TOKEN).
+    /// File holding the bearer token clients must send (or TLI_SERVE_TOKEN). Rewrite it to
+    /// rotate the token: the new one is in force within seconds, the old one stops working.
     #[arg(long)]
     pub token_file: Option<PathBuf>,
     /// TLS certificate and key (PEM); both or neither.

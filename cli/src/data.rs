@@ -154,6 +154,7 @@ pub(super) fn inspect(
             ("volume", s.total_volume.to_string()),
             ("gaps", gap_text(s)),
             ("rolls", roll_text(s)),
+            ("outliers", outlier_text(s)),
         ];
         for (k, v) in rows {
             table.add_row(vec![k.to_string(), v]);
@@ -409,6 +410,26 @@ pub(super) fn inspect_features(
         );
     }
     Ok(())
+}
+
+fn outlier_text(s: &inspect::Summary) -> String {
+    if s.outlier_count == 0 {
+        return "none".into();
+    }
+    let mut text = format!(
+        "{} price(s) on {} bar(s) far from every bar around them (a wrong unit or a typing slip?)",
+        s.outlier_count, s.outlier_bars
+    );
+    for o in &s.outliers {
+        text.push_str(&format!("\n{}", o.describe()));
+    }
+    if s.outlier_count > s.outliers.len() {
+        text.push_str(&format!(
+            "\n… and {} more",
+            s.outlier_count - s.outliers.len()
+        ));
+    }
+    text
 }
 
 fn gap_text(s: &inspect::Summary) -> String {

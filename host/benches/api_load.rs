@@ -250,7 +250,7 @@ async fn run(host: tokio::runtime::Handle, watching: tokio::runtime::Handle) {
     let routes = web::router(
         orchestrator.clone(),
         ShutdownSignal::new(),
-        None,
+        tli_host::api::auth::Auth::none(),
         Serves::PageAndMetrics,
         Default::default(),
     );

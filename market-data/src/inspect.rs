@@ -41,6 +41,62 @@ pub struct Summary {
     /// The largest gaps, largest first (at most 5).
     pub largest_gaps: Vec<GapText>,
     pub rolls: Vec<RollText>,
+    /// Prices far from every bar around them
+    /// ([`BarTable::outliers`](crate::BarTable::outliers)), one per column …
+    pub outlier_count: usize,
+    /// … on this many bars.
+    pub outlier_bars: usize,
+    /// The first of them (at most 5).
+    pub outliers: Vec<OutlierText>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct OutlierText {
+    pub at: String,
+    /// 1-based bar number, as a row of the file counts it after sorting.
+    pub bar: usize,
+    pub column: String,
+    pub value: f64,
+    pub typical: f64,
+}
+
+impl OutlierText {
+    pub fn describe(&self) -> String {
+        format!(
+            "bar {} ({}): {} {} where the bars around it close near {}",
+            self.bar, self.at, self.column, self.value, self.typical
+        )
+    }
+}
+
+/// What a person reads about `table`'s outlier bars: `None` without any.
+pub fn outlier_warning(table: &crate::BarTable) -> Option<String> {
+    let found = table.outliers();
+    let first = found.first()?;
+    let text = outlier_text(first).describe();
+    Some(format!(
+        "{} bar(s) with prices far from every bar around them (more than {}× their median close \
+         away), first {text}; prices in the wrong unit or with a typing slip? (`tli data inspect` \
+         lists them)",
+        bars_of(&found),
+        crate::table::OUTLIER_FACTOR + 1.0
+    ))
+}
+
+fn bars_of(found: &[crate::table::OutlierBar]) -> usize {
+    let mut rows: Vec<usize> = found.iter().map(|o| o.row).collect();
+    rows.dedup();
+    rows.len()
+}
+
+fn outlier_text(o: &crate::table::OutlierBar) -> OutlierText {
+    OutlierText {
+        at: timefmt::format(o.ts),
+        bar: o.row + 1,
+        column: o.column.to_string(),
+        value: o.value,
+        typical: o.typical,
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -74,6 +130,7 @@ pub fn summarize_source(
         .len();
     let (table, notes) = source.read(contracts)?;
     let contract = source.contract(&table, &notes, contracts);
+    let outliers = table.outliers();
     let mut gaps: Vec<Gap> = table.gaps();
     let gap_count = gaps.len();
     gaps.sort_by_key(|g| std::cmp::Reverse(g.missing_bars));
@@ -118,6 +175,9 @@ pub fn summarize_source(
             })
             .collect(),
         rolls: table.rolls.iter().map(roll_text).collect(),
+        outlier_count: outliers.len(),
+        outlier_bars: bars_of(&outliers),
+        outliers: outliers.iter().take(5).map(outlier_text).collect(),
     })
 }
 

@@ -125,6 +125,30 @@ pub struct Gap {
     pub missing_bars: i64,
 }
 
+/// A bar whose price is far from every bar around it: a price a thousand
+/// or a trillion times too large is a typing or unit slip, not a market
+/// move, and it would dominate a model's scaling and returns.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct OutlierBar {
+    /// 0-based bar index.
+    pub row: usize,
+    pub ts: i64,
+    /// `open`, `high`, `low` or `close`.
+    pub column: &'static str,
+    pub value: f64,
+    /// The median close of the bars around it.
+    pub typical: f64,
+}
+
+/// How far from the bars around it a price must be to be an outlier: more
+/// than this many times their median close away from it (so 10× too large,
+/// or of the wrong sign and as large). Futures have moved 20% in a day and
+/// crossed zero (crude oil, April 2020), never tenfold.
+pub const OUTLIER_FACTOR: f64 = 9.0;
+
+/// Bars on each side whose closes give the typical price.
+const OUTLIER_NEIGHBOURS: usize = 10;
+
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct BarTable {
     pub symbol: String,
@@ -353,6 +377,60 @@ impl BarTable {
         Ok(())
     }
 
+    /// Bars with a price more than [`OUTLIER_FACTOR`] times the median close
+    /// of the [`OUTLIER_NEIGHBOURS`] bars on each side away from it, in bar
+    /// order (one entry per price). Only bars that jump that far from the
+    /// previous or the next close are looked at closely, so a clean file
+    /// costs one pass.
+    pub fn outliers(&self) -> Vec<OutlierBar> {
+        let n = self.len();
+        let far = |value: f64, typical: f64| {
+            typical.is_finite()
+                && typical != 0.0
+                && (!value.is_finite() || (value - typical).abs() > OUTLIER_FACTOR * typical.abs())
+        };
+        let columns: [(&'static str, &[f64]); 4] = [
+            ("open", &self.open),
+            ("high", &self.high),
+            ("low", &self.low),
+            ("close", &self.close),
+        ];
+        let mut found = Vec::new();
+        for row in 0..n {
+            let candidate = columns.iter().any(|(_, values)| {
+                let v = values[row];
+                (row > 0 && far(v, self.close[row - 1]))
+                    || (row + 1 < n && far(v, self.close[row + 1]))
+            });
+            if !candidate {
+                continue;
+            }
+            let mut around: Vec<f64> = (row.saturating_sub(OUTLIER_NEIGHBOURS)
+                ..(row + OUTLIER_NEIGHBOURS + 1).min(n))
+                .filter(|&j| j != row)
+                .map(|j| self.close[j])
+                .filter(|c| c.is_finite())
+                .collect();
+            if around.is_empty() {
+                continue;
+            }
+            around.sort_by(f64::total_cmp);
+            let typical = around[around.len() / 2];
+            for (column, values) in &columns {
+                if far(values[row], typical) {
+                    found.push(OutlierBar {
+                        row,
+                        ts: self.ts[row],
+                        column,
+                        value: values[row],
+                        typical,
+                    });
+                }
+            }
+        }
+        found
+    }
+
     /// Stretches without bars longer than expected: more than one interval
     /// for intraday bars (so session breaks show too), and for daily bars
     /// more than a weekend (Friday → Monday is not a gap; a holiday is).
@@ -393,6 +471,35 @@ pub struct ContractBars {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_price_far_from_its_neighbours_is_an_outlier_and_market_moves_are_not() {
+        let mut t = BarTable::new("CL", BarInterval::Day);
+        // 40 bars: a 50% crash, a crossing below zero, then one absurd close.
+        let closes: Vec<f64> = (0..40)
+            .map(|i| match i {
+                0..=9 => 60.0 + i as f64,
+                10..=14 => 30.0,
+                15 => -37.0,
+                16..=24 => 20.0,
+                25 => 20.0e12,
+                _ => 21.0,
+            })
+            .collect();
+        for (i, &c) in closes.iter().enumerate() {
+            t.ts.push(i as i64 * NANOS_PER_DAY);
+            t.open.push(if i == 25 { 20.0 } else { c });
+            t.high.push(c.max(20.0));
+            t.low.push(c.min(20.0));
+            t.close.push(c);
+            t.volume.push(1);
+        }
+        let found = t.outliers();
+        let columns: Vec<(usize, &str)> = found.iter().map(|o| (o.row, o.column)).collect();
+        assert_eq!(columns, vec![(25, "high"), (25, "close")], "{found:?}");
+        assert_eq!(found[1].typical, 21.0);
+        assert_eq!(found[1].value, 20.0e12);
+    }
 
     fn table() -> BarTable {
         let mut t = BarTable::new("ES.FUT", BarInterval::Day);

@@ -204,7 +204,7 @@ impl ApiServer {
                 .expect("scheduling loop");
         });
         let shutdown = ShutdownSignal::new();
-        let (router, _health) = api::router(orchestrator.clone(), &shutdown, config)
+        let (router, _health, _auth) = api::router(orchestrator.clone(), &shutdown, config)
             .await
             .expect("router");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")

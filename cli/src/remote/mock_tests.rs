@@ -95,6 +95,7 @@ impl TrainingService for Fake {
             .collect();
         Ok(Response::new(StartTrainingResponse {
             job: Some(job(1, tasks)),
+            warnings: Vec::new(),
         }))
     }
 

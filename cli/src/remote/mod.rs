@@ -267,6 +267,10 @@ async fn submit(remote: &Remote, request: StartTrainingRequest) -> Result<JobJso
         .await
         .map_err(|s| api_error(remote, s))?
         .into_inner();
+    // Accepted all the same; said on stderr so JSON on stdout stays clean.
+    for warning in &response.warnings {
+        eprintln!("warning: {warning}");
+    }
     Ok(JobJson::from(&response.job.unwrap_or_default()))
 }
 

@@ -132,6 +132,7 @@ pub(super) fn serve(plugin_dir: &Path, contracts: Option<&Path>, args: &ServeArg
         config,
         web,
         shutdown_timeout,
+        args.token_file.clone(),
     ));
     // Blocking handlers still running (a forced stop's deadline) are not waited for.
     runtime.shutdown_timeout(Duration::from_secs(1));
@@ -200,14 +201,69 @@ fn web_listeners(args: &ServeArgs, api: SocketAddr, token: bool) -> Result<WebLi
 
 /// The bearer token from `--token-file` (wins) or `TLI_SERVE_TOKEN`;
 /// surrounding whitespace is ignored and an empty variable counts as unset.
+/// How often `--token-file` is looked at for a new token.
+const TOKEN_FILE_POLL: Duration = Duration::from_secs(2);
+
+/// Watches `--token-file` and puts a new token in force as soon as the file
+/// holds one (the previous token then stops working): rotating the token
+/// needs no restart. A file that cannot be read or holds no valid token
+/// leaves the current token in force, with a warning.
+async fn follow_token_file(path: std::path::PathBuf, auth: crate::api::auth::Auth) {
+    use std::os::unix::fs::MetadataExt;
+    let version = |path: &Path| {
+        std::fs::metadata(path)
+            .ok()
+            .map(|m| (m.ino(), m.size(), m.mtime(), m.mtime_nsec(), m.ctime_nsec()))
+    };
+    let mut seen = version(&path);
+    let mut current = read_token_file(&path).ok();
+    loop {
+        tokio::time::sleep(TOKEN_FILE_POLL).await;
+        let now = version(&path);
+        if now == seen {
+            continue;
+        }
+        seen = now;
+        match read_token_file(&path) {
+            Ok(token) if Some(&token) != current.as_ref() => {
+                auth.set_token(&token);
+                current = Some(token);
+                eprintln!(
+                    "tli host serve: --token-file {} changed: the new token is in force, the \
+                     previous one no longer works",
+                    path.display()
+                );
+            }
+            Ok(_) => {}
+            Err(e) => eprintln!(
+                "tli host serve: warning: {e:#}; the current token stays in force until the file \
+                 holds a valid one"
+            ),
+        }
+    }
+}
+
+/// The token `path` holds (trimmed; printable ASCII, not empty).
+fn read_token_file(path: &Path) -> Result<String> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("--token-file {}: cannot read", path.display()))?;
+    let token = text.trim().to_string();
+    if token.is_empty() {
+        bail!("--token-file {}: the file is empty", path.display());
+    }
+    if !token.bytes().all(|b| b.is_ascii_graphic()) {
+        bail!(
+            "--token-file {}: the token must be printable ASCII without spaces (it travels in a \
+             header)",
+            path.display()
+        );
+    }
+    Ok(token)
+}
+
 fn configured_token(args: &ServeArgs) -> Result<Option<String>> {
     let (token, origin) = if let Some(path) = &args.token_file {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("--token-file {}: cannot read", path.display()))?;
-        let token = text.trim().to_string();
-        if token.is_empty() {
-            bail!("--token-file {}: the file is empty", path.display());
-        }
+        let token = read_token_file(path)?;
         warn_if_readable_by_others(path);
         (token, format!("--token-file {}", path.display()))
     } else {
@@ -244,12 +300,16 @@ async fn run(
     config: ServerConfig,
     web: WebListeners,
     shutdown_timeout: Duration,
+    token_file: Option<std::path::PathBuf>,
 ) -> Result<()> {
     // Handlers first, so a signal right after the ready line is not lost.
     let mut signals = ShutdownSignals::install()?;
 
     let shutdown = ShutdownSignal::new();
-    let (router, health) = api::router(orchestrator.clone(), &shutdown, &config).await?;
+    let (router, health, auth) = api::router(orchestrator.clone(), &shutdown, &config).await?;
+    if let Some(path) = token_file {
+        tokio::spawn(follow_token_file(path, auth.clone()));
+    }
     let listener = tokio::net::TcpListener::from_std(listener)?;
     // One cap over every listener, below the descriptor limit.
     let gate = ConnectionGate::new(ConnectionLimits::for_this_process());
@@ -274,7 +334,7 @@ async fn run(
         let routes = web::router(
             orchestrator.clone(),
             shutdown.clone(),
-            config.token.as_deref(),
+            auth.clone(),
             serves,
             config.telemetry.clone(),
         );

@@ -6,7 +6,7 @@
 //! request passes (the server only allows that on loopback).
 
 use sha2::{Digest, Sha256};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use subtle::ConstantTimeEq;
 use tonic::metadata::MetadataMap;
 use tonic::service::Interceptor;
@@ -15,8 +15,9 @@ use tonic::{Request, Status};
 /// A tonic interceptor: checks the bearer token when one is configured.
 #[derive(Clone, Default)]
 pub struct Auth {
-    /// SHA-256 of the expected token; `None` = no token required.
-    expected: Option<Arc<[u8; 32]>>,
+    /// SHA-256 of the expected token, shared by every clone (a new token
+    /// takes effect for all of them at once); `None` = no token required.
+    expected: Option<Arc<RwLock<[u8; 32]>>>,
 }
 
 impl std::fmt::Debug for Auth {
@@ -40,7 +41,16 @@ impl Auth {
     /// Requests must carry `authorization: Bearer <token>`.
     pub fn token(token: &str) -> Self {
         Self {
-            expected: Some(Arc::new(digest(token.as_bytes()))),
+            expected: Some(Arc::new(RwLock::new(digest(token.as_bytes())))),
+        }
+    }
+
+    /// From now on this token, not the previous one, is accepted (by this
+    /// `Auth` and every clone of it). Without a token required, nothing changes.
+    pub fn set_token(&self, token: &str) {
+        if let Some(expected) = &self.expected {
+            let mut current = expected.write().unwrap_or_else(|p| p.into_inner());
+            *current = digest(token.as_bytes());
         }
     }
 
@@ -74,7 +84,8 @@ impl Auth {
             _ => return Err("authorization: expected `Bearer <token>`"),
         };
         let token = token.trim_ascii();
-        if bool::from(digest(token).ct_eq(expected.as_ref())) {
+        let expected = *expected.read().unwrap_or_else(|p| p.into_inner());
+        if bool::from(digest(token).ct_eq(&expected)) {
             Ok(())
         } else {
             Err("authorization: the token is not accepted")

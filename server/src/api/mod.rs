@@ -223,12 +223,14 @@ pub type ApiRouter = Router<Stack<RequestErrorsLayer, Stack<RpcMetricsLayer, NoL
 
 /// The services, the health service (always without a token) and
 /// reflection, behind the token check when `config.token` is set. Health
-/// starts as SERVING for the server and each service.
+/// starts as SERVING for the server and each service. The token check is
+/// returned too: the HTTP side shares it, and a new token given to it
+/// (`Auth::set_token`) takes effect on both at once.
 pub async fn router(
     orchestrator: Arc<Orchestrator>,
     shutdown: &ShutdownSignal,
     config: &ServerConfig,
-) -> Result<(ApiRouter, HealthReporter), BuildError> {
+) -> Result<(ApiRouter, HealthReporter, Auth), BuildError> {
     let auth = match &config.token {
         Some(token) => Auth::token(token),
         None => Auth::none(),
@@ -272,9 +274,9 @@ pub async fn router(
             resources,
             auth.clone(),
         ))
-        .add_service(ModelServiceServer::with_interceptor(models, auth))
+        .add_service(ModelServiceServer::with_interceptor(models, auth.clone()))
         .add_optional_service(workers);
-    Ok((router, reporter))
+    Ok((router, reporter, auth))
 }
 
 /// Only the worker service (for `tli host run`, which serves no control API).

@@ -88,12 +88,17 @@ impl TrainingService for TrainingApi {
         self.refuse_when_shutting_down()?;
         let spec = job_request::job_spec(request.get_ref())?;
         let orchestrator = self.orchestrator.clone();
-        let job = blocking(move || {
-            let id = orchestrator.submit(&spec).map_err(convert::submit_error)?;
-            require_job(&orchestrator, id)
+        let (job, warnings) = blocking(move || {
+            let (id, warnings) = orchestrator
+                .submit_with_warnings(&spec)
+                .map_err(convert::submit_error)?;
+            Ok((require_job(&orchestrator, id)?, warnings))
         })
         .await?;
-        Ok(Response::new(pb::StartTrainingResponse { job: Some(job) }))
+        Ok(Response::new(pb::StartTrainingResponse {
+            job: Some(job),
+            warnings,
+        }))
     }
 
     type WatchTrainingStream = ReceiverStream<Result<pb::WatchTrainingResponse, Status>>;

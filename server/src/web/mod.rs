@@ -99,14 +99,10 @@ pub fn bind(
 pub fn router(
     orchestrator: Arc<Orchestrator>,
     shutdown: ShutdownSignal,
-    token: Option<&str>,
+    auth: Auth,
     serves: Serves,
     telemetry: Arc<Telemetry>,
 ) -> Router {
-    let auth = match token {
-        Some(t) => Auth::token(t),
-        None => Auth::none(),
-    };
     let state = WebState {
         api: status::ApiHandle::new(orchestrator.clone(), shutdown),
         orchestrator,

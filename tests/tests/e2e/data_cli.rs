@@ -209,3 +209,76 @@ fn the_template_learns_a_planted_signal_through_the_whole_pipeline() {
     );
     assert!(planted > none + 0.1, "planted {planted} vs none {none}");
 }
+
+/// One bar of a real file with its prices a trillion times too large:
+/// `tli data inspect` lists it (bar, time, column, value, the typical close
+/// around it), and a host accepts a job on the file but says so, on stderr
+/// of `train start` (stdout keeps its JSON). Both used to pass it silently.
+#[test]
+fn an_absurd_bar_is_flagged_by_inspect_and_at_submission() {
+    let dir = tempfile::tempdir().unwrap();
+    let sample =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/samples/es_proxy_sp500_1d.csv");
+    let text = std::fs::read_to_string(sample).unwrap();
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    // Row 200: open, high, low and close times 1e12 (a bar in the wrong unit).
+    let header: Vec<String> = lines[0].split(',').map(str::to_string).collect();
+    let mut changed: Vec<String> = lines[200].split(',').map(str::to_string).collect();
+    for column in ["open", "high", "low", "close"] {
+        let i = header.iter().position(|h| h == column).unwrap();
+        changed[i] = format!("{}", changed[i].parse::<f64>().unwrap() * 1e12);
+    }
+    lines[200] = changed.join(",");
+    let bars = dir.path().join("es.csv");
+    std::fs::write(&bars, lines.join("\n") + "\n").unwrap();
+
+    let inspect = std::process::Command::new(tli_binary())
+        .args(["data", "inspect"])
+        .arg(&bars)
+        .output()
+        .unwrap();
+    assert!(inspect.status.success(), "{}", stderr(&inspect));
+    let shown = stdout(&inspect);
+    assert!(
+        shown.contains("4 price(s) on 1 bar(s) far from every bar around them"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("bar 200 (1999-10-18T00:00:00Z): open "),
+        "{shown}"
+    );
+    let json = std::process::Command::new(tli_binary())
+        .args(["data", "inspect", "-o", "json"])
+        .arg(&bars)
+        .output()
+        .unwrap();
+    let summary = ok_json(&json);
+    assert_eq!(summary[0]["outlier_count"], 4, "{summary}");
+    assert_eq!(summary[0]["outlier_bars"], 1, "{summary}");
+    assert_eq!(summary[0]["outliers"][3]["column"], "close", "{summary}");
+
+    let plugins = PluginDir::with(&[(TEMPLATE, "template")]);
+    let state = tempfile::tempdir().unwrap();
+    let root = format!("--data-root={}", dir.path().display());
+    let server = Server::start(plugins.path(), state.path(), &[&root]);
+    let started = server.client(&[
+        "train",
+        "start",
+        "-p",
+        "template",
+        "-a",
+        bars.to_str().unwrap(),
+        "--steps",
+        "5",
+        "-o",
+        "json",
+    ]);
+    assert!(started.status.success(), "{}", stderr(&started));
+    assert!(ok_json(&started)["job_id"].is_u64());
+    let warned = stderr(&started);
+    assert!(
+        warned.contains("warning: ")
+            && warned.contains("es.csv: 1 bar(s) with prices far from every bar"),
+        "{warned}"
+    );
+}

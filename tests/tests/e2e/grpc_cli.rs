@@ -384,6 +384,39 @@ fn beyond_loopback_needs_a_token_and_a_wrong_token_is_rejected() {
         &[("TLI_TOKEN", "s3cret-token")],
     );
     assert!(right.status.success(), "{}", stderr(&right));
+
+    // Rotation: the file rewritten with a new token puts it in force within
+    // seconds, on the API and the status page's data alike, and the old one
+    // stops working; no restart. (The host used to keep the old token until
+    // it restarted.)
+    std::fs::write(&token_file, "n3w-token\n").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let new = server.client(&["train", "list", "--token", "n3w-token"]);
+        if new.status.success() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the new token: {}", stderr(&new));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let old = server.client(&["train", "list", "--token", "s3cret-token"]);
+    assert!(
+        stderr(&old).to_lowercase().contains("unauthenticated"),
+        "{}",
+        stderr(&old)
+    );
+    // An empty file (a rotation half done) keeps the new token in force.
+    std::fs::write(&token_file, "").unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    let still = server.client(&["train", "list", "--token", "n3w-token"]);
+    assert!(still.status.success(), "{}", stderr(&still));
+    let log = server.log.lock().unwrap().clone();
+    assert!(log.contains("changed: the new token is in force"), "{log}");
+    assert!(log.contains("the file is empty"), "{log}");
+    assert!(
+        !log.contains("n3w-token") && !log.contains("s3cret"),
+        "{log}"
+    );
 }
 
 #[test]

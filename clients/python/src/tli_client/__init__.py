@@ -27,7 +27,16 @@ from importlib import metadata as _metadata
 
 from ._proto.tli.v1 import training_pb2 as _training_pb2
 from .assets import AssetLike, BarFile, SyntheticAsset, bar_file, parse_asset, synthetic
-from .client import DEFAULT_ENDPOINT, CheckpointPolicy, Client, Page, Resumed, SlurmOptions, Tls
+from .client import (
+    DEFAULT_ENDPOINT,
+    CheckpointPolicy,
+    Client,
+    DataWarning,
+    Page,
+    Resumed,
+    SlurmOptions,
+    Tls,
+)
 from .config import (
     DqnConfig,
     Mamba2Config,
@@ -85,6 +94,7 @@ except _metadata.PackageNotFoundError:  # pragma: no cover - running from a sour
     __version__ = "0+unknown"
 
 __all__ = [
+    "DataWarning",
     "API_PACKAGE",
     "__version__",
     "Client",

@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -368,6 +369,7 @@ class Client:
             request.walk_forward.CopyFrom(walk_forward_to_proto(walk_forward))
         _set_placement(request, checkpoint, executor, slurm)
         reply = self._call("StartTraining", self._training.StartTraining, request)
+        _warn_of_data(reply)
         return Job.from_proto(reply.job, self)
 
     def status(self, job: JobRef) -> Job:
@@ -767,6 +769,7 @@ class Client:
         )
         _set_placement(request, checkpoint, executor, slurm)
         reply = self._call("StartTraining", self._training.StartTraining, request)
+        _warn_of_data(reply)
         job = Job.from_proto(reply.job, self)
         if not wait:
             return job
@@ -1182,3 +1185,11 @@ def _fsync_dir(path: Path) -> None:
     finally:
         os.close(fd)
 
+
+class DataWarning(UserWarning):
+    """The host accepted a job but says something of its data (e.g. outlier prices)."""
+
+
+def _warn_of_data(reply: pb.StartTrainingResponse) -> None:
+    for text in reply.warnings:
+        warnings.warn(text, DataWarning, stacklevel=3)

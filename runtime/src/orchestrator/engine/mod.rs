@@ -407,6 +407,15 @@ impl Orchestrator {
     /// task's memory, refuses it if one task alone exceeds the budget, and
     /// stores it with all tasks queued.
     pub fn submit(&self, spec: &JobSpec) -> Result<JobId, SubmitError> {
+        self.submit_with_warnings(spec).map(|(job, _)| job)
+    }
+
+    /// [`submit`](Self::submit), and what a person should know about the
+    /// job's data (bar files with outlier prices), each naming its file.
+    pub fn submit_with_warnings(
+        &self,
+        spec: &JobSpec,
+    ) -> Result<(JobId, Vec<String>), SubmitError> {
         spec.check()?;
         let executor = spec.executor.unwrap_or(self.config.default_executor);
         if executor != ExecutorKind::Local
@@ -587,7 +596,11 @@ impl Orchestrator {
         let spec_json = serde_json::to_string(&spec).map_err(SubmitError::Encode)?;
         let (job, _) = self.store.create_job(&spec.name, &spec_json, &tasks)?;
         tracing::info!(job, tasks = tasks.len(), "job {:?} submitted", spec.name);
-        Ok(job)
+        let warnings = data.warnings();
+        for warning in &warnings {
+            tracing::warn!(job, "{warning}");
+        }
+        Ok((job, warnings))
     }
 
     /// One scheduling round: handle runner reports, then start what fits.

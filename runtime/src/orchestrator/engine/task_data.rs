@@ -32,12 +32,26 @@ pub struct AssetData {
     /// The files it was built from, as they were (the bar file first, then
     /// each covariate file; none for synthetic data).
     pub inputs: Vec<InputFile>,
+    /// What a person should know about its bars (outlier prices), each
+    /// naming the file.
+    pub warnings: Vec<String>,
 }
 
 /// The datasets of every asset of a job, in asset order.
 pub struct JobData(pub Vec<AssetData>);
 
 impl JobData {
+    /// What the job's datasets warn of, each once.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut all: Vec<String> = Vec::new();
+        for warning in self.0.iter().flat_map(|d| &d.warnings) {
+            if !all.contains(warning) {
+                all.push(warning.clone());
+            }
+        }
+        all
+    }
+
     /// Every file the job's datasets were built from, each once.
     pub fn inputs(&self) -> Vec<InputFile> {
         let mut all: Vec<InputFile> = Vec::new();
@@ -328,11 +342,15 @@ impl DatasetCache {
         if let Some(d) = lock(&self.built).get(&key) {
             return Ok(d);
         }
+        let mut warnings = Vec::new();
         let (AnnotatedDataset { dataset, annex }, fitted) = match asset {
             AssetSpec::Data(source) => {
                 let (table, notes) = source
                     .read_for(contracts, features)
                     .map_err(|e| e.to_string())?;
+                if let Some(outliers) = tli_data::inspect::outlier_warning(&table) {
+                    warnings.push(format!("{}: {outliers}", source.path.display()));
+                }
                 let contract = source
                     .contract(&table, &notes, contracts)
                     .map_err(|e| e.to_string())?;
@@ -381,6 +399,7 @@ impl DatasetCache {
             annex,
             fitted,
             inputs,
+            warnings,
         };
         lock(&self.built).insert(key, data.clone());
         Ok(data)
