@@ -290,3 +290,36 @@ pub fn output_within(mut command: Command, limit: std::time::Duration) -> Option
     exit_within(&mut child, limit)?;
     Some(child.wait_with_output().expect("collect a child's output"))
 }
+
+/// Why each of the first task of `job` moved between states, oldest first
+/// (its transitions' reasons, read from the store in `state_dir`).
+pub fn first_task_reasons(state_dir: &Path, job: u64) -> Vec<String> {
+    let store = tli_host::orchestrator::store::Store::open_read_only(state_dir).expect("store");
+    let task = store.tasks_of(job as i64).expect("tasks")[0].id;
+    store
+        .transitions(task)
+        .expect("transitions")
+        .into_iter()
+        .map(|t| t.reason)
+        .collect()
+}
+
+/// `train start` of one behaviour task on `asset` that trains for about
+/// three seconds (600 steps of 5 ms), as JSON; its job id.
+pub fn start_slow_behaviour_job(server: &Server, asset: &Path) -> u64 {
+    let out = server.client(&[
+        "train",
+        "start",
+        "-p",
+        "behaviour",
+        "--config",
+        r#"{"sleep_ms_per_step":5}"#,
+        "-a",
+        asset.to_str().expect("a UTF-8 path"),
+        "--steps",
+        "600",
+        "-o",
+        "json",
+    ]);
+    ok_json(&out)["job_id"].as_u64().expect("a job id")
+}

@@ -9,7 +9,6 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 use tli_e2e_tests::*;
-use tli_host::orchestrator::store::Store;
 
 fn sample() -> std::path::PathBuf {
     slurm::repo_root().join("data/samples/es_proxy_sp500_1d.csv")
@@ -51,23 +50,7 @@ fn a_bar_file_rewritten_under_a_stopped_job_is_refused_until_accepted() {
     std::fs::copy(sample(), &bars).unwrap();
     let root = format!("--data-root={}", data.path().display());
     let mut server = Server::start(plugins.path(), state.path(), &[&root]);
-    let job = ok_json(&server.client(&[
-        "train",
-        "start",
-        "-p",
-        "behaviour",
-        "--config",
-        r#"{"sleep_ms_per_step":5}"#,
-        "-a",
-        bars.to_str().unwrap(),
-        "--steps",
-        "600",
-        "-o",
-        "json",
-    ]))["job_id"]
-        .as_u64()
-        .unwrap()
-        .to_string();
+    let job = start_slow_behaviour_job(&server, &bars).to_string();
     wait_for_state(&server, &job, "running", Duration::from_secs(60));
     server.terminate();
     // Touched only: the same bytes are the same input.
@@ -99,14 +82,7 @@ fn a_bar_file_rewritten_under_a_stopped_job_is_refused_until_accepted() {
     let accepted = server.client(&["train", "resume", &job, "--accept-changed-inputs"]);
     assert!(accepted.status.success(), "{}", stderr(&accepted));
     wait_for_state(&server, &job, "completed", Duration::from_secs(120));
-    let store = Store::open_read_only(state.path()).unwrap();
-    let task = store.tasks_of(job.parse().unwrap()).unwrap()[0].id;
-    let history: Vec<String> = store
-        .transitions(task)
-        .unwrap()
-        .into_iter()
-        .map(|t| t.reason)
-        .collect();
+    let history = first_task_reasons(state.path(), job.parse().unwrap());
     assert!(
         history
             .iter()

@@ -332,10 +332,7 @@ fn a_task_started_again_after_a_restart_checks_its_files_again() {
     repoint(&link, &inside);
     let data_root = format!("--data-root={}", root.path().display());
     let mut server = Server::start(plugins.path(), state.path(), &[&data_root]);
-    let job = ok_json(&start_slow(&server, &link))["job_id"]
-        .as_u64()
-        .unwrap();
-    let job = job.to_string();
+    let job = start_slow_behaviour_job(&server, &link).to_string();
     let status =
         |server: &Server| ok_json(&server.client(&["train", "status", &job, "-o", "json"]));
     let task_state = |server: &Server| status(server)["progress"]["tasks"][0]["state"].clone();
@@ -358,14 +355,7 @@ fn a_task_started_again_after_a_restart_checks_its_files_again() {
     let error = failed["error"].as_str().unwrap_or_default();
     assert!(error.contains("outside the host's data roots"), "{failed}");
     assert!(!error.contains("SECRET"), "{failed}");
-    let store = tli_host::orchestrator::store::Store::open_read_only(state.path()).unwrap();
-    let task = store.tasks_of(job.parse().unwrap()).unwrap()[0].id;
-    let reasons: Vec<String> = store
-        .transitions(task)
-        .unwrap()
-        .into_iter()
-        .map(|t| t.reason)
-        .collect();
+    let reasons = first_task_reasons(state.path(), job.parse().unwrap());
     assert!(
         reasons.contains(
             &"re-queued at host start to start again from step 0 (it has no checkpoint)".into()
@@ -381,22 +371,4 @@ fn a_task_started_again_after_a_restart_checks_its_files_again() {
         assert!(std::time::Instant::now() < deadline, "{}", status(&server));
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
-}
-
-/// `train start` of a task that trains for about three seconds.
-fn start_slow(server: &Server, asset: &Path) -> std::process::Output {
-    server.client(&[
-        "train",
-        "start",
-        "-p",
-        "behaviour",
-        "--config",
-        r#"{"sleep_ms_per_step":5}"#,
-        "-a",
-        asset.to_str().unwrap(),
-        "--steps",
-        "600",
-        "-o",
-        "json",
-    ])
 }
