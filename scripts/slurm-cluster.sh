@@ -29,6 +29,8 @@
 #   scripts/slurm-cluster.sh start-ctld D
 #       Starts slurmctld again from D (its saved state: jobs, node) and waits up to 60 s until
 #       it answers.
+#   scripts/slurm-cluster.sh restart-ctld D
+#       stop-ctld, then start-ctld: a controller restart, as an admin does one.
 #   scripts/slurm-cluster.sh status D
 #       Shows whether munged, slurmctld and slurmd run, then `sinfo` and `squeue`.
 #       Exit 0 when slurmctld and slurmd both run, 3 otherwise.
@@ -623,6 +625,7 @@ case ${1:-} in
     stop) shift; cmd_stop "$@" ;;
     stop-ctld) shift; cmd_stop_ctld "$@" ;;
     start-ctld) shift; cmd_start_ctld "$@" ;;
+    restart-ctld) shift; cmd_stop_ctld "$@" && cmd_start_ctld "$@" ;;
     status) shift; cmd_status "$@" ;;
     -h | --help | help) usage 0 ;;
     *) usage 2 ;;

@@ -65,6 +65,13 @@ pub(super) struct Deadline {
     limit: Duration,
 }
 
+impl Deadline {
+    /// How long one call may wait for an answer (`--timeout`).
+    pub(super) fn limit(&self) -> Duration {
+        self.limit
+    }
+}
+
 impl tower::Service<http::Request<tonic::body::Body>> for Deadline {
     type Response = http::Response<tonic::body::Body>;
     type Error = tonic::transport::Error;

@@ -11,6 +11,10 @@
 //! are shown only with `--verbose`, in both forms: with the default policy
 //! they come every few minutes per task and would scroll the view away. The
 //! transitions that end a task (`checkpointing → completed`, …) always show.
+//!
+//! A host that is lost mid-watch (killed, the network gone) is reached again
+//! and the job followed on, for as long as one call may wait (`--timeout`);
+//! a host that ends the stream itself (a clean shutdown) ends the watch.
 
 use super::{api_error, Remote};
 use crate::args::OutputFormat;
@@ -49,6 +53,18 @@ pub(super) async fn watch_progress(remote: &Remote, job_id: u64) -> Result<()> {
     watch_with(remote, job_id, 0, false, OutputFormat::Table, false).await
 }
 
+/// A status that says the connection to the host was lost (the host died,
+/// the network went away), not an answer from it: it carries the transport
+/// error as its source, where an answer from the host has none.
+fn connection_lost(status: &tonic::Status) -> bool {
+    std::error::Error::source(status).is_some()
+}
+
+/// First pause between tries to reach a host that was lost; doubled up to
+/// [`RECONNECT_MAX_PAUSE`].
+const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
+const RECONNECT_MAX_PAUSE: Duration = Duration::from_secs(5);
+
 async fn watch_with(
     remote: &Remote,
     job_id: u64,
@@ -57,35 +73,77 @@ async fn watch_with(
     output: OutputFormat,
     table_at_end: bool,
 ) -> Result<()> {
-    let mut stream = remote
-        .training()
-        .watch_training(WatchTrainingRequest {
-            job_id,
-            interval_ms,
-        })
-        .await
-        .map_err(|s| api_error(remote, s))?
-        .into_inner();
     let mut view = WatchView::new(job_id, output == OutputFormat::Json, verbose);
     view.table_at_end = table_at_end;
+    // A host that dies (or a network that drops) is followed again once it
+    // answers, for as long as one call may wait (`--timeout`); a host that
+    // ends the stream itself (a clean shutdown) ends the watch.
+    let patience = remote.channel.limit();
+    let mut lost: Option<(Instant, Duration)> = None;
     loop {
-        match stream.message().await {
-            Ok(Some(message)) => {
-                let Some(event) = message.event else { continue };
-                if let Some(job) = view.handle(&event)? {
-                    return view.finish(&job);
+        let request = WatchTrainingRequest {
+            job_id,
+            interval_ms,
+        };
+        let mut stream = match remote.training().watch_training(request).await {
+            Ok(stream) => {
+                if lost.take().is_some() {
+                    view.line(&format!(
+                        "reconnected to the host; following job {job_id} again"
+                    ));
                 }
+                stream.into_inner()
             }
-            Ok(None) => {
-                view.clear();
-                bail!(
-                    "the host ended the stream before job {job_id} finished (is it shutting down?); \
-                     follow it again with `tli train watch {job_id}`"
-                );
-            }
-            Err(status) => {
-                view.clear();
-                return Err(api_error(remote, status));
+            Err(status) => match lost.as_mut() {
+                Some((since, pause)) if connection_lost(&status) => {
+                    if since.elapsed() >= patience {
+                        view.clear();
+                        bail!(
+                            "lost the host and could not reach it again within {} s: {}; \
+                             follow job {job_id} again with `tli train watch {job_id}` once it \
+                             runs (or give it longer with --timeout)",
+                            patience.as_secs(),
+                            api_error(remote, status)
+                        );
+                    }
+                    tokio::time::sleep(*pause).await;
+                    *pause = (*pause * 2).min(RECONNECT_MAX_PAUSE);
+                    continue;
+                }
+                _ => {
+                    view.clear();
+                    return Err(api_error(remote, status));
+                }
+            },
+        };
+        loop {
+            match stream.message().await {
+                Ok(Some(message)) => {
+                    let Some(event) = message.event else { continue };
+                    if let Some(job) = view.handle(&event)? {
+                        return view.finish(&job);
+                    }
+                }
+                Ok(None) => {
+                    view.clear();
+                    bail!(
+                        "the host ended the stream before job {job_id} finished (is it shutting \
+                         down?); follow it again with `tli train watch {job_id}`"
+                    );
+                }
+                Err(status) if connection_lost(&status) => {
+                    view.line(&format!(
+                        "lost the host ({}); reconnecting for up to {} s",
+                        api_error(remote, status),
+                        patience.as_secs()
+                    ));
+                    lost = Some((Instant::now(), RECONNECT_PAUSE));
+                    break;
+                }
+                Err(status) => {
+                    view.clear();
+                    return Err(api_error(remote, status));
+                }
             }
         }
     }

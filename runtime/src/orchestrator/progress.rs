@@ -12,6 +12,34 @@ use super::store::{BestMark, MeasuredMemory, Store, StoreError, TaskRow};
 use super::JobId;
 use serde::Serialize;
 
+/// Steps per second of a task's current attempt: the steps done since its
+/// runner started ("started", or "resumed from checkpoint step N") over the
+/// time since, at `now_ms`. Later returns to `running` (after a routine
+/// checkpoint, a sweep's rung) do not restart the count: taking the steps of
+/// the whole task over the seconds since the last checkpoint gave rates of
+/// millions of steps per second. `None` before a step of this attempt.
+pub fn attempt_rate(
+    transitions: &[super::store::TransitionRow],
+    steps_done: u64,
+    now_ms: i64,
+) -> Option<f64> {
+    let start = transitions.iter().rev().find(|x| {
+        x.to == TaskState::Running
+            && (x.reason.starts_with("started") || x.reason.starts_with(RESUMED_FROM))
+    })?;
+    let start_steps = start
+        .reason
+        .strip_prefix(RESUMED_FROM)
+        .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or(0);
+    let seconds = (now_ms - start.at_ms) as f64 / 1e3;
+    (seconds > 0.0 && steps_done > start_steps).then(|| (steps_done - start_steps) as f64 / seconds)
+}
+
+/// How a runner's first transition to `running` reads when it resumed.
+const RESUMED_FROM: &str = "resumed from checkpoint step ";
+
 #[derive(Clone, Debug, Serialize)]
 pub struct TaskProgress {
     pub task: i64,
@@ -132,24 +160,12 @@ pub(crate) fn task_progress(
     } else {
         (t.steps_done as f64 / t.total_steps.max(1) as f64).min(1.0)
     };
-    // Rate since the last transition into `running`.
     let transitions = store.transitions(t.id)?;
-    let since = transitions
-        .iter()
-        .rev()
-        .find(|x| x.to == TaskState::Running);
     let (mut rate, mut eta) = (0.0, None);
-    if let (Some(since), true) = (since, t.state.is_active()) {
-        let start_steps = since
-            .reason
-            .strip_prefix("resumed from checkpoint step ")
-            .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
-            .and_then(|n| n.parse::<u64>().ok())
-            .unwrap_or(0);
-        let seconds = (super::now_ms() - since.at_ms) as f64 / 1e3;
-        if seconds > 0.0 && t.steps_done > start_steps {
-            rate = (t.steps_done - start_steps) as f64 / seconds;
-            eta = Some(t.total_steps.saturating_sub(t.steps_done) as f64 / rate);
+    if t.state.is_active() {
+        if let Some(r) = attempt_rate(&transitions, t.steps_done, super::now_ms()) {
+            rate = r;
+            eta = Some(t.total_steps.saturating_sub(t.steps_done) as f64 / r);
         }
     }
     Ok(TaskProgress {
@@ -195,4 +211,52 @@ pub(crate) fn task_progress(
             .find(|x| x.to.is_finished())
             .map(|x| x.at_ms),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::orchestrator::store::TransitionRow;
+
+    fn row(to: TaskState, reason: &str, at_ms: i64) -> TransitionRow {
+        TransitionRow {
+            id: 0,
+            task_id: 1,
+            from: None,
+            to,
+            reason: reason.into(),
+            at_ms,
+        }
+    }
+
+    #[test]
+    fn the_rate_counts_this_attempts_steps_over_its_time() {
+        // Resumed at step 1000 at t = 0 s; a routine checkpoint at 9 s; now
+        // 10 s in, at step 1100: 10 steps/s (it used to be 1100 steps over
+        // the 1 s since the checkpoint).
+        let history = [
+            row(TaskState::Queued, "submitted", -60_000),
+            row(TaskState::Running, "started", -50_000),
+            row(TaskState::Interrupted, "the host stopped", -40_000),
+            row(TaskState::Queued, "re-queued at host start", -1_000),
+            row(
+                TaskState::Running,
+                "resumed from checkpoint step 1000 on node1",
+                0,
+            ),
+            row(
+                TaskState::Checkpointing,
+                "routine checkpoint at step 1090",
+                9_000,
+            ),
+            row(TaskState::Running, "checkpoint written", 9_000),
+        ];
+        let rate = attempt_rate(&history, 1100, 10_000).unwrap();
+        assert!((rate - 10.0).abs() < 1e-9, "{rate}");
+        // A first attempt counts from step 0.
+        let rate = attempt_rate(&history[..2], 500, -40_000).unwrap();
+        assert!((rate - 50.0).abs() < 1e-9, "{rate}");
+        // No step of this attempt yet: no rate.
+        assert_eq!(attempt_rate(&history, 1000, 10_000), None);
+    }
 }

@@ -386,8 +386,8 @@ fn beyond_loopback_needs_a_token_and_a_wrong_token_is_rejected() {
     assert!(right.status.success(), "{}", stderr(&right));
 
     // Rotation: the file rewritten with a new token puts it in force within
-    // seconds, on the API and the status page's data alike, and the old one
-    // stops working; no restart. (The host used to keep the old token until
+    // seconds (the status page's data shares the same check), and the old
+    // one stops working; no restart. (The host used to keep the old token until
     // it restarted.)
     std::fs::write(&token_file, "n3w-token\n").unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -773,4 +773,61 @@ fn plain_text_to_the_tls_port_is_told_to_use_https_and_an_expired_certificate_is
     let _ = plain.read_to_string(&mut reply);
     assert!(reply.starts_with("HTTP/1.1 400 Bad Request"), "{reply}");
     assert!(reply.contains("this port speaks TLS"), "{reply}");
+}
+
+/// `tli train watch` follows a job across its host's death: the host is
+/// killed (SIGKILL) mid-watch and started again on the same address; the
+/// watch says it lost the host, reconnects, and ends when the job (resumed
+/// by the new host) completes. It used to exit at once with "h2 protocol
+/// error".
+#[test]
+fn watch_follows_a_job_across_a_host_killed_and_started_again() {
+    let (plugins, state) = (template_and_behaviour(), tempfile::tempdir().unwrap());
+    let mut server = Server::start(plugins.path(), state.path(), &[]);
+    let job = job_id(&ok_json(&server.client(&[
+        "train",
+        "start",
+        "-p",
+        "behaviour",
+        "--config",
+        r#"{"sleep_ms_per_step":10}"#,
+        "-a",
+        "synthetic:100",
+        "--steps",
+        "600",
+        "-o",
+        "json",
+    ])));
+    wait_for(&server, job, "running", |s| {
+        s["progress"]["tasks"][0]["state"] == "running"
+    });
+    let mut watch = std::process::Command::new(tli_binary())
+        .args([
+            "train",
+            "watch",
+            &job.to_string(),
+            "--endpoint",
+            &server.endpoint(),
+        ])
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let address = server.address.clone();
+    server.kill9();
+    std::thread::sleep(Duration::from_secs(2));
+    let _again = Server::start_with(plugins.path(), state.path(), &address, &[], &[]);
+    let exited = exit_within(&mut watch, Duration::from_secs(120));
+    let out = watch.wait_with_output().unwrap();
+    assert!(exited.is_some(), "the watch did not end: {}", stderr(&out));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said = stderr(&out);
+    assert!(said.contains("lost the host ("), "{said}");
+    assert!(
+        said.contains("reconnected to the host; following job"),
+        "{said}"
+    );
+    assert!(said.contains("completed"), "{said}");
 }
