@@ -182,6 +182,42 @@ fn outside_files(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
     (valid, secret)
 }
 
+/// A data root holding a copy of the sample (`inside`) and a link to it
+/// (`link`), with valid bars and a secret outside it, and a state directory.
+struct LinkedRoot {
+    state: tempfile::TempDir,
+    root: tempfile::TempDir,
+    _elsewhere: tempfile::TempDir,
+    inside: std::path::PathBuf,
+    link: std::path::PathBuf,
+    valid: std::path::PathBuf,
+    secret: std::path::PathBuf,
+}
+
+impl LinkedRoot {
+    fn new() -> Self {
+        let (state, root, elsewhere) = (
+            tempfile::tempdir().unwrap(),
+            tempfile::tempdir().unwrap(),
+            tempfile::tempdir().unwrap(),
+        );
+        let inside = root.path().join("inside.csv");
+        std::fs::copy(sample(), &inside).unwrap();
+        let (valid, secret) = outside_files(elsewhere.path());
+        let link = root.path().join("bars.csv");
+        repoint(&link, &inside);
+        Self {
+            state,
+            root,
+            _elsewhere: elsewhere,
+            inside,
+            link,
+            valid,
+            secret,
+        }
+    }
+}
+
 /// Points `link` at `target` in one step (a new link renamed over it), so
 /// it always exists.
 fn repoint(link: &Path, target: &Path) {
@@ -204,16 +240,15 @@ fn a_link_flipped_during_hundreds_of_submissions_never_leads_outside() {
     use tli_proto::v1 as pb;
     use tli_proto::v1::training_service_client::TrainingServiceClient;
     let plugins = PluginDir::with(&[(TEMPLATE, "template")]);
-    let (state, root, elsewhere) = (
-        tempfile::tempdir().unwrap(),
-        tempfile::tempdir().unwrap(),
-        tempfile::tempdir().unwrap(),
-    );
-    let inside = root.path().join("inside.csv");
-    std::fs::copy(sample(), &inside).unwrap();
-    let (valid, secret) = outside_files(elsewhere.path());
-    let link = root.path().join("bars.csv");
-    repoint(&link, &inside);
+    let LinkedRoot {
+        state,
+        root,
+        _elsewhere,
+        inside,
+        link,
+        valid,
+        secret,
+    } = LinkedRoot::new();
     let server = Server::start(
         plugins.path(),
         state.path(),
@@ -320,16 +355,15 @@ fn a_link_flipped_during_hundreds_of_submissions_never_leads_outside() {
 #[test]
 fn a_task_started_again_after_a_restart_checks_its_files_again() {
     let plugins = template_and_behaviour();
-    let (state, root, elsewhere) = (
-        tempfile::tempdir().unwrap(),
-        tempfile::tempdir().unwrap(),
-        tempfile::tempdir().unwrap(),
-    );
-    let inside = root.path().join("inside.csv");
-    std::fs::copy(sample(), &inside).unwrap();
-    let (_, secret) = outside_files(elsewhere.path());
-    let link = root.path().join("bars.csv");
-    repoint(&link, &inside);
+    let LinkedRoot {
+        state,
+        root,
+        _elsewhere,
+        inside,
+        link,
+        secret,
+        ..
+    } = LinkedRoot::new();
     let data_root = format!("--data-root={}", root.path().display());
     let mut server = Server::start(plugins.path(), state.path(), &[&data_root]);
     let job = start_slow_behaviour_job(&server, &link).to_string();

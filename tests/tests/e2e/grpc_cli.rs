@@ -35,6 +35,24 @@ fn wait_for(
     }
 }
 
+/// Starts a behaviour task of `steps` steps of 10 ms on synthetic bars; its job id.
+fn start_behaviour(server: &Server, steps: &str) -> u64 {
+    job_id(&ok_json(&server.client(&[
+        "train",
+        "start",
+        "-p",
+        "behaviour",
+        "--config",
+        r#"{"sleep_ms_per_step":10}"#,
+        "-a",
+        "synthetic:100",
+        "--steps",
+        steps,
+        "-o",
+        "json",
+    ])))
+}
+
 fn task_states(status: &serde_json::Value) -> Vec<String> {
     status["progress"]["tasks"]
         .as_array()
@@ -423,20 +441,7 @@ fn beyond_loopback_needs_a_token_and_a_wrong_token_is_rejected() {
 fn sigterm_ends_watch_streams_checkpoints_and_exits_promptly() {
     let (plugins, state) = (template_and_behaviour(), tempfile::tempdir().unwrap());
     let mut server = Server::start(plugins.path(), state.path(), &[]);
-    let job = job_id(&ok_json(&server.client(&[
-        "train",
-        "start",
-        "-p",
-        "behaviour",
-        "--config",
-        r#"{"sleep_ms_per_step":10}"#,
-        "-a",
-        "synthetic:100",
-        "--steps",
-        "100000",
-        "-o",
-        "json",
-    ])));
+    let job = start_behaviour(&server, "100000");
     wait_for(&server, job, "running", |s| {
         task_states(s).iter().any(|t| t == "running")
     });
@@ -784,20 +789,7 @@ fn plain_text_to_the_tls_port_is_told_to_use_https_and_an_expired_certificate_is
 fn watch_follows_a_job_across_a_host_killed_and_started_again() {
     let (plugins, state) = (template_and_behaviour(), tempfile::tempdir().unwrap());
     let mut server = Server::start(plugins.path(), state.path(), &[]);
-    let job = job_id(&ok_json(&server.client(&[
-        "train",
-        "start",
-        "-p",
-        "behaviour",
-        "--config",
-        r#"{"sleep_ms_per_step":10}"#,
-        "-a",
-        "synthetic:100",
-        "--steps",
-        "600",
-        "-o",
-        "json",
-    ])));
+    let job = start_behaviour(&server, "600");
     wait_for(&server, job, "running", |s| {
         s["progress"]["tasks"][0]["state"] == "running"
     });
