@@ -317,6 +317,11 @@ pub struct ExecutorArgs {
     /// Seconds before a task's time limit at which Slurm tells its worker to checkpoint.
     #[arg(long, default_value_t = 120)]
     pub slurm_signal_seconds: u32,
+    /// Seconds a running Slurm job's worker may take to reach this host
+    /// before the job is cancelled and counted lost (three such jobs fail
+    /// the task: a wrong --worker-url, a firewall, a node without tli).
+    #[arg(long, value_name = "SECONDS", default_value_t = 120)]
+    pub slurm_attach_timeout: u64,
     /// Where Slurm's commands (sbatch, squeue, scancel, sacct) are; default: PATH.
     #[arg(long)]
     pub slurm_bin_dir: Option<PathBuf>,

@@ -381,6 +381,19 @@ pub fn job_summary(job: &JobJson) -> Vec<String> {
         ));
     }
     for t in &job.progress.tasks {
+        if let Some(detail) = &t.detail {
+            lines.push(format!("task {}: {detail}", t.task_id));
+        }
+        if let Some(s) = t.slurm.as_ref().filter(|s| s.cpu_seconds > 0.0) {
+            lines.push(format!(
+                "task {}: {} Slurm job{}, {:.2} CPU-h, {:.2} GPU-h",
+                t.task_id,
+                s.jobs,
+                if s.jobs == 1 { "" } else { "s" },
+                s.cpu_seconds / 3600.0,
+                s.gpu_seconds / 3600.0
+            ));
+        }
         if let Some(why) = &t.stopped_early {
             lines.push(format!("task {}: {why}", t.task_id));
         }
@@ -486,12 +499,18 @@ mod tests {
         ran.slurm = Some(pb::SlurmPlacement {
             job_id: "41".into(),
             node: "gpu-07".into(),
+            jobs: 2,
+            cpu_seconds: 7200.0,
+            gpu_seconds: 1800.0,
         });
         let mut pending = task(2, pb::TaskState::Queued);
         pending.slurm = Some(pb::SlurmPlacement {
             job_id: "42".into(),
             node: String::new(),
+            jobs: 1,
+            ..Default::default()
         });
+        pending.detail = "Slurm job 42 pending: Resources".into();
         let job = |tasks| {
             JobJson::from(&pb::Job {
                 job_id: 3,
@@ -504,11 +523,24 @@ mod tests {
                 }),
             })
         };
-        let table =
-            tasks_table(&job(vec![ran, pending, task(3, pb::TaskState::Queued)])).to_string();
+        let table = tasks_table(&job(vec![
+            ran.clone(),
+            pending.clone(),
+            task(3, pb::TaskState::Queued),
+        ]))
+        .to_string();
         assert!(table.contains("SLURM JOB"), "{table}");
         assert!(table.contains("41 on gpu-07"), "{table}");
         assert!(table.contains("42 (not started)"), "{table}");
+        let lines = job_summary(&job(vec![ran, pending])).join("\n");
+        assert!(
+            lines.contains("task 1: 2 Slurm jobs, 2.00 CPU-h, 0.50 GPU-h"),
+            "{lines}"
+        );
+        assert!(
+            lines.contains("task 2: Slurm job 42 pending: Resources"),
+            "{lines}"
+        );
         let local = tasks_table(&job(vec![task(1, pb::TaskState::Running)])).to_string();
         assert!(
             !local.contains("SLURM"),

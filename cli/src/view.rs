@@ -95,6 +95,10 @@ pub struct TaskJson {
     /// Its best checkpoint (its model), when it keeps best ones.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub best: Option<BestJson>,
+    /// What it waits for, where its state alone does not say ("waiting for
+    /// Slurm: …", "Slurm job 12 pending: Resources").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
 }
 
 /// A task's best checkpoint.
@@ -110,6 +114,11 @@ pub struct SlurmJson {
     pub job_id: String,
     /// `None` until its worker attached.
     pub node: Option<String>,
+    /// Slurm jobs submitted for the task so far.
+    pub jobs: u32,
+    /// CPU- and GPU-seconds of its ended jobs, from Slurm's accounting.
+    pub cpu_seconds: f64,
+    pub gpu_seconds: f64,
 }
 
 /// A job in `tli host run|status -o json`: flat (name, weighted fraction and
@@ -250,7 +259,11 @@ impl From<&pb::TaskProgress> for TaskJson {
             slurm: t.slurm.as_ref().map(|s| SlurmJson {
                 job_id: s.job_id.clone(),
                 node: (!s.node.is_empty()).then(|| s.node.clone()),
+                jobs: s.jobs,
+                cpu_seconds: s.cpu_seconds,
+                gpu_seconds: s.gpu_seconds,
             }),
+            detail: (!t.detail.is_empty()).then(|| t.detail.clone()),
             plugin_version: (!t.plugin_version.is_empty()).then(|| t.plugin_version.clone()),
             plugin_checksum: (!t.plugin_checksum.is_empty()).then(|| t.plugin_checksum.clone()),
             stopped_early: (!t.stopped_early.is_empty()).then(|| t.stopped_early.clone()),
@@ -378,6 +391,7 @@ pub mod tests {
             plugin_checksum: String::new(),
             stopped_early: String::new(),
             best: None,
+            detail: String::new(),
         }
     }
 

@@ -1,6 +1,7 @@
 //! Slurm's client commands, run as child processes with a timeout each:
 //! `sbatch` (submit; a refusal keeps Slurm's own message), `squeue` (which
-//! of our jobs still live), `scancel` and `sacct` (how a job ended).
+//! of our jobs still live), `scancel` and `sacct` (how a job ended, what it
+//! used).
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -52,6 +53,49 @@ pub fn parse_final_state(out: &str, id: &str) -> Option<FinalState> {
             started: cpus.map(|c| c > 0),
         })
     })
+}
+
+/// What an ended job used, from `sacct`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Accounted {
+    pub elapsed_seconds: u64,
+    pub cpus: u32,
+    /// `gres/gpu=N` of its allocated TRES, when accounting records GPUs.
+    pub gpus: Option<f64>,
+    /// `gres/shard=K` of its allocated TRES.
+    pub shards: Option<u32>,
+}
+
+/// `JobIDRaw|ElapsedRaw|AllocCPUS|AllocTRES` lines → job id → usage. Job
+/// steps (`12.batch`) and lines that do not parse are skipped; a job listed
+/// twice (requeued) keeps its last line.
+pub fn parse_accounting(out: &str) -> HashMap<String, Accounted> {
+    out.lines()
+        .filter_map(|line| {
+            let mut f = line.trim().split('|');
+            let id = f.next()?.trim();
+            if id.is_empty() || !id.chars().all(|c| c.is_ascii_digit() || c == '_') {
+                return None;
+            }
+            let elapsed_seconds = f.next()?.trim().parse().ok()?;
+            let cpus = f.next()?.trim().parse().ok()?;
+            let tres = f.next().unwrap_or("").trim();
+            let tres_value = |key: &str| {
+                tres.split(',')
+                    .find_map(|kv| kv.strip_prefix(key))
+                    .and_then(|v| v.parse::<f64>().ok())
+            };
+            Some((
+                id.to_string(),
+                Accounted {
+                    elapsed_seconds,
+                    cpus,
+                    gpus: tres_value("gres/gpu="),
+                    shards: tres_value("gres/shard=").map(|k| k as u32),
+                },
+            ))
+        })
+        .collect()
 }
 
 /// A job's state as `squeue` reports it.
@@ -240,6 +284,27 @@ impl Slurm {
     }
 }
 
+impl Slurm {
+    /// What the ended `jobs` used, from accounting, or from the
+    /// job-completion log where there is no accounting database (`sacct
+    /// -c`); jobs neither knows (yet) are missing.
+    pub fn accounting(&self, jobs: &[String]) -> Result<HashMap<String, Accounted>, SlurmError> {
+        let args = |extra: &str| -> Vec<String> {
+            vec![
+                extra.to_string(),
+                "--noheader".into(),
+                "--parsable2".into(),
+                "--format=JobIDRaw,ElapsedRaw,AllocCPUS,AllocTRES".into(),
+                format!("--jobs={}", jobs.join(",")),
+            ]
+        };
+        let out = self
+            .run("sacct", &args("-X"), None)
+            .or_else(|_| self.run("sacct", &args("-c"), None))?;
+        Ok(parse_accounting(&out))
+    }
+}
+
 /// `squeue --format=%i|%T|%r` lines → job id → state.
 pub fn parse_squeue(out: &str) -> HashMap<String, JobState> {
     out.lines()
@@ -279,6 +344,29 @@ mod tests {
             "a completing job's worker may still be saving its checkpoint"
         );
         assert!(!jobs["15"].is_alive());
+    }
+
+    #[test]
+    fn sacct_usage_lines_are_read_with_and_without_gpu_tres() {
+        let out = "12|95|4|billing=4,cpu=4,gres/gpu=2,mem=8G,node=1\n\
+                   12.batch|95|4|cpu=4,mem=8G\n\
+                   13|7|1|\n\
+                   14|3|2|cpu=2,gres/shard=3\n\
+                   junk\n";
+        let a = parse_accounting(out);
+        assert_eq!(a.len(), 3, "{a:?}");
+        assert_eq!(
+            a["12"],
+            Accounted {
+                elapsed_seconds: 95,
+                cpus: 4,
+                gpus: Some(2.0),
+                shards: None
+            }
+        );
+        assert_eq!(a["13"].gpus, None);
+        assert_eq!(a["13"].elapsed_seconds, 7);
+        assert_eq!(a["14"].shards, Some(3));
     }
 
     #[test]

@@ -1,14 +1,17 @@
 //! Slurm behind the engine's [`RemoteExecutor`] seam: a task becomes an
 //! `sbatch` job sized from its estimate (see [`request`](super::request)),
-//! `squeue` says which jobs still live, `sacct` how one ended, `scancel`
-//! gives one up. The engine keeps the leases, the re-queues and the limits.
+//! `squeue` says which jobs still live, `sacct` how one ended and what it
+//! used, `scancel` gives one up. The engine keeps the leases, the re-queues
+//! and the limits.
 
 use super::commands::{Slurm, SlurmError};
 use super::request::{batch_script, sbatch_args, TaskRequest};
-use super::SlurmConfig;
+use super::{GpuRequest, SlurmConfig};
+use std::time::Duration;
 use tli_runtime::orchestrator::executor::ExecutorKind;
 use tli_runtime::orchestrator::remote_executor::{
-    DispatchRequest, Dispatched, EndedJob, ExecutorError, RemoteExecutor, WorkerSetup,
+    DispatchRequest, Dispatched, EndedJob, ExecutorError, JobUsage, LiveJob, PollReport,
+    RemoteExecutor, WorkerSetup,
 };
 use tli_runtime::orchestrator::TaskId;
 
@@ -62,6 +65,38 @@ pub fn is_transient(message: &str) -> bool {
     SIGNS.iter().any(|sign| message.contains(sign))
 }
 
+impl SlurmExecutor {
+    /// `shards` GPU shards in GPUs (1 when the cluster's split is unknown).
+    fn shards_as_gpus(&self, shards: u32) -> f64 {
+        match self.config.gpus {
+            GpuRequest::Shards { per_gpu, .. } => f64::from(shards) / f64::from(per_gpu.max(1)),
+            GpuRequest::Whole => f64::from(shards),
+        }
+    }
+}
+
+/// The GPUs a job's sbatch options asked for (`--gres=gpu:N`, or
+/// `--gres=shard:K` as a fraction of a GPU split per `gpus`); 0 for none.
+pub fn requested_gpus(request: &str, gpus: &GpuRequest) -> f64 {
+    let count = |prefix: &str| {
+        request
+            .split_whitespace()
+            .find_map(|a| a.strip_prefix(prefix))
+            .and_then(|n| n.rsplit(':').next())
+            .and_then(|n| n.parse::<u32>().ok())
+    };
+    if let Some(n) = count("--gres=gpu:") {
+        return f64::from(n);
+    }
+    match (count("--gres=shard:"), gpus) {
+        (Some(k), GpuRequest::Shards { per_gpu, .. }) => {
+            f64::from(k) / f64::from((*per_gpu).max(1))
+        }
+        (Some(k), GpuRequest::Whole) => f64::from(k),
+        (None, _) => 0.0,
+    }
+}
+
 /// The output directory could not be made.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot create {dir} for the Slurm job's output: {source}")]
@@ -111,18 +146,61 @@ impl RemoteExecutor for SlurmExecutor {
         })
     }
 
-    fn poll(&self, jobs: &[String]) -> Result<Vec<EndedJob>, ExecutorError> {
-        let live = self.commands.live_jobs().map_err(unavailable)?;
+    fn attach_timeout(&self) -> Duration {
+        self.config.attach_timeout
+    }
+
+    fn poll(&self, jobs: &[String]) -> Result<PollReport, ExecutorError> {
+        let states = self.commands.live_jobs().map_err(unavailable)?;
+        let mut report = PollReport::default();
+        for job in jobs {
+            match states.get(job).filter(|s| s.is_alive()) {
+                Some(s) => report.live.push(LiveJob {
+                    external_id: job.clone(),
+                    running: s.state == "RUNNING",
+                    state: s.state.clone(),
+                    reason: s.reason.clone(),
+                }),
+                None => {
+                    let end = self.commands.final_state(job);
+                    report.ended.push(EndedJob {
+                        external_id: job.clone(),
+                        started: end.as_ref().and_then(|e| e.started),
+                        cancelled: end.as_ref().is_some_and(|e| {
+                            e.state.starts_with("CANCELLED") || e.state.starts_with("PREEMPTED")
+                        }),
+                        state: end.map_or_else(|| "state unknown".into(), |e| e.state),
+                    });
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    fn usage(&self, jobs: &[(String, String)]) -> Result<Vec<(String, JobUsage)>, ExecutorError> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<String> = jobs.iter().map(|(id, _)| id.clone()).collect();
+        let accounted = self.commands.accounting(&ids).map_err(unavailable)?;
         Ok(jobs
             .iter()
-            .filter(|job| !live.get(*job).is_some_and(|s| s.is_alive()))
-            .map(|job| {
-                let end = self.commands.final_state(job);
-                EndedJob {
-                    external_id: job.clone(),
-                    started: end.as_ref().and_then(|e| e.started),
-                    state: end.map_or_else(|| "state unknown".into(), |e| e.state),
-                }
+            .filter_map(|(id, request)| {
+                let a = accounted.get(id)?;
+                // Accounting without GPU TRES (no AccountingStorageTRES=gres/gpu, or the
+                // job-completion log): the GPUs the job asked for, which Slurm granted.
+                let gpus = a
+                    .gpus
+                    .or(a.shards.map(|k| self.shards_as_gpus(k)))
+                    .unwrap_or_else(|| requested_gpus(request, &self.config.gpus));
+                Some((
+                    id.clone(),
+                    JobUsage {
+                        elapsed_seconds: a.elapsed_seconds as f64,
+                        cpus: a.cpus,
+                        gpus,
+                    },
+                ))
             })
             .collect())
     }
@@ -169,7 +247,22 @@ impl RemoteExecutor for SlurmExecutor {
 
 #[cfg(test)]
 mod tests {
-    use super::is_transient;
+    use super::{is_transient, requested_gpus, GpuRequest};
+
+    #[test]
+    fn gpus_are_read_from_the_request_when_accounting_has_none() {
+        let whole = GpuRequest::Whole;
+        assert_eq!(
+            requested_gpus("--job-name=tli-1 --gres=gpu:2 --mem=1G", &whole),
+            2.0
+        );
+        assert_eq!(requested_gpus("--job-name=tli-1 --mem=1G", &whole), 0.0);
+        let shards = GpuRequest::Shards {
+            per_gpu: 4,
+            gpu_bytes: 1 << 30,
+        };
+        assert_eq!(requested_gpus("--gres=shard:3", &shards), 0.75);
+    }
 
     #[test]
     fn a_controller_outage_is_transient_and_a_bad_request_is_not() {

@@ -62,6 +62,9 @@ pub struct SlurmConfig {
     /// Seconds before the time limit at which Slurm signals the worker to
     /// checkpoint (`--signal=B:USR1@N`).
     pub signal_seconds: u32,
+    /// How long a running job's worker may take to reach the host before
+    /// the job is given up (cancelled and counted lost).
+    pub attach_timeout: std::time::Duration,
 }
 
 impl SlurmConfig {

@@ -137,6 +137,7 @@ mod tests {
             cpus_per_task: 4,
             max_jobs: 100,
             signal_seconds: 120,
+            attach_timeout: std::time::Duration::from_secs(120),
         }
     }
 

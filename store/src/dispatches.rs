@@ -10,7 +10,7 @@ use super::{Store, StoreError};
 use tli_core::{now_ms, TaskId};
 
 /// A row of `dispatches`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct DispatchRow {
     pub id: i64,
     pub task_id: TaskId,
@@ -25,10 +25,31 @@ pub struct DispatchRow {
     pub submitted_ms: i64,
     pub ended_ms: Option<i64>,
     pub end_reason: Option<String>,
+    /// What its job used, once the executor's accounting said.
+    pub usage: Option<DispatchUsage>,
 }
 
-const COLUMNS: &str =
-    "id, task_id, executor, external_id, request, node, submitted_ms, ended_ms, end_reason";
+/// What a dispatch's job used, from the executor's accounting.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DispatchUsage {
+    pub elapsed_seconds: f64,
+    pub cpus: u32,
+    /// Whole GPUs, or a fraction of one for GPU shards.
+    pub gpus: f64,
+}
+
+impl DispatchUsage {
+    pub fn cpu_seconds(&self) -> f64 {
+        self.elapsed_seconds * f64::from(self.cpus)
+    }
+
+    pub fn gpu_seconds(&self) -> f64 {
+        self.elapsed_seconds * self.gpus
+    }
+}
+
+const COLUMNS: &str = "id, task_id, executor, external_id, request, node, submitted_ms, ended_ms, \
+                       end_reason, usage_elapsed_s, usage_cpus, usage_gpus";
 
 fn dispatch_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DispatchRow> {
     Ok(DispatchRow {
@@ -41,6 +62,14 @@ fn dispatch_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DispatchRow> {
         submitted_ms: r.get(6)?,
         ended_ms: r.get(7)?,
         end_reason: r.get(8)?,
+        usage: match (r.get::<_, Option<f64>>(9)?, r.get::<_, Option<u32>>(10)?) {
+            (Some(elapsed_seconds), Some(cpus)) => Some(DispatchUsage {
+                elapsed_seconds,
+                cpus,
+                gpus: r.get::<_, Option<f64>>(11)?.unwrap_or(0.0),
+            }),
+            _ => None,
+        },
     })
 }
 
@@ -88,6 +117,29 @@ impl Store {
             params![id, now_ms(), reason],
         )?;
         Ok(())
+    }
+
+    /// Records what a dispatch's job used.
+    pub fn set_dispatch_usage(&self, id: i64, usage: &DispatchUsage) -> Result<(), StoreError> {
+        self.conn().execute(
+            "UPDATE dispatches SET usage_elapsed_s = ?2, usage_cpus = ?3, usage_gpus = ?4
+             WHERE id = ?1",
+            params![id, usage.elapsed_seconds, usage.cpus, usage.gpus],
+        )?;
+        Ok(())
+    }
+
+    /// Submitted dispatches that ended at or after `since_ms` and whose usage
+    /// is not known yet, oldest first (at most 200).
+    pub fn dispatches_awaiting_usage(&self, since_ms: i64) -> Result<Vec<DispatchRow>, StoreError> {
+        let c = self.reader();
+        let mut st = c.prepare(&format!(
+            "SELECT {COLUMNS} FROM dispatches
+             WHERE ended_ms >= ?1 AND external_id IS NOT NULL AND usage_elapsed_s IS NULL
+             ORDER BY id LIMIT 200"
+        ))?;
+        let rows = st.query_map([since_ms], dispatch_from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
     }
 
     /// One dispatch by id.

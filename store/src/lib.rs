@@ -127,7 +127,7 @@ use schema::{migrate, read_version};
 use tli_core::state::TaskState;
 use tli_core::TaskId;
 
-pub use dispatches::DispatchRow;
+pub use dispatches::{DispatchRow, DispatchUsage};
 pub use history::{
     thin_indices, BudgetChange, DeviceHistory, HistoryQuery, JobHistory, MetricSeries,
     ReservationSpan, TaskHistory, DEFAULT_MAX_POINTS,
@@ -139,7 +139,7 @@ pub use rows::{
 pub use summary::JOB_STATES;
 
 /// The schema version this host creates and understands.
-pub const SCHEMA_VERSION: i64 = 10;
+pub const SCHEMA_VERSION: i64 = 11;
 /// File name of the database inside the state directory.
 pub const DB_FILE: &str = "tli.sqlite3";
 /// File name of the host lock inside the state directory.

@@ -185,6 +185,14 @@ CREATE TABLE store_session (
 INSERT INTO store_session (id, open, pid, changed_ms) VALUES (1, 0, NULL, 0);
 ";
 
+/// What each ended dispatch's job used, from the executor's accounting
+/// (Slurm's `sacct`): NULL until known.
+const SCHEMA_V11: &str = "
+ALTER TABLE dispatches ADD COLUMN usage_elapsed_s REAL;
+ALTER TABLE dispatches ADD COLUMN usage_cpus INTEGER;
+ALTER TABLE dispatches ADD COLUMN usage_gpus REAL;
+";
+
 /// Rebuilds one task's `latest_metrics` rows from its history.
 pub(super) const REBUILD_LATEST_METRICS: &str = "
 INSERT INTO latest_metrics (task_id, name, step, value)
@@ -260,7 +268,10 @@ pub(super) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreErr
     if version < 10 {
         tx.execute_batch(SCHEMA_V10).map_err(open_err)?;
     }
-    // Later versions: `if version < 11 { ... }` here.
+    if version < 11 {
+        tx.execute_batch(SCHEMA_V11).map_err(open_err)?;
+    }
+    // Later versions: `if version < 12 { ... }` here.
     tx.pragma_update(None, "user_version", SCHEMA_VERSION)
         .map_err(open_err)?;
     tx.commit().map_err(open_err)

@@ -71,6 +71,9 @@ pub(super) fn slurm_config(
     if e.slurm_cpus_per_task == 0 {
         bail!("--slurm-cpus-per-task: must be at least 1");
     }
+    if e.slurm_attach_timeout == 0 {
+        bail!("--slurm-attach-timeout: must be at least 1 second");
+    }
     if e.slurm_max_jobs == 0 {
         bail!("--slurm-max-jobs: must be at least 1");
     }
@@ -87,6 +90,7 @@ pub(super) fn slurm_config(
         cpus_per_task: e.slurm_cpus_per_task,
         max_jobs: e.slurm_max_jobs,
         signal_seconds: e.slurm_signal_seconds,
+        attach_timeout: std::time::Duration::from_secs(e.slurm_attach_timeout),
     }))
 }
 

@@ -714,30 +714,88 @@ fn a_version_9_store_gains_its_session_mark_and_keeps_its_jobs() {
     {
         // What a version-9 host left behind: no store_session.
         let conn = rusqlite::Connection::open(dir.path().join(DB_FILE)).unwrap();
-        conn.execute_batch("DROP TABLE store_session; PRAGMA user_version = 9;")
-            .unwrap();
+        conn.execute_batch(&format!(
+            "{DROP_V11} DROP TABLE store_session; PRAGMA user_version = 9;"
+        ))
+        .unwrap();
     }
     let store = Store::open(dir.path()).unwrap();
     assert_eq!(store.pragmas().unwrap().user_version, SCHEMA_VERSION);
     assert!(store.job(job).unwrap().is_some());
 }
 
-/// What versions 9 and 10 added: dropping it gives a version-8 store.
-const DROP_V9: &str = "DROP TABLE store_session; ALTER TABLE checkpoints DROP COLUMN best_metric;
+/// What version 11 added: dropping it gives a version-10 store.
+const DROP_V11: &str = "ALTER TABLE dispatches DROP COLUMN usage_elapsed_s;
+    ALTER TABLE dispatches DROP COLUMN usage_cpus; ALTER TABLE dispatches DROP COLUMN usage_gpus;";
+
+/// A dispatch's usage round-trips; a version-10 store gains the columns and
+/// its dispatches read as not accounted yet.
+#[test]
+fn dispatch_usage_round_trips_and_a_version_10_store_gains_it() {
+    use tli_host::orchestrator::store::DispatchUsage;
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _job, ids) = store_with_job(dir.path(), 1);
+    let first = store.open_dispatch(ids[0], "slurm").unwrap();
+    store
+        .set_dispatch_submitted(first, "41", "--gres=gpu:1")
+        .unwrap();
+    store
+        .end_dispatch(first, "worker ended: Completed")
+        .unwrap();
+    let second = store.open_dispatch(ids[0], "slurm").unwrap();
+    store.set_dispatch_submitted(second, "42", "").unwrap();
+    let waiting = store.dispatches_awaiting_usage(0).unwrap();
+    assert_eq!(
+        waiting.iter().map(|d| d.id).collect::<Vec<_>>(),
+        vec![first]
+    );
+    let usage = DispatchUsage {
+        elapsed_seconds: 95.0,
+        cpus: 4,
+        gpus: 1.0,
+    };
+    store.set_dispatch_usage(first, &usage).unwrap();
+    assert!(store.dispatches_awaiting_usage(0).unwrap().is_empty());
+    assert_eq!(store.dispatch(first).unwrap().unwrap().usage, Some(usage));
+    assert_eq!(store.dispatch(second).unwrap().unwrap().usage, None);
+    drop(store);
+    {
+        let conn = rusqlite::Connection::open(dir.path().join(DB_FILE)).unwrap();
+        conn.execute_batch(&format!("{DROP_V11} PRAGMA user_version = 10;"))
+            .unwrap();
+    }
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(store.pragmas().unwrap().user_version, SCHEMA_VERSION);
+    assert_eq!(store.dispatch(first).unwrap().unwrap().usage, None);
+    assert_eq!(
+        store.dispatches_awaiting_usage(0).unwrap().len(),
+        1,
+        "an ended dispatch of a version-10 store is asked about again"
+    );
+}
+
+/// What versions 9 to 11 added: dropping it gives a version-8 store.
+const DROP_V9: &str = "ALTER TABLE dispatches DROP COLUMN usage_elapsed_s;
+    ALTER TABLE dispatches DROP COLUMN usage_cpus; ALTER TABLE dispatches DROP COLUMN usage_gpus;
+    DROP TABLE store_session; ALTER TABLE checkpoints DROP COLUMN best_metric;
     ALTER TABLE checkpoints DROP COLUMN best_value; ALTER TABLE checkpoints DROP COLUMN best_mode;";
 
-/// What versions 8 to 10 added: dropping it gives a version-7 store.
-const DROP_V8: &str = "DROP TABLE store_session; ALTER TABLE checkpoints DROP COLUMN best_metric;
+/// What versions 8 to 11 added: dropping it gives a version-7 store.
+const DROP_V8: &str = "ALTER TABLE dispatches DROP COLUMN usage_elapsed_s;
+    ALTER TABLE dispatches DROP COLUMN usage_cpus; ALTER TABLE dispatches DROP COLUMN usage_gpus;
+    DROP TABLE store_session; ALTER TABLE checkpoints DROP COLUMN best_metric;
     ALTER TABLE checkpoints DROP COLUMN best_value; ALTER TABLE checkpoints DROP COLUMN best_mode;
     DROP TABLE model_cards;";
 
-/// What versions 7 to 10 added: dropping it gives a version-6 store.
-const DROP_V7: &str = "DROP TABLE store_session; ALTER TABLE checkpoints DROP COLUMN best_metric;
+/// What versions 7 to 11 added: dropping it gives a version-6 store.
+const DROP_V7: &str = "ALTER TABLE dispatches DROP COLUMN usage_elapsed_s;
+    ALTER TABLE dispatches DROP COLUMN usage_cpus; ALTER TABLE dispatches DROP COLUMN usage_gpus;
+    DROP TABLE store_session; ALTER TABLE checkpoints DROP COLUMN best_metric;
     ALTER TABLE checkpoints DROP COLUMN best_value; ALTER TABLE checkpoints DROP COLUMN best_mode;
     DROP TABLE model_cards; ALTER TABLE tasks DROP COLUMN plugin_version;
     ALTER TABLE tasks DROP COLUMN plugin_checksum;";
 
-/// What versions 4 to 10 added: dropping it gives a version-3 store.
+/// What versions 4 to 11 added: dropping it gives a version-3 store.
 const DROP_V4: &str = "DROP TABLE store_session; ALTER TABLE checkpoints DROP COLUMN best_metric;
     ALTER TABLE checkpoints DROP COLUMN best_value; ALTER TABLE checkpoints DROP COLUMN best_mode;
     DROP TABLE model_cards; ALTER TABLE tasks DROP COLUMN plugin_version;

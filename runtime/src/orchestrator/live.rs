@@ -39,6 +39,9 @@ pub struct TaskLog {
 
 pub struct LiveProgress {
     tasks: Mutex<HashMap<TaskId, LiveTask>>,
+    /// What a task not yet running waits for, where its state alone does not
+    /// say ("waiting for Slurm: …", "Slurm job 12 pending: Resources").
+    notes: Mutex<HashMap<TaskId, String>>,
     logs: broadcast::Sender<TaskLog>,
 }
 
@@ -52,6 +55,7 @@ impl LiveProgress {
     pub fn new() -> Self {
         Self {
             tasks: Mutex::new(HashMap::new()),
+            notes: Mutex::new(HashMap::new()),
             logs: broadcast::channel(LOG_CHANNEL_CAPACITY).0,
         }
     }
@@ -82,6 +86,22 @@ impl LiveProgress {
     /// Drops a task's entry once its runner has flushed everything to the store.
     pub fn forget(&self, task: TaskId) {
         self.tasks().remove(&task);
+        self.set_note(task, None);
+    }
+
+    /// Sets (or with `None` clears) what the task waits for.
+    pub fn set_note(&self, task: TaskId, note: Option<String>) {
+        let mut notes = self.notes.lock().unwrap_or_else(|e| e.into_inner());
+        match note {
+            Some(text) => notes.insert(task, text),
+            None => notes.remove(&task),
+        };
+    }
+
+    /// What the task waits for, if anything was said.
+    pub fn note(&self, task: TaskId) -> Option<String> {
+        let notes = self.notes.lock().unwrap_or_else(|e| e.into_inner());
+        notes.get(&task).cloned()
     }
 
     /// Passes a plugin's log line to every log subscriber (none: dropped).

@@ -8,7 +8,7 @@
 
 use super::live::LiveProgress;
 use super::state::TaskState;
-use super::store::{BestMark, MeasuredMemory, Store, StoreError, TaskRow};
+use super::store::{BestMark, DispatchRow, MeasuredMemory, Store, StoreError, TaskRow};
 use super::JobId;
 use serde::Serialize;
 
@@ -64,6 +64,9 @@ pub struct TaskProgress {
     pub finished_ms: Option<i64>,
     /// Its latest Slurm job, for a task of the Slurm executor.
     pub slurm: Option<SlurmPlacement>,
+    /// What it waits for, where its state alone does not say ("waiting for
+    /// Slurm: …", "Slurm job 12 running for 40 s, worker not attached").
+    pub detail: Option<String>,
     /// The plugin version that runs it and its library's SHA-256 (`None`
     /// for tasks of older hosts).
     pub plugin_version: Option<String>,
@@ -80,6 +83,11 @@ pub struct SlurmPlacement {
     pub job_id: String,
     /// The node its worker reported (once attached).
     pub node: Option<String>,
+    /// Slurm jobs submitted for it so far.
+    pub jobs: u32,
+    /// CPU- and GPU-seconds of its ended jobs, from Slurm's accounting.
+    pub cpu_seconds: f64,
+    pub gpu_seconds: f64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -195,12 +203,10 @@ pub(crate) fn task_progress(
         best: store
             .best_checkpoint(t.id)?
             .and_then(|r| Some((r.step, r.best?))),
-        slurm: store.dispatches_of(t.id)?.into_iter().rev().find_map(|d| {
-            d.external_id.map(|job_id| SlurmPlacement {
-                job_id,
-                node: d.node,
-            })
-        }),
+        slurm: slurm_placement(store.dispatches_of(t.id)?),
+        detail: live
+            .filter(|_| !t.state.is_finished())
+            .and_then(|l| l.note(t.id)),
         started_ms: transitions
             .iter()
             .find(|x| x.to == TaskState::Running)
@@ -210,6 +216,28 @@ pub(crate) fn task_progress(
             .rev()
             .find(|x| x.to.is_finished())
             .map(|x| x.at_ms),
+    })
+}
+
+/// A task's latest submitted Slurm job, with the count and accounted usage of all of them.
+fn slurm_placement(dispatches: Vec<DispatchRow>) -> Option<SlurmPlacement> {
+    let submitted: Vec<&DispatchRow> = dispatches
+        .iter()
+        .filter(|d| d.external_id.is_some())
+        .collect();
+    let last = submitted.last()?;
+    Some(SlurmPlacement {
+        job_id: last.external_id.clone().unwrap_or_default(),
+        node: last.node.clone(),
+        jobs: submitted.len() as u32,
+        cpu_seconds: submitted
+            .iter()
+            .filter_map(|d| d.usage.map(|u| u.cpu_seconds()))
+            .sum(),
+        gpu_seconds: submitted
+            .iter()
+            .filter_map(|d| d.usage.map(|u| u.gpu_seconds()))
+            .sum(),
     })
 }
 

@@ -52,6 +52,39 @@ pub struct EndedJob {
     /// Whether it ever started (was given resources): `Some(false)` for a
     /// job cancelled or preempted while it waited, `None` when unknown.
     pub started: Option<bool>,
+    /// Whether something outside it ended it (a cancel by a person or the
+    /// host, a preemption) rather than its own process exiting or failing.
+    pub cancelled: bool,
+}
+
+/// A job that is still alive, as the executor sees it now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LiveJob {
+    pub external_id: String,
+    /// The executor's word for its state ("PENDING", "RUNNING", "COMPLETING", ...).
+    pub state: String,
+    /// Why it waits, when it does ("Resources", "Priority"); empty otherwise.
+    pub reason: String,
+    /// Whether it has been given resources: its worker is starting or runs.
+    pub running: bool,
+}
+
+/// What a poll found: the jobs that ended and the state of those that live.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PollReport {
+    pub ended: Vec<EndedJob>,
+    pub live: Vec<LiveJob>,
+}
+
+/// What an ended job used, from the executor's accounting.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct JobUsage {
+    /// Wall-clock seconds it held its allocation.
+    pub elapsed_seconds: f64,
+    /// CPUs allocated to it.
+    pub cpus: u32,
+    /// GPUs allocated to it (whole GPUs; a fraction for GPU shards).
+    pub gpus: f64,
 }
 
 /// Where a worker of a task keeps what it writes, and how many threads it
@@ -103,8 +136,20 @@ pub trait RemoteExecutor: Send + Sync {
     }
     /// Submits a job that runs `tli worker` for the task under the lease.
     fn dispatch(&self, request: &DispatchRequest<'_>) -> Result<Dispatched, ExecutorError>;
-    /// Which of `jobs` are no longer alive, and how each ended.
-    fn poll(&self, jobs: &[String]) -> Result<Vec<EndedJob>, ExecutorError>;
+    /// How long a job may run without its worker attaching before the
+    /// engine gives it up as lost (a wrong worker URL, a firewall, a node
+    /// without the binary): counted from when the job is first seen running.
+    fn attach_timeout(&self) -> Duration {
+        Duration::from_secs(120)
+    }
+    /// Which of `jobs` are no longer alive (and how each ended), and the
+    /// state of the others.
+    fn poll(&self, jobs: &[String]) -> Result<PollReport, ExecutorError>;
+    /// What each of the ended `jobs` used (`(external id, request as
+    /// submitted)` pairs), for those the executor's accounting knows yet.
+    fn usage(&self, _jobs: &[(String, String)]) -> Result<Vec<(String, JobUsage)>, ExecutorError> {
+        Ok(Vec::new())
+    }
     /// Cancels a job (its worker is given up on).
     fn cancel(&self, external_id: &str) -> Result<(), ExecutorError>;
     /// At start-up: which of `jobs` (from dispatches a previous host left

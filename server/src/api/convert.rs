@@ -41,7 +41,11 @@ pub fn task_progress(t: &TaskProgress) -> pb::TaskProgress {
         slurm: t.slurm.as_ref().map(|s| pb::SlurmPlacement {
             job_id: s.job_id.clone(),
             node: s.node.clone().unwrap_or_default(),
+            jobs: s.jobs,
+            cpu_seconds: s.cpu_seconds,
+            gpu_seconds: s.gpu_seconds,
         }),
+        detail: t.detail.clone().unwrap_or_default(),
         plugin_version: t.plugin_version.clone().unwrap_or_default(),
         plugin_checksum: t.plugin_checksum.clone().unwrap_or_default(),
         stopped_early: t.stopped_early.clone().unwrap_or_default(),

@@ -245,8 +245,53 @@ fn a_two_by_two_job_runs_as_four_slurm_jobs_watched_live_and_equals_the_local_ru
         );
     }
     drop(store);
+    // What each task's job used, from Slurm's accounting (here the job-completion log):
+    // elapsed seconds × allocated CPUs, as sacct reports them.
+    let accounted: std::collections::HashMap<String, f64> = cluster
+        .run(
+            "sacct",
+            &["-c", "-n", "-P", "--format=JobID,ElapsedRaw,AllocCPUS"],
+        )
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split('|').collect();
+            let seconds = f.get(1)?.parse::<f64>().ok()? * f.get(2)?.parse::<f64>().ok()?;
+            Some((f[0].to_string(), seconds))
+        })
+        .collect();
+    cluster.wait_until(
+        Duration::from_secs(30),
+        "every task's Slurm usage is recorded",
+        || {
+            tasks(&status(&server, &job)).iter().all(|(task, _, _)| {
+                Store::open_read_only(&slurm_state)
+                    .unwrap()
+                    .dispatches_of(*task)
+                    .unwrap()[0]
+                    .usage
+                    .is_some()
+            })
+        },
+    );
+    let final_status = status(&server, &job);
+    for t in final_status["progress"]["tasks"].as_array().unwrap() {
+        let slurm = &t["slurm"];
+        let id = slurm["job_id"].as_str().unwrap();
+        assert_eq!(slurm["jobs"], 1, "{slurm}");
+        assert_eq!(slurm["gpu_seconds"], 0.0, "a CPU task: {slurm}");
+        assert_eq!(
+            slurm["cpu_seconds"].as_f64(),
+            Some(accounted[id]),
+            "job {id}: {slurm} against sacct {accounted:?}"
+        );
+        assert!(accounted[id] >= 1.0, "{accounted:?}");
+    }
     let table = stdout(&server.client(&["train", "status", &job]));
     assert!(table.contains("SLURM JOB"), "{table}");
+    assert!(
+        table.contains("1 Slurm job, 0.00 CPU-h, 0.00 GPU-h"),
+        "{table}"
+    );
 
     // The same job run locally (one thread, as the workers): identical final checkpoints.
     let local_state = work.path().join("local-host");
@@ -454,11 +499,26 @@ fn a_job_submitted_while_slurmctld_is_down_starts_when_it_returns() {
     ])));
     let task = tasks(&status(&server, &job))[0].0;
     let down = std::time::Instant::now();
+    let mut detail = String::new();
     while down.elapsed() < Duration::from_secs(60) {
-        let now = tasks(&status(&server, &job))[0].1.clone();
-        assert_eq!(now, "queued", "{:#?}", reasons(&state, task));
+        let now = status(&server, &job);
+        assert_eq!(tasks(&now)[0].1, "queued", "{:#?}", reasons(&state, task));
+        if let Some(d) = now["progress"]["tasks"][0]["detail"].as_str() {
+            detail = d.to_string();
+        }
         std::thread::sleep(Duration::from_millis(500));
     }
+    // What it waits for is in its status, not only in the host's log.
+    assert!(
+        detail.starts_with("waiting for Slurm: Slurm is not reachable now")
+            && detail.contains("slurm controller"),
+        "{detail:?}"
+    );
+    let table = stdout(&server.client(&["train", "status", &job]));
+    assert!(
+        table.contains(&format!("task {task}: waiting for Slurm")),
+        "{table}"
+    );
     let attempts = dispatches(&state, task);
     assert!(
         attempts.iter().any(|d| d
@@ -542,6 +602,17 @@ fn cancels_of_a_pending_job_leave_its_task_queued() {
                     .any(|(id, _, st)| id == &pending && st == "PENDING")
             },
         );
+        if cancel == 1 {
+            cluster.wait_until(
+                Duration::from_secs(10),
+                "status says why the job waits",
+                || {
+                    status(&server, &job)["progress"]["tasks"][0]["detail"]
+                        .as_str()
+                        .is_some_and(|d| d.starts_with(&format!("Slurm job {pending} pending: ")))
+                },
+            );
+        }
         cluster.run("scancel", &[&pending]);
     }
     cluster.wait_until(Duration::from_secs(30), "a fourth submission", || {
@@ -560,6 +631,78 @@ fn cancels_of_a_pending_job_leave_its_task_queued() {
         .map(|d| d.end_reason.clone().unwrap_or_default())
         .collect();
     assert!(ended.iter().all(|r| r.contains("CANCELLED")), "{ended:?}");
+}
+
+/// A worker that cannot reach the host (a wrong --worker-url): its running
+/// job is reported as such, given up after the attach timeout, and the task
+/// fails after three such jobs, each cancelled, not after the worker's own
+/// reconnect time.
+#[test]
+fn a_worker_that_cannot_reach_the_host_fails_its_task_within_the_attach_timeout() {
+    let Some(cluster) = SlurmCluster::start(2, 4) else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let (_plugins, state, server) = slurm_host(
+        &cluster,
+        work.path(),
+        &[(TEMPLATE, "template")],
+        // Port 1: nothing listens there.
+        &[
+            "--worker-url",
+            "http://127.0.0.1:1",
+            "--slurm-attach-timeout",
+            "6",
+        ],
+    );
+    let started = std::time::Instant::now();
+    let job = job_of(&ok_json(&server.client(&[
+        "train",
+        "start",
+        "-p",
+        "template",
+        "-a",
+        "synthetic:300:1",
+        "--steps",
+        "50",
+        "-o",
+        "json",
+    ])));
+    let task = tasks(&status(&server, &job))[0].0;
+    cluster.wait_until(
+        Duration::from_secs(30),
+        "status says the job runs without its worker",
+        || {
+            status(&server, &job)["progress"]["tasks"][0]["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("its worker has not reached the host yet"))
+        },
+    );
+    cluster.wait_until(Duration::from_secs(90), "the task fails", || {
+        tasks(&status(&server, &job))[0].1 == "failed"
+    });
+    let took = started.elapsed();
+    let error = status(&server, &job)["progress"]["tasks"][0]["error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        error.starts_with("3 Slurm jobs ended before their worker reached the host")
+            && error.contains("ran for 6 s and its worker did not reach the host"),
+        "{error}"
+    );
+    let attempts = dispatches(&state, task);
+    assert_eq!(attempts.len(), 3, "{attempts:#?}");
+    // Each job was cancelled, none left holding its allocation.
+    cluster.wait_until(Duration::from_secs(20), "no job of the task lives", || {
+        let live = cluster.live_jobs();
+        attempts.iter().all(|d| {
+            !live
+                .iter()
+                .any(|(id, _, _)| Some(id) == d.external_id.as_ref())
+        })
+    });
+    eprintln!("failed {:.1} s after submission", took.as_secs_f64());
 }
 
 #[test]
@@ -1127,5 +1270,192 @@ fn an_asha_sweep_runs_its_trials_as_slurm_jobs_with_the_same_decisions() {
             .iter()
             .all(|t| t["slurm"]["job_id"].as_str().is_some_and(|j| !j.is_empty())),
         "{status}"
+    );
+}
+
+/// A storm of `scancel`s on a multi-task job: every signalled worker saves
+/// its checkpoint, every task resumes from exactly where it stopped (no
+/// step redone) and ends with the same checkpoint as a local run. CI runs a
+/// small storm; `scripts/scancel-storm.sh` the large one of
+/// docs/scale-out.md (TLI_SCANCEL_STORM_CANCELS, _SECONDS, _ASSETS, _STEPS).
+#[test]
+fn a_scancel_storm_redoes_no_step_and_ends_as_the_local_run() {
+    let env = |name: &str, default: u64| -> u64 {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let cancels = env("TLI_SCANCEL_STORM_CANCELS", 3);
+    let seconds = env("TLI_SCANCEL_STORM_SECONDS", 9);
+    let assets = env("TLI_SCANCEL_STORM_ASSETS", 1).clamp(1, 3) as usize;
+    let steps = env("TLI_SCANCEL_STORM_STEPS", 60_000);
+    let Some(cluster) = SlurmCluster::start(2, 4) else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let (plugins, state, server) =
+        slurm_host(&cluster, work.path(), &[(TEMPLATE, "template")], &[]);
+    let data: Vec<String> = [
+        "es_proxy_sp500_1d.dbn.zst",
+        "nq_proxy_nasdaq_1d.dbn.zst",
+        "cl_proxy_wti_1d.dbn.zst",
+    ][..assets]
+        .iter()
+        .map(|a| format!(r#"{{"data":"{}"}}"#, sample(a)))
+        .collect();
+    // Two models per asset, checkpoints far apart: only the signal's checkpoint avoids redoing.
+    let spec = write_spec(
+        work.path(),
+        "storm",
+        &format!(
+            r#"{{"name":"storm","models":[{{"plugin":"template","steps":{steps}}},
+                {{"plugin":"template","steps":{steps},"config":{{"learning_rate":0.003}}}}],
+                "assets":[{}],"seed":5,"slice_steps":20,"checkpoint":{{"every_steps":10000}}}}"#,
+            data.join(",")
+        ),
+    );
+    let wall = std::time::Instant::now();
+    let job = job_of(&ok_json(
+        &server.client(&["train", "start", "--spec", &spec, "-o", "json"]),
+    ));
+    let ids: Vec<i64> = tasks(&status(&server, &job)).iter().map(|t| t.0).collect();
+    let names: Vec<String> = ids.iter().map(|t| format!("tli-task-{t}")).collect();
+    // The storm: `cancels` scancels evenly over `seconds`, each of a running
+    // task job chosen by a fixed sequence.
+    let mut pick: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut done = 0;
+    let storm = std::time::Instant::now();
+    while done < cancels {
+        let due = Duration::from_secs_f64(seconds as f64 * done as f64 / cancels as f64);
+        if storm.elapsed() < due {
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        }
+        let running: Vec<String> = cluster
+            .live_jobs()
+            .into_iter()
+            .filter(|(_, name, st)| names.contains(name) && st == "RUNNING")
+            .map(|(id, _, _)| id)
+            .collect();
+        if running.is_empty() {
+            assert!(
+                !all_in(&server, &job, "completed"),
+                "the tasks completed after {done} cancels: make them longer"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+            continue;
+        }
+        pick = pick
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        cluster.run(
+            "scancel",
+            &[&running[(pick >> 33) as usize % running.len()]],
+        );
+        done += 1;
+    }
+    let storm_seconds = storm.elapsed().as_secs_f64();
+    cluster.wait_until(Duration::from_secs(600), "every task completes", || {
+        let now = tasks(&status(&server, &job));
+        assert!(
+            now.iter().all(|t| t.1 != "failed"),
+            "{now:?}: {:#?}",
+            now.iter().map(|t| reasons(&state, t.0)).collect::<Vec<_>>()
+        );
+        now.iter().all(|t| t.1 == "completed")
+    });
+    let slurm_wall = wall.elapsed().as_secs_f64();
+    // Steps redone: for every resume, the step its previous attempt reached
+    // (the worker's "at step N") less the checkpoint step it resumed from.
+    let step_after = |text: &str, prefix: &str| -> Option<u64> {
+        let at = text.find(prefix)? + prefix.len();
+        text[at..]
+            .split(|c: char| !c.is_ascii_digit())
+            .next()?
+            .parse()
+            .ok()
+    };
+    let (mut resumes, mut redone, mut unreported, mut jobs) = (0, 0, 0, 0);
+    for task in &ids {
+        let history = reasons(&state, *task);
+        jobs += dispatches(&state, *task).len();
+        let mut reached: Option<u64> = None;
+        for r in &history {
+            if r.starts_with("interrupted: ") {
+                reached = step_after(r, " at step ");
+                if reached.is_none() {
+                    unreported += 1;
+                }
+            }
+            if let Some(from) = step_after(r, "running: resumed from checkpoint step ") {
+                resumes += 1;
+                if let Some(n) = reached.take() {
+                    assert!(n >= from, "task {task}: {history:#?}");
+                    redone += n - from;
+                }
+            }
+        }
+    }
+    drop(server);
+    // The same job run locally (one thread, as the workers).
+    let local_state = work.path().join("local");
+    let local_wall = std::time::Instant::now();
+    let local = run_tli(
+        plugins.path(),
+        &[
+            "host",
+            "run",
+            "--state-dir",
+            local_state.to_str().unwrap(),
+            "--cores",
+            "1",
+            "--submit",
+            &spec,
+        ],
+    );
+    assert!(local.status.success(), "{}", stderr(&local));
+    let local_wall = local_wall.elapsed().as_secs_f64();
+    let (slurm_store, local_store) = (
+        Store::open_read_only(&state).unwrap(),
+        Store::open_read_only(&local_state).unwrap(),
+    );
+    let mut equal = 0;
+    for (s, l) in slurm_store
+        .tasks_of(1)
+        .unwrap()
+        .iter()
+        .zip(&local_store.tasks_of(1).unwrap())
+    {
+        let (sc, lc) = (
+            slurm_store.checkpoints(s.id).unwrap()[0].clone(),
+            local_store.checkpoints(l.id).unwrap()[0].clone(),
+        );
+        assert_eq!((sc.step, lc.step), (steps, steps));
+        let same = std::fs::read_dir(&lc.path).unwrap().all(|file| {
+            let name = file.unwrap().file_name();
+            std::fs::read(Path::new(&sc.path).join(&name)).unwrap()
+                == std::fs::read(Path::new(&lc.path).join(&name)).unwrap()
+        });
+        equal += usize::from(same);
+    }
+    eprintln!(
+        "scancel storm: {} tasks, {cancels} cancels in {storm_seconds:.1} s, {jobs} Slurm jobs, \
+         {resumes} resumes, {redone} steps redone, {unreported} interruptions unreported, final \
+         checkpoints equal to the local run: {equal}/{}; wall {slurm_wall:.0} s on Slurm, \
+         {local_wall:.0} s locally (1 thread, one task at a time)",
+        ids.len(),
+        ids.len()
+    );
+    assert_eq!(redone, 0, "steps redone");
+    assert_eq!(unreported, 0, "interruptions without the worker's report");
+    assert!(
+        resumes as u64 >= cancels.min(1),
+        "no resume after {cancels} cancels"
+    );
+    assert_eq!(
+        equal,
+        ids.len(),
+        "final checkpoints differ from the local run"
     );
 }

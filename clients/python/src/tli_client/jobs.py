@@ -138,6 +138,24 @@ class BestCheckpoint:
 
 
 @dataclass(frozen=True)
+class SlurmPlacement:
+    """A Slurm task's latest Slurm job, and what all its jobs used (Slurm's accounting)."""
+
+    job_id: str
+    #: The node its worker reported; None until it attached.
+    node: Optional[str]
+    #: Slurm jobs submitted for the task so far (one per attempt).
+    jobs: int
+    #: CPU- and GPU-seconds of its ended jobs (elapsed time times allocated CPUs, GPUs).
+    cpu_seconds: float
+    gpu_seconds: float
+
+    @classmethod
+    def from_proto(cls, s: pb.SlurmPlacement) -> "SlurmPlacement":
+        return cls(s.job_id, s.node or None, s.jobs, s.cpu_seconds, s.gpu_seconds)
+
+
+@dataclass(frozen=True)
 class Task:
     """One (model, asset) task of a job: state, steps and its latest metrics."""
 
@@ -162,6 +180,11 @@ class Task:
     #: Its best checkpoint (with keep_best or early_stopping), which is its model; None when
     #: it keeps none (or none was measured yet).
     best: Optional[BestCheckpoint] = None
+    #: Its latest Slurm job and its jobs' usage (Slurm executor only; None otherwise).
+    slurm: Optional[SlurmPlacement] = None
+    #: What a task not running yet waits for ("waiting for Slurm: …", "Slurm job 12 pending:
+    #: Resources"); None otherwise.
+    detail: Optional[str] = None
 
     @property
     def fraction(self) -> float:
@@ -190,6 +213,8 @@ class Task:
             plugin_checksum=t.plugin_checksum,
             stopped_early=t.stopped_early or None,
             best=BestCheckpoint.from_proto(t.best) if t.HasField("best") else None,
+            slurm=SlurmPlacement.from_proto(t.slurm) if t.HasField("slurm") else None,
+            detail=t.detail or None,
         )
 
 

@@ -29,11 +29,11 @@ use super::{lock, Orchestrator, OrchestratorError, Runner, RunningTask};
 use crate::orchestrator::executor::ExecutorKind;
 use crate::orchestrator::job::{CheckpointPolicy, JobSpec};
 use crate::orchestrator::remote_executor::{
-    DispatchRequest, EndedJob, ExecutorError, RemoteExecutor,
+    DispatchRequest, EndedJob, ExecutorError, LiveJob, RemoteExecutor,
 };
 use crate::orchestrator::runner::{Outcome, RunnerEvent, StopRequest};
 use crate::orchestrator::state::TaskState;
-use crate::orchestrator::store::{StoreError, TaskRow};
+use crate::orchestrator::store::{DispatchUsage, StoreError, TaskRow};
 use crate::orchestrator::task_record::StoreRecord;
 use crate::orchestrator::{JobId, TaskId};
 use std::collections::HashMap;
@@ -46,8 +46,15 @@ use tli_plugin_api::TaskInputs;
 
 /// Jobs that may start and end before their worker reaches the host (a
 /// wrong binary path, an unreachable host) before the task fails; a job
-/// cancelled or preempted before it started does not count.
+/// cancelled or preempted (by a person, or by Slurm for another job) does
+/// not count, nor does one that never started.
 pub const EARLY_LOSSES_BEFORE_FAILING: u32 = 3;
+/// How long after a dispatch ends its usage is still asked of the executor's
+/// accounting (jobs it never records are given up on after this).
+pub const USAGE_WINDOW: Duration = Duration::from_secs(15 * 60);
+/// How often the accounting is asked about ended jobs.
+const USAGE_POLL: Duration = Duration::from_secs(10);
+
 /// Attempts (dispatches) of one task before a lost or signalled one is no
 /// longer re-queued.
 pub const MAX_DISPATCHES: usize = 50;
@@ -78,6 +85,11 @@ pub(super) struct Remote {
     /// After a transient refusal: no submission before this instant, and
     /// the wait after the next refusal.
     backoff: Mutex<(Option<Instant>, Duration)>,
+    /// The latest transient refusal, while submissions are held back.
+    pub waiting: Mutex<Option<String>>,
+    /// When each job whose worker has not attached was first seen running.
+    running_seen: Mutex<HashMap<String, Instant>>,
+    last_usage_poll: Mutex<Option<Instant>>,
 }
 
 /// The first wait after the executor could not be reached; it doubles with
@@ -108,6 +120,9 @@ impl Remote {
             early_losses: Mutex::new(HashMap::new()),
             ended_seen: Mutex::new(HashMap::new()),
             backoff: Mutex::new((None, FIRST_BACKOFF)),
+            waiting: Mutex::new(None),
+            running_seen: Mutex::new(HashMap::new()),
+            last_usage_poll: Mutex::new(None),
         }
     }
 
@@ -119,13 +134,19 @@ impl Remote {
     /// A submission got through: no more waiting.
     fn reached(&self) {
         *lock(&self.backoff) = (None, FIRST_BACKOFF);
+        *lock(&self.waiting) = None;
     }
 
     /// A transient refusal: wait, longer each time; returns the wait.
-    fn back_off(&self) -> Duration {
+    fn back_off(&self, why: &ExecutorError) -> Duration {
         let mut backoff = lock(&self.backoff);
         let wait = backoff.1;
         *backoff = (Some(Instant::now() + wait), (wait * 2).min(MAX_BACKOFF));
+        *lock(&self.waiting) = Some(format!(
+            "{why} (since {}; submissions are tried again every {} s at most)",
+            clock_time(),
+            MAX_BACKOFF.as_secs()
+        ));
         wait
     }
 
@@ -136,6 +157,19 @@ impl Remote {
             tracing::warn!(task, "cancelling job {external_id}: {e}");
         }
     }
+}
+
+/// The time of day now, UTC ("04:31:07 UTC"), for notes people read.
+fn clock_time() -> String {
+    let secs = crate::orchestrator::now_ms()
+        .div_euclid(1000)
+        .rem_euclid(86_400);
+    format!(
+        "{:02}:{:02}:{:02} UTC",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
 }
 
 /// What a worker receives when it attaches.
@@ -250,6 +284,10 @@ impl Orchestrator {
                     remote.executor.name(),
                     submitted.request
                 );
+                self.live.set_note(
+                    task.id,
+                    Some(format!("{} job {job} submitted", remote.executor.name())),
+                );
                 lock(&self.running).insert(
                     task.id,
                     RunningTask::dispatched(RemoteTask {
@@ -273,7 +311,7 @@ impl Orchestrator {
                 Ok(())
             }
             Err(e @ ExecutorError::Transient { .. }) => {
-                let wait = remote.back_off();
+                let wait = remote.back_off(&e);
                 let why = format!(
                     "{e}; the task stays queued and is submitted again in {} s",
                     wait.as_secs()
@@ -291,7 +329,9 @@ impl Orchestrator {
 
     /// Asks the executor which jobs ended (at most every
     /// [`RemoteExecutor::poll_interval`]) and handles those that ended
-    /// without their worker reporting.
+    /// without their worker reporting, and those running too long without
+    /// their worker attaching; notes what the others wait for, and asks the
+    /// accounting what ended jobs used.
     pub(super) fn poll_remote(&self) {
         let Some(executor) = &self.remote else {
             return;
@@ -303,16 +343,18 @@ impl Orchestrator {
             }
             *last = Some(Instant::now());
         }
+        self.collect_usage(executor);
         let watched: Vec<(TaskId, RemoteTask)> = lock(&self.running)
             .iter()
             .filter_map(|(id, r)| r.remote().cloned().map(|remote| (*id, remote)))
             .collect();
         if watched.is_empty() {
+            lock(&executor.running_seen).clear();
             return;
         }
         let jobs: Vec<String> = watched.iter().map(|(_, r)| r.external_id.clone()).collect();
-        let ended = match executor.executor.poll(&jobs) {
-            Ok(ended) => ended,
+        let report = match executor.executor.poll(&jobs) {
+            Ok(report) => report,
             Err(e) => {
                 tracing::warn!(
                     "cannot ask {} about its jobs: {e}",
@@ -321,11 +363,13 @@ impl Orchestrator {
                 return;
             }
         };
+        self.note_live_jobs(executor, &watched, &report.live);
         let grace = executor.executor.report_grace();
         let lost: Vec<_> = {
             let mut seen = lock(&executor.ended_seen);
-            seen.retain(|job, _| ended.iter().any(|e| &e.external_id == job));
-            ended
+            seen.retain(|job, _| report.ended.iter().any(|e| &e.external_id == job));
+            report
+                .ended
                 .into_iter()
                 .filter(|end| {
                     let attached = watched
@@ -346,6 +390,177 @@ impl Orchestrator {
             {
                 self.remote_job_lost(*task, remote, &end);
             }
+        }
+    }
+
+    /// For tasks whose worker has not attached: notes what their live job
+    /// waits for, and gives up on one running past the attach timeout.
+    fn note_live_jobs(
+        &self,
+        executor: &Remote,
+        watched: &[(TaskId, RemoteTask)],
+        live: &[LiveJob],
+    ) {
+        let kind = executor.executor.name();
+        let timeout = executor.executor.attach_timeout();
+        let mut overdue = Vec::new();
+        {
+            let mut seen = lock(&executor.running_seen);
+            seen.retain(|job, _| {
+                live.iter().any(|j| &j.external_id == job && j.running)
+                    && watched
+                        .iter()
+                        .any(|(_, r)| &r.external_id == job && !r.attached)
+            });
+            for job in live {
+                for (task, remote) in watched
+                    .iter()
+                    .filter(|(_, r)| r.external_id == job.external_id && !r.attached)
+                {
+                    let id = &job.external_id;
+                    let note = if job.running {
+                        let since = *seen.entry(id.clone()).or_insert_with(Instant::now);
+                        let waited = since.elapsed();
+                        if waited >= timeout {
+                            overdue.push((*task, remote.clone()));
+                            continue;
+                        }
+                        format!(
+                            "{kind} job {id} running for {} s; its worker has not reached the \
+                             host yet (given up after {} s)",
+                            waited.as_secs(),
+                            timeout.as_secs()
+                        )
+                    } else if job.reason.is_empty() || job.reason == "None" {
+                        format!("{kind} job {id} {}", job.state.to_lowercase())
+                    } else {
+                        format!(
+                            "{kind} job {id} {}: {}",
+                            job.state.to_lowercase(),
+                            job.reason
+                        )
+                    };
+                    self.live.set_note(*task, Some(note));
+                }
+            }
+        }
+        for (task, remote) in overdue {
+            lock(&executor.running_seen).remove(&remote.external_id);
+            self.attach_overdue(task, &remote, timeout);
+        }
+    }
+
+    /// A job ran for the attach timeout and its worker never reached the
+    /// host: cancel it and count it lost before its worker started.
+    fn attach_overdue(&self, task: TaskId, remote: &RemoteTask, timeout: Duration) {
+        {
+            let mut running = lock(&self.running);
+            match running.get(&task).and_then(|r| r.remote()) {
+                Some(r) if r.dispatch == remote.dispatch && !r.attached => {
+                    running.remove(&task);
+                }
+                _ => return, // attached or reaped meanwhile
+            }
+        }
+        let kind = self.remote_name();
+        let why = format!(
+            "{kind} job {} ran for {} s and its worker did not reach the host (is the worker \
+             URL reachable from the nodes, and tli installed there?); the job was cancelled",
+            remote.external_id,
+            timeout.as_secs()
+        );
+        tracing::warn!(task, "{why}");
+        let _ = self.store.end_dispatch(remote.dispatch, &why);
+        self.forget_live(task);
+        if let Some(executor) = &self.remote {
+            executor.cancel(task, &remote.external_id);
+        }
+        self.early_loss(task, remote, &why);
+    }
+
+    /// A job of a queued task ended (or was given up) after it started but
+    /// before its worker reached the host: the task fails after
+    /// [`EARLY_LOSSES_BEFORE_FAILING`] of them, else waits for the next.
+    fn early_loss(&self, task: TaskId, remote: &RemoteTask, why: &str) {
+        let Some(executor) = &self.remote else {
+            return;
+        };
+        let losses = {
+            let mut early = lock(&executor.early_losses);
+            let n = early.entry(task).or_insert(0);
+            *n += 1;
+            *n
+        };
+        let kind = self.remote_name();
+        if losses >= EARLY_LOSSES_BEFORE_FAILING {
+            let output = executor.executor.lost_job_output(task, remote.dispatch);
+            let _ = self.store.transition(
+                task,
+                TaskState::Failed,
+                &format!(
+                    "{losses} {kind} jobs ended before their worker reached the host; the \
+                     last: {why}{output}"
+                ),
+            );
+        } else {
+            self.live.set_note(
+                task,
+                Some(format!(
+                    "{losses} of {EARLY_LOSSES_BEFORE_FAILING} {kind} jobs lost before their \
+                     worker reached the host (the last: {why}); submitting again"
+                )),
+            );
+        }
+    }
+
+    /// Asks the executor's accounting (at most every [`USAGE_POLL`]) what
+    /// the recently ended dispatches' jobs used, and records it.
+    fn collect_usage(&self, executor: &Remote) {
+        {
+            let mut last = lock(&executor.last_usage_poll);
+            if last.is_some_and(|t| t.elapsed() < USAGE_POLL) {
+                return;
+            }
+            *last = Some(Instant::now());
+        }
+        let since = crate::orchestrator::now_ms() - USAGE_WINDOW.as_millis() as i64;
+        let Ok(ended) = self.store.dispatches_awaiting_usage(since) else {
+            return;
+        };
+        let jobs: Vec<(String, String)> = ended
+            .iter()
+            .filter_map(|d| {
+                Some((
+                    d.external_id.clone()?,
+                    d.request.clone().unwrap_or_default(),
+                ))
+            })
+            .collect();
+        if jobs.is_empty() {
+            return;
+        }
+        match executor.executor.usage(&jobs) {
+            Ok(found) => {
+                for (id, usage) in found {
+                    for d in ended
+                        .iter()
+                        .filter(|d| d.external_id.as_deref() == Some(&id))
+                    {
+                        let usage = DispatchUsage {
+                            elapsed_seconds: usage.elapsed_seconds,
+                            cpus: usage.cpus,
+                            gpus: usage.gpus,
+                        };
+                        if let Err(e) = self.store.set_dispatch_usage(d.id, &usage) {
+                            tracing::warn!(task = d.task_id, "usage of job {id} not recorded: {e}");
+                        }
+                    }
+                }
+            }
+            Err(e) => tracing::debug!(
+                "cannot ask {}'s accounting about ended jobs: {e}",
+                executor.executor.name()
+            ),
         }
     }
 
@@ -380,30 +595,20 @@ impl Orchestrator {
         } else if row.state == TaskState::Interrupted {
             // Its worker recorded the interruption, then its end never came.
             self.requeue_interrupted(task, &why);
-        } else if end.started == Some(false) {
-            // Cancelled or preempted while it waited for resources: says nothing
-            // about the worker; the task stays queued and is submitted again.
-            tracing::info!(task, "{why} before it started; submitting the task again");
-        } else if let (TaskState::Queued, false, Some(executor)) =
-            (row.state, remote.attached, &self.remote)
-        {
-            let losses = {
-                let mut early = lock(&executor.early_losses);
-                let n = early.entry(task).or_insert(0);
-                *n += 1;
-                *n
+        } else if end.started == Some(false) || end.cancelled {
+            // Cancelled or preempted (while it waited for resources, or while its worker
+            // was starting): says nothing about the worker; the task stays queued and is
+            // submitted again.
+            let when = if end.started == Some(false) {
+                "before it started"
+            } else {
+                "before its worker reached the host"
             };
-            if losses >= EARLY_LOSSES_BEFORE_FAILING {
-                let output = executor.executor.lost_job_output(task, remote.dispatch);
-                let _ = self.store.transition(
-                    task,
-                    TaskState::Failed,
-                    &format!(
-                        "{losses} {kind} jobs ended before their worker reached the host; the \
-                         last: {why}{output}"
-                    ),
-                );
-            }
+            tracing::info!(task, "{why} {when}; submitting the task again");
+            self.live
+                .set_note(task, Some(format!("{why} {when}; submitting again")));
+        } else if row.state == TaskState::Queued && !remote.attached {
+            self.early_loss(task, remote, &why);
         }
     }
 
@@ -613,6 +818,7 @@ impl Orchestrator {
         {
             r.attached = true;
         }
+        self.live.set_note(task, None);
         let executor = self.remote.as_ref().ok_or(LeaseError::NoRemoteExecutor)?;
         let setup = executor.executor.worker_setup(task);
         Ok(WorkerAssignment {

@@ -676,33 +676,43 @@ impl Orchestrator {
             return;
         };
         queued.sort_by_key(|t| (std::cmp::Reverse(t.priority), t.id));
+        let name = remote.executor.name();
         let room = remote
             .executor
             .capacity()
             .saturating_sub(self.remote_count());
-        for task in queued.into_iter().take(room) {
+        let mut tried = 0;
+        for task in queued.iter().take(room) {
             if !remote.may_submit() {
                 break;
             }
-            match self.dispatch_remote(&task) {
+            tried += 1;
+            match self.dispatch_remote(task) {
                 Ok(()) => {}
                 Err(dispatch::DispatchFailure::Transient(why)) => {
-                    tracing::warn!(
-                        task = task.id,
-                        "waiting for {}: {why}",
-                        remote.executor.name()
-                    );
+                    tracing::warn!(task = task.id, "waiting for {name}: {why}");
+                    tried -= 1;
                     break;
                 }
                 Err(dispatch::DispatchFailure::Refused(message)) => {
-                    tracing::error!(
-                        task = task.id,
-                        "could not submit to {}: {message}",
-                        remote.executor.name()
-                    );
+                    tracing::error!(task = task.id, "could not submit to {name}: {message}");
                     let _ = self.store.transition(task.id, TaskState::Failed, &message);
                 }
             }
+        }
+        // What the tasks left queued wait for.
+        let waiting = lock(&remote.waiting).clone();
+        for (i, task) in queued.iter().enumerate().skip(tried) {
+            let note = match &waiting {
+                Some(why) => format!("waiting for {name}: {why}"),
+                None if i >= room => format!(
+                    "waiting for a {name} slot: this host holds its limit of {} {name} jobs \
+                     at once (--slurm-max-jobs)",
+                    remote.executor.capacity()
+                ),
+                None => continue,
+            };
+            self.live.set_note(task.id, Some(note));
         }
     }
 
