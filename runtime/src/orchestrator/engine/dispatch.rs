@@ -49,6 +49,10 @@ use tli_plugin_api::TaskInputs;
 /// cancelled or preempted (by a person, or by Slurm for another job) does
 /// not count, nor does one that never started.
 pub const EARLY_LOSSES_BEFORE_FAILING: u32 = 3;
+/// How long one scheduling round may spend submitting tasks; the rest wait
+/// for the next round.
+pub const SUBMIT_BUDGET: Duration = Duration::from_millis(500);
+
 /// How long after a dispatch ends its usage is still asked of the executor's
 /// accounting (jobs it never records are given up on after this).
 pub const USAGE_WINDOW: Duration = Duration::from_secs(15 * 60);

@@ -682,8 +682,12 @@ impl Orchestrator {
             .capacity()
             .saturating_sub(self.remote_count());
         let mut tried = 0;
+        let began = Instant::now();
         for task in queued.iter().take(room) {
-            if !remote.may_submit() {
+            // A round submits for a bounded time; the next round (within
+            // milliseconds) goes on, so runner events and local tasks are not
+            // held up behind a thousand submissions.
+            if !remote.may_submit() || began.elapsed() >= dispatch::SUBMIT_BUDGET {
                 break;
             }
             tried += 1;
