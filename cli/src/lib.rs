@@ -21,6 +21,7 @@ pub mod backtests;
 pub mod charts;
 pub mod data;
 pub mod model_view;
+mod people_log;
 pub mod plot;
 pub mod plugin_table;
 pub mod predictions;
@@ -30,7 +31,7 @@ pub mod stdout;
 pub mod view;
 
 use anyhow::Result;
-use args::{Cli, Command, DataCommand, OutputFormat, PluginsCommand, TrainCommand};
+use args::{Cli, Command, DataCommand, HostCommand, OutputFormat, PluginsCommand, TrainCommand};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, ContentArrangement, Table};
 use serde::Serialize;
 
@@ -155,21 +156,54 @@ pub fn run_client(cli: &Cli, bin_name: &'static str) -> Option<Result<()>> {
     Some(result)
 }
 
+/// How log lines read on stderr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogStyle {
+    /// A service's log (`host serve`, `host run`, `worker`): time, level,
+    /// where it came from and its fields, for files and journals.
+    Service,
+    /// An interactive command's: the message alone, errors and warnings
+    /// prefixed `error:` / `warning:`, as the command's own lines read.
+    People,
+}
+
+impl Cli {
+    /// Hosts and workers log as services; every other command speaks to a person.
+    pub fn log_style(&self) -> LogStyle {
+        match &self.command {
+            Command::Host { command } => match command.as_ref() {
+                HostCommand::Serve(_) | HostCommand::Run(_) => LogStyle::Service,
+                _ => LogStyle::People,
+            },
+            Command::Worker(_) => LogStyle::Service,
+            _ => LogStyle::People,
+        }
+    }
+}
+
 /// Logs to stderr, filtered by `TLI_LOG` (or `RUST_LOG`; default `info`),
 /// coloured only on a terminal and without `NO_COLOR`: both binaries' set-up.
-pub fn init_logging() {
+/// With `TLI_LOG` or `RUST_LOG` set, every command logs as a service (the
+/// lines a bug report wants); otherwise `style` says.
+pub fn init_logging(style: LogStyle) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("TLI_LOG")
-        .or_else(|_| EnvFilter::try_from_default_env())
-        .unwrap_or_else(|_| EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+    let asked = EnvFilter::try_from_env("TLI_LOG").or_else(|_| EnvFilter::try_from_default_env());
+    let style = if asked.is_ok() {
+        LogStyle::Service
+    } else {
+        style
+    };
+    let filter = asked.unwrap_or_else(|_| EnvFilter::new("info"));
+    let ansi = std::env::var_os("NO_COLOR").is_none()
+        && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(
-            std::env::var_os("NO_COLOR").is_none()
-                && std::io::IsTerminal::is_terminal(&std::io::stderr()),
-        )
-        .init();
+        .with_ansi(ansi);
+    match style {
+        LogStyle::Service => builder.init(),
+        LogStyle::People => builder.event_format(people_log::ForPeople).init(),
+    }
 }
 
 /// A command's result as the process's exit: any error as one line on

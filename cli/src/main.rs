@@ -3,8 +3,8 @@
 //! and flags as `tli`, less those that load plugins or run a host.
 
 fn main() -> std::process::ExitCode {
-    tli_cli::init_logging();
     let cli = tli_cli::parse("tli-client");
+    tli_cli::init_logging(cli.log_style());
     let result = tli_cli::run_client(&cli, "tli-client").unwrap_or_else(|| {
         Err(anyhow::anyhow!(
             "this command loads plugins or runs a host, which tli-client (built without \

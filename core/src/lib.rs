@@ -34,6 +34,7 @@ pub mod selection;
 pub mod spec_error;
 pub mod state;
 pub mod strategy;
+pub mod suggest;
 pub mod sweep;
 
 pub use ids::{now_ms, JobId, TaskId};

@@ -150,10 +150,8 @@ pub fn run(
             };
             match outcome {
                 Ok(()) => report.status = "completed",
-                Err(message) => {
-                    tracing::error!(plugin = %name, "training failed: {message}");
-                    report.error = Some(message);
-                }
+                // The table and its summary line say it; a log line would say it twice more.
+                Err(message) => report.error = Some(message),
             }
             report
         })
@@ -176,9 +174,16 @@ fn train_one(
     report: &mut LocalRunReport,
 ) -> Result<(), String> {
     let fail = |what: &str, e: PluginError| format!("{what}: {e}");
+    // "invalid config: <the plugin's message>", without its code repeating it.
     let config = plugin
         .validate_config(&config_for(request, plugin))
-        .map_err(|e| fail("invalid config", e))?;
+        .map_err(|e| {
+            if e.code == tli_plugin_api::ErrorCode::INVALID_CONFIG {
+                format!("invalid config: {}", e.message)
+            } else {
+                fail("invalid config", e)
+            }
+        })?;
     report.memory_estimate = Some(
         plugin
             .estimate_memory(&config, dataset.shape(), &request.device.to_string())

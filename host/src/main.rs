@@ -10,7 +10,7 @@ fn main() -> std::process::ExitCode {
     // As many descriptors as the system allows: a host's connections are
     // capped below the limit, the rest kept for its store and checkpoints.
     let _ = tli_host::connections::raise_descriptor_limit();
-    tli_cli::init_logging();
     let cli = tli_cli::parse("tli");
+    tli_cli::init_logging(cli.log_style());
     tli_cli::exit_code(tli_host::commands::run(cli))
 }

@@ -48,6 +48,20 @@ pub fn run_tli_with_env(plugin_dir: &Path, args: &[&str], env: &[(&str, &str)]) 
     command.output().expect("run tli")
 }
 
+/// Runs `tli` as a person at a terminal would, without `TLI_LOG` or
+/// `RUST_LOG` (so its logs take the people's format).
+pub fn run_tli_as_a_user(plugin_dir: &Path, args: &[&str]) -> Output {
+    Command::new(tli_binary())
+        .args(args)
+        .env("TLI_PLUGIN_DIR", plugin_dir)
+        .env_remove("LD_LIBRARY_PATH")
+        .env_remove("TLI_LOG")
+        .env_remove("RUST_LOG")
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run tli")
+}
+
 pub fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }

@@ -153,10 +153,6 @@ pub(super) fn local(
     output: OutputFormat,
 ) -> Result<()> {
     let configs = PluginConfigs::parse(&args.config, &args.plugins)?;
-    let LocalData { annotated, fitted } = local_data(contracts, &args.data, args.run.seed)?;
-    let AnnotatedDataset { dataset, annex } = annotated;
-    let dataset = RArc::new(dataset);
-    describe_dataset(&dataset);
     let registry = scan(plugin_dir)?;
     if registry.loaded.is_empty() {
         bail!(
@@ -165,6 +161,20 @@ pub(super) fn local(
             registry.refused.len()
         );
     }
+    // A mistyped plugin is one clear line before any data is read.
+    for name in &args.plugins {
+        if let Err(e) = registry.resolve(name) {
+            bail!(
+                "--plugin {name}: {e}; nothing was trained (`tli plugins list --local` shows \
+                 what {} holds)",
+                plugin_dir.display()
+            );
+        }
+    }
+    let LocalData { annotated, fitted } = local_data(contracts, &args.data, args.run.seed)?;
+    let AnnotatedDataset { dataset, annex } = annotated;
+    let dataset = RArc::new(dataset);
+    describe_dataset(&dataset);
     let save = match (&args.save, fitted) {
         (Some(dir), Some(fitted)) => Some(SaveModels {
             dir: dir.clone(),

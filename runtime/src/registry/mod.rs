@@ -32,8 +32,16 @@ pub const PLUGIN_SUFFIX: &str = ".so";
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ResolveError {
     /// No version of that name is loaded.
-    #[error("no such plugin; loaded: {}", loaded.join(", "))]
-    NoSuchPlugin { loaded: Vec<String> },
+    #[error(
+        "no such plugin{}; loaded: {}",
+        tli_core::suggest::did_you_mean(suggestion),
+        loaded.join(", ")
+    )]
+    NoSuchPlugin {
+        loaded: Vec<String>,
+        /// The loaded name closest to the one asked for, when one is close.
+        suggestion: Option<String>,
+    },
     /// Other versions of it are loaded, not this one.
     #[error("version {version} of plugin {name} is not loaded; loaded: {}", loaded.join(", "))]
     NoSuchVersion {
@@ -134,6 +142,8 @@ impl PluginRegistry {
         let (name, version) = split_plugin_ref(reference);
         let no_such = || ResolveError::NoSuchPlugin {
             loaded: self.names().iter().map(|n| n.to_string()).collect(),
+            suggestion: tli_core::suggest::nearest(name, self.names().iter().copied())
+                .map(str::to_string),
         };
         match version {
             None => self.get(name).ok_or_else(no_such),

@@ -143,6 +143,33 @@ fn plugin_log_lines_reach_the_host_log() {
             .any(|l| l.contains("plugin=template") && l.contains("MLP [8, 64, 64, 1]")),
         "{err}"
     );
+
+    // Without TLI_LOG, as a person runs it: the same lines as the command's own, no time,
+    // level or module path; a warning says so.
+    let out = run_tli_as_a_user(
+        dir.path(),
+        &[
+            "train",
+            "local",
+            "-p",
+            "behaviour",
+            "--steps",
+            "20",
+            "--config",
+            r#"behaviour={"log_every": 10}"#,
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.lines()
+            .any(|l| l == "behaviour: behaviour reached step 10"),
+        "{err}"
+    );
+    assert!(
+        !err.contains(" INFO ") && !err.contains("plugin=") && !err.contains("tli_"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -162,14 +189,27 @@ fn bad_configs_and_unknown_plugins_are_clear_errors() {
     );
     assert_eq!(out.status.code(), Some(1));
     let text = stdout(&out);
+    // The plugin's message once, without its internal code.
     assert!(
-        text.contains("invalid config: invalid_config: learning_rate: -1 is outside (0, 1]"),
+        text.contains("invalid config: learning_rate: -1 is outside (0, 1]")
+            && !text.contains("invalid_config"),
         "{text}"
     );
 
-    let out = run_tli(dir.path(), &["train", "local", "-p", "nope"]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(stdout(&out).contains("no plugin named \"nope\" is loaded (loaded: template)"));
+    // A mistyped plugin: one line, before any data is read; nothing on stdout.
+    for (name, hint) in [("nope", ""), ("tempalte", " (did you mean template?)")] {
+        let out = run_tli_as_a_user(dir.path(), &["train", "local", "-p", name]);
+        assert_eq!(out.status.code(), Some(1));
+        assert_eq!(stdout(&out), "", "no dataset line, no table");
+        assert_eq!(
+            stderr(&out).trim_end(),
+            format!(
+                "error: --plugin {name}: no such plugin{hint}; loaded: template; nothing was \
+                 trained (`tli plugins list --local` shows what {} holds)",
+                dir.path().display()
+            )
+        );
+    }
 
     let out = run_tli(
         dir.path(),
