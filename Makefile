@@ -54,10 +54,10 @@ test: build proto-tools grpc-tools slurm-tools browser-tools
 	$(CARGO) test --release --workspace
 
 ## demo: the main job: a host on the bundled sample data trains every installed model plugin
-##       on two assets, watched to completion; then the in-process trainer for comparison
+##       on two assets, watched to completion; then the in-process trainer for comparison, and
+##       where to look next (plots, TensorBoard, the store) as its last lines
 demo: build
 	./scripts/demo.sh
-	$(TLI) train local --plugin template --steps 400 --seed 42
 
 ## install: tli and tli-client (no libtorch) into PREFIX/bin, stripped plugins into PREFIX/lib/tli/plugins (found without flags)
 PREFIX ?= /usr/local

@@ -58,8 +58,8 @@ json.dump({"name": "demo", "models": models,
 print(len(models))' "$state/job.json" > "$state/models"
 job=$("$TLI" train start --spec "$state/job.json" -o json | python3 -c 'import json, sys; print(json.load(sys.stdin)["job_id"])')
 echo "demo: job $job submitted ($(cat "$state/models") model(s) x 2 assets)"
+# Ends with the job's table (one table: `train status` would print it again).
 "$TLI" train watch "$job"
-"$TLI" train status "$job"
 "$TLI" resources
 # The charts people look at first (every metric: leave out --metric); all of them if a plugin
 # set without these names is installed.
@@ -69,6 +69,8 @@ echo "demo: shutting the host down"
 kill -TERM "$host_pid"
 wait "$host_pid"
 host_pid=""
+echo "demo: the in-process trainer on the same machine, for comparison (tli train local)"
+"$TLI" train local --plugin template --steps 400 --seed 42
 echo "demo: done"
 echo "demo: plots (PNG):       $state/plots"
 echo "demo: TensorBoard logs:  $state/host/tb   (.venv/bin/tensorboard --logdir $state/host/tb)"

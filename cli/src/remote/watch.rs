@@ -4,13 +4,15 @@
 //! bar per task (at most [`MAX_TASK_BARS`]; with more tasks the bars show the
 //! running ones first), and prints state changes and host log lines above
 //! them. Without a terminal it prints the same lines plus a plain progress
-//! line at most every [`PLAIN_INTERVAL`]. With `-o json` every event is also
+//! line at most every [`PLAIN_INTERVAL`], and only when it changed. With `-o json` every event is also
 //! one JSON line on stdout (NDJSON).
 //!
 //! A running task's routine checkpoints (`running → checkpointing → running`)
 //! are shown only with `--verbose`, in both forms: with the default policy
 //! they come every few minutes per task and would scroll the view away. The
-//! transitions that end a task (`checkpointing → completed`, …) always show.
+//! transitions that end a task always show, from the state last shown: the
+//! final checkpoint's `checkpointing → completed` reads `running →
+//! completed` unless `--verbose` showed the `running → checkpointing` before.
 //!
 //! A host that is lost mid-watch (killed, the network gone) is reached again
 //! and the job followed on, for as long as one call may wait (`--timeout`);
@@ -163,9 +165,12 @@ struct WatchView {
     verbose: bool,
     colours: bool,
     bars: Option<Bars>,
-    last_plain: Option<Instant>,
+    /// When the last plain progress line was printed, and what it said.
+    last_plain: Option<(Instant, String)>,
     weighted_fraction: f64,
     tasks: BTreeMap<u64, TaskJson>,
+    /// Each task's state as the last shown line left it.
+    shown: BTreeMap<u64, WireState>,
     /// Print the final task table on stdout (tables only).
     table_at_end: bool,
 }
@@ -204,6 +209,7 @@ impl WatchView {
             last_plain: None,
             weighted_fraction: 0.0,
             tasks: BTreeMap::new(),
+            shown: BTreeMap::new(),
             table_at_end: true,
         }
     }
@@ -253,15 +259,7 @@ impl WatchView {
                     self.render_bars();
                     return Ok(None);
                 }
-                let to_text = paint(to.name(), tone(to), self.colours);
-                let mut text = if from == WireState::Unspecified {
-                    format!("task {}: {to_text}", c.task_id)
-                } else {
-                    format!("task {}: {} → {to_text}", c.task_id, from.name())
-                };
-                if !c.reason.is_empty() {
-                    text.push_str(&format!(" ({})", c.reason));
-                }
+                let text = self.transition_text(c.task_id, from, to, &c.reason);
                 self.line(&text);
                 self.render_bars();
             }
@@ -278,6 +276,28 @@ impl WatchView {
         Ok(None)
     }
 
+    /// The line of a shown transition: from the state the last shown line
+    /// left the task in (a hidden checkpoint's `checkpointing` is not one).
+    fn transition_text(
+        &mut self,
+        task: u64,
+        from: WireState,
+        to: WireState,
+        reason: &str,
+    ) -> String {
+        let from = self.shown.insert(task, to).unwrap_or(from);
+        let to_text = paint(to.name(), tone(to), self.colours);
+        let mut text = if from == WireState::Unspecified {
+            format!("task {task}: {to_text}")
+        } else {
+            format!("task {task}: {} → {to_text}", from.name())
+        };
+        if !reason.is_empty() {
+            text.push_str(&format!(" ({reason})"));
+        }
+        text
+    }
+
     fn summary(&self) -> String {
         let tasks: Vec<TaskJson> = self.tasks.values().cloned().collect();
         state_counts(&tasks)
@@ -288,19 +308,28 @@ impl WatchView {
             self.render_bars();
         } else if self
             .last_plain
-            .is_none_or(|at| at.elapsed() >= PLAIN_INTERVAL)
+            .as_ref()
+            .is_none_or(|(at, _)| at.elapsed() >= PLAIN_INTERVAL)
         {
-            self.last_plain = Some(Instant::now());
             let (done, total) = self
                 .tasks
                 .values()
                 .fold((0, 0), |(d, t), x| (d + x.steps_done, t + x.total_steps));
-            eprintln!(
+            let line = format!(
                 "job {}: {} ({}; {done}/{total} steps)",
                 self.job_id,
                 format_percent(self.weighted_fraction),
                 self.summary()
             );
+            // Only what changed: a job waiting in the queue is one line, not one per poll.
+            if self
+                .last_plain
+                .as_ref()
+                .is_none_or(|(_, last)| *last != line)
+            {
+                eprintln!("{line}");
+                self.last_plain = Some((Instant::now(), line));
+            }
         }
     }
 
@@ -416,4 +445,46 @@ fn is_routine_checkpoint(from: i32, to: i32) -> bool {
         (WireState::Known(Running), WireState::Known(Checkpointing))
             | (WireState::Known(Checkpointing), WireState::Known(Running))
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tli_proto::v1::TaskState as Pb;
+
+    #[test]
+    fn a_final_checkpoint_reads_from_the_state_last_shown() {
+        use Pb::{Checkpointing, Completed, Queued, Running};
+        for (verbose, expected) in [
+            (false, "task 7: running → completed (done)"),
+            (true, "task 7: checkpointing → completed (done)"),
+        ] {
+            let mut view = WatchView::new(1, true, verbose);
+            view.colours = false;
+            let mut lines = Vec::new();
+            for (from, to, reason) in [
+                (Queued, Running, "started"),
+                (Running, Checkpointing, "routine"),
+                (Checkpointing, Running, ""),
+                (Running, Checkpointing, "final"),
+                (Checkpointing, Completed, "done"),
+            ] {
+                let (from, to) = (from as i32, to as i32);
+                if verbose || !is_routine_checkpoint(from, to) {
+                    let (from, to) = (WireState::from_proto(from), WireState::from_proto(to));
+                    lines.push(view.transition_text(7, from, to, reason));
+                }
+            }
+            assert_eq!(
+                lines.first().map(String::as_str),
+                Some("task 7: queued → running (started)")
+            );
+            assert_eq!(
+                lines.last().map(String::as_str),
+                Some(expected),
+                "{lines:?}"
+            );
+            assert_eq!(lines.len(), if verbose { 5 } else { 2 }, "{lines:?}");
+        }
+    }
 }

@@ -216,6 +216,7 @@ pub(super) fn run(
     install_signal_handlers();
     let shutdown = host.shutdown_flag();
     let mut last_print = Instant::now();
+    let mut last_lines = Vec::new();
     let mut guard = StoreGuard::new();
     host.run_until_idle(Duration::from_millis(50), |h| {
         if SIGNALLED.load(Ordering::SeqCst) {
@@ -224,7 +225,7 @@ pub(super) fn run(
         guard.check(h);
         if last_print.elapsed() >= Duration::from_secs(2) {
             last_print = Instant::now();
-            print_progress_lines(h);
+            print_progress_lines(h, &mut last_lines);
         }
     })?;
     // The store file alone is then the whole store (a copy of it is a backup).
@@ -291,10 +292,23 @@ fn print_plan(jobs: &[JobJson]) -> Result<()> {
     Ok(())
 }
 
-fn print_progress_lines(host: &Orchestrator) {
+/// One line per unfinished job, printed only when some line differs from
+/// the last printed ones (a queued job, a stalled task: no repeated lines).
+fn print_progress_lines(host: &Orchestrator, last: &mut Vec<String>) {
     let Ok(jobs) = host.all_job_views() else {
         return;
     };
+    let lines = progress_lines(&jobs);
+    if lines != *last {
+        for line in &lines {
+            eprintln!("{line}");
+        }
+        *last = lines;
+    }
+}
+
+fn progress_lines(jobs: &[JobView]) -> Vec<String> {
+    let mut lines = Vec::new();
     for job in jobs
         .iter()
         .map(|j| &j.progress)
@@ -311,14 +325,15 @@ fn print_progress_lines(host: &Orchestrator) {
                 )
             })
             .collect();
-        eprintln!(
+        lines.push(format!(
             "job {} {}: {:.1}% · {}",
             job.job,
             job.name,
             100.0 * job.weighted_fraction,
             running.join(" · ")
-        );
+        ));
     }
+    lines
 }
 
 /// `tli host status`: reads a state directory without a host (read-only,
