@@ -11,6 +11,10 @@ use tli_data::zones::{LocalZone, ZoneError};
 use tli_data::{BarSource, SourceError};
 use tli_plugin_api::Device;
 
+/// The help heading of the options only client commands use (they show in
+/// every command's help, being global).
+const CLIENT_OPTIONS: &str = "Client options (commands that call a host)";
+
 #[derive(Parser, Debug)]
 #[command(
     name = "tli",
@@ -31,7 +35,8 @@ pub struct Cli {
         long,
         env = "TLI_ENDPOINT",
         default_value = "http://127.0.0.1:50051",
-        global = true
+        global = true,
+        help_heading = CLIENT_OPTIONS
     )]
     pub endpoint: String,
 
@@ -42,12 +47,19 @@ pub struct Cli {
         env = "TLI_TIMEOUT",
         default_value_t = 300,
         global = true,
-        value_name = "SECONDS"
+        value_name = "SECONDS",
+        help_heading = CLIENT_OPTIONS
     )]
     pub timeout: u64,
 
     /// Bearer token for a host that listens beyond loopback (or TLI_TOKEN).
-    #[arg(long, env = "TLI_TOKEN", global = true, hide_env_values = true)]
+    #[arg(
+        long,
+        env = "TLI_TOKEN",
+        global = true,
+        hide_env_values = true,
+        help_heading = CLIENT_OPTIONS
+    )]
     pub token: Option<String>,
 
     /// Whether `--token` was written on the command line (not read from
@@ -113,7 +125,10 @@ pub enum Command {
     /// host needed; safe while a host runs): see `tli train plot`.
     Plot(PlotArgs),
     /// Print a shell completion script.
-    Completions { shell: clap_complete::Shell },
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
     /// Market data: generate, inspect and convert bar files; list contracts.
     Data {
         #[command(subcommand)]
@@ -186,6 +201,7 @@ pub enum HostCommand {
     Run(HostRunArgs),
     /// Jobs and tasks recorded in a state directory (read-only; safe while a host runs).
     Status {
+        /// The host's state directory (read-only: safe while a host runs).
         #[arg(long, env = "TLI_STATE_DIR", default_value = ".tli")]
         state_dir: PathBuf,
         /// Only this job.
@@ -195,9 +211,8 @@ pub enum HostCommand {
 }
 
 #[derive(Args, Debug)]
+#[command(next_help_heading = "Server")]
 pub struct ServeArgs {
-    #[command(flatten)]
-    pub host: HostOptions,
     /// Address to listen on. Anything beyond loopback requires a token.
     #[arg(long, default_value = "127.0.0.1:50051")]
     pub listen: String,
@@ -208,6 +223,7 @@ pub struct ServeArgs {
     /// TLS certificate and key (PEM); both or neither.
     #[arg(long, requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
+    /// The TLS certificate's private key (PEM).
     #[arg(long, requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
     /// Seconds to wait for running tasks to checkpoint at shutdown.
@@ -223,10 +239,14 @@ pub struct ServeArgs {
     /// always at /metrics of the status page's port.
     #[arg(long)]
     pub metrics_listen: Option<String>,
+    // Last, so that its headings follow the server's options.
+    #[command(flatten)]
+    pub host: HostOptions,
 }
 
 /// Options shared by `tli host run` and `tli host serve`.
 #[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Host")]
 pub struct HostOptions {
     /// Where the job store, checkpoints and the host lock live.
     #[arg(long, env = "TLI_STATE_DIR", default_value = ".tli")]
@@ -286,6 +306,7 @@ impl HostOptions {
 
 /// Where tasks run: here, or as Slurm jobs (docs/scale-out.md).
 #[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Executor (Slurm: docs/scale-out.md)")]
 pub struct ExecutorArgs {
     /// Where a job's tasks run unless its spec says: `local` (runner threads
     /// in this host) or `slurm` (one Slurm job per task, running `tli worker`).
@@ -409,6 +430,7 @@ pub enum DataCommand {
         /// IANA time zone of FROM's timestamps written without one (`America/New_York`).
         #[arg(long, value_name = "ZONE", value_parser = parse_time_zone)]
         tz: Option<String>,
+        /// The file to write; its extension picks the format (.csv, .parquet, .dbn, .dbn.zst).
         #[arg(value_name = "TO")]
         destination: PathBuf,
     },
@@ -430,6 +452,7 @@ pub struct SynthArgs {
     /// First bar at or after this UTC date or time.
     #[arg(long, default_value = "2024-01-02")]
     pub start: String,
+    /// Seed of the random walk (the same seed writes the same bars).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Correlation of consecutive standardized returns, in (-1, 1); 0 = nothing to predict.
@@ -469,6 +492,7 @@ pub enum TrainCommand {
     Start(StartArgs),
     /// Follow a job with live progress bars until it finishes.
     Watch {
+        /// The job to follow.
         job: u64,
         /// Milliseconds between progress updates at least (0: the host's default, 500).
         #[arg(long, default_value_t = 0)]
@@ -479,6 +503,7 @@ pub enum TrainCommand {
     },
     /// A job's tasks, states, progress and latest metrics.
     Status {
+        /// The job.
         job: u64,
         /// Order the tasks by this metric, best first (e.g. valid_trade_sharpe,
         /// valid_qrisk_p50): lower is better for losses, errors, risks, drawdowns and
@@ -490,9 +515,12 @@ pub enum TrainCommand {
     List(ListArgs),
     /// Stop a job (or one task): graceful with a checkpoint, or forced with a deadline.
     Stop {
+        /// The job.
         job: u64,
+        /// Only this task of the job.
         #[arg(long)]
         task: Option<u64>,
+        /// Do not wait for a checkpoint: tell the plugin to return now (see --deadline-ms).
         #[arg(long)]
         force: bool,
         /// With --force: milliseconds before the task is marked cancelled anyway.
@@ -502,6 +530,7 @@ pub enum TrainCommand {
     /// Resume a job's cancelled, failed and interrupted tasks from their last checkpoints
     /// (with --steps, its completed tasks too: trained N steps further).
     Resume {
+        /// The job.
         job: u64,
         /// Train every task of the job N more steps beyond those it has done, completed
         /// (or stopped early) ones included; each goes on from its final checkpoint.
@@ -592,6 +621,7 @@ pub struct SweepStartArgs {
     /// The seed of the trials' random draws (default: --seed).
     #[arg(long)]
     pub sample_seed: Option<u64>,
+    /// `cpu` or `cuda:N`: where the trials train.
     #[arg(long, default_value = "cpu")]
     pub device: Device,
     /// Follow the sweep, then print its result table.
@@ -601,6 +631,7 @@ pub struct SweepStartArgs {
 
 #[derive(Args, Debug)]
 pub struct SweepResultsArgs {
+    /// The sweep's job.
     pub job: u64,
     /// Also draw the metric of every trial against steps into this PNG file.
     #[arg(long, value_name = "FILE")]
@@ -609,6 +640,7 @@ pub struct SweepResultsArgs {
 
 #[derive(Args, Debug)]
 pub struct TrainPlotArgs {
+    /// The job to chart.
     pub job: u64,
     #[command(flatten)]
     pub chart: ChartArgs,
@@ -619,11 +651,21 @@ pub struct PlotArgs {
     /// The host's state directory (its store is read, never written).
     #[arg(long, env = "TLI_STATE_DIR", default_value = ".tli")]
     pub state_dir: PathBuf,
-    /// The job to chart.
-    #[arg(long)]
-    pub job: u64,
+    /// The job to chart (as for `tli train plot JOB`).
+    #[arg(value_name = "JOB", required_unless_present = "job_flag")]
+    pub job: Option<u64>,
+    /// The same as JOB (the older spelling, kept for scripts).
+    #[arg(long = "job", value_name = "JOB", hide = true, conflicts_with = "job")]
+    pub job_flag: Option<u64>,
     #[command(flatten)]
     pub chart: ChartArgs,
+}
+
+impl PlotArgs {
+    /// The job, given as JOB or `--job JOB`.
+    pub fn job(&self) -> u64 {
+        self.job.or(self.job_flag).unwrap_or_default()
+    }
 }
 
 /// What `tli train plot` and `tli plot` draw, and where.
@@ -700,10 +742,13 @@ pub struct StartArgs {
     /// Best checkpoints and early stopping of every model (a job spec sets them per model).
     #[command(flatten)]
     pub selection: SelectionArgs,
+    /// Optimisation steps per task (`train local` defaults to 300, a quick look in-process).
     #[arg(long, default_value_t = 1000)]
     pub steps: u64,
+    /// The job seed (task seeds are seed + task ordinal).
     #[arg(long, default_value_t = tli_core::job::DEFAULT_SEED)]
     pub seed: u64,
+    /// `cpu` or `cuda:N`: where the tasks train.
     #[arg(long, default_value = "cpu")]
     pub device: Device,
     /// Follow the job after starting it.
@@ -719,13 +764,16 @@ pub struct ListArgs {
     /// Only jobs with a task in this state (queued, running, completed, failed, cancelled, interrupted). Repeatable.
     #[arg(long)]
     pub state: Vec<String>,
+    /// Only jobs with a task of this plugin.
     #[arg(long)]
     pub plugin: Option<String>,
+    /// Only jobs with a task on this asset (as `train status` shows it).
     #[arg(long)]
     pub asset: Option<String>,
     /// newest (default), oldest or name.
     #[arg(long, default_value = "newest")]
     pub sort: String,
+    /// Jobs per page.
     #[arg(long, default_value_t = 20)]
     pub page_size: u32,
     /// Page token from a previous listing.
@@ -801,9 +849,15 @@ pub enum ModelsCommand {
     },
     /// Keep a model resident on the host to answer `tli predict --model ID` and the
     /// Predict API; its memory is reserved like a training task's (`tli resources`).
-    Load { model: String },
+    Load {
+        /// The model's id (`tli models list`).
+        model: String,
+    },
     /// Free a resident model (after the requests using it end).
-    Unload { model: String },
+    Unload {
+        /// The model's id.
+        model: String,
+    },
     /// Trace a bundle's FP32 forecaster into a TorchScript module for other runtimes
     /// (Python's torch.jit.load, libtorch): OUT gets model.pt, the example inputs it was
     /// traced on (the last 256 forecastable bars of --data, or from --start) and
@@ -820,6 +874,7 @@ pub enum ModelsCommand {
         /// First bar whose forecast goes into the example (default: the last 256 bars).
         #[arg(long, value_name = "TIME", value_parser = parse_time)]
         start: Option<i64>,
+        /// `cpu` or `cuda:N`: the device the traced module is made for (it runs there).
         #[arg(long, default_value = "cpu")]
         device: Device,
     },
@@ -867,6 +922,8 @@ pub struct PredictArgs {
     /// the format follows its extension (.csv, .json, .parquet).
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
+    /// `cpu` or `cuda:N`: where a bundle is applied in this process (a host's model runs on
+    /// the host's device).
     #[arg(long, default_value = "cpu")]
     pub device: Device,
     /// libtorch intra-op threads (default: one per core).
@@ -996,6 +1053,7 @@ fn parse_time(text: &str) -> Result<i64, String> {
 /// Seed, device and threads of an in-process run (`train local`, `profile memory`).
 #[derive(Args, Debug, Clone)]
 pub struct InProcessArgs {
+    /// The run's seed (the same seed gives the same run).
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
     /// `cpu` or `cuda:N`.
@@ -1267,5 +1325,27 @@ mod tests {
     #[test]
     fn the_command_line_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    /// Every argument a person can see in `--help` says what it is for.
+    #[test]
+    fn every_shown_argument_has_help_text() {
+        fn walk(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in command.get_arguments() {
+                let id = arg.get_id().as_str();
+                if arg.is_hide_set() || id == "help" || id == "version" {
+                    continue;
+                }
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in command.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "tli", &mut missing);
+        assert!(missing.is_empty(), "arguments without help: {missing:#?}");
     }
 }

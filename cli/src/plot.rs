@@ -46,21 +46,21 @@ pub fn train_plot(cli: &Cli, args: &TrainPlotArgs) -> Result<()> {
     write(&history_from_proto(&response), &args.chart, cli.output)
 }
 
-/// `tli plot --state-dir DIR --job N`: the history from the store itself.
+/// `tli plot JOB --state-dir DIR`: the history from the store itself.
 pub fn store_plot(args: &PlotArgs, output: OutputFormat) -> Result<()> {
     let store = Store::open_read_only(&args.state_dir)?;
     let query = HistoryQuery {
         metrics: args.chart.metrics.clone(),
         max_points: args.chart.max_points as usize,
     };
-    let history = match i64::try_from(args.job) {
+    let history = match i64::try_from(args.job()) {
         Ok(job) if job > 0 => store.job_history(job, &query)?,
         _ => None,
     }
     .ok_or_else(|| {
         anyhow!(
             "job {} not found in the store {} (`tli host status --state-dir {}` lists the jobs)",
-            args.job,
+            args.job(),
             store.path().display(),
             args.state_dir.display()
         )

@@ -265,11 +265,14 @@ fn charts_of_a_job_through_the_host_and_from_its_state_dir() {
     for (a, b) in files(&through_host).iter().zip(files(&from_store)) {
         assert_eq!(a["series"], b["series"], "the RPC and the store agree");
     }
+    // The job as `tli train plot` takes it: JOB, positional.
+    let positional = out.path().join("positional");
+    let mut args = vec!["plot", &job_arg, "--state-dir", state_arg, "--out"];
+    args.push(positional.to_str().unwrap());
+    args.extend(size_args);
+    assert_eq!(charts(&ok_json(&tli_in(out.path(), &args))), expected);
     failed_with(
-        &tli_in(
-            out.path(),
-            &["plot", "--state-dir", state_arg, "--job", "999"],
-        ),
+        &tli_in(out.path(), &["plot", "999", "--state-dir", state_arg]),
         &["job 999 not found in the store"],
     );
     failed_with(
