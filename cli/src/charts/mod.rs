@@ -141,9 +141,36 @@ pub fn task_label(task: &TaskHistory) -> String {
     format!("task {} {}/{}", task.task_id, task.plugin, asset)
 }
 
-/// The colour of the task at `index` (its position in the job).
+/// The colour of the task at `index` (its position in the job): the
+/// palette's seven, then hues a golden angle apart at four lightnesses, so
+/// no two of a job's first 60 tasks come close in colour (a legend stays
+/// unambiguous past seven tasks).
 pub fn task_color(index: usize) -> RGBColor {
-    PALETTE[index % PALETTE.len()]
+    if let Some(color) = PALETTE.get(index) {
+        return *color;
+    }
+    let n = index - PALETTE.len();
+    let hue = (n as f64 * 137.507_764 + 15.0) % 360.0;
+    let lightness = [0.32, 0.45, 0.58, 0.70][n % 4];
+    hsl(hue, 0.70, lightness)
+}
+
+/// An RGB colour from hue (degrees), saturation and lightness (0..1).
+fn hsl(hue: f64, saturation: f64, lightness: f64) -> RGBColor {
+    let chroma = (1.0 - (2.0 * lightness - 1.0).abs()) * saturation;
+    let h = hue / 60.0;
+    let x = chroma * (1.0 - (h % 2.0 - 1.0).abs());
+    let (r, g, b) = match h as u32 {
+        0 => (chroma, x, 0.0),
+        1 => (x, chroma, 0.0),
+        2 => (0.0, chroma, x),
+        3 => (0.0, x, chroma),
+        4 => (x, 0.0, chroma),
+        _ => (chroma, 0.0, x),
+    };
+    let m = lightness - chroma / 2.0;
+    let byte = |v: f64| ((v + m) * 255.0).round().clamp(0.0, 255.0) as u8;
+    RGBColor(byte(r), byte(g), byte(b))
 }
 
 /// The metrics to chart: those asked for (each must have been reported by

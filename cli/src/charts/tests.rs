@@ -305,3 +305,21 @@ fn a_training_metric_is_drawn_with_its_validation_twin() {
         "the dashed valid_loss line and its caption"
     );
 }
+
+/// A job of many tasks: every task's colour differs from every other's by a
+/// visible amount (no two lines share a legend colour), and from white.
+#[test]
+fn task_colours_stay_distinct_past_the_palette() {
+    let colours: Vec<RGBColor> = (0..60).map(task_color).collect();
+    let apart = |a: &RGBColor, b: &RGBColor| {
+        let d = |x: u8, y: u8| (f64::from(x) - f64::from(y)).powi(2);
+        (d(a.0, b.0) + d(a.1, b.1) + d(a.2, b.2)).sqrt()
+    };
+    for (i, a) in colours.iter().enumerate() {
+        assert!(apart(a, &RGBColor(255, 255, 255)) > 60.0, "task {i}: {a:?}");
+        for (j, b) in colours.iter().enumerate().skip(i + 1) {
+            assert!(apart(a, b) > 15.0, "tasks {i} and {j}: {a:?} and {b:?}");
+        }
+    }
+    assert_eq!(task_color(0), PALETTE[0], "the palette first");
+}

@@ -211,3 +211,42 @@ def test_a_typed_helper_from_a_served_schema_checks_keys_and_values() -> None:
     # A schema that says nothing takes any keys.
     Loose = config_type(PluginInfo("loose", "0.1.0", "1.1.0", "x", "", {}, None, "", ()))
     assert Loose(anything=[1]).config == {"anything": [1]}
+
+
+def test_progress_bars_show_each_tasks_own_rate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task done in 0.5 s and one done in 10.5 s do not show the same rate at the end."""
+    pytest.importorskip("tqdm")
+    import io
+
+    from tli_client import Progress, Task, TqdmDisplay
+    from tli_client import progress as progress_module
+
+    clock = [100.0]
+    monkeypatch.setattr(progress_module.time, "monotonic", lambda: clock[0])
+
+    def task(task_id: int, state: int, done: int, rate: float = 0.0) -> Task:
+        return Task.from_proto(
+            pb.TaskProgress(task_id=task_id, plugin="template", asset="a", state=state,
+                            steps_done=done, total_steps=100, steps_per_second=rate)
+        )
+
+    running, completed = pb.TASK_STATE_RUNNING, pb.TASK_STATE_COMPLETED
+    shown = io.StringIO()
+    display = TqdmDisplay(file=shown)
+    display.update(Progress(1, 0.0, (task(1, running, 0), task(2, running, 0))))
+    clock[0] += 0.5
+    display.update(Progress(1, 0.5, (task(1, completed, 100), task(2, running, 10, 20.0))))
+    clock[0] += 10.0
+    display.update(Progress(1, 1.0, (task(1, completed, 100), task(2, completed, 100))))
+    display.close()
+    text = shown.getvalue()
+    assert "completed 200 step/s" in text, text
+    assert "running 20 step/s" in text, text
+    assert "completed 9.52 step/s" in text, text
+
+
+def test_history_labels_name_the_task() -> None:
+    from tli_client.history import TaskHistory
+
+    label = TaskHistory(6, 0, "dqn", "es.dbn", "cpu", {}).label
+    assert label == "task 6 dqn/es.dbn"

@@ -23,9 +23,6 @@ pub(super) fn predict(
     let source = args.bars.source();
     let (table, notes) = source.read_for(&book, &bundle.card.features)?;
     let contract = source.contract(&table, &notes, &book)?;
-    if let Some(threads) = args.threads {
-        tch::set_num_threads(threads);
-    }
     let registry = scan(plugin_dir)?;
     let model_id = args
         .model
@@ -33,6 +30,9 @@ pub(super) fn predict(
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "model".into());
     let mut model = LoadedModel::load(&registry, &bundle, &model_id, args.device)?;
+    if let Some(threads) = args.threads {
+        model.set_threads(threads);
+    }
     let window = PredictWindow {
         start: args.bars.start,
         end: args.bars.end,

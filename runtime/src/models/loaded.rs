@@ -41,6 +41,17 @@ pub struct LoadedModel {
     predictor: PredictorHandle,
     /// Rows streamed since the last reset (stream outputs are numbered so).
     streamed: u64,
+    /// libtorch intra-op threads of every call, set on the calling thread:
+    /// BLAS results depend on the thread count, so the same model gives the
+    /// same bits in `tli predict` and on a host (whose calls come from
+    /// whichever thread serves them) only when both use the same count.
+    threads: i32,
+}
+
+/// The intra-op threads a model uses unless told otherwise: one per CPU
+/// this process may run on.
+pub fn default_predict_threads() -> i32 {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(1024) as i32)
 }
 
 impl LoadedModel {
@@ -78,6 +89,7 @@ impl LoadedModel {
             config,
             predictor,
             streamed: 0,
+            threads: default_predict_threads(),
         })
     }
 
@@ -207,8 +219,14 @@ impl LoadedModel {
         Ok(table)
     }
 
+    /// Sets the intra-op threads of this model's calls (at least 1).
+    pub fn set_threads(&mut self, threads: i32) {
+        self.threads = threads.max(1);
+    }
+
     /// The predictor's outputs for `batch`, as the plugin gives them.
     pub fn predict_batch(&mut self, batch: TaskInputs) -> Result<Predictions, ModelError> {
+        tch::set_num_threads(self.threads);
         self.predictor
             .predict(batch)
             .map_err(|source| ModelError::Plugin {
@@ -219,6 +237,7 @@ impl LoadedModel {
 
     /// The predictor's outputs for the next rows of a stream.
     pub fn stream_batch(&mut self, bars: TaskInputs) -> Result<Predictions, ModelError> {
+        tch::set_num_threads(self.threads);
         self.predictor
             .stream(bars)
             .map_err(|source| ModelError::Plugin {

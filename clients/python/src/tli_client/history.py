@@ -54,8 +54,9 @@ class TaskHistory:
 
     @property
     def label(self) -> str:
-        """``plugin/asset #ordinal``: a legend entry."""
-        return f"{self.plugin}/{self.asset} #{self.ordinal}"
+        """``task 6 plugin/asset``: a legend entry, naming the task as the CLI, the status
+        page and the charts do."""
+        return f"task {self.task_id} {self.plugin}/{self.asset}"
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ latest metric; plugin log lines are printed above the bars. Pass a :class:`TqdmD
 
 from __future__ import annotations
 
-from typing import IO, Any, Dict, Optional, Protocol, runtime_checkable
+import time
+from typing import IO, Any, Dict, Optional, Protocol, Tuple, runtime_checkable
 
 from ._optional import require_tqdm
 from .jobs import Event, Finished, LogLine, Progress, StateChanged, Task
@@ -52,6 +53,28 @@ class TqdmDisplay:
         self._leave = leave
         self._job: Any = None
         self._tasks: Dict[int, Any] = {}
+        # When each task was first seen running, and its steps then; its rate once finished.
+        self._running_since: Dict[int, Tuple[float, int]] = {}
+        self._final_rate: Dict[int, Optional[float]] = {}
+
+    def _rate(self, t: Task) -> Optional[float]:
+        """Steps per second of the task's own run: the host's figure while it runs (this
+        attempt's steps over its time), and, once it ended, its steps over the time between
+        this display first seeing it run and seeing it end (not tqdm's, which counts from
+        the bar's creation for every task alike)."""
+        now = time.monotonic()
+        if t.state.is_active:
+            self._running_since.setdefault(t.task_id, (now, t.steps_done))
+            return t.steps_per_second or None
+        if t.state.is_finished:
+            if t.task_id not in self._final_rate:
+                since = self._running_since.get(t.task_id)
+                rate = None
+                if since is not None and now > since[0] and t.steps_done > since[1]:
+                    rate = (t.steps_done - since[1]) / (now - since[0])
+                self._final_rate[t.task_id] = rate
+            return self._final_rate[t.task_id]
+        return None
 
     def _bar(self, **kwargs: Any) -> Any:
         try:
@@ -81,6 +104,8 @@ class TqdmDisplay:
                     desc=f"  task {t.task_id} {t.plugin}/{t.asset}",
                     unit="step",
                     position=i + 1,
+                    # The task's own rate is in the postfix; tqdm's would be the bar's.
+                    bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{postfix}]",
                 )
                 self._tasks[t.task_id] = bar
             bar.n = t.steps_done
@@ -88,6 +113,9 @@ class TqdmDisplay:
             postfix = t.state.value
             if t.stopped_early:
                 postfix += " (stopped early)"
+            rate = self._rate(t)
+            if rate is not None:
+                postfix += f" {rate:.3g} step/s"
             if metric is not None and metric in t.metrics:
                 postfix += f" {metric}={t.metrics[metric]:.4g}"
             bar.set_postfix_str(postfix, refresh=False)
@@ -112,4 +140,6 @@ class TqdmDisplay:
         if self._job is not None:
             self._job.close()
         self._tasks.clear()
+        self._running_since.clear()
+        self._final_rate.clear()
         self._job = None
