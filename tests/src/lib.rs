@@ -171,6 +171,23 @@ impl Server {
         self.logged_url("status page at http://")
     }
 
+    /// The server's log once it holds `marker`, waiting up to 10 s for it
+    /// (start-up lines come one after another, not at once).
+    pub fn log_once(&self, marker: &str) -> String {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let log = self.log.lock().map(|l| l.clone()).unwrap_or_default();
+            if log.contains(marker) {
+                return log;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no `{marker}` from tli host serve; it printed:\n{log}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
     /// The address after `marker` in the server's log, waiting up to 10 s for it.
     pub fn logged_url(&self, marker: &str) -> String {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);

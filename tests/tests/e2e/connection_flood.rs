@@ -92,7 +92,8 @@ fn two_thousand_idle_connections_neither_silence_the_host_nor_stop_its_checkpoin
         log,
     };
     let page = server.status_page();
-    let ready = server.log.lock().unwrap().clone();
+    // The connection limits are the line after the status page's: wait for it.
+    let ready = server.log_once("connections at once");
     assert!(
         ready.contains("at most 768 connections at once (1024 descriptors"),
         "{ready}"
