@@ -10,9 +10,10 @@ use super::{GpuRequest, SlurmConfig};
 use std::time::Duration;
 use tli_runtime::orchestrator::executor::ExecutorKind;
 use tli_runtime::orchestrator::remote_executor::{
-    DispatchRequest, Dispatched, EndedJob, ExecutorError, JobUsage, LiveJob, PollReport,
-    RemoteExecutor, WorkerSetup,
+    DispatchRequest, Dispatched, EndedJob, ExecutorError, LiveJob, PollReport, RemoteExecutor,
+    WorkerSetup,
 };
+use tli_runtime::orchestrator::store::DispatchUsage;
 use tli_runtime::orchestrator::TaskId;
 
 /// The host's Slurm executor.
@@ -65,13 +66,12 @@ pub fn is_transient(message: &str) -> bool {
     SIGNS.iter().any(|sign| message.contains(sign))
 }
 
-impl SlurmExecutor {
-    /// `shards` GPU shards in GPUs (1 when the cluster's split is unknown).
-    fn shards_as_gpus(&self, shards: u32) -> f64 {
-        match self.config.gpus {
-            GpuRequest::Shards { per_gpu, .. } => f64::from(shards) / f64::from(per_gpu.max(1)),
-            GpuRequest::Whole => f64::from(shards),
-        }
+/// `shards` GPU shards in GPUs, on a cluster that splits each GPU as `gpus`
+/// says (a shard counts as a GPU where the split is unknown).
+fn shards_as_gpus(shards: u32, gpus: &GpuRequest) -> f64 {
+    match gpus {
+        GpuRequest::Shards { per_gpu, .. } => f64::from(shards) / f64::from((*per_gpu).max(1)),
+        GpuRequest::Whole => f64::from(shards),
     }
 }
 
@@ -88,13 +88,7 @@ pub fn requested_gpus(request: &str, gpus: &GpuRequest) -> f64 {
     if let Some(n) = count("--gres=gpu:") {
         return f64::from(n);
     }
-    match (count("--gres=shard:"), gpus) {
-        (Some(k), GpuRequest::Shards { per_gpu, .. }) => {
-            f64::from(k) / f64::from((*per_gpu).max(1))
-        }
-        (Some(k), GpuRequest::Whole) => f64::from(k),
-        (None, _) => 0.0,
-    }
+    count("--gres=shard:").map_or(0.0, |k| shards_as_gpus(k, gpus))
 }
 
 /// The output directory could not be made.
@@ -177,7 +171,10 @@ impl RemoteExecutor for SlurmExecutor {
         Ok(report)
     }
 
-    fn usage(&self, jobs: &[(String, String)]) -> Result<Vec<(String, JobUsage)>, ExecutorError> {
+    fn usage(
+        &self,
+        jobs: &[(String, String)],
+    ) -> Result<Vec<(String, DispatchUsage)>, ExecutorError> {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
@@ -191,11 +188,11 @@ impl RemoteExecutor for SlurmExecutor {
                 // job-completion log): the GPUs the job asked for, which Slurm granted.
                 let gpus = a
                     .gpus
-                    .or(a.shards.map(|k| self.shards_as_gpus(k)))
+                    .or(a.shards.map(|k| shards_as_gpus(k, &self.config.gpus)))
                     .unwrap_or_else(|| requested_gpus(request, &self.config.gpus));
                 Some((
                     id.clone(),
-                    JobUsage {
+                    DispatchUsage {
                         elapsed_seconds: a.elapsed_seconds as f64,
                         cpus: a.cpus,
                         gpus,

@@ -14,6 +14,7 @@
 
 use super::executor::ExecutorKind;
 use super::job::JobSpec;
+use super::store::DispatchUsage;
 use super::TaskId;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -76,17 +77,6 @@ pub struct PollReport {
     pub live: Vec<LiveJob>,
 }
 
-/// What an ended job used, from the executor's accounting.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct JobUsage {
-    /// Wall-clock seconds it held its allocation.
-    pub elapsed_seconds: f64,
-    /// CPUs allocated to it.
-    pub cpus: u32,
-    /// GPUs allocated to it (whole GPUs; a fraction for GPU shards).
-    pub gpus: f64,
-}
-
 /// Where a worker of a task keeps what it writes, and how many threads it
 /// gives libtorch.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -147,7 +137,10 @@ pub trait RemoteExecutor: Send + Sync {
     fn poll(&self, jobs: &[String]) -> Result<PollReport, ExecutorError>;
     /// What each of the ended `jobs` used (`(external id, request as
     /// submitted)` pairs), for those the executor's accounting knows yet.
-    fn usage(&self, _jobs: &[(String, String)]) -> Result<Vec<(String, JobUsage)>, ExecutorError> {
+    fn usage(
+        &self,
+        _jobs: &[(String, String)],
+    ) -> Result<Vec<(String, DispatchUsage)>, ExecutorError> {
         Ok(Vec::new())
     }
     /// Cancels a job (its worker is given up on).

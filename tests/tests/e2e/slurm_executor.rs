@@ -113,6 +113,22 @@ fn reasons(state: &Path, task: i64) -> Vec<String> {
         .collect()
 }
 
+/// A one-task job of 50 template steps on a small synthetic asset; its id.
+fn start_short_template_job(server: &Server) -> String {
+    job_of(&ok_json(&server.client(&[
+        "train",
+        "start",
+        "-p",
+        "template",
+        "-a",
+        "synthetic:300:1",
+        "--steps",
+        "50",
+        "-o",
+        "json",
+    ])))
+}
+
 /// A long template task: ~10 s in a Slurm job, a checkpoint every 500 steps.
 fn long_template_spec(dir: &Path, assets: usize) -> String {
     let all = [
@@ -500,18 +516,7 @@ fn a_job_submitted_while_slurmctld_is_down_starts_when_it_returns() {
     let (_plugins, state, server) =
         slurm_host(&cluster, work.path(), &[(TEMPLATE, "template")], &[]);
     cluster.stop_controller();
-    let job = job_of(&ok_json(&server.client(&[
-        "train",
-        "start",
-        "-p",
-        "template",
-        "-a",
-        "synthetic:300:1",
-        "--steps",
-        "50",
-        "-o",
-        "json",
-    ])));
+    let job = start_short_template_job(&server);
     let task = tasks(&status(&server, &job))[0].0;
     let down = std::time::Instant::now();
     let mut detail = String::new();
@@ -584,18 +589,7 @@ fn cancels_of_a_pending_job_leave_its_task_queued() {
             .iter()
             .any(|(id, _, st)| id == &blocker && st == "RUNNING")
     });
-    let job = job_of(&ok_json(&server.client(&[
-        "train",
-        "start",
-        "-p",
-        "template",
-        "-a",
-        "synthetic:300:1",
-        "--steps",
-        "50",
-        "-o",
-        "json",
-    ])));
+    let job = start_short_template_job(&server);
     let task = tasks(&status(&server, &job))[0].0;
     let dispatches = || dispatches(&state, task);
     for cancel in 1..=3 {
@@ -671,18 +665,7 @@ fn a_worker_that_cannot_reach_the_host_fails_its_task_within_the_attach_timeout(
         ],
     );
     let started = std::time::Instant::now();
-    let job = job_of(&ok_json(&server.client(&[
-        "train",
-        "start",
-        "-p",
-        "template",
-        "-a",
-        "synthetic:300:1",
-        "--steps",
-        "50",
-        "-o",
-        "json",
-    ])));
+    let job = start_short_template_job(&server);
     let task = tasks(&status(&server, &job))[0].0;
     cluster.wait_until(
         Duration::from_secs(30),
@@ -1046,18 +1029,7 @@ fn a_worker_without_the_hosts_plugin_fails_its_task_with_the_reason() {
         &[(TEMPLATE, "template")],
         &[&empty_arg],
     );
-    let job = job_of(&ok_json(&server.client(&[
-        "train",
-        "start",
-        "-p",
-        "template",
-        "-a",
-        "synthetic:300:1",
-        "--steps",
-        "50",
-        "-o",
-        "json",
-    ])));
+    let job = start_short_template_job(&server);
     cluster.wait_until(Duration::from_secs(60), "the task fails", || {
         all_in(&server, &job, "failed")
     });

@@ -33,7 +33,7 @@ use crate::orchestrator::remote_executor::{
 };
 use crate::orchestrator::runner::{Outcome, RunnerEvent, StopRequest};
 use crate::orchestrator::state::TaskState;
-use crate::orchestrator::store::{DispatchUsage, StoreError, TaskRow};
+use crate::orchestrator::store::{StoreError, TaskRow};
 use crate::orchestrator::task_record::StoreRecord;
 use crate::orchestrator::{JobId, TaskId};
 use std::collections::HashMap;
@@ -550,11 +550,6 @@ impl Orchestrator {
                         .iter()
                         .filter(|d| d.external_id.as_deref() == Some(&id))
                     {
-                        let usage = DispatchUsage {
-                            elapsed_seconds: usage.elapsed_seconds,
-                            cpus: usage.cpus,
-                            gpus: usage.gpus,
-                        };
                         if let Err(e) = self.store.set_dispatch_usage(d.id, &usage) {
                             tracing::warn!(task = d.task_id, "usage of job {id} not recorded: {e}");
                         }
