@@ -80,7 +80,8 @@ pub struct TensorState<'a> {
 }
 
 /// The fused host update. `grad` holds the weight's gradient (row-major,
-/// `codes.len()` elements) and is overwritten with the updated f32 weight;
+/// `codes.len()` elements) and is overwritten with the updated weight as its
+/// new codes give it back (`code · scale`, what a dequantization gives);
 /// `codes`/`scales` are the weight (`cols` columns per row) and receive
 /// its stochastic re-quantization; the draw advances `rng` by `N`.
 #[allow(clippy::too_many_arguments)]
@@ -115,6 +116,29 @@ pub fn update_host(
         )));
     }
     let threads = threads.max(1);
+    if cols > 0 && cols.is_multiple_of(BLOCK) {
+        update_whole_rows(grad, codes, scales, cols, state, s, rng, threads);
+    } else {
+        update_two_phases(grad, codes, scales, cols, state, s, rng, threads);
+    }
+    Ok(())
+}
+
+/// Phase 1 over blocks (moments, f32 weights), then phase 2 over rows
+/// (re-quantization): for rows that are not whole blocks.
+#[allow(clippy::too_many_arguments)]
+fn update_two_phases(
+    grad: &mut [f32],
+    codes: &mut [i8],
+    scales: &mut [f32],
+    cols: usize,
+    state: HostState<'_>,
+    s: &UpdateScalars,
+    rng: &mut CounterRng,
+    threads: usize,
+) {
+    let n = grad.len();
+    let blocks = blocks_for(n);
     if threads == 1 {
         // No threads to start (their start and join cost more than a small tensor's update).
         let range = BlockRange {
@@ -128,7 +152,7 @@ pub fn update_host(
         update_blocks(range, s);
         requantize_rows(grad, codes, scales, cols, rng, 0);
         rng.skip(n as u64);
-        return Ok(());
+        return;
     }
     // Phase 1, parallel over blocks: moments and the f32 weight update.
     let blocks_per_thread = blocks.div_ceil(threads).max(1);
@@ -163,15 +187,107 @@ pub fn update_host(
     });
     // Phase 2, parallel over rows: new scales, stochastic rounding.
     requantize_parallel(grad, codes, scales, cols, rng, threads);
-    Ok(())
+}
+
+/// Rows of whole blocks in one sweep: each group of rows gets its moments
+/// and f32 update, then is re-quantized while it is still in cache (the
+/// two-phase path reads every updated weight back from memory). Parallel
+/// over rows; the same bits as the two phases (the draws are numbered by
+/// element, not by order).
+#[allow(clippy::too_many_arguments)]
+fn update_whole_rows(
+    grad: &mut [f32],
+    codes: &mut [i8],
+    scales: &mut [f32],
+    cols: usize,
+    state: HostState<'_>,
+    s: &UpdateScalars,
+    rng: &mut CounterRng,
+    threads: usize,
+) {
+    /// Elements per group: 64 KiB of f32 weights, within a core's L2.
+    const GROUP: usize = 16 * 1024;
+    let n = grad.len();
+    let rows = scales.len();
+    let rows_per_thread = rows.div_ceil(threads).max(1);
+    let rows_per_group = (GROUP / cols).clamp(1, rows_per_thread);
+    let blocks_per_row = cols / BLOCK;
+    let rng_ro: &CounterRng = rng;
+    // One thread's rows, group by group.
+    let run =
+        |first_row: usize, g: &mut [f32], q: &mut [i8], sc: &mut [f32], state: HostState<'_>| {
+            let HostState {
+                m_codes,
+                v_codes,
+                m_absmax,
+                v_absmax,
+            } = state;
+            let step = rows_per_group * cols;
+            let groups = g
+                .chunks_mut(step)
+                .zip(q.chunks_mut(step))
+                .zip(sc.chunks_mut(rows_per_group))
+                .zip(m_codes.chunks_mut(step))
+                .zip(v_codes.chunks_mut(step))
+                .zip(m_absmax.chunks_mut(rows_per_group * blocks_per_row))
+                .zip(v_absmax.chunks_mut(rows_per_group * blocks_per_row));
+            for (k, ((((((g, q), sc), mc), vc), ma), va)) in groups.enumerate() {
+                let first = (first_row + k * rows_per_group) * cols;
+                let range = BlockRange {
+                    first: 0,
+                    grad: &mut *g,
+                    codes: &*q,
+                    scales: &*sc,
+                    cols,
+                    state: HostState {
+                        m_codes: mc,
+                        v_codes: vc,
+                        m_absmax: ma,
+                        v_absmax: va,
+                    },
+                };
+                update_blocks(range, s);
+                requantize_rows(g, q, sc, cols, rng_ro, first as u64);
+            }
+        };
+    if threads == 1 {
+        run(0, grad, codes, scales, state);
+    } else {
+        let step = rows_per_thread * cols;
+        let blocks = rows_per_thread * blocks_per_row;
+        std::thread::scope(|scope| {
+            let parts = grad
+                .chunks_mut(step)
+                .zip(codes.chunks_mut(step))
+                .zip(scales.chunks_mut(rows_per_thread))
+                .zip(state.m_codes.chunks_mut(step))
+                .zip(state.v_codes.chunks_mut(step))
+                .zip(state.m_absmax.chunks_mut(blocks))
+                .zip(state.v_absmax.chunks_mut(blocks))
+                .enumerate();
+            for (t, ((((((g, q), sc), mc), vc), ma), va)) in parts {
+                let state = HostState {
+                    m_codes: mc,
+                    v_codes: vc,
+                    m_absmax: ma,
+                    v_absmax: va,
+                };
+                let run = &run;
+                scope.spawn(move || run(t * rows_per_thread, g, q, sc, state));
+            }
+        });
+    }
+    rng.skip(n as u64);
 }
 
 /// The stochastic re-quantization of updated f32 weights (`weights`,
 /// row-major, `cols` per row) into `codes` and `scales`, parallel over rows
 /// (none for one thread); element `j` draws value `counter + j` of `rng`,
-/// which then moves past all of them.
+/// which then moves past all of them. Each weight is then overwritten with
+/// its dequantized code (`code · scale`), so the buffer can serve as the
+/// next forward pass's f32 copy without another pass over the codes.
 pub(super) fn requantize_parallel(
-    weights: &[f32],
+    weights: &mut [f32],
     codes: &mut [i8],
     scales: &mut [f32],
     cols: usize,
@@ -187,7 +303,7 @@ pub(super) fn requantize_parallel(
         let rng_ro: &CounterRng = rng;
         std::thread::scope(|scope| {
             let parts = weights
-                .chunks(rows_per_thread * cols)
+                .chunks_mut(rows_per_thread * cols)
                 .zip(codes.chunks_mut(rows_per_thread * cols))
                 .zip(scales.chunks_mut(rows_per_thread))
                 .enumerate();
@@ -218,6 +334,11 @@ struct BlockRange<'a> {
 /// are exact in either).
 fn update_blocks(range: BlockRange<'_>, s: &UpdateScalars) {
     #[cfg(target_arch = "x86_64")]
+    if has_avx512() {
+        // SAFETY: the CPU has AVX-512 F/DQ/VL, AVX2 and FMA (checked just above).
+        return unsafe { update_blocks_avx512(range, s) };
+    }
+    #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
         // SAFETY: the CPU has AVX2 and FMA (checked just above).
         return unsafe { update_blocks_avx2(range, s) };
@@ -226,9 +347,15 @@ fn update_blocks(range: BlockRange<'_>, s: &UpdateScalars) {
 }
 
 #[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2,fma")]
+unsafe fn update_blocks_avx512(range: BlockRange<'_>, s: &UpdateScalars) {
+    update_blocks_with::<true>(range, s)
+}
+
+#[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn update_blocks_avx2(range: BlockRange<'_>, s: &UpdateScalars) {
-    update_blocks_body(range, s)
+    update_blocks_with::<true>(range, s)
 }
 
 /// Whether this CPU runs the AVX2 + FMA builds of the host kernels.
@@ -242,6 +369,13 @@ pub(super) fn has_avx2_fma() -> bool {
 
 #[inline(always)]
 fn update_blocks_body(range: BlockRange<'_>, s: &UpdateScalars) {
+    update_blocks_with::<false>(range, s)
+}
+
+/// Phase 1 with the moments decoded and encoded by AVX2 gathers
+/// (`GATHER`; only in a build with AVX2 enabled) or one element at a time.
+#[inline(always)]
+fn update_blocks_with<const GATHER: bool>(range: BlockRange<'_>, s: &UpdateScalars) {
     let BlockRange {
         first,
         grad,
@@ -269,9 +403,19 @@ fn update_blocks_body(range: BlockRange<'_>, s: &UpdateScalars) {
         let (mc, vc) = (&mut m_codes[start..end], &mut v_codes[start..end]);
         // Decode and advance the moments.
         let (old_m, old_v) = (m_absmax[b], v_absmax[b]);
-        for k in 0..len {
-            m[k] = svals[mc[k] as usize] * old_m;
-            v[k] = uvals[vc[k] as usize] * old_v;
+        if GATHER && cfg!(target_arch = "x86_64") {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `GATHER` is set only by the builds with AVX2 enabled;
+            // `m` and `v` are as long as the codes.
+            unsafe {
+                smap.decode_scaled_avx2(mc, old_m, m);
+                umap.decode_scaled_avx2(vc, old_v, v);
+            }
+        } else {
+            for k in 0..len {
+                m[k] = svals[mc[k] as usize] * old_m;
+                v[k] = uvals[vc[k] as usize] * old_v;
+            }
         }
         for k in 0..len {
             let gk = g[k] * s.grad_scale;
@@ -300,9 +444,18 @@ fn update_blocks_body(range: BlockRange<'_>, s: &UpdateScalars) {
             m[k] /= dm;
             v[k] /= dv;
         }
-        for k in 0..len {
-            mc[k] = smap.encode(m[k]);
-            vc[k] = umap.encode(v[k]);
+        if GATHER && cfg!(target_arch = "x86_64") {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as for the decoding above.
+            unsafe {
+                smap.encode_all_avx2(m, mc);
+                umap.encode_all_avx2(v, vc);
+            }
+        } else {
+            for k in 0..len {
+                mc[k] = smap.encode(m[k]);
+                vc[k] = umap.encode(v[k]);
+            }
         }
     }
 }
@@ -334,7 +487,7 @@ pub(super) fn nonzero_or_one(x: f32) -> f32 {
 /// Phase 2 on one thread's rows (AVX2 + FMA build where the CPU has them,
 /// as [`update_blocks`]).
 fn requantize_rows(
-    weights: &[f32],
+    weights: &mut [f32],
     codes: &mut [i8],
     scales: &mut [f32],
     cols: usize,
@@ -359,7 +512,7 @@ fn requantize_rows(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2,fma")]
 unsafe fn requantize_rows_avx512(
-    weights: &[f32],
+    weights: &mut [f32],
     codes: &mut [i8],
     scales: &mut [f32],
     cols: usize,
@@ -384,7 +537,7 @@ fn has_avx512() -> bool {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn requantize_rows_avx2(
-    weights: &[f32],
+    weights: &mut [f32],
     codes: &mut [i8],
     scales: &mut [f32],
     cols: usize,
@@ -396,7 +549,7 @@ unsafe fn requantize_rows_avx2(
 
 #[inline(always)]
 fn requantize_rows_body(
-    weights: &[f32],
+    weights: &mut [f32],
     codes: &mut [i8],
     scales: &mut [f32],
     cols: usize,
@@ -404,19 +557,27 @@ fn requantize_rows_body(
     first: u64,
 ) {
     let max_code = MAX_CODE as f32;
-    for (r, (w, q)) in weights.chunks(cols).zip(codes.chunks_mut(cols)).enumerate() {
+    for (r, (w, q)) in weights
+        .chunks_mut(cols)
+        .zip(codes.chunks_mut(cols))
+        .enumerate()
+    {
         let scale = abs_max(w) / max_code;
         scales[r] = scale;
         let divisor = nonzero_or_one(scale);
         let row_first = first + (r * cols) as u64;
-        for (k, (wk, qk)) in w.iter().zip(q.iter_mut()).enumerate() {
+        for (k, (wk, qk)) in w.iter_mut().zip(q.iter_mut()).enumerate() {
             let u = rng.uniform_at(row_first + k as u64);
             // `max`/`min` (not `clamp`) return the number when one side is NaN, so
             // `y` is always within ±127 and converts without a saturating cast's
             // per-lane fix-ups: the loop stays vectorised (about 40% less time).
-            let y = (wk / divisor + u).floor().max(-max_code).min(max_code);
+            let y = (*wk / divisor + u).floor().max(-max_code).min(max_code);
             // SAFETY: `y` is finite and within ±127, so it fits an i32 exactly.
-            *qk = unsafe { y.to_int_unchecked::<i32>() } as i8;
+            let code = unsafe { y.to_int_unchecked::<i32>() } as i8;
+            *qk = code;
+            // The weight as the next forward pass reads it: `code · scale`, the
+            // bits `Int8Weight::dequantize` gives (one f32 product each).
+            *wk = code as f32 * scale;
         }
     }
 }
@@ -539,9 +700,179 @@ pub fn update_tensors(
     Ok(())
 }
 
+#[cfg(test)]
+mod sweeps {
+    use super::*;
+
+    /// Rows of whole blocks updated in one sweep give the bits of the two
+    /// phases (weights written back, codes, scales, moments), for any
+    /// number of threads and a last group or thread share that is short.
+    #[test]
+    fn one_sweep_over_whole_rows_gives_the_bits_of_two_phases() {
+        let (rows, cols) = (37usize, 2 * BLOCK);
+        let n = rows * cols;
+        let mut rng = crate::rng::Rng::new(4);
+        let mut uniform = |scale: f32| (rng.uniform() as f32 - 0.5) * scale;
+        let grad: Vec<f32> = (0..n).map(|_| uniform(0.02)).collect();
+        let codes: Vec<i8> = (0..n).map(|_| (uniform(250.0)) as i8).collect();
+        let scales: Vec<f32> = (0..rows).map(|_| 1e-3 + uniform(1e-3).abs()).collect();
+        let m_codes: Vec<u8> = (0..n).map(|_| (uniform(500.0).abs()) as u8).collect();
+        let v_codes: Vec<u8> = (0..n).map(|_| (uniform(500.0).abs()) as u8).collect();
+        let blocks = blocks_for(n);
+        let m_absmax: Vec<f32> = (0..blocks).map(|_| uniform(1e-2).abs()).collect();
+        let v_absmax: Vec<f32> = (0..blocks).map(|_| uniform(1e-4).abs()).collect();
+        let s = UpdateScalars {
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            lr: 1e-3,
+            weight_decay: 0.01,
+            bias1: 0.271,
+            sqrt_bias2: 0.0545,
+            grad_scale: 0.8,
+        };
+        type Out = (
+            Vec<u32>,
+            Vec<i8>,
+            Vec<u32>,
+            Vec<u8>,
+            Vec<u8>,
+            Vec<u32>,
+            Vec<u32>,
+            u64,
+        );
+        let run = |one_sweep: bool, threads: usize| -> Out {
+            let (mut g, mut q, mut sc) = (grad.clone(), codes.clone(), scales.clone());
+            let (mut mc, mut vc) = (m_codes.clone(), v_codes.clone());
+            let (mut ma, mut va) = (m_absmax.clone(), v_absmax.clone());
+            let state = HostState {
+                m_codes: &mut mc,
+                v_codes: &mut vc,
+                m_absmax: &mut ma,
+                v_absmax: &mut va,
+            };
+            let mut counter = CounterRng::new(23);
+            if one_sweep {
+                update_whole_rows(
+                    &mut g,
+                    &mut q,
+                    &mut sc,
+                    cols,
+                    state,
+                    &s,
+                    &mut counter,
+                    threads,
+                );
+            } else {
+                update_two_phases(
+                    &mut g,
+                    &mut q,
+                    &mut sc,
+                    cols,
+                    state,
+                    &s,
+                    &mut counter,
+                    threads,
+                );
+            }
+            let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<u32>>();
+            (
+                bits(&g),
+                q,
+                bits(&sc),
+                mc,
+                vc,
+                bits(&ma),
+                bits(&va),
+                counter.state().counter,
+            )
+        };
+        let reference = run(false, 1);
+        assert!(reference.1 != codes, "the update changed no code");
+        for threads in [1, 2, 3] {
+            assert!(
+                run(true, threads) == reference,
+                "{threads} thread(s): the bits differ"
+            );
+            assert!(
+                run(false, threads) == reference,
+                "{threads} thread(s), two phases"
+            );
+        }
+    }
+}
+
 #[cfg(all(test, target_arch = "x86_64"))]
 mod builds {
     use super::*;
+
+    /// The baseline, AVX2 (gathers) and AVX-512 builds of the moments'
+    /// update give the same bits (each where this CPU runs it), short last
+    /// block, zero block and NaN gradient included.
+    #[test]
+    fn every_build_of_the_moment_update_gives_the_same_bits() {
+        let (rows, cols) = (5usize, 203usize);
+        let n = rows * cols;
+        let mut rng = crate::rng::Rng::new(9);
+        let mut uniform = |scale: f32| (rng.uniform() as f32 - 0.5) * scale;
+        let mut grad: Vec<f32> = (0..n).map(|_| uniform(0.02)).collect();
+        grad[BLOCK..2 * BLOCK].fill(0.0);
+        grad[7] = f32::NAN;
+        grad[9] = 1e-30;
+        let codes: Vec<i8> = (0..n).map(|_| uniform(250.0) as i8).collect();
+        let scales: Vec<f32> = (0..rows).map(|_| 1e-3 + uniform(1e-3).abs()).collect();
+        let m_codes: Vec<u8> = (0..n).map(|_| uniform(500.0).abs() as u8).collect();
+        let v_codes: Vec<u8> = (0..n).map(|_| uniform(500.0).abs() as u8).collect();
+        let blocks = blocks_for(n);
+        let mut m_absmax: Vec<f32> = (0..blocks).map(|_| uniform(1e-2).abs()).collect();
+        m_absmax[1] = 0.0;
+        let v_absmax: Vec<f32> = (0..blocks).map(|_| uniform(1e-4).abs()).collect();
+        let s = UpdateScalars {
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            lr: 1e-3,
+            weight_decay: 0.01,
+            bias1: 0.271,
+            sqrt_bias2: 0.0545,
+            grad_scale: 0.8,
+        };
+        let run = |build: u8| {
+            let mut g = grad.clone();
+            let (mut mc, mut vc) = (m_codes.clone(), v_codes.clone());
+            let (mut ma, mut va) = (m_absmax.clone(), v_absmax.clone());
+            let range = BlockRange {
+                first: 0,
+                grad: &mut g,
+                codes: &codes,
+                scales: &scales,
+                cols,
+                state: HostState {
+                    m_codes: &mut mc,
+                    v_codes: &mut vc,
+                    m_absmax: &mut ma,
+                    v_absmax: &mut va,
+                },
+            };
+            match build {
+                // SAFETY: called below only where the CPU has AVX2 and FMA.
+                1 => unsafe { update_blocks_avx2(range, &s) },
+                // SAFETY: called below only where the CPU has AVX-512 F/DQ/VL.
+                2 => unsafe { update_blocks_avx512(range, &s) },
+                _ => update_blocks_body(range, &s),
+            }
+            let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<u32>>();
+            (bits(&g), mc, vc, bits(&ma), bits(&va))
+        };
+        let baseline = run(0);
+        assert!(baseline.1 != m_codes && baseline.2 != v_codes);
+        if has_avx2_fma() {
+            assert!(run(1) == baseline, "the AVX2 build differs");
+        }
+        if has_avx512() {
+            assert!(run(2) == baseline, "the AVX-512 build differs");
+        }
+    }
 
     /// The baseline, AVX2 and AVX-512 builds of the re-quantization give
     /// the same codes and scales (each where this CPU runs it).
@@ -557,7 +888,8 @@ mod builds {
         let counter = CounterRng::new(17);
         let run = |build: u8| {
             let (mut codes, mut scales) = (vec![0i8; rows * cols], vec![0f32; rows]);
-            let (w, q, sc) = (&weights[..], &mut codes[..], &mut scales[..]);
+            let mut written = weights.clone();
+            let (w, q, sc) = (&mut written[..], &mut codes[..], &mut scales[..]);
             match build {
                 // SAFETY: called below only where the CPU has AVX2 and FMA.
                 1 => unsafe { requantize_rows_avx2(w, q, sc, cols, &counter, 11) },
@@ -566,7 +898,16 @@ mod builds {
                 _ => requantize_rows_body(w, q, sc, cols, &counter, 11),
             }
             let bits: Vec<u32> = scales.iter().map(|s| s.to_bits()).collect();
-            (codes, bits)
+            // The weights are overwritten with their dequantized codes.
+            for (k, (&w, &q)) in written.iter().zip(&codes).enumerate() {
+                assert_eq!(
+                    w.to_bits(),
+                    (q as f32 * scales[k / cols]).to_bits(),
+                    "element {k}"
+                );
+            }
+            let written: Vec<u32> = written.iter().map(|w| w.to_bits()).collect();
+            (codes, bits, written)
         };
         let baseline = run(0);
         assert!(baseline.0.iter().any(|&c| c != 0));

@@ -228,7 +228,8 @@ fn old_v(v_codes: &[u8], e: usize, row_max: f32, col_max: f32) -> f32 {
 /// The fused host update of a `[rows, cols]` INT8 weight with `format`'s
 /// state (not `Bits8`: that is [`super::blockwise_adam::update_host`]).
 /// `grad` is overwritten with the updated f32 weight, then `codes`/`scales`
-/// receive its stochastic re-quantization; the draw advances `rng` by `N`.
+/// receive its stochastic re-quantization and `grad` the dequantized result
+/// (`code · scale`); the draw advances `rng` by `N`.
 #[allow(clippy::too_many_arguments)]
 pub fn update_host(
     format: StateFormat,

@@ -18,9 +18,14 @@
 //!    update of the small tensors, and for each quantized weight the
 //!    8-bit blockwise Adam update and stochastic re-quantization
 //!    ([`blockwise_adam`](super::blockwise_adam): a fused host pass on CPU,
-//!    tensor ops elsewhere); then the f32 weights and gradients are released.
+//!    tensor ops elsewhere). On the CPU the fused pass leaves each gradient
+//!    buffer holding the new codes dequantized, and that buffer becomes the
+//!    leaf's data: the weights stay materialized for the next step (whose
+//!    `materialize` is then free) at no more memory than the backward pass
+//!    held. Elsewhere the f32 weights and gradients are released.
 //!
-//! Evaluation calls `materialize` too (and [`release`](Int8AdamW::release)
+//! Call [`release`](Int8AdamW::release) to give the f32 copies back
+//! between steps (a staged step does so itself). Evaluation calls `materialize` too (and [`release`](Int8AdamW::release)
 //! after). The stochastic rounding draws from the optimizer's own
 //! [`CounterRng`], whose state travels in [`Int8AdamWState`].
 //!
@@ -413,9 +418,10 @@ impl Int8AdamW {
     }
 
     /// Backward pass from `loss` (computed with the weights materialized),
-    /// global-norm clipping at `max_grad_norm` (≤ 0: none), one update at
-    /// learning rate `lr`, then [`release`](Self::release). Returns the
-    /// gradient norm before clipping (a host value).
+    /// global-norm clipping at `max_grad_norm` (≤ 0: none) and one update at
+    /// learning rate `lr`. On the CPU the weights stay materialized (as the
+    /// new codes dequantize, bit for bit); elsewhere they are released.
+    /// Returns the gradient norm before clipping (a host value).
     pub fn backward_step(
         &mut self,
         loss: &Tensor,
@@ -459,9 +465,15 @@ impl Int8AdamW {
         } else {
             1.0
         };
-        // The weights are about to change: the f32 copies go first (the host
-        // kernel reads the codes, not them).
-        self.release()?;
+        // The weights are about to change. On the CPU each f32 copy is replaced
+        // by the updated gradient buffer, which the fused update leaves holding
+        // the new codes dequantized: the next forward pass needs no
+        // dequantization, and the old copy goes as its replacement arrives.
+        // Elsewhere the copies go first (the update reads the codes, not them).
+        let on_host = self.device == Device::Cpu;
+        if !on_host {
+            self.release()?;
+        }
         if let Some(dense) = &mut self.dense_optimizer {
             let flat = d_grads
                 .iter()
@@ -475,7 +487,17 @@ impl Int8AdamW {
         self.step += 1;
         let first_draw = self.rng.state().counter;
         for (index, grad) in q_grads.iter().enumerate() {
-            self.update_quantized(index, grad, lr, grad_scale, first_draw)?;
+            let updated = self.update_quantized(index, grad, lr, grad_scale, first_draw);
+            let adopted = updated.and_then(|weight| match weight {
+                Some(w) if on_host => tch::no_grad(|| self.quantized[index].leaf.f_set_data(&w))
+                    .plugin_err("keeping the updated int8 weights"),
+                _ => Ok(()),
+            });
+            if let Err(e) = adopted {
+                // Some copies are stale now: none is kept.
+                let _ = self.release();
+                return Err(e);
+            }
         }
         self.finish_draws(first_draw);
         Ok(norm)
@@ -493,7 +515,7 @@ impl Int8AdamW {
         lr: f64,
         grad_scale: f64,
         first_draw: u64,
-    ) -> Result<(), PluginError> {
+    ) -> Result<Option<Tensor>, PluginError> {
         let ctx = "int8 optimizer update";
         let c = self.config;
         let t = self.step as i32;
@@ -546,7 +568,7 @@ impl Int8AdamW {
                     .max(1);
                 // SAFETY: as for the 8-bit update below: contiguous CPU tensors of
                 // the kinds named, disjoint, touched by nothing else meanwhile.
-                return unsafe {
+                unsafe {
                     let [mc, ma, vc, vr, vcol] = &views;
                     low_bit::update_host(
                         self.format,
@@ -564,8 +586,9 @@ impl Int8AdamW {
                         &s,
                         &mut rng,
                         threads,
-                    )
+                    )?
                 };
+                return Ok(Some(grad));
             }
             let [mc, ma, vc, vr, vcol] = &views;
             return low_bit::update_tensors(
@@ -582,7 +605,8 @@ impl Int8AdamW {
                 &self.maps16,
                 &s,
                 &mut rng,
-            );
+            )
+            .map(|()| None);
         }
         let blocks = blocks_for(numel as usize) as i64;
         let codes = |t: &Tensor| t.f_narrow(0, q.code_offset, numel).plugin_err(ctx);
@@ -624,8 +648,9 @@ impl Int8AdamW {
                     &s,
                     &mut rng,
                     threads,
-                )
+                )?
             }
+            Ok(Some(grad))
         } else {
             update_tensors(
                 grad,
@@ -640,6 +665,7 @@ impl Int8AdamW {
                 &s,
                 &mut rng,
             )
+            .map(|()| None)
         }
     }
 

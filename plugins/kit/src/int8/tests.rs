@@ -251,6 +251,58 @@ fn int8_training_tracks_f32_training() {
     );
 }
 
+/// A CPU step leaves each quantized leaf holding its new codes
+/// dequantized, bit for bit; training on from there is the same, bit for
+/// bit, as releasing and materializing again between steps — for every
+/// state format.
+#[test]
+fn a_cpu_step_keeps_the_weights_materialized_as_their_codes() {
+    let data = regression_data(11);
+    for state in [
+        StateFormat::Bits8,
+        StateFormat::Bits4,
+        StateFormat::Factored,
+    ] {
+        let run = |release_between: bool| {
+            let model = Regression::new(12);
+            let (decayed, rest) = model.named();
+            let options = Int8Options {
+                min_numel: 4096,
+                seed: 5,
+                state,
+            };
+            let mut opt = Int8AdamW::new(AdamConfig::default(), &decayed, &rest, options).unwrap();
+            let mut losses = Vec::new();
+            for _ in 0..6 {
+                opt.materialize().unwrap();
+                let loss = model.loss(&data.0, &data.1);
+                losses.push(loss.double_value(&[]).to_bits());
+                opt.backward_step(&loss, 1e-2, 1.0).unwrap();
+                let named = opt.named_tensors();
+                let find = |n: &str| &named.iter().find(|(k, _)| k == n).unwrap().1;
+                let expected =
+                    find("weight.int8").to_kind(Kind::Float) * find("weight.scale").unsqueeze(1);
+                assert_eq!(model.weight.size(), vec![64, 128], "{state:?}: kept");
+                assert!(
+                    model.weight.equal(&expected),
+                    "{state:?}: the kept weight is not its codes dequantized"
+                );
+                if release_between {
+                    opt.release().unwrap();
+                    assert_eq!(model.weight.numel(), 0);
+                }
+            }
+            let tensors: Vec<Tensor> = opt.named_tensors().into_iter().map(|(_, t)| t).collect();
+            (losses, tensors)
+        };
+        let (kept, released) = (run(false), run(true));
+        assert_eq!(kept.0, released.0, "{state:?}: losses differ");
+        for (a, b) in kept.1.iter().zip(&released.1) {
+            assert!(a.equal(b), "{state:?}: the state differs");
+        }
+    }
+}
+
 #[test]
 fn tiny_updates_move_the_weight_in_expectation() {
     // Δ = 0.1 of a code step per update: nearest rounding would never move.
