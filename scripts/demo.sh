@@ -61,10 +61,9 @@ echo "demo: job $job submitted ($(cat "$state/models") model(s) x 2 assets)"
 # Ends with the job's table (one table: `train status` would print it again).
 "$TLI" train watch "$job"
 "$TLI" resources
-# The charts people look at first (every metric: leave out --metric); all of them if a plugin
-# set without these names is installed.
-"$TLI" train plot "$job" --out "$state/plots" --metric train_loss \
-  --metric episodic_return_mean20 || "$TLI" train plot "$job" --out "$state/plots"
+# The job's charts: an overview first, a chart per metric curve, the evaluation scores in
+# scalars.csv, the memory timeline.
+"$TLI" train plot "$job" --out "$state/plots"
 echo "demo: shutting the host down"
 kill -TERM "$host_pid"
 wait "$host_pid"

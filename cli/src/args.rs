@@ -671,9 +671,13 @@ impl PlotArgs {
 /// What `tli train plot` and `tli plot` draw, and where.
 #[derive(Args, Debug, Clone)]
 pub struct ChartArgs {
-    /// Only this metric (repeat for several). Default: every metric the job's tasks reported.
+    /// Only this metric, as a chart of its own (repeat for several). Default: an overview, a
+    /// chart per metric reported at more than one step, and the single values in scalars.csv.
     #[arg(long = "metric", value_name = "NAME")]
     pub metrics: Vec<String>,
+    /// A chart for every metric reported, single values included (no overview or table).
+    #[arg(long, conflicts_with = "metrics")]
+    pub all: bool,
     /// Directory for the PNG files, created if missing. Default: ./tli-plots/job-N.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,

@@ -1,16 +1,21 @@
 //! `tli train plot JOB` (the job's history from a running host, over gRPC)
-//! and `tli plot --state-dir DIR --job N` (the store read directly,
-//! read-only, no host needed): PNG charts of the job ([`crate::charts`]) in
-//! `--out` (default `./tli-plots/job-N`).
+//! and `tli plot JOB --state-dir DIR` (the store read directly, read-only,
+//! no host needed): PNG charts of the job ([`crate::charts`]) in `--out`
+//! (default `./tli-plots/job-N`): an overview, a chart per metric curve,
+//! the single values in `scalars.csv`, a memory timeline per device.
 //!
 //! Prints each file written, one path per line; with `-o json`:
 //! ```json
 //! {"job_id": 4, "name": "sweep", "out_dir": "tli-plots/job-4",
-//!  "files": [{"path": "tli-plots/job-4/metric-train_loss.png", "kind": "metric",
+//!  "files": [{"path": "tli-plots/job-4/overview.png", "kind": "overview", "name": "overview",
+//!             "width": 1200, "height": 700, "metrics": ["train_loss", "valid_skill"]},
+//!            {"path": "tli-plots/job-4/metric-train_loss.png", "kind": "metric",
 //!             "name": "train_loss", "width": 1200, "height": 700,
 //!             "series": [{"task_id": 7, "label": "task 7 template/ES", "points": 2000,
 //!                         "recorded_points": 250000, "first_step": 1, "last_step": 250000,
 //!                         "last_value": 0.41}]},
+//!            {"path": "tli-plots/job-4/scalars.csv", "kind": "table", "name": "scalars",
+//!             "metrics": ["test_loss"], "rows": 1},
 //!            {"path": "tli-plots/job-4/memory-cpu.png", "kind": "memory", "name": "cpu",
 //!             "width": 1200, "height": 700, "reservations": 3, "budget_bytes": 8589934592}]}
 //! ```
@@ -75,6 +80,7 @@ fn write(history: &JobHistory, chart: &ChartArgs, output: OutputFormat) -> Resul
         .unwrap_or_else(|| PathBuf::from("tli-plots").join(format!("job-{}", history.job_id)));
     let options = PlotOptions {
         metrics: chart.metrics.clone(),
+        all: chart.all,
         out_dir: out_dir.clone(),
         width: chart.width,
         height: chart.height,
@@ -89,7 +95,7 @@ fn write(history: &JobHistory, chart: &ChartArgs, output: OutputFormat) -> Resul
         });
     }
     eprintln!(
-        "{} chart(s) of job {} \u{201c}{}\u{201d}:",
+        "{} file(s) for job {} \u{201c}{}\u{201d} (start with the first):",
         files.len(),
         history.job_id,
         history.name

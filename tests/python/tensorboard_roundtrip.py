@@ -2,9 +2,10 @@
 """Reads the host's TensorBoard event files back with TensorBoard's own EventAccumulator.
 
 Usage: tensorboard_roundtrip.py ROOT
-ROOT is a --tensorboard-dir (ROOT/job-N/task-M/events.out.tfevents.*). Prints one JSON
-object: {"job-N/task-M": {"scalars": {tag: [[step, value], ...]},
-"texts": {tag: [[step, text], ...]}}, ...}. Values that JSON cannot hold (NaN,
+ROOT is a --tensorboard-dir (ROOT/job-N/task-M-.../events.out.tfevents.*). Prints one
+JSON object: {"job-N/task-M-...": {"scalars": {tag: [[step, value], ...]},
+"texts": {tag: [[step, text], ...]}, "hparams": {name: value}}, ...}, the hparams as the
+HParams dashboard's plugin data decodes them. Values that JSON cannot hold (NaN,
 infinities) are printed as the strings "nan", "inf" and "-inf".
 """
 import json
@@ -13,6 +14,7 @@ import os
 import sys
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.hparams import plugin_data_pb2
 
 
 def number(value):
@@ -31,13 +33,25 @@ def read_run(directory):
         tag: [[event.step, number(event.value)] for event in accumulator.Scalars(tag)]
         for tag in tags["scalars"]
     }
+    hparams = {}
+    try:
+        hparam_tags = accumulator.PluginTagToContent("hparams")
+    except KeyError:
+        hparam_tags = {}
+    for content in hparam_tags.values():
+        data = plugin_data_pb2.HParamsPluginData.FromString(content)
+        for name, value in data.session_start_info.hparams.items():
+            kind = value.WhichOneof("kind")
+            hparams[name] = getattr(value, kind) if kind else None
     texts = {}
     for tag in tags["tensors"]:
+        if tag in hparam_tags:
+            continue
         texts[tag] = [
             [event.step, b"".join(event.tensor_proto.string_val).decode("utf-8")]
             for event in accumulator.Tensors(tag)
         ]
-    return {"scalars": scalars, "texts": texts}
+    return {"scalars": scalars, "texts": texts, "hparams": hparams}
 
 
 def main() -> int:

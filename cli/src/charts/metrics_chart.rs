@@ -15,7 +15,7 @@ use plotters::prelude::*;
 use std::path::Path;
 
 /// Series with at most this many points also get a marker per point.
-const MARKERS_UP_TO: usize = 60;
+pub(crate) const MARKERS_UP_TO: usize = 60;
 
 /// The value range with 5 % room, or a unit range around a constant.
 pub(crate) fn value_range(values: impl Iterator<Item = f64>) -> (f64, f64) {
@@ -36,7 +36,7 @@ pub(crate) fn value_range(values: impl Iterator<Item = f64>) -> (f64, f64) {
 }
 
 /// The runs of finite points of a series, as (step, value).
-fn segments(s: &MetricSeries) -> Vec<Vec<(f64, f64)>> {
+pub(crate) fn segments(s: &MetricSeries) -> Vec<Vec<(f64, f64)>> {
     let mut out = Vec::new();
     let mut run = Vec::new();
     for (&step, &value) in s.steps.iter().zip(&s.values) {
@@ -61,51 +61,69 @@ pub(crate) fn step_label(v: &f64) -> String {
     }
 }
 
-/// Draws `metric` of every task of `history` to `path`; returns a summary
-/// of each line drawn.
-pub fn draw(
-    path: &Path,
-    history: &JobHistory,
-    metric: &str,
-    size: (u32, u32),
-) -> Result<Vec<SeriesSummary>, PlotError> {
-    let err = |e: &dyn std::fmt::Display| draw_error(path, e);
-    let lines: Vec<(usize, String, &MetricSeries)> = history
-        .tasks
-        .iter()
-        .enumerate()
-        .filter_map(|(i, t)| {
-            t.series
+/// The lines of one metric's chart: per task that reported it (its index
+/// in the job, its label, the series), and the validation twin of a
+/// training metric (`valid_loss` for `train_loss`) with each task's series.
+pub(crate) struct MetricLines<'a> {
+    pub lines: Vec<(usize, String, &'a MetricSeries)>,
+    pub twin: Option<String>,
+    pub twins: Vec<(usize, &'a MetricSeries)>,
+}
+
+impl<'a> MetricLines<'a> {
+    pub fn of(history: &'a JobHistory, metric: &str) -> Self {
+        let lines: Vec<(usize, String, &MetricSeries)> = history
+            .tasks
+            .iter()
+            .enumerate()
+            .filter_map(|(i, t)| {
+                t.series
+                    .iter()
+                    .find(|s| s.name == metric)
+                    .map(|s| (i, task_label(t), s))
+            })
+            .collect();
+        let twin = twin_of(metric).filter(|t| history.metric_names.contains(t));
+        let twins = match &twin {
+            Some(t) => lines
                 .iter()
-                .find(|s| s.name == metric)
-                .map(|s| (i, task_label(t), s))
-        })
-        .collect();
-    // The validation twin of a training metric, drawn dashed beside it.
-    let twin = metric
+                .filter_map(|(i, _, _)| {
+                    history.tasks[*i]
+                        .series
+                        .iter()
+                        .find(|s| &s.name == t)
+                        .map(|s| (*i, s))
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        MetricLines { lines, twin, twins }
+    }
+}
+
+/// The validation twin's name of a training metric (`train_x` → `valid_x`).
+pub(crate) fn twin_of(metric: &str) -> Option<String> {
+    metric
         .strip_prefix("train_")
         .map(|rest| format!("valid_{rest}"))
-        .filter(|t| history.metric_names.contains(t));
-    let twins: Vec<(usize, &MetricSeries)> = match &twin {
-        Some(t) => lines
-            .iter()
-            .filter_map(|(i, _, _)| {
-                history.tasks[*i]
-                    .series
-                    .iter()
-                    .find(|s| &s.name == t)
-                    .map(|s| (*i, s))
-            })
-            .collect(),
-        None => Vec::new(),
-    };
-    let (y0, y1) = value_range(
+}
+
+/// The value range of the lines and their twins (5 % room).
+pub(crate) fn lines_value_range(
+    lines: &[(usize, String, &MetricSeries)],
+    twins: &[(usize, &MetricSeries)],
+) -> (f64, f64) {
+    value_range(
         lines
             .iter()
             .flat_map(|(_, _, s)| s.values.iter().copied())
             .chain(twins.iter().flat_map(|(_, s)| s.values.iter().copied())),
-    );
-    let (x0, x1) = lines
+    )
+}
+
+/// The steps the lines span (a unit range around a single step).
+pub(crate) fn step_range(lines: &[(usize, String, &MetricSeries)]) -> (f64, f64) {
+    lines
         .iter()
         .flat_map(|(_, _, s)| s.steps.iter().map(|&x| x as f64))
         .fold(None, |acc: Option<(f64, f64)>, x| {
@@ -118,7 +136,21 @@ pub fn draw(
                 (lo - 1.0, hi + 1.0)
             }
         })
-        .unwrap_or((0.0, 1.0));
+        .unwrap_or((0.0, 1.0))
+}
+
+/// Draws `metric` of every task of `history` to `path`; returns a summary
+/// of each line drawn.
+pub fn draw(
+    path: &Path,
+    history: &JobHistory,
+    metric: &str,
+    size: (u32, u32),
+) -> Result<Vec<SeriesSummary>, PlotError> {
+    let err = |e: &dyn std::fmt::Display| draw_error(path, e);
+    let MetricLines { lines, twin, twins } = MetricLines::of(history, metric);
+    let (y0, y1) = lines_value_range(&lines, &twins);
+    let (x0, x1) = step_range(&lines);
 
     let root = BitMapBackend::new(path, size).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;

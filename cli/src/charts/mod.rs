@@ -1,6 +1,10 @@
 //! PNG charts of a job (`tli train plot JOB`, `tli plot --state-dir DIR --job N`):
-//! one chart per metric name, a line per task over steps
-//! ([`metrics_chart`]), and one memory timeline per device: each task's
+//! an overview with a small panel per metric curve ([`overview_chart`]),
+//! one chart per metric that some task reported at more than one step, a
+//! line per task over steps ([`metrics_chart`]; a training metric's
+//! validation twin drawn dashed on it), the metrics reported once
+//! (evaluation scores) as a table, `scalars.csv`, and one memory timeline
+//! per device: each task's
 //! reservation as a stacked band over wall time, the device budget and the
 //! measured total as lines ([`memory_chart`]) — the memory arbiter at work.
 //!
@@ -16,6 +20,7 @@ pub mod font;
 pub mod forecast_chart;
 pub mod memory_chart;
 pub mod metrics_chart;
+pub mod overview_chart;
 pub mod sweep_chart;
 
 pub use tli_store::{
@@ -83,23 +88,35 @@ fn available_text(available: &[String]) -> String {
 /// What to draw and where.
 #[derive(Clone, Debug)]
 pub struct PlotOptions {
-    /// Only these metrics (in this order); empty = every metric reported.
+    /// Only these metrics (in this order), each as a chart; empty = the
+    /// overview, a chart per curve and the table of single values.
     pub metrics: Vec<String>,
+    /// A chart for every metric reported, single values included.
+    pub all: bool,
     pub out_dir: PathBuf,
     pub width: u32,
     pub height: u32,
 }
 
-/// A chart written: where, what, and a summary of what it shows.
+/// A file written: where, what, and a summary of what it shows.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct WrittenChart {
     pub path: PathBuf,
-    /// `metric` or `memory`.
+    /// `overview`, `metric`, `memory` (PNG files) or `table` (CSV).
     pub kind: &'static str,
-    /// The metric name, or the device.
+    /// The metric name, the device, `overview` or `scalars`.
     pub name: String,
-    pub width: u32,
-    pub height: u32,
+    /// A PNG's size in pixels (none for the table).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub width: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub height: Option<u32>,
+    /// The overview's panels, or the metrics the table lists.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub metrics: Vec<String>,
+    /// The table's rows (one per task and metric).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rows: Option<usize>,
     /// Metric charts: one line per task that reported the metric.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub series: Vec<SeriesSummary>,
@@ -215,9 +232,47 @@ pub fn file_stem(name: &str) -> String {
     }
 }
 
-/// Draws every chart of `history` into `options.out_dir` (created if
-/// missing): `metric-<name>.png` per chosen metric, then
-/// `memory-<device>.png` per device. Returns what was written, in order.
+/// What a default plot draws: the metrics some task reported at more than
+/// one step (`curves`; a validation metric drawn on its training twin's
+/// chart is not charted again), and those reported once (`scalars`).
+#[derive(Debug, Default, PartialEq)]
+pub struct PlotPlan {
+    pub curves: Vec<String>,
+    pub scalars: Vec<String>,
+}
+
+/// [`PlotPlan`] of `history`: curves in the job's metric order, a
+/// training loss first.
+pub fn plan(history: &JobHistory) -> PlotPlan {
+    let points = |name: &str| {
+        history
+            .tasks
+            .iter()
+            .filter_map(|t| t.series.iter().find(|s| s.name == name))
+            .map(|s| s.steps.len())
+            .max()
+            .unwrap_or(0)
+    };
+    let (mut curves, scalars): (Vec<String>, Vec<String>) = history
+        .metric_names
+        .iter()
+        .cloned()
+        .partition(|m| points(m) > 1);
+    let charted_with_twin: BTreeSet<String> = curves
+        .iter()
+        .filter_map(|m| metrics_chart::twin_of(m))
+        .collect();
+    curves.retain(|m| !charted_with_twin.contains(m));
+    curves.sort_by_key(|m| !(m.starts_with("train_") && m.ends_with("loss")));
+    PlotPlan { curves, scalars }
+}
+
+/// Draws the charts of `history` into `options.out_dir` (created if
+/// missing). By default: `overview.png` (two curves or more), then
+/// `metric-<name>.png` per curve, `scalars.csv` (metrics reported once),
+/// then `memory-<device>.png` per device; with `options.metrics` or
+/// `options.all`, a chart per metric asked (or every one) and the memory
+/// timelines. Returns what was written, in order.
 pub fn write_charts(
     history: &JobHistory,
     options: &PlotOptions,
@@ -226,55 +281,147 @@ pub fn write_charts(
     if !(MIN_SIDE..=MAX_SIDE).contains(&width) || !(MIN_SIDE..=MAX_SIDE).contains(&height) {
         return Err(PlotError::Size { width, height });
     }
-    let metrics = chosen_metrics(history, &options.metrics)?;
+    let plan = if !options.metrics.is_empty() {
+        PlotPlan {
+            curves: chosen_metrics(history, &options.metrics)?,
+            scalars: Vec::new(),
+        }
+    } else if options.all {
+        PlotPlan {
+            curves: history.metric_names.clone(),
+            scalars: Vec::new(),
+        }
+    } else {
+        plan(history)
+    };
+    let overview = options.metrics.is_empty() && !options.all && plan.curves.len() >= 2;
     font::register_font()?;
     std::fs::create_dir_all(&options.out_dir).map_err(|source| PlotError::OutDir {
         path: options.out_dir.clone(),
         source,
     })?;
     let mut used = BTreeSet::new();
-    let mut path_for = |prefix: &str, name: &str| {
-        let stem = format!("{prefix}-{}", file_stem(name));
+    let mut path_for = |prefix: &str, name: &str, extension: &str| {
+        let stem = match prefix {
+            "" => file_stem(name),
+            _ => format!("{prefix}-{}", file_stem(name)),
+        };
         let mut candidate = stem.clone();
         let mut n = 2;
         while !used.insert(candidate.clone()) {
             candidate = format!("{stem}-{n}");
             n += 1;
         }
-        options.out_dir.join(format!("{candidate}.png"))
+        options.out_dir.join(format!("{candidate}.{extension}"))
+    };
+    let png = |path: PathBuf, kind: &'static str, name: String, size: (u32, u32)| WrittenChart {
+        path,
+        kind,
+        name,
+        width: Some(size.0),
+        height: Some(size.1),
+        metrics: Vec::new(),
+        rows: None,
+        series: Vec::new(),
+        reservations: None,
+        budget_bytes: None,
     };
     let mut written = Vec::new();
-    for metric in &metrics {
-        let path = path_for("metric", metric);
+    if overview {
+        let path = path_for("", "overview", "png");
+        check_writable(&path)?;
+        let panels: Vec<String> = plan
+            .curves
+            .iter()
+            .take(overview_chart::MAX_PANELS)
+            .cloned()
+            .collect();
+        let size = overview_chart::size(panels.len(), history.tasks.len(), width, height);
+        overview_chart::draw(&path, history, &panels, size)?;
+        written.push(WrittenChart {
+            metrics: panels,
+            ..png(path, "overview", "overview".into(), size)
+        });
+    }
+    for metric in &plan.curves {
+        let path = path_for("metric", metric, "png");
         check_writable(&path)?;
         let series = metrics_chart::draw(&path, history, metric, (width, height))?;
         written.push(WrittenChart {
-            path,
-            kind: "metric",
-            name: metric.clone(),
-            width,
-            height,
             series,
-            reservations: None,
-            budget_bytes: None,
+            ..png(path, "metric", metric.clone(), (width, height))
+        });
+    }
+    if !plan.scalars.is_empty() {
+        let path = path_for("", "scalars", "csv");
+        let rows = write_scalars(&path, history, &plan.scalars)?;
+        written.push(WrittenChart {
+            width: None,
+            height: None,
+            metrics: plan.scalars.clone(),
+            rows: Some(rows),
+            ..png(path, "table", "scalars".into(), (0, 0))
         });
     }
     for device in &history.devices {
-        let path = path_for("memory", &device.device);
+        let path = path_for("memory", &device.device, "png");
         check_writable(&path)?;
         memory_chart::draw(&path, history, device, (width, height))?;
         written.push(WrittenChart {
-            path,
-            kind: "memory",
-            name: device.device.clone(),
-            width,
-            height,
-            series: Vec::new(),
             reservations: Some(device.reservations.len()),
             budget_bytes: device.budget.last().map(|b| b.bytes),
+            ..png(path, "memory", device.device.clone(), (width, height))
         });
     }
     Ok(written)
+}
+
+/// `scalars.csv`: `task_id,task,metric,step,value`, a row per task and
+/// metric of `metrics` it reported (its last value; empty for NaN).
+/// Returns the rows written.
+fn write_scalars(
+    path: &Path,
+    history: &JobHistory,
+    metrics: &[String],
+) -> Result<usize, PlotError> {
+    let mut text = String::from("task_id,task,metric,step,value\n");
+    let mut rows = 0;
+    for task in &history.tasks {
+        for metric in metrics {
+            let Some(series) = task.series.iter().find(|s| &s.name == metric) else {
+                continue;
+            };
+            let (Some(step), Some(value)) = (series.steps.last(), series.values.last()) else {
+                continue;
+            };
+            let value = if value.is_finite() {
+                value.to_string()
+            } else {
+                String::new()
+            };
+            text.push_str(&format!(
+                "{},{},{},{step},{value}\n",
+                task.task_id,
+                csv_field(&task_label(task)),
+                csv_field(metric)
+            ));
+            rows += 1;
+        }
+    }
+    std::fs::write(path, text).map_err(|source| PlotError::OutDir {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(rows)
+}
+
+/// A CSV field, quoted when it holds a comma, a quote or a line break.
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
 }
 
 /// Creates (or truncates) the file, so that an unwritable place is an

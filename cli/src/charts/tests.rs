@@ -96,6 +96,7 @@ fn history() -> JobHistory {
 fn options(dir: &Path, metrics: &[&str]) -> PlotOptions {
     PlotOptions {
         metrics: metrics.iter().map(|m| m.to_string()).collect(),
+        all: false,
         out_dir: dir.join("plots"),
         width: 900,
         height: 500,
@@ -103,13 +104,14 @@ fn options(dir: &Path, metrics: &[&str]) -> PlotOptions {
 }
 
 #[test]
-fn every_metric_and_every_device_is_drawn_as_a_png_of_the_asked_size() {
+fn an_overview_every_curve_and_every_device_are_drawn_as_pngs() {
     let dir = tempfile::tempdir().unwrap();
     let written = write_charts(&history(), &options(dir.path(), &[])).unwrap();
     let names: Vec<(&str, &str)> = written.iter().map(|w| (w.kind, w.name.as_str())).collect();
     assert_eq!(
         names,
         [
+            ("overview", "overview"),
             ("metric", "loss"),
             ("metric", "val/skill"),
             ("memory", "cuda:0")
@@ -122,25 +124,31 @@ fn every_metric_and_every_device_is_drawn_as_a_png_of_the_asked_size() {
     assert_eq!(
         files,
         [
+            "overview.png",
             "metric-loss.png",
             "metric-val_skill.png",
             "memory-cuda_0.png"
         ]
     );
+    assert_eq!(written[0].metrics, ["loss", "val/skill"]);
     for w in &written {
-        assert_eq!(png_size(&w.path), Some((900, 500)), "{}", w.path.display());
+        let size = (w.width.unwrap(), w.height.unwrap());
+        assert_eq!(png_size(&w.path), Some(size), "{}", w.path.display());
+        if w.kind != "overview" {
+            assert_eq!(size, (900, 500));
+        }
         // Something was drawn: far more than a blank image compresses to.
         let len = std::fs::metadata(&w.path).unwrap().len();
         assert!(len > 8_000, "{} is only {len} bytes", w.path.display());
     }
-    let loss = &written[0].series;
+    let loss = &written[1].series;
     assert_eq!(loss.len(), 2);
     assert_eq!(loss[0].label, "task 1 template/synthetic-ar1:300:1");
     assert_eq!((loss[0].points, loss[0].last_step), (500, Some(5000)));
     assert_eq!(loss[1].last_value, Some(2.0 / 300.0));
-    assert_eq!(written[1].series.len(), 1, "only task 1 reported it");
-    assert_eq!(written[2].reservations, Some(3));
-    assert_eq!(written[2].budget_bytes, Some(600 << 20));
+    assert_eq!(written[2].series.len(), 1, "only task 1 reported it");
+    assert_eq!(written[3].reservations, Some(3));
+    assert_eq!(written[3].budget_bytes, Some(600 << 20));
     // TLI_PLOT_TEST_KEEP=DIR keeps copies to look at.
     if let Ok(keep) = std::env::var("TLI_PLOT_TEST_KEEP") {
         for w in &written {
@@ -148,6 +156,88 @@ fn every_metric_and_every_device_is_drawn_as_a_png_of_the_asked_size() {
             let _ = std::fs::copy(&w.path, Path::new(&keep).join(w.path.file_name().unwrap()));
         }
     }
+}
+
+/// A job as the plugins report one: training curves with validation twins,
+/// counters, and evaluation scores reported once at the end.
+fn job_with_scores() -> JobHistory {
+    let mut h = history();
+    h.metric_names = [
+        "episodes",
+        "test_loss",
+        "test_sharpe",
+        "train_loss",
+        "valid_loss",
+        "valid_skill",
+    ]
+    .map(String::from)
+    .to_vec();
+    let once = |name: &str, step: u64, value: f64| MetricSeries {
+        name: name.into(),
+        steps: vec![step],
+        values: vec![value],
+        at_ms: vec![5_000],
+        recorded_points: 1,
+    };
+    h.tasks[0].series = vec![
+        series("episodes", 40, |s| s as f64),
+        once("test_loss", 400, 0.25),
+        once("test_sharpe", 400, f64::NAN),
+        series("train_loss", 40, |s| 1.0 / s as f64),
+        series("valid_loss", 4, |s| 0.5 / s as f64),
+        series("valid_skill", 4, |s| 0.1 * s as f64),
+    ];
+    h.tasks[1].series = vec![once("test_loss", 300, 0.5), once("valid_skill", 300, 0.2)];
+    h.tasks[1].asset = "ES=/data/bars/es, front.csv".into();
+    h
+}
+
+#[test]
+fn single_values_go_in_a_table_and_validation_twins_are_not_charted_twice() {
+    let h = job_with_scores();
+    assert_eq!(
+        plan(&h),
+        PlotPlan {
+            curves: vec!["train_loss".into(), "episodes".into(), "valid_skill".into()],
+            scalars: vec!["test_loss".into(), "test_sharpe".into()],
+        }
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let written = write_charts(&h, &options(dir.path(), &[])).unwrap();
+    let names: Vec<(&str, &str)> = written.iter().map(|w| (w.kind, w.name.as_str())).collect();
+    assert_eq!(
+        names,
+        [
+            ("overview", "overview"),
+            ("metric", "train_loss"),
+            ("metric", "episodes"),
+            ("metric", "valid_skill"),
+            ("table", "scalars"),
+            ("memory", "cuda:0")
+        ]
+    );
+    let table = &written[4];
+    assert_eq!((table.rows, table.width), (Some(3), None));
+    assert_eq!(table.path.file_name().unwrap(), "scalars.csv");
+    assert_eq!(
+        std::fs::read_to_string(&table.path).unwrap(),
+        "task_id,task,metric,step,value\n\
+         1,task 1 template/synthetic-ar1:300:1,test_loss,400,0.25\n\
+         1,task 1 template/synthetic-ar1:300:1,test_sharpe,400,\n\
+         2,\"task 2 dqn/es, front.csv\",test_loss,300,0.5\n"
+    );
+    // --all: a chart per metric, single values included; no overview or table.
+    let mut o = options(dir.path(), &[]);
+    o.all = true;
+    o.out_dir = dir.path().join("all");
+    let all = write_charts(&h, &o).unwrap();
+    assert_eq!(all.len(), h.metric_names.len() + 1);
+    assert!(all.iter().all(|w| w.kind == "metric" || w.kind == "memory"));
+    // One curve: no overview (it would show the same chart again).
+    let mut one = h.clone();
+    one.metric_names = vec!["train_loss".into()];
+    let written = write_charts(&one, &options(&dir.path().join("one"), &[])).unwrap();
+    assert_eq!(written[0].kind, "metric");
 }
 
 #[test]
@@ -193,6 +283,7 @@ fn a_job_without_metrics_or_reservations_still_gets_its_memory_chart() {
     let written = write_charts(&h, &options(dir.path(), &[])).unwrap();
     assert_eq!(written.len(), 1);
     assert_eq!(png_size(&written[0].path), Some((900, 500)));
+    assert_eq!(written[0].kind, "memory");
 }
 
 #[test]

@@ -27,6 +27,12 @@ pub const DATA_CLASS_TENSOR: i32 = 2;
 pub const SESSION_START: i32 = 1;
 /// The plugin that shows string tensors as (markdown) text.
 pub const TEXT_PLUGIN: &str = "text";
+/// The HParams dashboard's plugin, its data version and a run's tag.
+pub const HPARAMS_PLUGIN: &str = "hparams";
+pub const HPARAMS_DATA_VERSION: i32 = 0;
+pub const SESSION_START_INFO_TAG: &str = "_hparams_/session_start_info";
+/// `DataType.DT_FLOAT`.
+pub const DT_FLOAT: i32 = 1;
 
 /// Why an event file could not be written (or a record not read back).
 #[derive(Debug, thiserror::Error)]
@@ -127,23 +133,72 @@ pub struct PluginData {
     pub content: Vec<u8>,
 }
 
-/// `tensorboard.TensorProto`, the string case only.
+/// `tensorboard.TensorProto`: strings, or an empty float tensor.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct TensorProto {
     #[prost(int32, tag = "1")]
     pub dtype: i32,
-    /// Present and empty: a scalar.
+    /// Present without dimensions: a scalar.
     #[prost(message, optional, tag = "2")]
     pub tensor_shape: Option<TensorShapeProto>,
     #[prost(bytes = "vec", repeated, tag = "8")]
     pub string_val: Vec<Vec<u8>>,
 }
 
-/// `tensorboard.TensorShapeProto` without dimensions (a scalar).
+/// `tensorboard.TensorShapeProto`.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct TensorShapeProto {
+    #[prost(message, repeated, tag = "2")]
+    pub dim: Vec<TensorShapeDim>,
     #[prost(bool, tag = "3")]
     pub unknown_rank: bool,
+}
+
+/// `tensorboard.TensorShapeProto.Dim`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct TensorShapeDim {
+    #[prost(int64, tag = "1")]
+    pub size: i64,
+}
+
+/// `tensorboard.hparams.HParamsPluginData`, the session-start case.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct HParamsPluginData {
+    #[prost(int32, tag = "1")]
+    pub version: i32,
+    #[prost(message, optional, tag = "3")]
+    pub session_start_info: Option<SessionStartInfo>,
+}
+
+/// `tensorboard.hparams.SessionStartInfo`: one run's hyperparameters.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SessionStartInfo {
+    #[prost(btree_map = "string, message", tag = "1")]
+    pub hparams: std::collections::BTreeMap<String, HParamValue>,
+    #[prost(string, tag = "4")]
+    pub group_name: String,
+    #[prost(double, tag = "5")]
+    pub start_time_secs: f64,
+}
+
+/// `google.protobuf.Value`: a number, a string or a boolean.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct HParamValue {
+    #[prost(oneof = "h_param_value::Kind", tags = "2, 3, 4")]
+    pub kind: Option<h_param_value::Kind>,
+}
+
+/// The oneof of [`HParamValue`].
+pub mod h_param_value {
+    #[derive(Clone, PartialEq, prost::Oneof)]
+    pub enum Kind {
+        #[prost(double, tag = "2")]
+        NumberValue(f64),
+        #[prost(string, tag = "3")]
+        StringValue(String),
+        #[prost(bool, tag = "4")]
+        BoolValue(bool),
+    }
 }
 
 impl Event {
@@ -175,6 +230,44 @@ impl Event {
                 dtype: DT_STRING,
                 tensor_shape: Some(TensorShapeProto::default()),
                 string_val: vec![text.as_bytes().to_vec()],
+            })),
+        };
+        Self::summary(wall_time, step, Summary { value: vec![value] })
+    }
+
+    /// A run's hyperparameters for the HParams dashboard (a session start
+    /// in `group`), as TensorBoard's own `hparams` summary writes them.
+    pub fn hparams(
+        wall_time: f64,
+        step: i64,
+        hparams: std::collections::BTreeMap<String, HParamValue>,
+        group: &str,
+    ) -> Self {
+        use prost::Message;
+        let data = HParamsPluginData {
+            version: HPARAMS_DATA_VERSION,
+            session_start_info: Some(SessionStartInfo {
+                hparams,
+                group_name: group.to_string(),
+                start_time_secs: wall_time,
+            }),
+        };
+        let value = SummaryValue {
+            tag: SESSION_START_INFO_TAG.to_string(),
+            metadata: Some(SummaryMetadata {
+                plugin_data: Some(PluginData {
+                    plugin_name: HPARAMS_PLUGIN.to_string(),
+                    content: data.encode_to_vec(),
+                }),
+                data_class: 0,
+            }),
+            value: Some(summary_value::Value::Tensor(TensorProto {
+                dtype: DT_FLOAT,
+                tensor_shape: Some(TensorShapeProto {
+                    dim: vec![TensorShapeDim { size: 0 }],
+                    unknown_rank: false,
+                }),
+                string_val: Vec::new(),
             })),
         };
         Self::summary(wall_time, step, Summary { value: vec![value] })

@@ -1,13 +1,20 @@
 //! TensorBoard event files of every task, written by the host (plugins
 //! report metrics as always and know nothing of it).
 //!
-//! One directory per task, `<root>/job-N/task-M/` (the root is
-//! `<state-dir>/tb` unless `--tensorboard-dir` says otherwise). Each run of
-//! a task in a host process opens a new event file there; TensorBoard reads
-//! every file of a directory as one run. What is written:
+//! One directory per task, `<root>/job-N/task-M-<plugin>-<asset>/` (the
+//! root is `<state-dir>/tb` unless `--tensorboard-dir` says otherwise; the
+//! asset by its file's name: [`run_name`]), so TensorBoard's run list says
+//! which model on which data each line is. Each run of a task in a host
+//! process opens a new event file there; TensorBoard reads every file of a
+//! directory as one run. What is written:
 //!
-//! * every metric of every slice as a scalar at its step (tag = the
-//!   metric's name), as the store records it;
+//! * every metric of every slice as a scalar at its step, as the store
+//!   records it, under a grouped tag ([`scalar_tag`]: `train_loss` →
+//!   `train/loss`, `valid_qrisk` → `valid/qrisk`, `test_…`, `interp_…`,
+//!   anything else under `metrics/`), so the dashboard shows a few groups
+//!   instead of hundreds of flat tags;
+//! * the task's settings and its plugin config's top-level values for the
+//!   HParams dashboard ([`hparams_of`]), when its file is opened;
 //! * [`STEPS_PER_SECOND`] between successive durable progress records;
 //! * the task's measured memory, total and by component ([`MEMORY_TAGS`]);
 //! * the task's hyperparameters (plugin, asset, seed, config JSON) as a
@@ -27,8 +34,9 @@
 
 pub mod event_file;
 
-use event_file::{wall_time_now, Event, EventFileError, EventWriter};
-use std::collections::HashMap;
+use event_file::h_param_value::Kind;
+use event_file::{wall_time_now, Event, EventFileError, EventWriter, HParamValue};
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
@@ -49,9 +57,103 @@ pub const MEMORY_TAGS: [&str; 5] = [
     "memory/activations_bytes",
 ];
 
-/// Where a task's event files go under `root`.
-pub fn task_dir(root: &Path, job: JobId, task: TaskId) -> PathBuf {
-    root.join(format!("job-{job}")).join(format!("task-{task}"))
+/// Where a task's event files go under `root`: [`run_name`] with the
+/// task's plugin and asset, `job-N/task-M` when they are not known.
+pub fn task_dir(root: &Path, job: JobId, task: TaskId, row: Option<&TaskRow>) -> PathBuf {
+    match row {
+        Some(row) => root.join(run_name(job, task, &row.plugin, &row.asset)),
+        None => root.join(format!("job-{job}")).join(format!("task-{task}")),
+    }
+}
+
+/// A task's run in TensorBoard: `job-3/task-7-tft-es_proxy_sp500_1d`. The
+/// asset is its file's name without directories and extensions (`pooledN`
+/// for a pooled task's N assets), in letters, digits, `-` and `_`, at most
+/// 40 characters.
+pub fn run_name(job: JobId, task: TaskId, plugin: &str, asset: &str) -> String {
+    let asset = match asset.strip_prefix("pooled[") {
+        Some(inner) => format!("pooled{}", inner.split(',').count()),
+        None => {
+            let file = asset.rsplit('/').next().unwrap_or(asset);
+            let stem = match file.split_once('.') {
+                Some((stem, _)) if !stem.is_empty() => stem,
+                _ => file,
+            };
+            stem.chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .take(40)
+                .collect()
+        }
+    };
+    let plugin: String = plugin
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+        .collect();
+    format!("job-{job}/task-{task}-{plugin}-{asset}")
+}
+
+/// The TensorBoard tag of a metric: its split prefix as the group
+/// (`train_loss` → `train/loss`; `valid_`, `test_`, `interp_` alike), a name
+/// that already has a `/` as it is, anything else under `metrics/`.
+pub fn scalar_tag(metric: &str) -> String {
+    if metric.contains('/') {
+        return metric.to_string();
+    }
+    for group in ["train", "valid", "test", "interp"] {
+        if let Some(rest) = metric
+            .strip_prefix(group)
+            .and_then(|r| r.strip_prefix('_'))
+            .filter(|r| !r.is_empty())
+        {
+            return format!("{group}/{rest}");
+        }
+    }
+    format!("metrics/{metric}")
+}
+
+/// A task's hyperparameters for the HParams dashboard: plugin, asset,
+/// seed, steps and device, then each top-level value of its plugin config
+/// (numbers, strings and booleans as they are, anything else as JSON;
+/// a key that repeats a setting's name as `config.<key>`).
+pub fn hparams_of(row: &TaskRow) -> BTreeMap<String, HParamValue> {
+    let text = |s: &str| HParamValue {
+        kind: Some(Kind::StringValue(s.to_string())),
+    };
+    let number = |n: f64| HParamValue {
+        kind: Some(Kind::NumberValue(n)),
+    };
+    let mut out = BTreeMap::from([
+        ("plugin".to_string(), text(&row.plugin)),
+        ("asset".to_string(), text(&row.asset)),
+        ("seed".to_string(), number(row.seed as f64)),
+        ("steps".to_string(), number(row.total_steps as f64)),
+        ("device".to_string(), text(&row.device.to_string())),
+    ]);
+    if let Ok(serde_json::Value::Object(config)) = serde_json::from_str(&row.config_json) {
+        for (key, value) in config {
+            let value = match value {
+                serde_json::Value::Bool(b) => HParamValue {
+                    kind: Some(Kind::BoolValue(b)),
+                },
+                serde_json::Value::Number(n) => number(n.as_f64().unwrap_or(f64::NAN)),
+                serde_json::Value::String(s) => text(&s),
+                other => text(&other.to_string()),
+            };
+            let key = if out.contains_key(&key) {
+                format!("config.{key}")
+            } else {
+                key
+            };
+            out.insert(key, value);
+        }
+    }
+    out
 }
 
 /// The event files of a host's tasks: one open writer per running task.
@@ -129,7 +231,7 @@ impl TensorBoardLog {
                 let scalars: Vec<(String, f32)> = slice
                     .metrics
                     .iter()
-                    .map(|(name, value)| (name.clone(), *value as f32))
+                    .map(|(name, value)| (scalar_tag(name), *value as f32))
                     .collect();
                 if !scalars.is_empty() {
                     let wall_time = slice.at_ms as f64 / 1e3;
@@ -228,21 +330,30 @@ impl TensorBoardLog {
         if let Some(writer) = log.writer.take() {
             return Ok(writer);
         }
-        let mut writer = EventWriter::create(&task_dir(&self.root, job, task))?;
-        match self.store.task(task) {
-            Ok(Some(row)) => {
+        let row = match self.store.task(task) {
+            Ok(row) => row,
+            Err(e) => {
+                tracing::debug!(task, "TensorBoard: hyperparameters not written: {e}");
+                None
+            }
+        };
+        let mut writer = EventWriter::create(&task_dir(&self.root, job, task, row.as_ref()))?;
+        match row {
+            Some(row) => {
                 let step = start.unwrap_or(row.steps_done);
                 log.steps = step;
+                let now = wall_time_now();
                 let text = hyperparameters_text(&row);
-                writer.write(&Event::text(
-                    wall_time_now(),
+                writer.write(&Event::text(now, step_of(step), HYPERPARAMETERS, &text))?;
+                let group = run_name(job, task, &row.plugin, &row.asset);
+                writer.write(&Event::hparams(
+                    now,
                     step_of(step),
-                    HYPERPARAMETERS,
-                    &text,
+                    hparams_of(&row),
+                    &group,
                 ))?;
             }
-            Ok(None) => tracing::debug!(task, "TensorBoard: no task row for the hyperparameters"),
-            Err(e) => tracing::debug!(task, "TensorBoard: hyperparameters not written: {e}"),
+            None => tracing::debug!(task, "TensorBoard: no task row for the hyperparameters"),
         }
         Ok(writer)
     }
@@ -360,6 +471,38 @@ mod tests {
     }
 
     #[test]
+    fn run_names_and_tags_are_grouped_for_people() {
+        assert_eq!(
+            run_name(3, 7, "tft", "data/samples/es_proxy_sp500_1d.dbn.zst"),
+            "job-3/task-7-tft-es_proxy_sp500_1d"
+        );
+        assert_eq!(
+            run_name(1, 2, "dqn", "pooled[a.csv,b.csv,c.csv]"),
+            "job-1/task-2-dqn-pooled3"
+        );
+        assert_eq!(
+            run_name(1, 2, "x/../y", "synthetic-ar1:300:1"),
+            "job-1/task-2-xy-synthetic-ar1_300_1"
+        );
+        assert_eq!(
+            run_name(1, 2, "mlp", "/data/.hidden"),
+            "job-1/task-2-mlp-_hidden"
+        );
+        for (metric, tag) in [
+            ("train_loss", "train/loss"),
+            ("valid_qrisk_p50", "valid/qrisk_p50"),
+            ("test_sharpe", "test/sharpe"),
+            ("interp_var_weight_close", "interp/var_weight_close"),
+            ("episodic_return_mean20", "metrics/episodic_return_mean20"),
+            ("train_", "metrics/train_"),
+            ("trainer_steps", "metrics/trainer_steps"),
+            ("memory/measured_bytes", "memory/measured_bytes"),
+        ] {
+            assert_eq!(scalar_tag(metric), tag);
+        }
+    }
+
+    #[test]
     fn a_run_writes_hyperparameters_metrics_rate_and_memory() {
         let dir = tempfile::tempdir().expect("temp dir");
         let (store, job, task) = store_with_task(&dir.path().join("state"));
@@ -395,7 +538,10 @@ mod tests {
         );
         tb.close(task);
 
-        let files = events_in(&task_dir(tb.root(), job, task));
+        let row = tb.store.task(task).expect("store").expect("row");
+        let dir = task_dir(tb.root(), job, task, Some(&row));
+        assert!(dir.ends_with(format!("job-{job}/task-{task}-template-synthetic_300")));
+        let files = events_in(&dir);
         assert_eq!(files.len(), 1, "one file per run");
         let events = &files[0];
         assert_eq!(
@@ -418,7 +564,28 @@ mod tests {
         ] {
             assert!(text.contains(part), "{part} missing from {text}");
         }
-        assert_eq!(events[2], Event::session_start(events[2].wall_time, 1));
+        // The HParams dashboard's record, as TensorBoard's own summary writes it.
+        let Some(event::What::Summary(hp)) = &events[2].what else {
+            panic!("no hparams summary: {:?}", events[2]);
+        };
+        assert_eq!(hp.value[0].tag, event_file::SESSION_START_INFO_TAG);
+        let plugin = hp.value[0].metadata.as_ref().unwrap().plugin_data.as_ref();
+        assert_eq!(plugin.unwrap().plugin_name, "hparams");
+        let data = event_file::HParamsPluginData::decode(plugin.unwrap().content.as_slice())
+            .expect("plugin data");
+        let info = data.session_start_info.expect("session start");
+        let number = |k: &str| match info.hparams.get(k).and_then(|v| v.kind.clone()) {
+            Some(Kind::NumberValue(n)) => n,
+            other => panic!("{k}: {other:?}"),
+        };
+        assert_eq!(number("seed"), 42.0);
+        assert_eq!(number("learning_rate"), 0.01);
+        assert_eq!(
+            info.hparams["plugin"].kind,
+            Some(Kind::StringValue("template".into()))
+        );
+        assert_eq!(info.group_name, run_name(job, task, "template", &row.asset));
+        assert_eq!(events[3], Event::session_start(events[3].wall_time, 1));
 
         let found = scalars(events);
         let value = |tag: &str, step: i64| {
@@ -427,10 +594,10 @@ mod tests {
                 .find(|(t, s, _)| t == tag && *s == step)
                 .map(|(_, _, v)| *v)
         };
-        assert_eq!(value("train_loss", 5), Some(0.5));
-        assert_eq!(value("train_loss", 10), Some(0.25));
-        assert_eq!(value("lr", 10), Some(0.1f64 as f32));
-        assert!(value("train_loss", 20).is_some_and(f32::is_nan));
+        assert_eq!(value("train/loss", 5), Some(0.5));
+        assert_eq!(value("train/loss", 10), Some(0.25));
+        assert_eq!(value("metrics/lr", 10), Some(0.1f64 as f32));
+        assert!(value("train/loss", 20).is_some_and(f32::is_nan));
         assert!(value(STEPS_PER_SECOND, 10).is_some_and(|r| r > 0.0));
         assert!(value(STEPS_PER_SECOND, 20).is_some_and(|r| r > 0.0));
         // Measured after the first record: at its step.
@@ -480,7 +647,8 @@ mod tests {
             ],
         );
         tb.close(task);
-        let files = events_in(&task_dir(tb.root(), job, task));
+        let row = tb.store.task(task).expect("store").expect("row");
+        let files = events_in(&task_dir(tb.root(), job, task, Some(&row)));
         assert_eq!(files.len(), 2);
         let second = &files[1];
         assert!(
@@ -494,7 +662,7 @@ mod tests {
             "hyperparameters at the step the run starts from"
         );
         let found = scalars(second);
-        assert!(found.contains(&("loss".into(), 10, 2.0)));
+        assert!(found.contains(&("metrics/loss".into(), 10, 2.0)));
         assert!(
             found.contains(&(MEMORY_TAGS[0].into(), 8, 10.0)),
             "memory at the first slice's step: {found:?}"

@@ -1,9 +1,11 @@
 //! PNG charts of a job: `tli train plot JOB` through a running host (the
 //! `GetTrainingHistory` RPC) and `tli plot --state-dir DIR --job N` on the
-//! store itself, also after the host stopped. One chart per metric the job's
-//! tasks reported and one memory timeline per device, valid PNGs of the asked
-//! size; the RPC carries the series the store holds; unknown metrics and jobs
-//! are clear errors.
+//! store itself, also after the host stopped. An overview, one chart per
+//! metric some task reported at more than one step (a validation metric on
+//! its training twin's chart), the single values in a CSV table, and one
+//! memory timeline per device, valid PNGs of the asked size; `--all` charts
+//! every metric; the RPC carries the series the store holds; unknown metrics
+//! and jobs are clear errors.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -43,12 +45,62 @@ fn charts(result: &serde_json::Value) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Every file exists and is a PNG of `size`.
+/// Every PNG exists at `size` (the overview as wide, at least as tall), and
+/// the table is a CSV with the rows it claims.
 fn check_pngs(result: &serde_json::Value, size: (u32, u32)) {
     for f in files(result) {
         let path = Path::new(f["path"].as_str().unwrap());
-        assert_eq!(png_size(path), size, "{}", path.display());
+        match f["kind"].as_str().unwrap() {
+            "table" => {
+                let text = std::fs::read_to_string(path).unwrap();
+                let mut lines = text.lines();
+                assert_eq!(lines.next(), Some("task_id,task,metric,step,value"));
+                assert_eq!(lines.count() as u64, f["rows"].as_u64().unwrap(), "{text}");
+            }
+            "overview" => {
+                let (w, h) = png_size(path);
+                assert!(w == size.0 && h >= size.1, "{w}×{h}");
+            }
+            _ => assert_eq!(png_size(path), size, "{}", path.display()),
+        }
     }
+}
+
+/// What a default plot of `history` writes, worked out from the stored
+/// series: metrics with more than one point are charted (a `valid_x` whose
+/// `train_x` is charted goes on that chart; a training loss first), with an
+/// overview when there are two or more; the rest go in the table.
+fn expected_default(history: &tli_host::orchestrator::store::JobHistory) -> Vec<(String, String)> {
+    let points = |m: &str| {
+        history
+            .tasks
+            .iter()
+            .flat_map(|t| t.series.iter().filter(|s| s.name == m))
+            .map(|s| s.steps.len())
+            .max()
+            .unwrap_or(0)
+    };
+    let mut curves: Vec<&String> = history
+        .metric_names
+        .iter()
+        .filter(|m| points(m) > 1)
+        .collect();
+    let twins: Vec<String> = curves
+        .iter()
+        .filter_map(|m| m.strip_prefix("train_").map(|r| format!("valid_{r}")))
+        .collect();
+    curves.retain(|m| !twins.contains(m));
+    curves.sort_by_key(|m| !(m.starts_with("train_") && m.ends_with("loss")));
+    let mut out = Vec::new();
+    if curves.len() >= 2 {
+        out.push(("overview".to_string(), "overview".to_string()));
+    }
+    out.extend(curves.iter().map(|m| ("metric".to_string(), m.to_string())));
+    if history.metric_names.iter().any(|m| points(m) == 1) {
+        out.push(("table".into(), "scalars".into()));
+    }
+    out.push(("memory".into(), "cpu".into()));
+    out
 }
 
 /// `tli` in `cwd` with `args`, like the helpers (no LD_LIBRARY_PATH).
@@ -109,14 +161,23 @@ fn charts_of_a_job_through_the_host_and_from_its_state_dir() {
         "{:?}",
         history.metric_names
     );
-    let mut expected: Vec<(String, String)> = history
+    let expected = expected_default(&history);
+    assert!(
+        expected.iter().any(|(k, _)| k == "overview"),
+        "{expected:?}"
+    );
+    let mut every_metric: Vec<(String, String)> = history
         .metric_names
         .iter()
         .map(|m| ("metric".to_string(), m.clone()))
         .collect();
-    expected.push(("memory".into(), "cpu".into()));
+    every_metric.push(("memory".into(), "cpu".into()));
+    assert!(
+        expected.len() < every_metric.len(),
+        "fewer files than metrics: {expected:?}"
+    );
 
-    // Through the host: every metric and the cpu timeline, 800×450.
+    // Through the host: the overview, the curves, the table, the cpu timeline, 800×450.
     let rpc_dir = out.path().join("rpc");
     let rpc_dir_arg = rpc_dir.to_str().unwrap();
     let size_args = ["--width", "800", "--height", "450", "-o", "json"];
@@ -154,11 +215,10 @@ fn charts_of_a_job_through_the_host_and_from_its_state_dir() {
             );
         }
     }
-    let loss = &files(&through_host)[history
-        .metric_names
+    let loss = files(&through_host)
         .iter()
-        .position(|m| m == "train_loss")
-        .unwrap()];
+        .find(|f| f["kind"] == "metric" && f["name"] == "train_loss")
+        .unwrap();
     assert_eq!(loss["series"].as_array().unwrap().len(), 2, "{loss}");
     let memory = files(&through_host).last().unwrap();
     assert_eq!(memory["reservations"].as_u64(), Some(2), "{memory}");
@@ -271,6 +331,14 @@ fn charts_of_a_job_through_the_host_and_from_its_state_dir() {
     args.push(positional.to_str().unwrap());
     args.extend(size_args);
     assert_eq!(charts(&ok_json(&tli_in(out.path(), &args))), expected);
+    // --all: a chart per metric, single values included.
+    let all = out.path().join("all");
+    let mut args = vec!["plot", &job_arg, "--state-dir", state_arg, "--all", "--out"];
+    args.push(all.to_str().unwrap());
+    args.extend(size_args);
+    let all = ok_json(&tli_in(out.path(), &args));
+    assert_eq!(charts(&all), every_metric);
+    check_pngs(&all, (800, 450));
     failed_with(
         &tli_in(out.path(), &["plot", "999", "--state-dir", state_arg]),
         &["job 999 not found in the store"],

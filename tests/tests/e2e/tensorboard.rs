@@ -1,9 +1,11 @@
 //! The host's TensorBoard event files, read back by TensorBoard itself
 //! (`tests/python/tensorboard_roundtrip.py`: its `EventAccumulator`): every
 //! metric of every slice the store holds is a scalar at its exact step with
-//! its value (f32), beside steps/s, the measured memory and the
-//! hyperparameters as text; a host killed and restarted (a new file, the
-//! redone steps dropped); `--tensorboard-dir` and `--no-tensorboard`.
+//! its value (f32) under its grouped tag (`train/loss`), beside steps/s, the
+//! measured memory, the hyperparameters as text and for the HParams
+//! dashboard; each task's run named by its plugin and asset; a host killed
+//! and restarted (a new file, the redone steps dropped); `--tensorboard-dir`
+//! and `--no-tensorboard`.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -11,9 +13,14 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tli_e2e_tests::*;
 use tli_host::orchestrator::store::{Store, TaskRow};
-use tli_host::tensorboard::{HYPERPARAMETERS, MEMORY_TAGS, STEPS_PER_SECOND};
+use tli_host::tensorboard::{run_name, scalar_tag, HYPERPARAMETERS, MEMORY_TAGS, STEPS_PER_SECOND};
 
-/// What the Python reader printed: run (`job-N/task-M`) → its scalars and texts.
+/// A task's run in what the reader printed.
+fn run_of<'a>(runs: &'a serde_json::Value, task: &TaskRow) -> &'a serde_json::Value {
+    &runs[run_name(task.job_id, task.id, &task.plugin, &task.asset)]
+}
+
+/// What the Python reader printed: run (`job-N/task-M-…`) → its scalars, texts and hparams.
 fn read_back(root: &Path) -> serde_json::Value {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let out = std::process::Command::new(manifest.join("../.venv/bin/python"))
@@ -80,7 +87,7 @@ fn every_stored_metric_reads_back_from_tensorboard_with_rate_memory_and_hyperpar
     let tasks = assert_every_metric_matches_the_store(&runs, &store, job);
     assert_eq!(tasks.len(), 2);
     for task in &tasks {
-        let run = &runs[format!("job-{job}/task-{}", task.id)];
+        let run = run_of(&runs, task);
         let rate = points(run, STEPS_PER_SECOND);
         assert!(
             !rate.is_empty() && rate.iter().all(|(step, r)| *step > 0 && *r > 0.0),
@@ -112,7 +119,21 @@ fn every_stored_metric_reads_back_from_tensorboard_with_rate_memory_and_hyperpar
         ] {
             assert!(text.contains(&part), "{part} not in {text}");
         }
+        // The HParams dashboard's view of the same task.
+        let hparams = &run["hparams"];
+        assert_eq!(hparams["plugin"], "template", "{run}");
+        assert_eq!(hparams["asset"], task.asset.as_str());
+        assert_eq!(hparams["seed"].as_f64(), Some(task.seed as f64));
+        assert!(hparams["hidden_sizes"].is_string(), "{hparams}");
     }
+    // Runs named by model and asset.
+    let names: Vec<&String> = runs.as_object().unwrap().keys().collect();
+    assert!(
+        names
+            .iter()
+            .all(|n| n.starts_with(&format!("job-{job}/task-")) && n.contains("-template-")),
+        "{names:?}"
+    );
 }
 
 /// Every metric of every slice of `job`'s tasks in the store is in
@@ -130,7 +151,7 @@ fn assert_every_metric_matches_the_store(
         "one run per task: {runs}"
     );
     for task in &tasks {
-        let run = &runs[format!("job-{job}/task-{}", task.id)];
+        let run = run_of(runs, task);
         assert!(run.is_object(), "no run for task {}: {runs}", task.id);
         let names: Vec<String> = store
             .latest_metrics(task.id)
@@ -147,7 +168,7 @@ fn assert_every_metric_matches_the_store(
                 .into_iter()
                 .map(|(step, value)| (step, value as f32))
                 .collect();
-            let found = points(run, name);
+            let found = points(run, &scalar_tag(name));
             assert!(
                 same(&stored, &found),
                 "task {} metric {name}: store {stored:?}, TensorBoard {found:?}",
@@ -229,7 +250,8 @@ fn a_restarted_host_adds_a_file_and_tensorboard_drops_the_redone_steps() {
             .any(|t| t.reason.starts_with("resumed from checkpoint step")),
         "the task resumed from a checkpoint"
     );
-    let files = std::fs::read_dir(state.join("tb/job-1/task-1"))
+    let dir = run_name(1, tasks[0].id, &tasks[0].plugin, &tasks[0].asset);
+    let files = std::fs::read_dir(state.join("tb").join(dir))
         .expect("task dir")
         .count();
     assert_eq!(files, 2, "one event file per host process");
@@ -266,9 +288,11 @@ fn tensorboard_dir_and_no_tensorboard_choose_where_and_whether() {
     assert!(run.status.success(), "{}", stderr(&run));
     assert!(!state.join("tb").exists(), "nothing under the state dir");
     let runs = read_back(&elsewhere);
-    let run = &runs["job-1/task-1"];
+    let only = runs.as_object().expect("runs");
+    assert_eq!(only.len(), 1, "{runs}");
+    let run = only.values().next().expect("a run");
     assert!(
-        !points(run, "train_loss").is_empty() && run["texts"][HYPERPARAMETERS].is_array(),
+        !points(run, "train/loss").is_empty() && run["texts"][HYPERPARAMETERS].is_array(),
         "{runs}"
     );
 

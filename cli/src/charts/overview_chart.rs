@@ -1,0 +1,171 @@
+//! A job at a glance: one small panel per metric curve (a line per task,
+//! a training metric's validation twin dashed in the same colour), the
+//! tasks' colours named once below the grid. `tli train plot` writes it
+//! first, as `overview.png`; the full-size charts follow.
+
+use super::font::FONT;
+use super::metrics_chart::{
+    lines_value_range, segments, step_label, step_range, MetricLines, MARKERS_UP_TO,
+};
+use super::{draw_error, short_number, task_color, task_label, JobHistory, PlotError, MAX_SIDE};
+use plotters::element::DashedPathElement;
+use plotters::prelude::*;
+use std::path::Path;
+
+/// Panels in one overview; further metrics have their own charts only.
+pub const MAX_PANELS: usize = 12;
+/// Height of one row of panels, in pixels.
+const PANEL_HEIGHT: u32 = 300;
+const TITLE_HEIGHT: u32 = 48;
+/// Legend entries per line and the height of a line.
+const LEGEND_COLUMNS: usize = 3;
+const LEGEND_LINE: u32 = 24;
+
+/// The overview's size for `panels` metrics and `tasks` legend entries at
+/// `width`: rows of [`PANEL_HEIGHT`], at least `min_height`.
+pub fn size(panels: usize, tasks: usize, width: u32, min_height: u32) -> (u32, u32) {
+    let (_, rows) = grid(panels);
+    let legend = legend_height(tasks);
+    let height = (TITLE_HEIGHT + rows as u32 * PANEL_HEIGHT + legend)
+        .max(min_height)
+        .min(MAX_SIDE);
+    (width, height)
+}
+
+/// Columns and rows for `panels` panels: up to three side by side.
+fn grid(panels: usize) -> (usize, usize) {
+    let cols = panels.clamp(1, 3);
+    (cols, panels.div_ceil(cols).max(1))
+}
+
+fn legend_height(tasks: usize) -> u32 {
+    tasks.div_ceil(LEGEND_COLUMNS) as u32 * LEGEND_LINE + 16
+}
+
+/// Draws the overview of `metrics` (at most [`MAX_PANELS`] are used) to
+/// `path` at `size`.
+pub fn draw(
+    path: &Path,
+    history: &JobHistory,
+    metrics: &[String],
+    size: (u32, u32),
+) -> Result<(), PlotError> {
+    let err = |e: &dyn std::fmt::Display| draw_error(path, e);
+    let metrics = &metrics[..metrics.len().min(MAX_PANELS)];
+    let shown: Vec<usize> = (0..history.tasks.len())
+        .filter(|&i| {
+            history.tasks[i]
+                .series
+                .iter()
+                .any(|s| metrics.contains(&s.name))
+        })
+        .collect();
+    let root = BitMapBackend::new(path, size).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let (title, rest) = root.split_vertically(TITLE_HEIGHT);
+    let legend_top = size
+        .1
+        .saturating_sub(TITLE_HEIGHT + legend_height(shown.len()));
+    let (panels_area, legend) = rest.split_vertically(legend_top);
+    title
+        .titled(
+            &format!(
+                "job {} \u{201c}{}\u{201d}: each metric by step (a line per task; validation dashed)",
+                history.job_id, history.name
+            ),
+            (FONT, 22),
+        )
+        .map_err(|e| err(&e))?;
+    let (cols, rows) = grid(metrics.len());
+    for (metric, area) in metrics.iter().zip(panels_area.split_evenly((rows, cols))) {
+        let MetricLines { lines, twins, .. } = MetricLines::of(history, metric);
+        let (y0, y1) = lines_value_range(&lines, &twins);
+        let (x0, x1) = step_range(&lines);
+        let mut chart = ChartBuilder::on(&area)
+            .caption(metric, (FONT, 17))
+            .margin(10)
+            .x_label_area_size(26)
+            .y_label_area_size(58)
+            .build_cartesian_2d(x0..x1, y0..y1)
+            .map_err(|e| err(&e))?;
+        chart
+            .configure_mesh()
+            .x_labels(4)
+            .y_labels(5)
+            .x_label_formatter(&step_label)
+            .y_label_formatter(&|v| short_number(*v))
+            .label_style((FONT, 12))
+            .light_line_style(RGBColor(246, 246, 246))
+            .bold_line_style(RGBColor(215, 215, 215))
+            .draw()
+            .map_err(|e| err(&e))?;
+        for (index, _, series) in &lines {
+            let color = task_color(*index);
+            for run in segments(series) {
+                if series.steps.len() <= MARKERS_UP_TO || run.len() == 1 {
+                    chart
+                        .draw_series(run.iter().map(|&p| Circle::new(p, 2, color.filled())))
+                        .map_err(|e| err(&e))?;
+                }
+                chart
+                    .draw_series(std::iter::once(PathElement::new(
+                        run,
+                        color.stroke_width(2),
+                    )))
+                    .map_err(|e| err(&e))?;
+            }
+        }
+        for (index, series) in &twins {
+            let color = task_color(*index);
+            for run in segments(series) {
+                chart
+                    .draw_series(std::iter::once(DashedPathElement::new(
+                        run,
+                        6,
+                        4,
+                        color.stroke_width(2),
+                    )))
+                    .map_err(|e| err(&e))?;
+            }
+        }
+    }
+    // The legend: a swatch and the task's label, three to a line.
+    let column_width = (size.0 / LEGEND_COLUMNS as u32) as i32;
+    for (n, &index) in shown.iter().enumerate() {
+        let x = 24 + (n % LEGEND_COLUMNS) as i32 * column_width;
+        let y = 8 + (n / LEGEND_COLUMNS) as i32 * LEGEND_LINE as i32;
+        let color = task_color(index);
+        legend
+            .draw(&Rectangle::new(
+                [(x, y + 4), (x + 26, y + 10)],
+                color.filled(),
+            ))
+            .map_err(|e| err(&e))?;
+        legend
+            .draw(&Text::new(
+                task_label(&history.tasks[index]),
+                (x + 34, y),
+                (FONT, 15),
+            ))
+            .map_err(|e| err(&e))?;
+    }
+    root.present().map_err(|e| err(&e))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_grid_and_size_follow_the_panels_and_tasks() {
+        assert_eq!(grid(1), (1, 1));
+        assert_eq!(grid(2), (2, 1));
+        assert_eq!(grid(4), (3, 2));
+        assert_eq!(grid(12), (3, 4));
+        assert_eq!(size(4, 2, 1200, 700), (1200, 700));
+        let (_, tall) = size(12, 9, 1200, 700);
+        assert_eq!(tall, TITLE_HEIGHT + 4 * PANEL_HEIGHT + 3 * LEGEND_LINE + 16);
+        assert_eq!(size(12, 5000, 1200, 700).1, MAX_SIDE);
+    }
+}
