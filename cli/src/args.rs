@@ -672,7 +672,7 @@ impl PlotArgs {
 #[derive(Args, Debug, Clone)]
 pub struct ChartArgs {
     /// Only this metric, as a chart of its own (repeat for several). Default: an overview, a
-    /// chart per metric reported at more than one step, and the single values in scalars.csv.
+    /// figure per model (a panel per metric curve), the single values in scalars.csv.
     #[arg(long = "metric", value_name = "NAME")]
     pub metrics: Vec<String>,
     /// A chart for every metric reported, single values included (no overview or table).

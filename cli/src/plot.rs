@@ -1,24 +1,25 @@
 //! `tli train plot JOB` (the job's history from a running host, over gRPC)
 //! and `tli plot JOB --state-dir DIR` (the store read directly, read-only,
 //! no host needed): PNG charts of the job ([`crate::charts`]) in `--out`
-//! (default `./tli-plots/job-N`): an overview, a chart per metric curve,
-//! the single values in `scalars.csv`, a memory timeline per device.
+//! (default `./tli-plots/job-N`): an overview, a figure per model, the
+//! single values in `scalars.csv`, a memory timeline per device
+//! (`--metric`/`--all`: a chart per metric instead of the figures).
 //!
 //! Prints each file written, one path per line; with `-o json`:
 //! ```json
 //! {"job_id": 4, "name": "sweep", "out_dir": "tli-plots/job-4",
 //!  "files": [{"path": "tli-plots/job-4/overview.png", "kind": "overview", "name": "overview",
-//!             "width": 1200, "height": 700, "metrics": ["train_loss", "valid_skill"]},
-//!            {"path": "tli-plots/job-4/metric-train_loss.png", "kind": "metric",
-//!             "name": "train_loss", "width": 1200, "height": 700,
-//!             "series": [{"task_id": 7, "label": "task 7 template/ES", "points": 2000,
-//!                         "recorded_points": 250000, "first_step": 1, "last_step": 250000,
-//!                         "last_value": 0.41}]},
+//!             "width": 1200, "height": 700, "metrics": ["train_loss", "train_loss"]},
+//!            {"path": "tli-plots/job-4/model-tft.png", "kind": "model", "name": "tft",
+//!             "width": 1200, "height": 988, "metrics": ["train_loss", "valid_qrisk_p50"]},
 //!            {"path": "tli-plots/job-4/scalars.csv", "kind": "table", "name": "scalars",
-//!             "metrics": ["test_loss"], "rows": 1},
+//!             "metrics": ["test_qrisk_p50"], "rows": 2},
 //!            {"path": "tli-plots/job-4/memory-cpu.png", "kind": "memory", "name": "cpu",
 //!             "width": 1200, "height": 700, "reservations": 3, "budget_bytes": 8589934592}]}
 //! ```
+//! With `--metric NAME` or `--all`, each chart is `{"kind": "metric", "name": NAME, …,
+//! "series": [{"task_id": 7, "label": "task 7 template/ES", "points": 2000,
+//! "recorded_points": 250000, "first_step": 1, "last_step": 250000, "last_value": 0.41}]}`.
 //! (`last_value` is null for NaN; `budget_bytes` is absent when the store
 //! has no budget recorded for the device.)
 

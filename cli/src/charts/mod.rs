@@ -1,10 +1,10 @@
 //! PNG charts of a job (`tli train plot JOB`, `tli plot --state-dir DIR --job N`):
-//! an overview with a small panel per metric curve ([`overview_chart`]),
-//! one chart per metric that some task reported at more than one step, a
-//! line per task over steps ([`metrics_chart`]; a training metric's
-//! validation twin drawn dashed on it), the metrics reported once
-//! (evaluation scores) as a table, `scalars.csv`, and one memory timeline
-//! per device: each task's
+//! an overview with a panel per model (its main curve), a figure per model
+//! with a panel per metric curve its tasks report ([`overview_chart`]; a
+//! training metric's validation twin dashed on its panel), the metrics
+//! reported once (evaluation scores) as a table, `scalars.csv`, and one
+//! memory timeline per device; `--metric`/`--all`: one chart per metric, a
+//! line per task over steps ([`metrics_chart`]). A memory timeline: each task's
 //! reservation as a stacked band over wall time, the device budget and the
 //! measured total as lines ([`memory_chart`]) — the memory arbiter at work.
 //!
@@ -22,6 +22,8 @@ pub mod memory_chart;
 pub mod metrics_chart;
 pub mod overview_chart;
 pub mod sweep_chart;
+
+pub use overview_chart::Panel;
 
 pub use tli_store::{
     BudgetChange, DeviceHistory, JobHistory, MetricSeries, ReservationSpan, TaskHistory,
@@ -89,7 +91,7 @@ fn available_text(available: &[String]) -> String {
 #[derive(Clone, Debug)]
 pub struct PlotOptions {
     /// Only these metrics (in this order), each as a chart; empty = the
-    /// overview, a chart per curve and the table of single values.
+    /// overview, a figure per model and the table of single values.
     pub metrics: Vec<String>,
     /// A chart for every metric reported, single values included.
     pub all: bool,
@@ -102,16 +104,16 @@ pub struct PlotOptions {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct WrittenChart {
     pub path: PathBuf,
-    /// `overview`, `metric`, `memory` (PNG files) or `table` (CSV).
+    /// `overview`, `model`, `metric`, `memory` (PNG files) or `table` (CSV).
     pub kind: &'static str,
-    /// The metric name, the device, `overview` or `scalars`.
+    /// The plugin, the metric name, the device, `overview` or `scalars`.
     pub name: String,
     /// A PNG's size in pixels (none for the table).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub width: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub height: Option<u32>,
-    /// The overview's panels, or the metrics the table lists.
+    /// The metrics of a figure's panels, or those the table lists.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub metrics: Vec<String>,
     /// The table's rows (one per task and metric).
@@ -232,47 +234,121 @@ pub fn file_stem(name: &str) -> String {
     }
 }
 
-/// What a default plot draws: the metrics some task reported at more than
-/// one step (`curves`; a validation metric drawn on its training twin's
-/// chart is not charted again), and those reported once (`scalars`).
+/// What a default plot draws.
 #[derive(Debug, Default, PartialEq)]
 pub struct PlotPlan {
-    pub curves: Vec<String>,
+    /// The overview: a panel per model (plugin), its main curve (a training
+    /// loss where it reports one) for its tasks.
+    pub overview: Vec<Panel>,
+    /// A figure per model, in task order: a panel per metric curve its tasks
+    /// report ([`model_curves`]).
+    pub models: Vec<(String, Vec<Panel>)>,
+    /// The metrics no task reported at more than one step (the table).
     pub scalars: Vec<String>,
 }
 
-/// [`PlotPlan`] of `history`: curves in the job's metric order, a
-/// training loss first.
+/// [`PlotPlan`] of `history`.
 pub fn plan(history: &JobHistory) -> PlotPlan {
-    let points = |name: &str| {
-        history
-            .tasks
+    let points = |name: &str, tasks: &[usize]| {
+        tasks
             .iter()
-            .filter_map(|t| t.series.iter().find(|s| s.name == name))
+            .filter_map(|&i| history.tasks[i].series.iter().find(|s| s.name == name))
             .map(|s| s.steps.len())
             .max()
             .unwrap_or(0)
     };
-    let (mut curves, scalars): (Vec<String>, Vec<String>) = history
+    let all: Vec<usize> = (0..history.tasks.len()).collect();
+    let scalars = history
         .metric_names
         .iter()
+        .filter(|m| points(m, &all) <= 1)
         .cloned()
-        .partition(|m| points(m) > 1);
-    let charted_with_twin: BTreeSet<String> = curves
+        .collect();
+    let mut plugins: Vec<&str> = Vec::new();
+    for t in &history.tasks {
+        if !plugins.contains(&t.plugin.as_str()) {
+            plugins.push(&t.plugin);
+        }
+    }
+    let mut plan = PlotPlan {
+        scalars,
+        ..PlotPlan::default()
+    };
+    for plugin in plugins {
+        let tasks: Vec<usize> = all
+            .iter()
+            .copied()
+            .filter(|&i| history.tasks[i].plugin == plugin)
+            .collect();
+        let curves: Vec<String> = history
+            .metric_names
+            .iter()
+            .filter(|m| points(m, &tasks) > 1)
+            .cloned()
+            .collect();
+        let curves = model_curves(&curves);
+        let panel = |metric: &String, title: String| Panel {
+            title,
+            metric: metric.clone(),
+            tasks: tasks.clone(),
+        };
+        if let Some(first) = curves.first() {
+            plan.overview
+                .push(panel(first, format!("{plugin}: {first}")));
+            let panels = curves.iter().map(|m| panel(m, m.clone())).collect();
+            plan.models.push((plugin.to_string(), panels));
+        }
+    }
+    plan
+}
+
+/// The curves a model's figure shows, in order: a training loss first,
+/// then validation metrics, other training metrics, the rest. Left out: a
+/// validation metric drawn on its training twin's panel (`valid_loss` with
+/// `train_loss`), and breakdowns — a metric that extends another one's
+/// name (`valid_mse_h1` of `valid_mse`), or one of five or more sharing
+/// their first two name parts (`valid_vsn_…`, `valid_trade_…`) that no
+/// other metric extends. `--metric` and `--all` draw those.
+pub fn model_curves(curves: &[String]) -> Vec<String> {
+    let twins: BTreeSet<String> = curves
         .iter()
         .filter_map(|m| metrics_chart::twin_of(m))
         .collect();
-    curves.retain(|m| !charted_with_twin.contains(m));
-    curves.sort_by_key(|m| !(m.starts_with("train_") && m.ends_with("loss")));
-    PlotPlan { curves, scalars }
+    let extends = |m: &str, base: &str| {
+        m.len() > base.len() + 1 && m.starts_with(base) && m.as_bytes()[base.len()] == b'_'
+    };
+    let is_parent = |m: &str| curves.iter().any(|c| extends(c, m));
+    let is_child = |m: &str| curves.iter().any(|c| extends(m, c));
+    let family = |m: &str| m.splitn(3, '_').take(2).collect::<Vec<_>>().join("_");
+    let family_size = |m: &str| curves.iter().filter(|c| family(c) == family(m)).count();
+    let mut kept: Vec<String> = curves
+        .iter()
+        .filter(|m| !twins.contains(*m))
+        .filter(|m| !is_child(m))
+        .filter(|m| is_parent(m) || family_size(m) < 5)
+        .cloned()
+        .collect();
+    kept.sort_by_key(|m| {
+        if m.starts_with("train_") && m.ends_with("loss") {
+            0
+        } else if m.starts_with("valid_") {
+            1
+        } else if m.starts_with("train_") {
+            2
+        } else {
+            3
+        }
+    });
+    kept
 }
 
 /// Draws the charts of `history` into `options.out_dir` (created if
-/// missing). By default: `overview.png` (two curves or more), then
-/// `metric-<name>.png` per curve, `scalars.csv` (metrics reported once),
-/// then `memory-<device>.png` per device; with `options.metrics` or
-/// `options.all`, a chart per metric asked (or every one) and the memory
-/// timelines. Returns what was written, in order.
+/// missing). By default: `overview.png` (a panel per model, when there are
+/// two or more), a figure per
+/// model (`model-<plugin>.png`: a panel per metric curve), `scalars.csv`
+/// (metrics reported once), then `memory-<device>.png` per device; with
+/// `options.metrics` or `options.all`, a chart per metric asked (or every
+/// one) and the memory timelines. Returns what was written, in order.
 pub fn write_charts(
     history: &JobHistory,
     options: &PlotOptions,
@@ -281,20 +357,14 @@ pub fn write_charts(
     if !(MIN_SIDE..=MAX_SIDE).contains(&width) || !(MIN_SIDE..=MAX_SIDE).contains(&height) {
         return Err(PlotError::Size { width, height });
     }
-    let plan = if !options.metrics.is_empty() {
-        PlotPlan {
-            curves: chosen_metrics(history, &options.metrics)?,
-            scalars: Vec::new(),
-        }
+    let (plan, charts) = if !options.metrics.is_empty() {
+        let chosen = chosen_metrics(history, &options.metrics)?;
+        (PlotPlan::default(), chosen)
     } else if options.all {
-        PlotPlan {
-            curves: history.metric_names.clone(),
-            scalars: Vec::new(),
-        }
+        (PlotPlan::default(), history.metric_names.clone())
     } else {
-        plan(history)
+        (plan(history), Vec::new())
     };
-    let overview = options.metrics.is_empty() && !options.all && plan.curves.len() >= 2;
     font::register_font()?;
     std::fs::create_dir_all(&options.out_dir).map_err(|source| PlotError::OutDir {
         path: options.out_dir.clone(),
@@ -326,24 +396,46 @@ pub fn write_charts(
         reservations: None,
         budget_bytes: None,
     };
+    let job = format!("job {} \u{201c}{}\u{201d}", history.job_id, history.name);
+    let mut figures: Vec<(&str, String, String, &[Panel])> = Vec::new();
+    // One model: its figure says it all.
+    if plan.models.len() >= 2 {
+        let heading = format!("{job}: each model's main curve by step (validation dashed)");
+        figures.push(("overview", "overview".into(), heading, &plan.overview));
+    }
+    for (plugin, panels) in &plan.models {
+        let tasks = panels.first().map_or(0, |p| p.tasks.len());
+        let more = match panels.len().saturating_sub(overview_chart::MAX_PANELS) {
+            0 => String::new(),
+            n => format!("; {n} more with --all"),
+        };
+        let heading = format!(
+            "{job}: {plugin}, {tasks} task(s), each metric by step (validation dashed{more})"
+        );
+        figures.push(("model", plugin.clone(), heading, panels));
+    }
     let mut written = Vec::new();
-    if overview {
-        let path = path_for("", "overview", "png");
+    for (kind, name, heading, panels) in figures {
+        let path = match kind {
+            "overview" => path_for("", "overview", "png"),
+            _ => path_for("model", &name, "png"),
+        };
         check_writable(&path)?;
-        let panels: Vec<String> = plan
-            .curves
-            .iter()
-            .take(overview_chart::MAX_PANELS)
-            .cloned()
-            .collect();
-        let size = overview_chart::size(panels.len(), history.tasks.len(), width, height);
-        overview_chart::draw(&path, history, &panels, size)?;
+        let shown = &panels[..panels.len().min(overview_chart::MAX_PANELS)];
+        let legend = shown.first().map_or(0, |p| p.tasks.len());
+        let legend = if kind == "overview" {
+            history.tasks.len()
+        } else {
+            legend
+        };
+        let size = overview_chart::size(shown.len(), legend, width, height);
+        overview_chart::draw(&path, history, &heading, shown, size)?;
         written.push(WrittenChart {
-            metrics: panels,
-            ..png(path, "overview", "overview".into(), size)
+            metrics: shown.iter().map(|p| p.metric.clone()).collect(),
+            ..png(path, kind, name, size)
         });
     }
-    for metric in &plan.curves {
+    for metric in &charts {
         let path = path_for("metric", metric, "png");
         check_writable(&path)?;
         let series = metrics_chart::draw(&path, history, metric, (width, height))?;

@@ -1,7 +1,8 @@
-//! A job at a glance: one small panel per metric curve (a line per task,
-//! a training metric's validation twin dashed in the same colour), the
-//! tasks' colours named once below the grid. `tli train plot` writes it
-//! first, as `overview.png`; the full-size charts follow.
+//! Figures of small panels: one metric each, a line per task of the
+//! panel's (a training metric's validation twin dashed in the same colour),
+//! the tasks' colours named once below the grid. `tli train plot` draws the
+//! job's overview with them (a panel per model: its training loss) and a
+//! figure per model (a panel per metric curve it reports).
 
 use super::font::FONT;
 use super::metrics_chart::{
@@ -12,8 +13,16 @@ use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use std::path::Path;
 
-/// Panels in one overview; further metrics have their own charts only.
+/// Panels in one figure; further metrics have their own charts only.
 pub const MAX_PANELS: usize = 12;
+
+/// One panel: `metric`'s lines for the tasks at `tasks` (indices in the job).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Panel {
+    pub title: String,
+    pub metric: String,
+    pub tasks: Vec<usize>,
+}
 /// Height of one row of panels, in pixels.
 const PANEL_HEIGHT: u32 = 300;
 const TITLE_HEIGHT: u32 = 48;
@@ -42,24 +51,24 @@ fn legend_height(tasks: usize) -> u32 {
     tasks.div_ceil(LEGEND_COLUMNS) as u32 * LEGEND_LINE + 16
 }
 
-/// Draws the overview of `metrics` (at most [`MAX_PANELS`] are used) to
-/// `path` at `size`.
+/// Draws `panels` (at most [`MAX_PANELS`]) under `heading` to `path` at `size`.
 pub fn draw(
     path: &Path,
     history: &JobHistory,
-    metrics: &[String],
+    heading: &str,
+    panels: &[Panel],
     size: (u32, u32),
 ) -> Result<(), PlotError> {
     let err = |e: &dyn std::fmt::Display| draw_error(path, e);
-    let metrics = &metrics[..metrics.len().min(MAX_PANELS)];
-    let shown: Vec<usize> = (0..history.tasks.len())
-        .filter(|&i| {
-            history.tasks[i]
-                .series
-                .iter()
-                .any(|s| metrics.contains(&s.name))
+    let panels = &panels[..panels.len().min(MAX_PANELS)];
+    let mut shown: Vec<usize> = panels.iter().flat_map(|p| p.tasks.clone()).collect();
+    shown.sort_unstable();
+    shown.dedup();
+    shown.retain(|&i| {
+        panels.iter().any(|p| {
+            p.tasks.contains(&i) && history.tasks[i].series.iter().any(|s| s.name == p.metric)
         })
-        .collect();
+    });
     let root = BitMapBackend::new(path, size).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let (title, rest) = root.split_vertically(TITLE_HEIGHT);
@@ -67,22 +76,20 @@ pub fn draw(
         .1
         .saturating_sub(TITLE_HEIGHT + legend_height(shown.len()));
     let (panels_area, legend) = rest.split_vertically(legend_top);
-    title
-        .titled(
-            &format!(
-                "job {} \u{201c}{}\u{201d}: each metric by step (a line per task; validation dashed)",
-                history.job_id, history.name
-            ),
-            (FONT, 22),
-        )
-        .map_err(|e| err(&e))?;
-    let (cols, rows) = grid(metrics.len());
-    for (metric, area) in metrics.iter().zip(panels_area.split_evenly((rows, cols))) {
-        let MetricLines { lines, twins, .. } = MetricLines::of(history, metric);
+    title.titled(heading, (FONT, 22)).map_err(|e| err(&e))?;
+    let (cols, rows) = grid(panels.len());
+    for (panel, area) in panels.iter().zip(panels_area.split_evenly((rows, cols))) {
+        let MetricLines {
+            mut lines,
+            mut twins,
+            ..
+        } = MetricLines::of(history, &panel.metric);
+        lines.retain(|(i, _, _)| panel.tasks.contains(i));
+        twins.retain(|(i, _)| panel.tasks.contains(i));
         let (y0, y1) = lines_value_range(&lines, &twins);
         let (x0, x1) = step_range(&lines);
         let mut chart = ChartBuilder::on(&area)
-            .caption(metric, (FONT, 17))
+            .caption(&panel.title, (FONT, 17))
             .margin(10)
             .x_label_area_size(26)
             .y_label_area_size(58)
@@ -93,7 +100,7 @@ pub fn draw(
             .x_labels(4)
             .y_labels(5)
             .x_label_formatter(&step_label)
-            .y_label_formatter(&|v| short_number(*v))
+            .y_label_formatter(&|v| tick_label(*v, y1 - y0))
             .label_style((FONT, 12))
             .light_line_style(RGBColor(246, 246, 246))
             .bold_line_style(RGBColor(215, 215, 215))
@@ -153,6 +160,22 @@ pub fn draw(
     Ok(())
 }
 
+/// An axis number with the decimals its axis needs: ticks over a narrow
+/// range (1.002 … 1.018) keep the digits that tell them apart, where
+/// [`short_number`] would print 1, 1.01, 1.01.
+pub fn tick_label(v: f64, span: f64) -> String {
+    if !(span.is_finite() && span > 0.0) || v.abs() >= 1e4 || v.abs() < 1e-12 {
+        return short_number(v);
+    }
+    let decimals = (-(span / 5.0).log10()).ceil().clamp(0.0, 8.0) as usize;
+    let text = format!("{v:.decimals$}");
+    if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        text
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,5 +190,16 @@ mod tests {
         let (_, tall) = size(12, 9, 1200, 700);
         assert_eq!(tall, TITLE_HEIGHT + 4 * PANEL_HEIGHT + 3 * LEGEND_LINE + 16);
         assert_eq!(size(12, 5000, 1200, 700).1, MAX_SIDE);
+    }
+
+    #[test]
+    fn ticks_keep_the_digits_that_tell_them_apart() {
+        assert_eq!(tick_label(1.005, 0.02), "1.005");
+        assert_eq!(tick_label(1.01, 0.02), "1.01");
+        assert_eq!(tick_label(0.5, 1.0), "0.5");
+        assert_eq!(tick_label(250.0, 400.0), "250");
+        assert_eq!(tick_label(20_000.0, 40_000.0), "20k");
+        assert_eq!(tick_label(-2.8e-17, 1.0), "0");
+        assert_eq!(tick_label(0.25, 0.0), short_number(0.25));
     }
 }

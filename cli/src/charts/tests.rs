@@ -104,7 +104,7 @@ fn options(dir: &Path, metrics: &[&str]) -> PlotOptions {
 }
 
 #[test]
-fn an_overview_every_curve_and_every_device_are_drawn_as_pngs() {
+fn an_overview_a_figure_per_model_and_every_device_are_drawn_as_pngs() {
     let dir = tempfile::tempdir().unwrap();
     let written = write_charts(&history(), &options(dir.path(), &[])).unwrap();
     let names: Vec<(&str, &str)> = written.iter().map(|w| (w.kind, w.name.as_str())).collect();
@@ -112,8 +112,8 @@ fn an_overview_every_curve_and_every_device_are_drawn_as_pngs() {
         names,
         [
             ("overview", "overview"),
-            ("metric", "loss"),
-            ("metric", "val/skill"),
+            ("model", "template"),
+            ("model", "dqn"),
             ("memory", "cuda:0")
         ]
     );
@@ -125,30 +125,37 @@ fn an_overview_every_curve_and_every_device_are_drawn_as_pngs() {
         files,
         [
             "overview.png",
-            "metric-loss.png",
-            "metric-val_skill.png",
+            "model-template.png",
+            "model-dqn.png",
             "memory-cuda_0.png"
         ]
     );
-    assert_eq!(written[0].metrics, ["loss", "val/skill"]);
+    assert_eq!(
+        written[0].metrics,
+        ["loss", "loss"],
+        "each model's main curve"
+    );
+    assert_eq!(written[1].metrics, ["loss", "val/skill"]);
+    assert_eq!(written[2].metrics, ["loss"]);
     for w in &written {
         let size = (w.width.unwrap(), w.height.unwrap());
         assert_eq!(png_size(&w.path), Some(size), "{}", w.path.display());
-        if w.kind != "overview" {
-            assert_eq!(size, (900, 500));
-        }
+        assert_eq!(size.0, 900);
+        assert!(size.1 >= 500);
         // Something was drawn: far more than a blank image compresses to.
         let len = std::fs::metadata(&w.path).unwrap().len();
         assert!(len > 8_000, "{} is only {len} bytes", w.path.display());
     }
-    let loss = &written[1].series;
+    assert_eq!(written[3].reservations, Some(3));
+    assert_eq!(written[3].budget_bytes, Some(600 << 20));
+    // One chart per metric, a line per task, on request.
+    let charts = write_charts(&history(), &options(dir.path(), &["loss", "val/skill"])).unwrap();
+    let loss = &charts[0].series;
     assert_eq!(loss.len(), 2);
     assert_eq!(loss[0].label, "task 1 template/synthetic-ar1:300:1");
     assert_eq!((loss[0].points, loss[0].last_step), (500, Some(5000)));
     assert_eq!(loss[1].last_value, Some(2.0 / 300.0));
-    assert_eq!(written[2].series.len(), 1, "only task 1 reported it");
-    assert_eq!(written[3].reservations, Some(3));
-    assert_eq!(written[3].budget_bytes, Some(600 << 20));
+    assert_eq!(charts[1].series.len(), 1, "only task 1 reported it");
     // TLI_PLOT_TEST_KEEP=DIR keeps copies to look at.
     if let Ok(keep) = std::env::var("TLI_PLOT_TEST_KEEP") {
         for w in &written {
@@ -195,12 +202,26 @@ fn job_with_scores() -> JobHistory {
 #[test]
 fn single_values_go_in_a_table_and_validation_twins_are_not_charted_twice() {
     let h = job_with_scores();
+    let panel = |title: &str, metric: &str| Panel {
+        title: title.into(),
+        metric: metric.into(),
+        tasks: vec![0],
+    };
     assert_eq!(
         plan(&h),
         PlotPlan {
-            curves: vec!["train_loss".into(), "episodes".into(), "valid_skill".into()],
+            overview: vec![panel("template: train_loss", "train_loss")],
+            models: vec![(
+                "template".into(),
+                vec![
+                    panel("train_loss", "train_loss"),
+                    panel("valid_skill", "valid_skill"),
+                    panel("episodes", "episodes"),
+                ]
+            )],
             scalars: vec!["test_loss".into(), "test_sharpe".into()],
-        }
+        },
+        "dqn reported no curve: no figure; valid_loss is on train_loss's panel"
     );
     let dir = tempfile::tempdir().unwrap();
     let written = write_charts(&h, &options(dir.path(), &[])).unwrap();
@@ -208,15 +229,13 @@ fn single_values_go_in_a_table_and_validation_twins_are_not_charted_twice() {
     assert_eq!(
         names,
         [
-            ("overview", "overview"),
-            ("metric", "train_loss"),
-            ("metric", "episodes"),
-            ("metric", "valid_skill"),
+            ("model", "template"),
             ("table", "scalars"),
             ("memory", "cuda:0")
-        ]
+        ],
+        "one model: no overview"
     );
-    let table = &written[4];
+    let table = &written[1];
     assert_eq!((table.rows, table.width), (Some(3), None));
     assert_eq!(table.path.file_name().unwrap(), "scalars.csv");
     assert_eq!(
@@ -233,11 +252,43 @@ fn single_values_go_in_a_table_and_validation_twins_are_not_charted_twice() {
     let all = write_charts(&h, &o).unwrap();
     assert_eq!(all.len(), h.metric_names.len() + 1);
     assert!(all.iter().all(|w| w.kind == "metric" || w.kind == "memory"));
-    // One curve: no overview (it would show the same chart again).
-    let mut one = h.clone();
-    one.metric_names = vec!["train_loss".into()];
-    let written = write_charts(&one, &options(&dir.path().join("one"), &[])).unwrap();
-    assert_eq!(written[0].kind, "metric");
+}
+
+/// A model's figure leaves out breakdowns: per-horizon and other
+/// extensions of a metric it shows, and large families no metric heads.
+#[test]
+fn a_model_figure_shows_main_curves_not_breakdowns() {
+    let names: Vec<String> = [
+        "epoch",
+        "train_loss",
+        "valid_loss",
+        "valid_mse",
+        "valid_mse_h1",
+        "valid_mse_h2",
+        "valid_mse_zero_forecast",
+        "valid_qrisk_p50",
+        "valid_qrisk_p50_h1",
+        "valid_trade_a",
+        "valid_trade_b",
+        "valid_trade_c",
+        "valid_trade_d",
+        "valid_trade_e",
+        "valid_pinball_p10",
+        "valid_pinball_p90",
+    ]
+    .map(String::from)
+    .to_vec();
+    assert_eq!(
+        model_curves(&names),
+        [
+            "train_loss",
+            "valid_mse",
+            "valid_qrisk_p50",
+            "valid_pinball_p10",
+            "valid_pinball_p90",
+            "epoch"
+        ]
+    );
 }
 
 #[test]

@@ -45,7 +45,7 @@ fn charts(result: &serde_json::Value) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Every PNG exists at `size` (the overview as wide, at least as tall), and
+/// Every PNG exists at `size` (a figure of panels as wide, at least as tall), and
 /// the table is a CSV with the rows it claims.
 fn check_pngs(result: &serde_json::Value, size: (u32, u32)) {
     for f in files(result) {
@@ -57,7 +57,7 @@ fn check_pngs(result: &serde_json::Value, size: (u32, u32)) {
                 assert_eq!(lines.next(), Some("task_id,task,metric,step,value"));
                 assert_eq!(lines.count() as u64, f["rows"].as_u64().unwrap(), "{text}");
             }
-            "overview" => {
+            "overview" | "model" => {
                 let (w, h) = png_size(path);
                 assert!(w == size.0 && h >= size.1, "{w}×{h}");
             }
@@ -67,36 +67,29 @@ fn check_pngs(result: &serde_json::Value, size: (u32, u32)) {
 }
 
 /// What a default plot of `history` writes, worked out from the stored
-/// series: metrics with more than one point are charted (a `valid_x` whose
-/// `train_x` is charted goes on that chart; a training loss first), with an
-/// overview when there are two or more; the rest go in the table.
+/// series: a figure per plugin that reported a metric at more than one step
+/// (an overview before them when there are two or more), the table when a
+/// metric was reported only once, the memory timeline.
 fn expected_default(history: &tli_host::orchestrator::store::JobHistory) -> Vec<(String, String)> {
-    let points = |m: &str| {
+    let mut models: Vec<String> = Vec::new();
+    for t in &history.tasks {
+        if t.series.iter().any(|s| s.steps.len() > 1) && !models.contains(&t.plugin) {
+            models.push(t.plugin.clone());
+        }
+    }
+    let mut out = Vec::new();
+    if models.len() >= 2 {
+        out.push(("overview".to_string(), "overview".to_string()));
+    }
+    out.extend(models.into_iter().map(|m| ("model".to_string(), m)));
+    let once = history.metric_names.iter().any(|m| {
         history
             .tasks
             .iter()
-            .flat_map(|t| t.series.iter().filter(|s| s.name == m))
-            .map(|s| s.steps.len())
-            .max()
-            .unwrap_or(0)
-    };
-    let mut curves: Vec<&String> = history
-        .metric_names
-        .iter()
-        .filter(|m| points(m) > 1)
-        .collect();
-    let twins: Vec<String> = curves
-        .iter()
-        .filter_map(|m| m.strip_prefix("train_").map(|r| format!("valid_{r}")))
-        .collect();
-    curves.retain(|m| !twins.contains(m));
-    curves.sort_by_key(|m| !(m.starts_with("train_") && m.ends_with("loss")));
-    let mut out = Vec::new();
-    if curves.len() >= 2 {
-        out.push(("overview".to_string(), "overview".to_string()));
-    }
-    out.extend(curves.iter().map(|m| ("metric".to_string(), m.to_string())));
-    if history.metric_names.iter().any(|m| points(m) == 1) {
+            .flat_map(|t| t.series.iter().filter(|s| &s.name == m))
+            .all(|s| s.steps.len() <= 1)
+    });
+    if once {
         out.push(("table".into(), "scalars".into()));
     }
     out.push(("memory".into(), "cpu".into()));
@@ -121,6 +114,21 @@ fn failed_with(out: &Output, parts: &[&str]) {
     for part in parts {
         assert!(err.contains(part), "{part:?} not in: {err}");
     }
+}
+
+/// `tli train plot JOB --all -o json` through the host, into `DIR/all-rpc`.
+fn all_charts(server: &Server, job: &str, dir: &Path) -> serde_json::Value {
+    let out = dir.join("all-rpc");
+    ok_json(&server.client(&[
+        "train",
+        "plot",
+        job,
+        "--all",
+        "--out",
+        out.to_str().unwrap(),
+        "-o",
+        "json",
+    ]))
 }
 
 #[test]
@@ -162,8 +170,9 @@ fn charts_of_a_job_through_the_host_and_from_its_state_dir() {
         history.metric_names
     );
     let expected = expected_default(&history);
-    assert!(
-        expected.iter().any(|(k, _)| k == "overview"),
+    assert_eq!(
+        expected[0],
+        ("model".to_string(), "template".to_string()),
         "{expected:?}"
     );
     let mut every_metric: Vec<(String, String)> = history
@@ -189,11 +198,13 @@ fn charts_of_a_job_through_the_host_and_from_its_state_dir() {
     for f in files(&through_host) {
         assert!(f["path"].as_str().unwrap().starts_with(rpc_dir_arg), "{f}");
     }
+    // Every metric as a chart of its own, for the line-by-line checks.
+    let host_all = all_charts(&server, &job_arg, out.path());
+    // The template's figure has a panel per metric curve, train_loss first.
+    let figure = &files(&through_host)[0];
+    assert_eq!(figure["metrics"][0], "train_loss", "{figure}");
     // The RPC carried the series the store holds (2 tasks × each metric).
-    for f in files(&through_host)
-        .iter()
-        .filter(|f| f["kind"] == "metric")
-    {
+    for f in files(&host_all).iter().filter(|f| f["kind"] == "metric") {
         let name = f["name"].as_str().unwrap();
         for line in f["series"].as_array().unwrap() {
             let task = line["task_id"].as_i64().unwrap();
@@ -215,7 +226,7 @@ fn charts_of_a_job_through_the_host_and_from_its_state_dir() {
             );
         }
     }
-    let loss = files(&through_host)
+    let loss = files(&host_all)
         .iter()
         .find(|f| f["kind"] == "metric" && f["name"] == "train_loss")
         .unwrap();
@@ -322,9 +333,7 @@ fn charts_of_a_job_through_the_host_and_from_its_state_dir() {
     let from_store = ok_json(&tli_in(out.path(), &args));
     assert_eq!(charts(&from_store), expected);
     check_pngs(&from_store, (800, 450));
-    for (a, b) in files(&through_host).iter().zip(files(&from_store)) {
-        assert_eq!(a["series"], b["series"], "the RPC and the store agree");
-    }
+    assert_eq!(files(&through_host).len(), files(&from_store).len());
     // The job as `tli train plot` takes it: JOB, positional.
     let positional = out.path().join("positional");
     let mut args = vec!["plot", &job_arg, "--state-dir", state_arg, "--out"];
@@ -339,6 +348,9 @@ fn charts_of_a_job_through_the_host_and_from_its_state_dir() {
     let all = ok_json(&tli_in(out.path(), &args));
     assert_eq!(charts(&all), every_metric);
     check_pngs(&all, (800, 450));
+    for (a, b) in files(&host_all).iter().zip(files(&all)) {
+        assert_eq!(a["series"], b["series"], "the RPC and the store agree");
+    }
     failed_with(
         &tli_in(out.path(), &["plot", "999", "--state-dir", state_arg]),
         &["job 999 not found in the store"],
