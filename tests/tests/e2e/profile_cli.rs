@@ -103,6 +103,8 @@ fn two_configs_are_measured_side_by_side_with_a_chart() {
     let png = std::fs::read(&chart).expect("the chart was written");
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
     assert!(png.len() > 10_000, "a {} byte chart", png.len());
+    let height = u32::from_be_bytes([png[20], png[21], png[22], png[23]]);
+    assert_eq!(height, 1000, "the MiB panel and the ratio panel below it");
 
     // The table for people: the ratio columns and the independent figure.
     let out = profile(
