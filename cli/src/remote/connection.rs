@@ -114,6 +114,8 @@ fn deadline_message(call: &str, limit: Duration) -> String {
 pub(super) struct Remote {
     pub(super) channel: Deadline,
     pub(super) auth: Auth,
+    /// The endpoint as connected to (`http://HOST:PORT`), for messages.
+    pub(super) endpoint: String,
 }
 
 impl Remote {
@@ -151,6 +153,7 @@ impl Remote {
         Ok(Self {
             channel: Deadline { channel, limit },
             auth,
+            endpoint,
         })
     }
 
@@ -215,7 +218,25 @@ fn code_name(code: Code) -> &'static str {
 
 /// A refused call as one line: `<code name>: <message>` (main adds `error: `).
 pub(super) fn api_error(remote: &Remote, status: Status) -> anyhow::Error {
-    status_error(&status, remote.auth.0.is_some())
+    match not_grpc(&status) {
+        Some(http) => anyhow!(
+            "{} is not a tli host's API: it answered plain HTTP ({http}), not gRPC; is it the \
+             status page's port? Point --endpoint / TLI_ENDPOINT at the address `tli host serve` \
+             prints as \"listening on\" (its --listen, default 127.0.0.1:50051)",
+            remote.endpoint
+        ),
+        None => status_error(&status, remote.auth.0.is_some()),
+    }
+}
+
+/// The HTTP status of an answer that was not gRPC (a web server, the
+/// status page): tonic reports it as a protocol error naming the status.
+fn not_grpc(status: &Status) -> Option<String> {
+    const MARK: &str = "while receiving response with status: ";
+    let message = status.message();
+    let at = message.find(MARK)?;
+    let http = message[at + MARK.len()..].trim();
+    (!http.starts_with("200")).then(|| http.to_string())
 }
 
 fn status_error(status: &Status, has_token: bool) -> anyhow::Error {
@@ -249,6 +270,16 @@ mod tests {
     use crate::remote::resources;
     use clap::Parser;
     use std::time::Instant;
+
+    #[test]
+    fn an_answer_that_is_not_grpc_is_told_apart() {
+        let status = Status::internal(
+            "protocol error: received message with invalid compression flag: 110 (valid flags \
+             are 0 and 1) while receiving response with status: 404 Not Found",
+        );
+        assert_eq!(not_grpc(&status).as_deref(), Some("404 Not Found"));
+        assert_eq!(not_grpc(&Status::internal("boom")), None);
+    }
 
     #[test]
     fn an_unreachable_host_is_one_clear_line() {

@@ -148,6 +148,21 @@ fn metrics_are_valid_prometheus_text_and_agree_with_the_api() {
     let (plugins, state) = (template_and_behaviour(), tempfile::tempdir().unwrap());
     let server = Server::start(plugins.path(), state.path(), &[]);
     let page = server.status_page();
+    // The page's port given as the API's: one line that says so, not a protocol error.
+    let wrong = std::process::Command::new(tli_binary())
+        .args(["resources", "--endpoint", &format!("http://{page}")])
+        .env_remove("LD_LIBRARY_PATH")
+        .output()
+        .expect("run tli");
+    assert!(!wrong.status.success());
+    let err = stderr(&wrong);
+    assert!(
+        err.contains("is not a tli host's API")
+            && err.contains("status page's port")
+            && err.contains("404")
+            && !err.contains("compression flag"),
+        "{err}"
+    );
     let (job, tasks) = start_job(&server, "400");
     assert_eq!(tasks.len(), 4);
 
