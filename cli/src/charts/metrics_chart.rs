@@ -7,8 +7,8 @@
 
 use super::font::FONT;
 use super::{
-    draw_error, draw_legend, draw_step_mesh, short_number, task_color, task_label, JobHistory,
-    MetricSeries, PlotError, SeriesSummary,
+    draw_error, draw_legend, draw_step_mesh, short_number, task_color, task_label, Chart,
+    JobHistory, MetricSeries, PlotError, SeriesSummary,
 };
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
@@ -139,6 +139,52 @@ pub(crate) fn step_range(lines: &[(usize, String, &MetricSeries)]) -> (f64, f64)
         .unwrap_or((0.0, 1.0))
 }
 
+/// Each task's line in its colour (markers on short series and lone
+/// points, `marker` pixels), then the validation twins dashed in the same
+/// colours; `path` names the chart in errors.
+pub(crate) fn draw_lines(
+    chart: &mut Chart<'_, '_>,
+    lines: &[(usize, String, &MetricSeries)],
+    twins: &[(usize, &MetricSeries)],
+    marker: u32,
+    path: &Path,
+) -> Result<(), PlotError> {
+    let err = |e: &dyn std::fmt::Display| draw_error(path, e);
+    for (index, _, series) in lines {
+        let color = task_color(*index);
+        for run in segments(series) {
+            if series.steps.len() <= MARKERS_UP_TO || run.len() == 1 {
+                chart
+                    .draw_series(run.iter().map(|&p| Circle::new(p, marker, color.filled())))
+                    .map_err(|e| err(&e))?;
+            }
+            chart
+                .draw_series(std::iter::once(PathElement::new(
+                    run,
+                    color.stroke_width(2),
+                )))
+                .map_err(|e| err(&e))?;
+        }
+    }
+    for (index, series) in twins {
+        let color = task_color(*index);
+        for run in segments(series) {
+            chart
+                .draw_series(run.iter().map(|&p| Circle::new(p, marker, color.filled())))
+                .map_err(|e| err(&e))?;
+            chart
+                .draw_series(std::iter::once(DashedPathElement::new(
+                    run,
+                    7,
+                    5,
+                    color.stroke_width(2),
+                )))
+                .map_err(|e| err(&e))?;
+        }
+    }
+    Ok(())
+}
+
 /// Draws `metric` of every task of `history` to `path`; returns a summary
 /// of each line drawn.
 pub fn draw(
@@ -175,9 +221,8 @@ pub fn draw(
 
     let mut summaries = Vec::with_capacity(lines.len());
     for (index, label, series) in &lines {
-        let color = task_color(*index);
-        let style = color.stroke_width(2);
-        // An empty series carries the legend entry; the runs follow.
+        let style = task_color(*index).stroke_width(2);
+        // An empty series carries the legend entry; the lines follow.
         chart
             .draw_series(std::iter::once(PathElement::new(
                 Vec::<(f64, f64)>::new(),
@@ -186,16 +231,6 @@ pub fn draw(
             .map_err(|e| err(&e))?
             .label(label.clone())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 22, y)], style));
-        for run in segments(series) {
-            if series.steps.len() <= MARKERS_UP_TO || run.len() == 1 {
-                chart
-                    .draw_series(run.iter().map(|&p| Circle::new(p, 3, color.filled())))
-                    .map_err(|e| err(&e))?;
-            }
-            chart
-                .draw_series(std::iter::once(PathElement::new(run, style)))
-                .map_err(|e| err(&e))?;
-        }
         summaries.push(SeriesSummary {
             task_id: history.tasks[*index].task_id,
             label: label.clone(),
@@ -206,22 +241,7 @@ pub fn draw(
             last_value: series.values.last().copied().filter(|v| v.is_finite()),
         });
     }
-    for (index, series) in &twins {
-        let color = task_color(*index);
-        for run in segments(series) {
-            chart
-                .draw_series(run.iter().map(|&p| Circle::new(p, 3, color.filled())))
-                .map_err(|e| err(&e))?;
-            chart
-                .draw_series(std::iter::once(DashedPathElement::new(
-                    run,
-                    7,
-                    5,
-                    color.stroke_width(2),
-                )))
-                .map_err(|e| err(&e))?;
-        }
-    }
+    draw_lines(&mut chart, &lines, &twins, 3, path)?;
     if !lines.is_empty() {
         draw_legend(&mut chart, path)?;
     }

@@ -5,11 +5,8 @@
 //! figure per model (a panel per metric curve it reports).
 
 use super::font::FONT;
-use super::metrics_chart::{
-    lines_value_range, segments, step_label, step_range, MetricLines, MARKERS_UP_TO,
-};
+use super::metrics_chart::{draw_lines, lines_value_range, step_label, step_range, MetricLines};
 use super::{draw_error, short_number, task_color, task_label, JobHistory, PlotError, MAX_SIDE};
-use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use std::path::Path;
 
@@ -106,35 +103,7 @@ pub fn draw(
             .bold_line_style(RGBColor(215, 215, 215))
             .draw()
             .map_err(|e| err(&e))?;
-        for (index, _, series) in &lines {
-            let color = task_color(*index);
-            for run in segments(series) {
-                if series.steps.len() <= MARKERS_UP_TO || run.len() == 1 {
-                    chart
-                        .draw_series(run.iter().map(|&p| Circle::new(p, 2, color.filled())))
-                        .map_err(|e| err(&e))?;
-                }
-                chart
-                    .draw_series(std::iter::once(PathElement::new(
-                        run,
-                        color.stroke_width(2),
-                    )))
-                    .map_err(|e| err(&e))?;
-            }
-        }
-        for (index, series) in &twins {
-            let color = task_color(*index);
-            for run in segments(series) {
-                chart
-                    .draw_series(std::iter::once(DashedPathElement::new(
-                        run,
-                        6,
-                        4,
-                        color.stroke_width(2),
-                    )))
-                    .map_err(|e| err(&e))?;
-            }
-        }
+        draw_lines(&mut chart, &lines, &twins, 2, path)?;
     }
     // The legend: a swatch and the task's label, three to a line.
     let column_width = (size.0 / LEGEND_COLUMNS as u32) as i32;

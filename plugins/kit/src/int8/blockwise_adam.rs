@@ -704,33 +704,72 @@ pub fn update_tensors(
 mod sweeps {
     use super::*;
 
+    /// A weight's codes, scales, gradient and 8-bit moments, random.
+    pub(super) struct RandomState {
+        pub grad: Vec<f32>,
+        pub codes: Vec<i8>,
+        pub scales: Vec<f32>,
+        pub m_codes: Vec<u8>,
+        pub v_codes: Vec<u8>,
+        pub m_absmax: Vec<f32>,
+        pub v_absmax: Vec<f32>,
+    }
+
+    impl RandomState {
+        pub fn new(rows: usize, cols: usize, seed: u64) -> Self {
+            let n = rows * cols;
+            let mut rng = crate::rng::Rng::new(seed);
+            let mut uniform = |scale: f32| (rng.uniform() as f32 - 0.5) * scale;
+            let grad = (0..n).map(|_| uniform(0.02)).collect();
+            let codes = (0..n).map(|_| uniform(250.0) as i8).collect();
+            let scales = (0..rows).map(|_| 1e-3 + uniform(1e-3).abs()).collect();
+            let m_codes = (0..n).map(|_| uniform(500.0).abs() as u8).collect();
+            let v_codes = (0..n).map(|_| uniform(500.0).abs() as u8).collect();
+            let blocks = blocks_for(n);
+            let m_absmax = (0..blocks).map(|_| uniform(1e-2).abs()).collect();
+            let v_absmax = (0..blocks).map(|_| uniform(1e-4).abs()).collect();
+            RandomState {
+                grad,
+                codes,
+                scales,
+                m_codes,
+                v_codes,
+                m_absmax,
+                v_absmax,
+            }
+        }
+
+        /// The scalars of an update a few steps in, clipped.
+        pub fn scalars() -> UpdateScalars {
+            UpdateScalars {
+                beta1: 0.9,
+                beta2: 0.999,
+                eps: 1e-8,
+                lr: 1e-3,
+                weight_decay: 0.01,
+                bias1: 0.271,
+                sqrt_bias2: 0.0545,
+                grad_scale: 0.8,
+            }
+        }
+    }
+
     /// Rows of whole blocks updated in one sweep give the bits of the two
     /// phases (weights written back, codes, scales, moments), for any
     /// number of threads and a last group or thread share that is short.
     #[test]
     fn one_sweep_over_whole_rows_gives_the_bits_of_two_phases() {
         let (rows, cols) = (37usize, 2 * BLOCK);
-        let n = rows * cols;
-        let mut rng = crate::rng::Rng::new(4);
-        let mut uniform = |scale: f32| (rng.uniform() as f32 - 0.5) * scale;
-        let grad: Vec<f32> = (0..n).map(|_| uniform(0.02)).collect();
-        let codes: Vec<i8> = (0..n).map(|_| (uniform(250.0)) as i8).collect();
-        let scales: Vec<f32> = (0..rows).map(|_| 1e-3 + uniform(1e-3).abs()).collect();
-        let m_codes: Vec<u8> = (0..n).map(|_| (uniform(500.0).abs()) as u8).collect();
-        let v_codes: Vec<u8> = (0..n).map(|_| (uniform(500.0).abs()) as u8).collect();
-        let blocks = blocks_for(n);
-        let m_absmax: Vec<f32> = (0..blocks).map(|_| uniform(1e-2).abs()).collect();
-        let v_absmax: Vec<f32> = (0..blocks).map(|_| uniform(1e-4).abs()).collect();
-        let s = UpdateScalars {
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
-            lr: 1e-3,
-            weight_decay: 0.01,
-            bias1: 0.271,
-            sqrt_bias2: 0.0545,
-            grad_scale: 0.8,
-        };
+        let RandomState {
+            grad,
+            codes,
+            scales,
+            m_codes,
+            v_codes,
+            m_absmax,
+            v_absmax,
+        } = RandomState::new(rows, cols, 4);
+        let s = RandomState::scalars();
         type Out = (
             Vec<u32>,
             Vec<i8>,
@@ -804,6 +843,7 @@ mod sweeps {
 
 #[cfg(all(test, target_arch = "x86_64"))]
 mod builds {
+    use super::sweeps::RandomState;
     use super::*;
 
     /// The baseline, AVX2 (gathers) and AVX-512 builds of the moments'
@@ -812,31 +852,20 @@ mod builds {
     #[test]
     fn every_build_of_the_moment_update_gives_the_same_bits() {
         let (rows, cols) = (5usize, 203usize);
-        let n = rows * cols;
-        let mut rng = crate::rng::Rng::new(9);
-        let mut uniform = |scale: f32| (rng.uniform() as f32 - 0.5) * scale;
-        let mut grad: Vec<f32> = (0..n).map(|_| uniform(0.02)).collect();
+        let RandomState {
+            mut grad,
+            codes,
+            scales,
+            m_codes,
+            v_codes,
+            mut m_absmax,
+            v_absmax,
+        } = RandomState::new(rows, cols, 9);
         grad[BLOCK..2 * BLOCK].fill(0.0);
         grad[7] = f32::NAN;
         grad[9] = 1e-30;
-        let codes: Vec<i8> = (0..n).map(|_| uniform(250.0) as i8).collect();
-        let scales: Vec<f32> = (0..rows).map(|_| 1e-3 + uniform(1e-3).abs()).collect();
-        let m_codes: Vec<u8> = (0..n).map(|_| uniform(500.0).abs() as u8).collect();
-        let v_codes: Vec<u8> = (0..n).map(|_| uniform(500.0).abs() as u8).collect();
-        let blocks = blocks_for(n);
-        let mut m_absmax: Vec<f32> = (0..blocks).map(|_| uniform(1e-2).abs()).collect();
         m_absmax[1] = 0.0;
-        let v_absmax: Vec<f32> = (0..blocks).map(|_| uniform(1e-4).abs()).collect();
-        let s = UpdateScalars {
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
-            lr: 1e-3,
-            weight_decay: 0.01,
-            bias1: 0.271,
-            sqrt_bias2: 0.0545,
-            grad_scale: 0.8,
-        };
+        let s = RandomState::scalars();
         let run = |build: u8| {
             let mut g = grad.clone();
             let (mut mc, mut vc) = (m_codes.clone(), v_codes.clone());
