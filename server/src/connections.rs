@@ -16,6 +16,10 @@
 //!   of being accepted is closed, and one silent for
 //!   [`ConnectionLimits::idle`] afterwards too (the gRPC server pings its
 //!   peers more often than that, so a live stream is never silent);
+//! * an evicted connection's descriptor is open until its task drops it:
+//!   while more than a small slack of them are, accepting waits a few
+//!   milliseconds, so a flood cannot run the process out of descriptors
+//!   faster than evicted connections close;
 //! * accepting goes on after a descriptor shortage (`EMFILE`, `ENFILE`),
 //!   after a short pause, instead of ending the listener.
 //!
@@ -26,7 +30,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -116,6 +120,9 @@ struct Gate {
     epoch: Instant,
     next_id: AtomicU64,
     open: Mutex<HashMap<u64, Arc<Peer>>>,
+    /// Connections whose descriptor is still open: those in `open`, and
+    /// those evicted whose task has not yet dropped them.
+    held: AtomicUsize,
 }
 
 /// What the gate knows of one connection.
@@ -137,12 +144,21 @@ impl ConnectionGate {
                 epoch: Instant::now(),
                 next_id: AtomicU64::new(0),
                 open: Mutex::new(HashMap::new()),
+                held: AtomicUsize::new(0),
             }),
         }
     }
 
     pub fn limits(&self) -> ConnectionLimits {
         self.inner.limits
+    }
+
+    /// Whether accepting must wait: the connections evicted to make room
+    /// still hold [`EVICTED_SLACK`] descriptors or more (their tasks have
+    /// not closed them yet), so another accept could run the process out of
+    /// descriptors under a flood.
+    fn saturated(&self) -> bool {
+        self.inner.held.load(Ordering::Relaxed) >= self.inner.limits.max_open + EVICTED_SLACK
     }
 
     /// Connections held now.
@@ -155,6 +171,7 @@ impl ConnectionGate {
     pub fn admit(&self, stream: TcpStream) -> GatedStream {
         let _ = stream.set_nodelay(true);
         let gate = &self.inner;
+        gate.held.fetch_add(1, Ordering::Relaxed);
         let now = gate.now_ms();
         let peer = Arc::new(Peer {
             last_read_ms: AtomicU64::new(now),
@@ -245,6 +262,11 @@ pub const HTTP_IDLE: Duration = Duration::from_secs(30);
 
 /// How long accepting pauses after a descriptor shortage.
 const SHORTAGE_PAUSE: Duration = Duration::from_millis(50);
+/// Evicted connections whose descriptors may still be open before
+/// accepting waits for them to close (a part of [`HEADROOM`]).
+const EVICTED_SLACK: usize = 32;
+/// How long accepting waits for evicted connections to close.
+const DRAIN_PAUSE: Duration = Duration::from_millis(5);
 
 /// A connection held by a [`ConnectionGate`].
 pub struct GatedStream {
@@ -457,6 +479,7 @@ impl Drop for GatedStream {
     fn drop(&mut self) {
         if let Some(gate) = self.gate.upgrade() {
             lock(&gate.open).remove(&self.id);
+            gate.held.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }
@@ -489,6 +512,10 @@ impl tokio_stream::Stream for GatedIncoming {
                 }
                 this.pause = None;
             }
+            if this.gate.saturated() {
+                this.pause = Some(Box::pin(tokio::time::sleep(DRAIN_PAUSE)));
+                continue;
+            }
             match this.listener.poll_accept(cx) {
                 Poll::Ready(Ok((stream, _))) => {
                     let mut stream = this.gate.admit(stream);
@@ -518,6 +545,9 @@ impl axum::serve::Listener for GatedListener {
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
         loop {
+            while self.gate.saturated() {
+                tokio::time::sleep(DRAIN_PAUSE).await;
+            }
             match self.listener.accept().await {
                 Ok((stream, addr)) => {
                     let mut stream = self.gate.admit(stream);
@@ -552,6 +582,28 @@ mod tests {
             .unwrap();
         let (server, _) = listener.accept().await.unwrap();
         (client, server)
+    }
+
+    /// Evicted connections count until their streams are dropped: past the
+    /// slack, accepting waits, so descriptors stay bounded under a flood.
+    #[tokio::test]
+    async fn accepting_waits_while_evicted_connections_still_hold_descriptors() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let gate = ConnectionGate::new(ConnectionLimits {
+            max_open: 2,
+            first_byte: Duration::from_secs(10),
+            idle: Duration::from_secs(10),
+        });
+        let mut kept = Vec::new();
+        for _ in 0..2 + EVICTED_SLACK {
+            assert!(!gate.saturated());
+            let (client, server) = pair(&listener).await;
+            kept.push((client, gate.admit(server)));
+        }
+        assert_eq!(gate.open(), 2, "the cap holds");
+        assert!(gate.saturated(), "the evicted streams are not closed yet");
+        kept.truncate(2 + EVICTED_SLACK - 1);
+        assert!(!gate.saturated(), "one closed: accepting goes on");
     }
 
     #[test]
