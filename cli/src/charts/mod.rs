@@ -422,13 +422,9 @@ pub fn write_charts(
         };
         check_writable(&path)?;
         let shown = &panels[..panels.len().min(overview_chart::MAX_PANELS)];
-        let legend = shown.first().map_or(0, |p| p.tasks.len());
-        let legend = if kind == "overview" {
-            history.tasks.len()
-        } else {
-            legend
-        };
-        let size = overview_chart::size(shown.len(), legend, width, height);
+        // The legend names each task of the panels once.
+        let legend: BTreeSet<usize> = shown.iter().flat_map(|p| p.tasks.iter().copied()).collect();
+        let size = overview_chart::size(shown.len(), legend.len(), width, height);
         overview_chart::draw(&path, history, &heading, shown, size)?;
         written.push(WrittenChart {
             metrics: shown.iter().map(|p| p.metric.clone()).collect(),
