@@ -20,7 +20,9 @@ pub mod profile;
 // The runtime, the server and Slurm are crates of their own; re-exported under the paths the
 // host's commands, tests and benches name them by.
 pub use tli_core::{byte_size, digest, error_chain, plugin_configs};
-pub use tli_runtime::{allocator, elf_check, libtorch_info, orchestrator, registry, services};
+pub use tli_runtime::{
+    allocator, elf_check, float_env, libtorch_info, orchestrator, registry, services,
+};
 pub use tli_server::{api, connections, telemetry, tensorboard, web};
 /// Slurm as an executor (the `tli-slurm` crate).
 pub use tli_slurm as slurm;

@@ -5,6 +5,9 @@ fn main() -> std::process::ExitCode {
     // Before any thread exists: malloc set up so that resident memory follows
     // live tensors without page faults in every step (TLI_MALLOC, TLI_MMAP_THRESHOLD).
     let _ = tli_host::allocator::configure_from_env();
+    // Before any thread exists, so every thread inherits it: subnormal floats
+    // flushed to zero (a state-space model's decays otherwise crawl; TLI_DENORMALS).
+    let _ = tli_host::float_env::flush_denormals();
     // A write past `ulimit -f` fails with EFBIG instead of killing the host.
     tli_host::fault_signals::ignore_file_size_signal();
     // As many descriptors as the system allows: a host's connections are

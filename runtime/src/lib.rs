@@ -23,6 +23,7 @@
 
 pub mod allocator;
 pub mod elf_check;
+pub mod float_env;
 pub mod libtorch_info;
 pub mod models;
 pub mod orchestrator;

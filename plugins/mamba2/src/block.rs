@@ -362,12 +362,14 @@ impl Mamba2Block {
             }
         };
         let (xbc, conv_state) = (|| {
-            // The last k inputs seen so far, then this sequence: a causal
+            // The last k − 1 inputs seen so far, then this sequence: a causal
             // convolution without padding (zeros: the usual left padding).
-            let seq = Tensor::f_cat(&[history, &xbc.f_transpose(1, 2)?], -1)?;
-            let conv_state = seq.f_narrow(-1, len, k)?;
+            let seq = Tensor::f_cat(
+                &[&history.f_narrow(-1, 1, k - 1)?, &xbc.f_transpose(1, 2)?],
+                -1,
+            )?;
+            let conv_state = seq.f_narrow(-1, len - 1, k)?;
             let out = seq
-                .f_narrow(-1, 1, len + k - 1)?
                 .f_conv1d(
                     &self.conv_weight,
                     Some(&self.conv_bias),

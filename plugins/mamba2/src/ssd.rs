@@ -199,66 +199,120 @@ fn chunked(
     chunk: i64,
     d: Dims,
 ) -> Result<(Tensor, Tensor), tch::TchError> {
-    let (bs, h, p, n) = (d.batch, d.heads, d.headdim, d.state);
+    let (bs, h, p, n, g) = (d.batch, d.heads, d.headdim, d.state, d.groups);
+    let hg = h / g;
+    let q = chunk;
     let nchunks = ((d.len + chunk - 1) / chunk).max(1);
     let padded = nchunks * chunk;
     let pad = padded - d.len;
-    // Zero padding at the end of the length dimension (dim 1).
-    let x = x.f_constant_pad_nd([0, 0, 0, 0, 0, pad])?;
-    let dt = dt.f_constant_pad_nd([0, 0, 0, pad])?;
-    let b = heads_of_groups(&b.f_constant_pad_nd([0, 0, 0, 0, 0, pad])?, h)?;
-    let c = heads_of_groups(&c.f_constant_pad_nd([0, 0, 0, 0, 0, pad])?, h)?;
+    // Zero padding at the end of the length dimension (dim 1), only where
+    // needed (padding by nothing would still copy).
+    let pad_len = |t: &Tensor, dims: usize| -> Result<Tensor, tch::TchError> {
+        match pad {
+            0 => Ok(t.shallow_clone()),
+            _ => {
+                let mut spec = vec![0; 2 * (dims - 2)];
+                spec.extend([0, pad]);
+                t.f_constant_pad_nd(&spec)
+            }
+        }
+    };
+    let x = pad_len(x, 4)?;
+    let dt = pad_len(dt, 3)?;
+    // B and C stay per group, (b, c, g, l, n): a group's `C·Bᵀ` is computed
+    // once and shared by its heads, never copied per head.
+    let by_group = |t: &Tensor| -> Result<Tensor, tch::TchError> {
+        pad_len(t, 4)?
+            .f_reshape([bs, nchunks, q, g, n])?
+            .f_permute([0, 1, 3, 2, 4])
+    };
+    let (b, c) = (by_group(b)?, by_group(c)?);
 
-    // Discretised inputs, in chunks: X (b, c, l, h, p), A (b, h, c, l),
-    // B and C (b, c, l, h, n).
-    let xd = x.f_mul(&dt.f_unsqueeze(-1)?)?;
-    let xd = xd.f_reshape([bs, nchunks, chunk, h, p])?;
-    let ad = dt.f_mul(a)?;
-    let ad = ad
-        .f_reshape([bs, nchunks, chunk, h])?
-        .f_permute([0, 3, 1, 2])?;
-    let b = b.f_reshape([bs, nchunks, chunk, h, n])?;
-    let c = c.f_reshape([bs, nchunks, chunk, h, n])?;
-    let a_cum = ad.f_cumsum(-1, None::<Kind>)?;
+    // Discretised inputs, in chunks: X (b, c, l, h, p); A·dt and its
+    // cumulative sum within each chunk (b, c, h, l).
+    let xd = x
+        .f_mul(&dt.f_unsqueeze(-1)?)?
+        .f_reshape([bs, nchunks, q, h, p])?;
+    let a_cum = dt
+        .f_mul(a)?
+        .f_reshape([bs, nchunks, q, h])?
+        .f_transpose(2, 3)?
+        .f_cumsum(-1, None::<Kind>)?;
 
     // 1. Inside each chunk: Y[l] = Σ_{s ≤ l} (C_l·B_s) exp(A_{s+1} + … + A_l) X_s.
-    let decay = segsum_inner(&ad)?.f_exp()?;
-    let y_diag = Tensor::f_einsum(
-        "bclhn,bcshn,bhcls,bcshp->bclhp",
-        &[&c, &b, &decay, &xd],
-        None::<i64>,
-    )?;
+    //    The decay is a difference of the chunk's cumulative sums (as the
+    //    reference's fused chunk-scan kernels compute it; a chunk is short, so
+    //    the difference keeps its precision), masked to s ≤ l before `exp`.
+    let cb = c.f_matmul(&b.f_transpose(-1, -2)?)?; // (b, c, g, l, s)
+    let decay = a_cum
+        .f_unsqueeze(-1)?
+        .f_sub(&a_cum.f_unsqueeze(-2)?)?
+        // In place on the fresh difference: neither backward needs the input.
+        .f_masked_fill_(&upper_mask(q, 0, &a_cum)?, f64::NEG_INFINITY)?
+        .f_exp_()?; // (b, c, h, l, s)
+    let scores = decay
+        .f_view([bs, nchunks, g, hg, q, q])?
+        .f_mul(&cb.f_unsqueeze(3)?)?
+        .f_view([bs, nchunks, h, q, q])?;
+    let y_diag = scores.f_matmul(&xd.f_permute([0, 1, 3, 2, 4])?)?; // (b, c, h, l, p)
 
-    // 2. Each chunk's own end state (from a zero start).
-    let last = a_cum.f_narrow(-1, chunk - 1, 1)?;
-    let decay_states = last.f_sub(&a_cum)?.f_exp()?;
-    let states = Tensor::f_einsum(
-        "bclhn,bhcl,bclhp->bchpn",
-        &[&b, &decay_states, &xd],
-        None::<i64>,
-    )?;
+    // 2. Each chunk's own end state (from a zero start), per group as
+    //    (b, c, g, n, hg·p): Bᵀ times the inputs decayed to the chunk's end.
+    let last = a_cum.f_narrow(-1, q - 1, 1)?;
+    let to_end = last.f_sub(&a_cum)?.f_exp()?; // (b, c, h, l)
+    let xs = xd
+        .f_mul(&to_end.f_transpose(2, 3)?.f_unsqueeze(-1)?)?
+        .f_reshape([bs, nchunks, q, g, hg * p])?
+        .f_permute([0, 1, 3, 2, 4])?;
+    let states = b
+        .f_transpose(-1, -2)?
+        .f_matmul(&xs)?
+        .f_view([bs, nchunks, g, n, hg, p])?;
 
-    // 3. State passing over chunks, from the initial state.
+    // 3. State passing over chunks, from the initial state (b, h, p, n).
     let init = match initial_state {
-        Some(s) => s.f_unsqueeze(1)?,
-        None => Tensor::f_zeros([bs, 1, h, p, n], (x.kind(), x.device()))?,
+        Some(s) => s
+            .f_view([bs, g, hg, p, n])?
+            .f_permute([0, 1, 4, 2, 3])?
+            .f_unsqueeze(1)?,
+        None => Tensor::f_zeros([bs, 1, g, n, hg, p], (x.kind(), x.device()))?,
     };
     let states = Tensor::f_cat(&[&init, &states], 1)?;
-    let chunk_totals = last.f_squeeze_dim(-1)?.f_constant_pad_nd([1, 0])?;
-    let decay_chunk = segsum_inner(&chunk_totals)?.f_exp()?;
-    let new_states = Tensor::f_einsum("bhzc,bchpn->bzhpn", &[&decay_chunk, &states], None::<i64>)?;
-    let states = new_states.f_narrow(1, 0, nchunks)?;
-    let final_state = new_states.f_select(1, nchunks)?;
-
-    // 4. The state entering each chunk, read out by C and decayed to position l.
-    let state_decay = a_cum.f_exp()?;
-    let y_off = Tensor::f_einsum(
-        "bclhn,bchpn,bhcl->bclhp",
-        &[&c, &states, &state_decay],
+    let chunk_totals = last
+        .f_squeeze_dim(-1)?
+        .f_transpose(1, 2)?
+        .f_constant_pad_nd([1, 0])?; // (b, h, c + 1)
+    let decay_chunk =
+        segsum_inner(&chunk_totals)?
+            .f_exp()?
+            .f_view([bs, g, hg, nchunks + 1, nchunks + 1])?;
+    let new_states = Tensor::f_einsum(
+        "bgjzc,bcgnjp->bzgnjp",
+        &[&decay_chunk, &states],
         None::<i64>,
     )?;
+    let states = new_states.f_narrow(1, 0, nchunks)?;
+    let final_state = new_states
+        .f_select(1, nchunks)?
+        .f_permute([0, 1, 3, 4, 2])?
+        .f_reshape([bs, h, p, n])?;
+
+    // 4. The state entering each chunk, read out by C and decayed to position l.
+    let y_off = c
+        .f_matmul(&states.f_reshape([bs, nchunks, g, n, hg * p])?)?
+        .f_view([bs, nchunks, g, q, hg, p])?
+        .f_mul(
+            &a_cum
+                .f_exp()?
+                .f_view([bs, nchunks, g, hg, q])?
+                .f_transpose(3, 4)?
+                .f_unsqueeze(-1)?,
+        )?
+        .f_permute([0, 1, 3, 2, 4, 5])?; // (b, c, l, g, hg, p)
 
     let y = y_diag
+        .f_view([bs, nchunks, g, hg, q, p])?
+        .f_permute([0, 1, 4, 2, 3, 5])?
         .f_add(&y_off)?
         .f_reshape([bs, padded, h, p])?
         .f_narrow(1, 0, d.len)?;
