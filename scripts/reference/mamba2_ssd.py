@@ -16,7 +16,8 @@ Prints one JSON line per lookback:
 each the median of REPEATS timed runs after one warm-up.
 
 Environment: LOOKBACKS (256,1024,4096), BARS (16384 bars per step), REPEATS (5),
-THREADS (2), and the model sizes D_MODEL 64, LAYERS 2, D_STATE 32, HEADDIM 32,
+THREADS (2), REFERENCE_FLUSH_DENORMAL=1 (torch.set_flush_denormal(True), which tli's
+processes do; off by default, as PyTorch starts), and the model sizes D_MODEL 64, LAYERS 2, D_STATE 32, HEADDIM 32,
 EXPAND 2, D_CONV 4, CHUNK 64, FEATURES 8 (tli's defaults).
 """
 
@@ -142,6 +143,8 @@ def median_ms(fn, repeats):
 
 
 def main():
+    if os.environ.get("REFERENCE_FLUSH_DENORMAL") == "1":
+        torch.set_flush_denormal(True)
     torch.set_num_threads(env_int("THREADS", 2))
     torch.manual_seed(1)
     lookbacks = [int(v) for v in os.environ.get("LOOKBACKS", "256,1024,4096").split(",")]

@@ -46,6 +46,9 @@ fn time_step(model: &Forecaster, x: &Tensor, repeats: usize) -> f64 {
 }
 
 fn main() {
+    // As the `tli` binary starts (malloc policy, subnormals flushed to zero).
+    let _ = tli_runtime::allocator::configure_from_env();
+    let _ = tli_runtime::float_env::flush_denormals();
     let threads = list("THREADS", "2")[0];
     tch::set_num_threads(threads as i32);
     let lookbacks = list("LOOKBACKS", "256,512,1024,2048,4096");

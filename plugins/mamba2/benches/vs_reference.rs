@@ -112,7 +112,7 @@ fn main() {
             let forecast = model.forward(&x, 1, None).expect("forward");
             let loss = masked_loss(&forecast, &y, &valid, &[]).expect("loss");
             let grad = optimizer.gradients(&loss).expect("backward");
-            clip_grad_norm(&grad, config.max_grad_norm).expect("clip");
+            let _norm = clip_grad_norm(&grad, config.max_grad_norm).expect("clip");
             optimizer
                 .apply(&grad, config.learning_rate)
                 .expect("update");

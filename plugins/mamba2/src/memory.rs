@@ -6,9 +6,10 @@
 //! chunk). The backward pass holds the gradients of about a third of a
 //! layer's activations on top.
 //!
-//! Two weights (3.5 `H × chunk` matrices per token, a third of a layer for
-//! the backward pass) are fitted to the CPU heap peaks of
-//! `benches/activation_memory.rs` over seven configs (worst error 8%) (docs/benchmarks.md, "Mamba-2"); `scripts/gpu-check.sh` compares
+//! Two weights (2 `H × chunk` matrices per token — the in-chunk decays and
+//! the scores; `C·Bᵀ` is per group — and a third of a layer for the backward
+//! pass) are fitted to the CPU heap peaks of `benches/activation_memory.rs`
+//! over ten configs (from 2% under to 17% over) (docs/benchmarks.md, "Mamba-2"); `scripts/gpu-check.sh` compares
 //! with the CUDA allocator's peak.
 
 use crate::config::ForecasterConfig;
@@ -26,7 +27,8 @@ fn tokens_and_chunk(config: &ForecasterConfig, windows: u64) -> (u64, u64) {
 /// Floats saved per token by one Mamba-2 layer at chunk size `chunk`.
 fn layer_floats_per_token(config: &ForecasterConfig, chunk: u64) -> u64 {
     let (per_tensor, within_chunk_heads) = layer_terms(config, chunk);
-    per_tensor + within_chunk_heads * 7 / 2
+    // Two per head: the in-chunk decays and the scores (decays × C·Bᵀ).
+    per_tensor + within_chunk_heads * 2
 }
 
 /// `(the per-token tensors of a layer but the within-chunk matrices, H × chunk)`.

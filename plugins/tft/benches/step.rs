@@ -13,9 +13,12 @@
 //! `TLI_BENCH_LOOKBACK` (64); `TLI_BENCH_THREADS` sets libtorch's intra-op
 //! threads (default: libtorch's own, one per core); `TLI_BENCH_DEVICE=cuda:N`
 //! runs on a GPU (INT8 then uses the tensor-op update; times include a
-//! synchronisation per step). malloc is set up as `tli` sets it up (blocks
-//! under 32 MiB kept in the heaps, `runtime/src/allocator.rs`) unless
-//! `TLI_MALLOC=glibc` asks for glibc's defaults.
+//! synchronisation per step). The process starts as `tli` does: its malloc
+//! policy (blocks under 32 MiB kept in the heaps, `runtime/src/allocator.rs`;
+//! `TLI_MALLOC=glibc` for glibc's defaults) and subnormal floats flushed to
+//! zero (`runtime/src/float_env.rs`; `TLI_DENORMALS=keep` to keep them). Also
+//! prints each step's minor page faults and the kernel's share of its CPU
+//! time (`getrusage`; zeroing freshly faulted pages is kernel time).
 
 use std::time::Instant;
 use tch::{Device, Kind, Tensor};
@@ -58,21 +61,22 @@ fn device() -> Device {
     }
 }
 
-/// As the host's default malloc policy (`tli_runtime::allocator`): the
-/// mmap threshold at glibc's 32 MiB maximum, trims only beyond 1 GiB.
-fn configure_malloc() {
-    if std::env::var("TLI_MALLOC").is_ok_and(|v| v == "glibc") {
-        return;
-    }
-    // SAFETY: mallopt only changes glibc's malloc parameters.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
-    }
+/// What the kernel spent on this process so far: minor page faults and
+/// system CPU seconds, and user CPU seconds (all threads).
+fn usage() -> (i64, f64, f64) {
+    // SAFETY: getrusage fills the zeroed struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF with a valid pointer to a rusage.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    (u.ru_minflt, secs(u.ru_stime), secs(u.ru_utime))
 }
 
 fn main() {
-    configure_malloc();
+    // As the `tli` binary starts: its malloc policy and subnormals flushed to
+    // zero (`TLI_MALLOC=glibc`, `TLI_DENORMALS=keep` leave glibc's and the CPU's).
+    let _ = tli_runtime::allocator::configure_from_env();
+    let _ = tli_runtime::float_env::flush_denormals();
     let dev = device();
     if let Some(t) = std::env::var("TLI_BENCH_THREADS")
         .ok()
@@ -133,7 +137,14 @@ fn main() {
 
     // Per run: FP32 forward, FP32 backward + update; INT8 materialize, forward, backward + update.
     let mut times: [Vec<f64>; 5] = Default::default();
+    // Per precision: (minor faults, system CPU share) of each step.
+    let mut kernel: [Vec<(f64, f64)>; 2] = Default::default();
+    let delta = |a: (i64, f64, f64), b: (i64, f64, f64)| {
+        let (sys, user) = (b.1 - a.1, b.2 - a.2);
+        ((b.0 - a.0) as f64, sys / (sys + user).max(1e-9))
+    };
     for run in 0..=RUNS {
+        let u0 = usage();
         let t0 = Instant::now();
         let l = loss(&fp32);
         sync();
@@ -141,6 +152,7 @@ fn main() {
         let _ = fp32_opt.backward_step(&l, 1e-3, 1.0).unwrap();
         sync();
         let t2 = Instant::now();
+        let u2 = usage();
         int8_opt.materialize().unwrap();
         sync();
         let t3 = Instant::now();
@@ -150,7 +162,10 @@ fn main() {
         int8_opt.backward_step(&l, 1e-3, 1.0).unwrap();
         sync();
         let t5 = Instant::now();
+        let u5 = usage();
         if run > 0 {
+            kernel[0].push(delta(u0, u2));
+            kernel[1].push(delta(u2, u5));
             for (k, (a, b)) in [(t0, t1), (t1, t2), (t2, t3), (t3, t4), (t4, t5)]
                 .into_iter()
                 .enumerate()
@@ -183,5 +198,15 @@ fn main() {
         ms(2),
         ms(3),
         ms(4)
+    );
+    let faults = |k: usize| median(kernel[k].iter().map(|x| x.0).collect());
+    let share = |k: usize| median(kernel[k].iter().map(|x| x.1).collect()) * 100.0;
+    println!(
+        "  minor page faults per step (median): FP32 {:.0}, INT8 {:.0}; kernel (system) share of \
+         the step's CPU time: FP32 {:.1} %, INT8 {:.1} %",
+        faults(0),
+        faults(1),
+        share(0),
+        share(1)
     );
 }
