@@ -6,7 +6,7 @@
 //! slower than a normal one. State-space models make them by the million: a
 //! decay `exp(Σ A·dt)` over hundreds of bars lands in that range before it
 //! reaches zero, and every matrix product over those decays then crawls. On the
-//! bench machine a Mamba-2 training step at lookback 4,096 took 2.1× as long
+//! bench machine a Mamba-2 training step at lookback 4,096 took 2.6× as long
 //! with subnormals as without (docs/benchmarks.md, "Mamba-2"). PyTorch offers
 //! the same switch (`torch.set_flush_denormal`); the result changes only in
 //! values below 1.2·10⁻³⁸, which become 0.

@@ -17,8 +17,6 @@
 
 use std::time::Instant;
 use tch::{Device, Kind, Tensor};
-use tli_plugin_kit::adam::AdamConfig;
-use tli_plugin_kit::flat_adamw::FlatAdamW;
 use tli_plugin_kit::forecast_loss::masked_loss;
 use tli_plugin_kit::grad_clip::clip_grad_norm;
 use tli_plugin_kit::rng::Rng;
@@ -73,17 +71,7 @@ fn main() {
         };
         let model =
             Forecaster::new(&config, features, &mut Rng::new(1), Device::Cpu).expect("model");
-        let (decayed, plain) = model.decay_groups();
-        let mut optimizer = FlatAdamW::with_decay_groups(
-            AdamConfig {
-                learning_rate: config.learning_rate,
-                weight_decay: config.weight_decay,
-                ..AdamConfig::default()
-            },
-            &decayed,
-            &plain,
-        )
-        .expect("optimizer");
+        let mut optimizer = model.optimizer(&config).expect("optimizer");
         let mut rng = Rng::new(2);
         let mut draw = |n: usize| -> Vec<f32> { (0..n).map(|_| rng.normal() as f32).collect() };
         let x = Tensor::from_slice(&draw(batch * lookback * features)).reshape([

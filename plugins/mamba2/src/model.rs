@@ -10,7 +10,9 @@ use crate::config::ForecasterConfig;
 use crate::stack::{Mamba2Stack, StackState};
 use tch::{Device, Tensor};
 use tli_plugin_api::PluginError;
+use tli_plugin_kit::adam::AdamConfig;
 use tli_plugin_kit::counter_rng::CounterRng;
+use tli_plugin_kit::flat_adamw::FlatAdamW;
 use tli_plugin_kit::nn::{join, Linear, Parameters};
 use tli_plugin_kit::rng::Rng;
 use tli_plugin_kit::TchResultExt;
@@ -101,6 +103,22 @@ impl Forecaster {
         (
             decayed.into_iter().map(|(_, t)| t).collect(),
             plain.into_iter().map(|(_, t)| t).collect(),
+        )
+    }
+
+    /// The trainer's optimizer over this model (its parameters adopted into
+    /// one flat buffer): AdamW at `config`'s learning rate, weight decay on
+    /// the [`decay_groups`](Self::decay_groups) that take it.
+    pub fn optimizer(&self, config: &ForecasterConfig) -> Result<FlatAdamW, PluginError> {
+        let (decayed, plain) = self.decay_groups();
+        FlatAdamW::with_decay_groups(
+            AdamConfig {
+                learning_rate: config.learning_rate,
+                weight_decay: config.weight_decay,
+                ..AdamConfig::default()
+            },
+            &decayed,
+            &plain,
         )
     }
 

@@ -25,7 +25,6 @@ use tch::{Device, Tensor};
 use tli_plugin_api::{
     EvalReport, Host, MemoryBreakdown, PluginError, StepReport, TaskInputs, TaskSpec, Trainer,
 };
-use tli_plugin_kit::adam::AdamConfig;
 use tli_plugin_kit::counter_rng::{CounterRng, CounterRngState};
 use tli_plugin_kit::data::Split;
 use tli_plugin_kit::device::parse_device;
@@ -104,16 +103,7 @@ impl Mamba2Trainer {
         }
         let mut init_rng = Rng::new(spec.seed).fork(1);
         let model = Forecaster::new(&config, data.width, &mut init_rng, device)?;
-        let (decayed, plain) = model.decay_groups();
-        let optimizer = FlatAdamW::with_decay_groups(
-            AdamConfig {
-                learning_rate: config.learning_rate,
-                weight_decay: config.weight_decay,
-                ..AdamConfig::default()
-            },
-            &decayed,
-            &plain,
-        )?;
+        let optimizer = model.optimizer(&config)?;
         host.info(&format!(
             "task {}: Mamba-2 {} layers × d_model {} ({} parameters) on {}, lookback {}, \
              {} horizon(s), {} training / {} validation / {} test windows of {}",
