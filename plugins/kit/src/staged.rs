@@ -136,6 +136,31 @@ impl<'a, 'w> Graph<'a, 'w> {
         inputs: &[Node],
         run: impl Fn(&[Tensor], Option<&mut CounterRng>) -> Result<Vec<Tensor>, PluginError> + 'a,
     ) -> Result<[Node; N], PluginError> {
+        let first = self.stage_outputs(prefixes, inputs, N, run)?;
+        Ok(std::array::from_fn(|i| Node(first + i)))
+    }
+
+    /// As [`stage`](Self::stage), for a number of outputs known only at run
+    /// time (`count`), e.g. one per input variable.
+    pub fn stage_n(
+        &mut self,
+        prefixes: &[&str],
+        inputs: &[Node],
+        count: usize,
+        run: impl Fn(&[Tensor], Option<&mut CounterRng>) -> Result<Vec<Tensor>, PluginError> + 'a,
+    ) -> Result<Vec<Node>, PluginError> {
+        let first = self.stage_outputs(prefixes, inputs, count, run)?;
+        Ok((first..first + count).map(Node).collect())
+    }
+
+    /// Runs a stage that must return `count` outputs; the index of its first.
+    fn stage_outputs(
+        &mut self,
+        prefixes: &[&str],
+        inputs: &[Node],
+        count: usize,
+        run: impl Fn(&[Tensor], Option<&mut CounterRng>) -> Result<Vec<Tensor>, PluginError> + 'a,
+    ) -> Result<usize, PluginError> {
         let args: Vec<Tensor> = inputs
             .iter()
             .map(|n| self.values[n.0].shallow_clone())
@@ -150,9 +175,9 @@ impl<'a, 'w> Graph<'a, 'w> {
                 result?
             }
         };
-        if outputs.len() != N {
+        if outputs.len() != count {
             return Err(PluginError::other(format!(
-                "stage {prefixes:?} returned {} output(s), {N} expected",
+                "stage {prefixes:?} returned {} output(s), {count} expected",
                 outputs.len()
             )));
         }
@@ -165,12 +190,12 @@ impl<'a, 'w> Graph<'a, 'w> {
             self.stages.push(Stage {
                 prefixes: prefixes.iter().map(|p| p.to_string()).collect(),
                 inputs: inputs.iter().map(|n| n.0).collect(),
-                outputs: (first..first + N).collect(),
+                outputs: (first..first + count).collect(),
                 rng: rng_before,
                 run: Box::new(run),
             });
         }
-        Ok(std::array::from_fn(|i| Node(first + i)))
+        Ok(first)
     }
 
     /// Ends the forward pass: what a staged backward pass needs (the

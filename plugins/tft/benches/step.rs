@@ -199,6 +199,13 @@ fn main() {
         ms(3),
         ms(4)
     );
+    // For scripts/bench-vs-reference.sh tft.
+    println!(
+        "{{\"impl\": \"tli\", \"hidden\": {hidden}, \"batch\": {batch}, \"parameters\": {params}, \
+         \"step_ms\": {:.2}, \"int8_step_ms\": {:.2}}}",
+        f * 1e3,
+        i * 1e3
+    );
     let faults = |k: usize| median(kernel[k].iter().map(|x| x.0).collect());
     let share = |k: usize| median(kernel[k].iter().map(|x| x.1).collect()) * 100.0;
     println!(

@@ -206,12 +206,18 @@ impl VariableSelection {
             let logits = self.selector.finish(&xs[0], &flat, xs.get(2), rng)?;
             Ok(vec![logits.f_softmax(-1, Kind::Float).plugin_err(ctx)?])
         })?;
+        // Each variable's slice as a value of its own: one `unbind` whose
+        // backward pass stacks the slices' gradients once, where a `select`
+        // per variable made each backward pass fill and add a zero tensor
+        // of the whole input (13 of them in a default encoder).
+        let variables = graph.stage_n(&[], &[inputs], self.count(), move |xs, _| {
+            xs[0].f_unbind(-2).plugin_err(ctx)
+        })?;
         let mut combine = vec![weights];
-        for (j, grn) in self.transforms.iter().enumerate() {
+        for ((j, grn), variable) in self.transforms.iter().enumerate().zip(variables) {
             let prefix = join(name, &format!("var{j}"));
-            let [transformed] = graph.stage(&[&prefix], &[inputs], move |xs, rng| {
-                let xj = xs[0].f_select(-2, j as i64).plugin_err(ctx)?;
-                Ok(vec![grn.forward(&xj, None, rng)?])
+            let [transformed] = graph.stage(&[&prefix], &[variable], move |xs, rng| {
+                Ok(vec![grn.forward(&xs[0], None, rng)?])
             })?;
             combine.push(transformed);
         }
