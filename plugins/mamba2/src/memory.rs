@@ -9,8 +9,9 @@
 //! Two weights (2 `H × chunk` matrices per token — the in-chunk decays and
 //! the scores; `C·Bᵀ` is per group — and a third of a layer for the backward
 //! pass) are fitted to the CPU heap peaks of `benches/activation_memory.rs`
-//! over ten configs (from 2% under to 17% over) (docs/benchmarks.md, "Mamba-2"); `scripts/gpu-check.sh` compares
-//! with the CUDA allocator's peak.
+//! over ten configs, from 2% under to 17% over (docs/benchmarks.md,
+//! "Mamba-2"); `scripts/gpu-check.sh` compares with the CUDA allocator's
+//! peak.
 
 use crate::config::ForecasterConfig;
 
