@@ -23,6 +23,8 @@ pub struct PluginJson {
     /// Plugin API capabilities: `pooled` (1.1), `predict` (1.2; without it a
     /// plugin is "train only").
     pub capabilities: Vec<String>,
+    /// The metrics tables show first for its tasks (plugin API 1.5).
+    pub headline_metrics: Vec<String>,
     /// Where the library was loaded from (`path`, or a host's private copy
     /// of a file found by a rescan).
     pub loaded_from: String,
@@ -81,6 +83,7 @@ impl From<&pb::Plugin> for PluginJson {
             default_config: parse(&p.default_config_json),
             config_schema: parse(&p.config_schema_json),
             capabilities: p.capabilities.clone(),
+            headline_metrics: p.headline_metrics.clone(),
             loaded_from: p.loaded_from.clone(),
             checksum: p.checksum.clone(),
             loaded_unix_ms: p.loaded_unix_ms,

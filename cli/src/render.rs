@@ -117,32 +117,41 @@ pub fn format_time(unix_ms: i64) -> String {
 /// Metrics shown in a table cell at most (`-o json` has them all).
 const TABLE_METRICS: usize = 4;
 
-/// The first few metrics for a table: `first` (a ranking metric), then
-/// losses, skills, a forecaster's trading Sharpe and P&L, then the rest
-/// (each group by name), and how many were left out.
-pub fn format_metrics(metrics: &BTreeMap<String, f64>) -> String {
-    format_metrics_first(metrics, None)
+/// The first few metrics for a table: the plugin's `headline` metrics in its
+/// order; without those, losses, skills, a forecaster's trading Sharpe and
+/// P&L, then the rest (each group by name); and how many were left out.
+pub fn format_metrics(metrics: &BTreeMap<String, f64>, headline: &[String]) -> String {
+    format_metrics_first(metrics, None, headline)
 }
 
-fn format_metrics_first(metrics: &BTreeMap<String, f64>, first: Option<&str>) -> String {
+/// The first `max` metrics in [`format_metrics`]' order, without the count
+/// of those left out: for tables with one short cell of results.
+pub fn format_metrics_at_most(
+    metrics: &BTreeMap<String, f64>,
+    headline: &[String],
+    max: usize,
+) -> String {
+    if metrics.is_empty() || max == 0 {
+        return "-".into();
+    }
+    ordered_names(metrics, None, headline)
+        .iter()
+        .take(max)
+        .map(|k| format!("{k}={}", format_value(metrics[*k])))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// [`format_metrics`] with `first` (a ranking metric) before all others.
+fn format_metrics_first(
+    metrics: &BTreeMap<String, f64>,
+    first: Option<&str>,
+    headline: &[String],
+) -> String {
     if metrics.is_empty() {
         return "-".into();
     }
-    let rank = |name: &str| {
-        if Some(name) == first {
-            0
-        } else if name.contains("loss") {
-            1
-        } else if name.contains("skill") {
-            2
-        } else if name.ends_with("_trade_sharpe") || name.ends_with("_trade_net_pnl") {
-            3
-        } else {
-            4
-        }
-    };
-    let mut names: Vec<&String> = metrics.keys().collect();
-    names.sort_by_key(|n| rank(n));
+    let names = ordered_names(metrics, first, headline);
     let mut text = names
         .iter()
         .take(TABLE_METRICS)
@@ -155,9 +164,73 @@ fn format_metrics_first(metrics: &BTreeMap<String, f64>, first: Option<&str>) ->
     text
 }
 
+/// Metric names in the order tables show them (see [`format_metrics`]).
+fn ordered_names<'a>(
+    metrics: &'a BTreeMap<String, f64>,
+    first: Option<&str>,
+    headline: &[String],
+) -> Vec<&'a String> {
+    let rank = |name: &str| {
+        if Some(name) == first {
+            (0, 0)
+        } else if let Some(i) = headline.iter().position(|h| h == name) {
+            (1, i)
+        } else if name.contains("loss") {
+            (2, 0)
+        } else if name.contains("skill") {
+            (3, 0)
+        } else if name.ends_with("_trade_sharpe") || name.ends_with("_trade_net_pnl") {
+            (4, 0)
+        } else {
+            (5, 0)
+        }
+    };
+    let mut names: Vec<&String> = metrics.keys().collect();
+    names.sort_by_key(|n| rank(n));
+    names
+}
+
+/// An asset as a table shows it: relative to the working directory when it
+/// lies below it, else its last two path components after `…/` when it is
+/// long (`-o json` keeps the whole path). A pooled task's assets (`a+b`) are
+/// shortened each.
+pub fn short_asset(asset: &str) -> String {
+    let cwd = std::env::current_dir().ok();
+    asset
+        .split('+')
+        .map(|one| shorten_path(one, cwd.as_deref()))
+        .collect::<Vec<_>>()
+        .join("+")
+}
+
+/// Paths longer than this are cut to their last two components.
+const LONG_ASSET: usize = 32;
+
+fn shorten_path(path: &str, cwd: Option<&std::path::Path>) -> String {
+    let p = std::path::Path::new(path);
+    if let Some(rel) = cwd
+        .filter(|_| p.is_absolute())
+        .and_then(|cwd| p.strip_prefix(cwd).ok())
+        .filter(|rel| !rel.as_os_str().is_empty())
+    {
+        return rel.display().to_string();
+    }
+    if path.chars().count() <= LONG_ASSET {
+        return path.to_string();
+    }
+    let parts: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
+    match parts.as_slice() {
+        [.., dir, file] => format!("…/{dir}/{file}"),
+        _ => path.to_string(),
+    }
+}
+
 fn format_value(v: f64) -> String {
     if v != 0.0 && (v.abs() < 1e-3 || v.abs() >= 1e6) {
         format!("{v:.3e}")
+    } else if v.abs() >= 1e3 {
+        // P&L in points or dollars: the decimals add width, not information.
+        format!("{v:.0}")
     } else {
         format!("{v:.4}")
     }
@@ -300,6 +373,10 @@ pub fn tasks_table(job: &JobJson) -> Table {
 }
 
 /// [`tasks_table`] with the ranking metric first in each METRICS cell.
+///
+/// On a terminal the METRICS cell holds as many metrics as fit beside the
+/// other columns (at least one, with a count of the rest), so a task stays on
+/// one line; elsewhere (a pipe, a log) it holds [`TABLE_METRICS`].
 pub fn tasks_table_ranked(job: &JobJson, rank: Option<&str>) -> Table {
     let on = stdout_colours();
     // Slurm tasks show their Slurm job and node.
@@ -308,41 +385,123 @@ pub fn tasks_table_ranked(job: &JobJson, rank: Option<&str>) -> Table {
     if slurm {
         header.push("SLURM JOB");
     }
-    header.extend(["STEPS", "STEPS/S", "ETA", "METRICS"]);
-    let mut table = new_table(header);
-    for t in &job.progress.tasks {
-        let mut row = vec![
-            Cell::new(t.task_id),
-            // The version too, when the host recorded it (several may be loaded).
-            Cell::new(match &t.plugin_version {
-                Some(version) => format!("{}@{version}", t.plugin),
-                None => t.plugin.clone(),
-            }),
-            Cell::new(&t.asset),
-            cell(t.state.name(), tone(t.state), on),
-        ];
-        if slurm {
-            row.push(Cell::new(match &t.slurm {
-                Some(s) => match &s.node {
-                    Some(node) => format!("{} on {node}", s.job_id),
-                    None => format!("{} (not started)", s.job_id),
+    header.extend(["STEPS", "STEPS/S", "ETA"]);
+    // Every cell but METRICS as text; STATE (the fourth) is painted below.
+    let rows: Vec<Vec<String>> = job
+        .progress
+        .tasks
+        .iter()
+        .map(|t| {
+            let mut row = vec![
+                t.task_id.to_string(),
+                // The version too, when the host recorded it (several may be loaded).
+                match &t.plugin_version {
+                    Some(version) => format!("{}@{version}", t.plugin),
+                    None => t.plugin.clone(),
                 },
-                None => "-".into(),
-            }));
-        }
-        row.extend([
-            Cell::new(format!("{}/{}", t.steps_done, t.total_steps)),
-            Cell::new(if t.steps_per_second > 0.0 {
-                format!("{:.1}", t.steps_per_second)
-            } else {
-                "-".into()
-            }),
-            Cell::new(format_eta(t.eta_seconds)),
-            Cell::new(format_metrics_first(&t.metrics, rank)),
-        ]);
+                short_asset(&t.asset),
+                t.state.name().to_string(),
+            ];
+            if slurm {
+                row.push(match &t.slurm {
+                    Some(s) => match &s.node {
+                        Some(node) => format!("{} on {node}", s.job_id),
+                        None => format!("{} (not started)", s.job_id),
+                    },
+                    None => "-".into(),
+                });
+            }
+            row.extend([
+                format!("{}/{}", t.steps_done, t.total_steps),
+                if t.steps_per_second > 0.0 {
+                    format!("{:.1}", t.steps_per_second)
+                } else {
+                    "-".into()
+                },
+                format_eta(t.eta_seconds),
+            ]);
+            row
+        })
+        .collect();
+    let mut table = new_table(header.iter().copied().chain(["METRICS"]).collect());
+    let room = table
+        .width()
+        .map(|width| metrics_room(width as usize, &header, &rows));
+    for (t, texts) in job.progress.tasks.iter().zip(rows) {
+        let mut row: Vec<Cell> = texts
+            .into_iter()
+            .enumerate()
+            .map(|(i, text)| match i {
+                3 => cell(&text, tone(t.state), on),
+                _ => Cell::new(text),
+            })
+            .collect();
+        row.push(Cell::new(match room {
+            Some(room) => metrics_within(&t.metrics, rank, &t.headline_metrics, room),
+            None => format_metrics_first(&t.metrics, rank, &t.headline_metrics),
+        }));
         table.add_row(row);
     }
     table
+}
+
+/// Characters left for the METRICS cell in a table `width` wide, beside
+/// columns holding `header` and `rows` (one space of padding each side and a
+/// separator per column, a border at each end).
+fn metrics_room(width: usize, header: &[&str], rows: &[Vec<String>]) -> usize {
+    let columns: usize = (0..header.len())
+        .map(|i| {
+            rows.iter()
+                .map(|r| r.get(i).map_or(0, |c| c.chars().count()))
+                .chain([header[i].chars().count()])
+                .max()
+                .unwrap_or(0)
+                + 3
+        })
+        .sum();
+    width.saturating_sub(columns + 4)
+}
+
+/// A METRICS cell of at most `room` characters: metrics in table order while
+/// they fit (at least one), then how many were left out.
+fn metrics_within(
+    metrics: &BTreeMap<String, f64>,
+    first: Option<&str>,
+    headline: &[String],
+    room: usize,
+) -> String {
+    if metrics.is_empty() {
+        return "-".into();
+    }
+    let names = ordered_names(metrics, first, headline);
+    let items: Vec<String> = names
+        .iter()
+        .take(TABLE_METRICS)
+        .map(|k| format!("{k}={}", format_value(metrics[*k])))
+        .collect();
+    let mut text = String::new();
+    let mut shown = 0;
+    for item in &items {
+        let left_out = names.len() - shown - 1;
+        let more = if left_out > 0 {
+            format!(" (+{left_out})").len()
+        } else {
+            0
+        };
+        let needed = text.chars().count() + usize::from(shown > 0) + item.chars().count() + more;
+        if shown > 0 && needed > room {
+            break;
+        }
+        if shown > 0 {
+            text.push(' ');
+        }
+        text.push_str(item);
+        shown += 1;
+    }
+    if names.len() > shown {
+        text.push_str(&format!(" (+{})", names.len() - shown));
+    }
+    text
 }
 
 /// The lines under a tasks table: the weighted progress and each task's error.
@@ -579,10 +738,100 @@ mod tests {
         m.insert("valid_skill".to_string(), 0.1);
         m.insert("b".to_string(), 2.0);
         assert_eq!(
-            format_metrics(&m),
+            format_metrics(&m, &[]),
             "train_loss=1.000e-5 valid_loss=0.2500 valid_skill=0.1000 accuracy=0.9000 (+1 more)"
         );
-        assert_eq!(format_metrics(&BTreeMap::new()), "-");
+        assert_eq!(format_metrics(&BTreeMap::new(), &[]), "-");
+    }
+
+    #[test]
+    fn a_plugins_headline_metrics_come_first_in_its_order_then_the_usual_ones() {
+        let m: BTreeMap<String, f64> = [
+            ("episodes", 12.0),
+            ("td_loss", 0.5),
+            ("train_loss", 0.25),
+            ("valid_sharpe", 1.5),
+            ("valid_total_pnl", 0.125),
+            ("valid_turnover", 3.0),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        // A headline the task has not reported (yet) is skipped.
+        let headline = ["valid_sharpe", "test_sharpe", "valid_total_pnl"].map(String::from);
+        assert_eq!(
+            format_metrics(&m, &headline),
+            "valid_sharpe=1.5000 valid_total_pnl=0.1250 td_loss=0.5000 train_loss=0.2500 \
+             (+2 more)"
+        );
+        // A ranking metric goes before the headline.
+        assert!(format_metrics_first(&m, Some("valid_turnover"), &headline)
+            .starts_with("valid_turnover=3.0000 valid_sharpe=1.5000"));
+    }
+
+    #[test]
+    fn a_metrics_cell_on_a_narrow_terminal_keeps_what_fits_and_counts_the_rest() {
+        let m: BTreeMap<String, f64> = [
+            ("train_loss", 0.25),
+            ("valid_sharpe", 1.5),
+            ("valid_total_pnl", 25_441.27),
+            ("test_sharpe", 0.75),
+            ("episodes", 3.0),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let headline = [
+            "train_loss",
+            "valid_sharpe",
+            "valid_total_pnl",
+            "test_sharpe",
+        ]
+        .map(String::from);
+        assert_eq!(
+            metrics_within(&m, None, &headline, 200),
+            "train_loss=0.2500 valid_sharpe=1.5000 valid_total_pnl=25441 test_sharpe=0.7500 (+1)"
+        );
+        let two = metrics_within(&m, None, &headline, 42);
+        assert_eq!(two, "train_loss=0.2500 valid_sharpe=1.5000 (+3)");
+        assert!(two.chars().count() <= 42);
+        assert_eq!(
+            metrics_within(&m, None, &headline, 41),
+            "train_loss=0.2500 (+4)"
+        );
+        // At least one metric, however narrow.
+        assert_eq!(
+            metrics_within(&m, None, &headline, 5),
+            "train_loss=0.2500 (+4)"
+        );
+        // The other columns are measured by their widest cell or header.
+        let rows = vec![vec!["12".to_string(), "tft@0.3.0".to_string()]];
+        assert_eq!(
+            metrics_room(100, &["TASK", "PLUGIN"], &rows),
+            100 - (4 + 3) - (9 + 3) - 4
+        );
+    }
+
+    #[test]
+    fn assets_are_shown_relative_to_the_working_dir_or_cut_to_their_last_two_parts() {
+        let cwd = std::path::Path::new("/home/me/work");
+        assert_eq!(
+            shorten_path("/home/me/work/data/es.dbn.zst", Some(cwd)),
+            "data/es.dbn.zst"
+        );
+        assert_eq!(shorten_path("es.dbn.zst", Some(cwd)), "es.dbn.zst");
+        assert_eq!(
+            shorten_path(
+                "/srv/market/databento/glbx-mdp3/ohlcv-1m/es.dbn.zst",
+                Some(cwd)
+            ),
+            "…/ohlcv-1m/es.dbn.zst"
+        );
+        assert_eq!(shorten_path("/short/es.dbn", None), "/short/es.dbn");
+        let here = std::env::current_dir().unwrap();
+        let a = here.join("a.csv").display().to_string();
+        let b = here.join("b.csv").display().to_string();
+        assert_eq!(short_asset(&format!("{a}+{b}")), "a.csv+b.csv");
     }
 
     #[test]
@@ -622,8 +871,7 @@ mod tests {
             "{e}"
         );
         let m: BTreeMap<String, f64> = tasks[0].metrics.clone();
-        assert!(
-            format_metrics_first(&m, Some("valid_trade_sharpe")).starts_with("valid_trade_sharpe=")
-        );
+        assert!(format_metrics_first(&m, Some("valid_trade_sharpe"), &[])
+            .starts_with("valid_trade_sharpe="));
     }
 }

@@ -99,6 +99,9 @@ pub struct TaskJson {
     /// Slurm: …", "Slurm job 12 pending: Resources").
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// The metrics its plugin says to compare tasks by, most telling first
+    /// (tables show these first; empty when the plugin names none).
+    pub headline_metrics: Vec<String>,
 }
 
 /// A task's best checkpoint.
@@ -272,6 +275,7 @@ impl From<&pb::TaskProgress> for TaskJson {
                 metric: b.metric.clone(),
                 value: b.value,
             }),
+            headline_metrics: t.headline_metrics.clone(),
         }
     }
 }
@@ -392,6 +396,7 @@ pub mod tests {
             stopped_early: String::new(),
             best: None,
             detail: String::new(),
+            headline_metrics: Vec::new(),
         }
     }
 
@@ -418,7 +423,8 @@ pub mod tests {
                     "steps_per_second": 2.5, "eta_seconds": 2.0,
                     "metrics": {"train_loss": 0.5}, "error": null,
                     "estimate_bytes": 1024, "measured_bytes": null,
-                    "measured_memory": null, "plugin_version": "0.1.0", "plugin_checksum": null
+                    "measured_memory": null, "plugin_version": "0.1.0", "plugin_checksum": null,
+                    "headline_metrics": []
                 }]}
             })
         );

@@ -161,6 +161,75 @@ pub struct PluginModule {
         out_dir: RStr<'_>,
         host: HostServices,
     ) -> RResult<RString, PluginError>,
+    /// 1.5: the metrics a person compares this plugin's tasks by, most
+    /// telling first (see [`crate::Plugin::headline_metrics`]).
+    #[sabi(missing_field(option))]
+    pub headline_metrics: extern "C" fn() -> RResult<RVec<RString>, PluginError>,
+}
+
+/// The root module exactly as plugin API 1.3 declared it (1.4 added
+/// side-table columns only and shares it): used only to check the layout of
+/// plugins that declare 1.3.x or 1.4.x (see [`PluginModule`]). Never change it.
+pub mod v1_3 {
+    use super::*;
+
+    /// The 1.3 root module (same name, fields and types as 1.3.0 shipped).
+    #[repr(C)]
+    #[derive(StableAbi)]
+    #[sabi(kind(Prefix(prefix_ref = PluginModuleRef)))]
+    #[sabi(missing_field(panic))]
+    pub struct PluginModule {
+        pub manifest: extern "C" fn() -> RResult<PluginManifest, PluginError>,
+        pub validate_config: extern "C" fn(config_json: RStr<'_>) -> RResult<RString, PluginError>,
+        pub estimate_memory: extern "C" fn(
+            config_json: RStr<'_>,
+            shape: DatasetShape,
+            device: RStr<'_>,
+        ) -> RResult<MemoryBreakdown, PluginError>,
+        #[sabi(last_prefix_field)]
+        pub create_trainer:
+            extern "C" fn(spec: TaskSpec, host: HostServices) -> RResult<TrainerBox, PluginError>,
+        #[sabi(missing_field(option))]
+        pub capabilities: extern "C" fn() -> RResult<RVec<RString>, PluginError>,
+        #[sabi(missing_field(option))]
+        pub create_trainer_with_inputs: extern "C" fn(
+            spec: TaskSpec,
+            inputs: TaskInputs,
+            host: HostServices,
+        ) -> RResult<TrainerBox, PluginError>,
+        #[sabi(missing_field(option))]
+        pub export_weights: extern "C" fn(
+            config_json: RStr<'_>,
+            checkpoint_dir: RStr<'_>,
+            weights_path: RStr<'_>,
+        ) -> RResult<(), PluginError>,
+        #[sabi(missing_field(option))]
+        pub estimate_predictor_memory: extern "C" fn(
+            config_json: RStr<'_>,
+            shape: DatasetShape,
+            device: RStr<'_>,
+        )
+            -> RResult<MemoryBreakdown, PluginError>,
+        #[sabi(missing_field(option))]
+        pub create_predictor: extern "C" fn(
+            spec: PredictorSpec,
+            host: HostServices,
+        ) -> RResult<PredictorBox, PluginError>,
+        #[sabi(missing_field(option))]
+        pub export_torchscript: extern "C" fn(
+            spec: PredictorSpec,
+            example: TaskInputs,
+            out_dir: RStr<'_>,
+            host: HostServices,
+        ) -> RResult<RString, PluginError>,
+    }
+
+    impl RootModule for PluginModuleRef {
+        declare_root_module_statics! {PluginModuleRef}
+        const BASE_NAME: &'static str = "tli_plugin";
+        const NAME: &'static str = "tli_plugin";
+        const VERSION_STRINGS: VersionStrings = VersionStrings::new("1.3.0");
+    }
 }
 
 /// The root module exactly as plugin API 1.2 declared it: used only to check
@@ -328,6 +397,18 @@ mod tests {
         assert!(check_layout_compatibility(current, v1_1).is_err());
         let v1_0 = <super::v1_0::PluginModuleRef as StableAbi>::LAYOUT;
         assert!(check_layout_compatibility(v1_0, v1_1).is_ok());
+    }
+
+    /// The same for 1.3 and 1.4 (TorchScript; side-table columns), checked
+    /// against the frozen 1.3 module.
+    #[test]
+    fn abi_v1_3_is_a_prefix_of_the_current_module() {
+        let v1_3 = <super::v1_3::PluginModuleRef as StableAbi>::LAYOUT;
+        let current = <super::PluginModuleRef as StableAbi>::LAYOUT;
+        assert!(check_layout_compatibility(v1_3, current).is_ok());
+        assert!(check_layout_compatibility(current, v1_3).is_err());
+        let v1_2 = <super::v1_2::PluginModuleRef as StableAbi>::LAYOUT;
+        assert!(check_layout_compatibility(v1_2, v1_3).is_ok());
     }
 
     /// The same for 1.2 (predictors), checked against the frozen 1.2 module.

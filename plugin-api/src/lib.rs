@@ -33,7 +33,7 @@ pub use abi::{
 pub use abi_stable;
 pub use device::{Device, DeviceParseError};
 pub use guard::guarded;
-pub use plugin::{Host, Manifest, Plugin, Predictor, Trainer};
+pub use plugin::{Host, Manifest, Plugin, Predictor, Trainer, MAX_HEADLINE_METRICS};
 pub use predict::{Predictions, PredictorSpec};
 pub use task_inputs::{
     Column, DatasetAnnex, FeatureRole, TaskInputs, GAP_BEFORE, ROLL_BEFORE, TASK_WIDE,

@@ -130,7 +130,20 @@ pub trait Plugin: 'static {
             "this plugin cannot export its models to TorchScript",
         ))
     }
+
+    /// 1.5: the few metrics a person compares this plugin's tasks by, most
+    /// telling first (e.g. `train_loss`, `valid_sharpe`, `valid_total_pnl`):
+    /// tables show these before any other (`tli train status`, `train
+    /// local`). Names are the ones `step`/`evaluate` report; the host keeps
+    /// at most [`MAX_HEADLINE_METRICS`] well-formed ones. The default: none,
+    /// and tables fall back to losses, skills and trading results.
+    fn headline_metrics() -> Vec<String> {
+        Vec::new()
+    }
 }
+
+/// Headline metrics a host keeps of a plugin's list (the rest are ignored).
+pub const MAX_HEADLINE_METRICS: usize = 6;
 
 fn train_only() -> PluginError {
     PluginError::unsupported("this plugin trains models but cannot apply them (no predictor)")
@@ -218,6 +231,7 @@ pub fn root_module<P: Plugin>(api_version: &'static str) -> PluginModuleRef {
         estimate_predictor_memory: estimate_predictor_memory_shim::<P>,
         create_predictor: create_predictor_shim::<P>,
         export_torchscript: export_torchscript_shim::<P>,
+        headline_metrics: headline_metrics_shim::<P>,
     }
     .leak_into_prefix()
 }
@@ -336,6 +350,15 @@ extern "C" fn create_predictor_shim<P: Plugin>(
             Guarded::new(predictor, "predictor"),
             TD_Opaque,
         ))
+    })
+}
+
+extern "C" fn headline_metrics_shim<P: Plugin>() -> RResult<RVec<RString>, PluginError> {
+    guarded("headline_metrics", || {
+        Ok(P::headline_metrics()
+            .into_iter()
+            .map(RString::from)
+            .collect())
     })
 }
 

@@ -97,18 +97,18 @@ mod tests {
 
     #[test]
     fn other_major_or_newer_minor_is_refused() {
-        let e = check_compatible("2.0.0", "1.4.0").unwrap_err();
+        let e = check_compatible("2.0.0", "1.5.0").unwrap_err();
         assert!(matches!(e, Incompatibility::MajorDiffers { .. }));
         assert!(e
             .to_string()
             .contains("rebuild the plugin against tli-plugin-api 1.x"));
-        let e = check_compatible("1.5.0", "1.4.0").unwrap_err();
+        let e = check_compatible("1.6.0", "1.5.0").unwrap_err();
         assert!(matches!(e, Incompatibility::NewerMinor { .. }));
         let e = check_compatible("1.1.0", "1.0.0").unwrap_err();
         assert!(e
             .to_string()
             .starts_with("built against plugin API 1.1, this host speaks 1.0;"));
-        let e = check_compatible("one", "1.4.0").unwrap_err();
+        let e = check_compatible("one", "1.5.0").unwrap_err();
         assert!(matches!(e, Incompatibility::Unparsable { .. }));
     }
 

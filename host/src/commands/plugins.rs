@@ -115,6 +115,7 @@ fn listing_of(registry: &PluginRegistry) -> PluginListingJson {
                 default_config: p.manifest.default_config.clone(),
                 config_schema: p.manifest.config_schema.clone(),
                 capabilities: p.manifest.capabilities.clone(),
+                headline_metrics: p.manifest.headline_metrics.clone(),
                 loaded_from: p.path.display().to_string(),
                 checksum: p.checksum.clone(),
                 loaded_unix_ms: p.loaded_at_ms,

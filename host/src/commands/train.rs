@@ -11,7 +11,11 @@ use anyhow::{bail, Context, Result};
 use std::io::IsTerminal;
 use std::path::Path;
 use tli_cli::args::{DataArgs, LocalArgs, OutputFormat};
+use tli_cli::render::format_metrics_at_most;
 use tli_cli::{new_table, print_json};
+
+/// Metrics in the RESULTS cell of `train local`'s table (`-o json` has all).
+const LOCAL_RESULTS: usize = 3;
 use tli_data::contracts::ContractBook;
 use tli_data::features::{AnnotatedDataset, FeatureConfig, FeatureStats};
 use tli_data::synthetic_ar::{synthetic_ar_annotated, SyntheticArSpec};
@@ -208,9 +212,8 @@ pub(super) fn local(
             "STATUS",
             "STEPS",
             "STEPS/S",
-            "FIRST LOSS",
-            "FINAL LOSS",
-            "VALID SKILL",
+            "LOSS first → last",
+            "RESULTS",
             "MEMORY (est/measured)",
         ]);
         for r in &reports {
@@ -219,6 +222,15 @@ pub(super) fn local(
                     .map(|v| format!("{v:.4}"))
                     .unwrap_or_else(|| "-".into())
             };
+            // What the plugin says to compare it by (its validation results
+            // and the last step's metrics), the loss having its own column.
+            let headline = registry
+                .get(&r.plugin)
+                .map(|p| p.manifest.headline_metrics.clone())
+                .unwrap_or_default();
+            let mut results = r.final_metrics.clone();
+            results.extend(r.evaluation.iter().map(|(k, v)| (k.clone(), *v)));
+            results.remove("train_loss");
             let memory = match (r.memory_estimate, r.memory_measured) {
                 (Some(e), Some(m)) => {
                     format!("{} / {}", format_bytes(e.total), format_bytes(m.total))
@@ -230,13 +242,13 @@ pub(super) fn local(
                 r.plugin.clone(),
                 r.status.to_string(),
                 r.steps_done.to_string(),
-                format!("{:.0}", r.steps_per_second),
-                loss(&r.first_metrics),
-                loss(&r.final_metrics),
-                r.evaluation
-                    .get("valid_skill")
-                    .map(|v| format!("{v:.4}"))
-                    .unwrap_or_else(|| "-".into()),
+                match r.steps_per_second {
+                    r if r >= 100.0 => format!("{r:.0}"),
+                    r if r >= 1.0 => format!("{r:.1}"),
+                    r => format!("{r:.2}"),
+                },
+                format!("{} → {}", loss(&r.first_metrics), loss(&r.final_metrics)),
+                format_metrics_at_most(&results, &headline, LOCAL_RESULTS),
                 memory,
             ]);
         }

@@ -160,6 +160,11 @@ impl Plugin for DqnPlugin {
         vec![capability::PREDICT.to_string()]
     }
 
+    /// Compared by: loss, its policy's validation Sharpe and P&L, test Sharpe.
+    fn headline_metrics() -> Vec<String> {
+        tli_plugin_kit::headline::agent()
+    }
+
     /// The online Q-network's tensors only (no target network, optimizer
     /// state or replay buffer).
     fn export_weights(

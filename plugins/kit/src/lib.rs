@@ -67,6 +67,7 @@ pub mod forecast_loss;
 pub mod forecast_metrics;
 pub mod forecast_report;
 pub mod grad_clip;
+pub mod headline;
 pub mod host_slice;
 pub mod int8;
 pub mod metrics;

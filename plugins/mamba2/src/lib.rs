@@ -109,6 +109,11 @@ impl Plugin for Mamba2Plugin {
         ]
     }
 
+    /// Compared by: loss, validation loss and skill, Sharpe of trading it.
+    fn headline_metrics() -> Vec<String> {
+        tli_plugin_kit::headline::forecaster("valid_loss")
+    }
+
     /// Reads the dataset annex (row markers: windows never span a gap or a
     /// roll) for every task; a pooled task trains across every asset.
     fn create_trainer_with_inputs(

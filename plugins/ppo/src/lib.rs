@@ -90,6 +90,11 @@ impl Plugin for PpoPlugin {
         vec![capability::PREDICT.to_string()]
     }
 
+    /// Compared by: loss, its policy's validation Sharpe and P&L, test Sharpe.
+    fn headline_metrics() -> Vec<String> {
+        tli_plugin_kit::headline::agent()
+    }
+
     /// The actor's tensors only: the policy. The critic is a separate
     /// network that acting does not use; the optimizer state and the partial
     /// rollout are left out too.

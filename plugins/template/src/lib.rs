@@ -87,6 +87,11 @@ impl Plugin for TemplatePlugin {
         ]
     }
 
+    /// Compared by: loss, validation loss and skill, Sharpe of trading it.
+    fn headline_metrics() -> Vec<String> {
+        tli_plugin_kit::headline::forecaster("valid_loss")
+    }
+
     /// A pooled task trains one MLP across every asset, the asset index a
     /// one-hot static input; a per-asset task is the 1.0 trainer.
     fn create_trainer_with_inputs(

@@ -126,6 +126,11 @@ impl Plugin for TftPlugin {
         ]
     }
 
+    /// Compared by: loss, validation P50 quantile risk and skill, Sharpe of trading.
+    fn headline_metrics() -> Vec<String> {
+        tli_plugin_kit::headline::forecaster("valid_qrisk_p50")
+    }
+
     /// Reads the dataset annex (feature roles, row markers) for every task;
     /// a pooled task trains across every asset with the asset as a static
     /// covariate.

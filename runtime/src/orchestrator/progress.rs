@@ -75,6 +75,9 @@ pub struct TaskProgress {
     pub stopped_early: Option<String>,
     /// Its best checkpoint (its model), when it keeps best ones.
     pub best: Option<(u64, BestMark)>,
+    /// The metrics its plugin says to show first (empty: none declared, or
+    /// filled only by the engine, which knows the plugins).
+    pub headline_metrics: Vec<String>,
 }
 
 /// Where a task's latest attempt went on Slurm.
@@ -216,6 +219,7 @@ pub(crate) fn task_progress(
             .rev()
             .find(|x| x.to.is_finished())
             .map(|x| x.at_ms),
+        headline_metrics: Vec::new(),
     })
 }
 

@@ -26,12 +26,12 @@ use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tli_plugin_api::{
-    abi::{v1_0, v1_1, v1_2},
+    abi::{v1_0, v1_1, v1_2, v1_3},
     capability, check_compatible,
     version::Incompatibility,
     DatasetAnnex, DatasetShape, EvalReport, MemoryBreakdown, PluginError, PluginModuleRef,
     Predictions, PredictorBox, PredictorSpec, StepReport, TaskInputs, TaskSpec, TrainerBox,
-    PLUGIN_API_VERSION, VERSION_SYMBOL,
+    MAX_HEADLINE_METRICS, PLUGIN_API_VERSION, VERSION_SYMBOL,
 };
 
 /// A plugin's manifest as the host keeps it: read once from the ABI form
@@ -48,6 +48,10 @@ pub struct ParsedManifest {
     /// Plugin API capabilities (`pooled` since 1.1, `predict` since 1.2 and
     /// only with its entry points); empty for a 1.0 plugin.
     pub capabilities: Vec<String>,
+    /// The metrics tables show first for its tasks (1.5, see
+    /// `Plugin::headline_metrics`): well-formed names only, no repeats, at
+    /// most `MAX_HEADLINE_METRICS`; empty when the plugin names none.
+    pub headline_metrics: Vec<String>,
 }
 
 impl ParsedManifest {
@@ -101,6 +105,8 @@ pub enum LoadError {
     AbiRefused { detail: String },
     #[error("its capabilities() failed: {0}")]
     Capabilities(PluginError),
+    #[error("its headline_metrics() failed: {0}")]
+    HeadlineMetrics(PluginError),
     #[error("its manifest() failed: {0}")]
     Manifest(PluginError),
     #[error("its manifest says plugin API {manifest} but its library symbol says {symbol}")]
@@ -172,6 +178,7 @@ fn load_checked(path: &Path, host_api: &str, checksum: String) -> Result<LoadedP
         0 => header.ensure_layout::<v1_0::PluginModuleRef>(),
         1 => header.ensure_layout::<v1_1::PluginModuleRef>(),
         2 => header.ensure_layout::<v1_2::PluginModuleRef>(),
+        3 | 4 => header.ensure_layout::<v1_3::PluginModuleRef>(),
         _ => header.ensure_layout::<PluginModuleRef>(),
     }
     .map_err(refused)?;
@@ -194,6 +201,13 @@ fn load_checked(path: &Path, host_api: &str, checksum: String) -> Result<LoadedP
     if module.create_predictor().is_none() {
         capabilities.retain(|c| c != capability::PREDICT);
     }
+    let headline_metrics = match module.headline_metrics() {
+        None => Vec::new(),
+        Some(f) => match f() {
+            RResult::ROk(names) => headline_names(names.into_iter().map(|n| n.into_string())),
+            RResult::RErr(e) => return Err(LoadError::HeadlineMetrics(e)),
+        },
+    };
     let manifest = match (module.manifest())() {
         RResult::ROk(m) => m,
         RResult::RErr(e) => return Err(LoadError::Manifest(e)),
@@ -216,6 +230,7 @@ fn load_checked(path: &Path, host_api: &str, checksum: String) -> Result<LoadedP
         family: manifest.family.into_string(),
         description: manifest.description.into_string(),
         capabilities,
+        headline_metrics,
     };
     if manifest.name.is_empty()
         || !manifest
@@ -277,6 +292,27 @@ fn dl_reason(error: &libloading::Error) -> String {
     let text = error.to_string();
     // libloading wraps dlerror()'s text; keep only what the loader said.
     text.rsplit(": ").next().unwrap_or(&text).to_string()
+}
+
+/// A plugin's headline metric names as the host keeps them: names of 1 to 64
+/// characters of `[A-Za-z0-9_.@/-]` (what a metric name may hold), each once,
+/// at most [`MAX_HEADLINE_METRICS`], in the plugin's order; others dropped.
+fn headline_names(names: impl Iterator<Item = String>) -> Vec<String> {
+    let well_formed = |n: &str| {
+        (1..=64).contains(&n.len())
+            && n.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_.@/-".contains(c))
+    };
+    let mut kept: Vec<String> = Vec::new();
+    for name in names {
+        if kept.len() == MAX_HEADLINE_METRICS {
+            break;
+        }
+        if well_formed(&name) && !kept.contains(&name) {
+            kept.push(name);
+        }
+    }
+    kept
 }
 
 fn first_lines(text: &str, n: usize) -> String {
@@ -514,5 +550,41 @@ impl TrainerHandle {
     }
     pub fn total_steps(&self) -> Result<u64, PluginError> {
         into_result(self.trainer.total_steps())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headline_names_keep_well_formed_names_once_in_order_up_to_the_limit() {
+        let names = [
+            "valid_sharpe",
+            "",
+            "train_loss",
+            "valid_sharpe",
+            "bad name",
+            "x".repeat(65).as_str(),
+            "test_qrisk_p50",
+            "a",
+            "b",
+            "c",
+            "d",
+        ]
+        .map(String::from);
+        let kept = headline_names(names.into_iter());
+        assert_eq!(
+            kept,
+            [
+                "valid_sharpe",
+                "train_loss",
+                "test_qrisk_p50",
+                "a",
+                "b",
+                "c"
+            ]
+        );
+        assert_eq!(kept.len(), MAX_HEADLINE_METRICS);
     }
 }

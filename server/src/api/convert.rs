@@ -54,6 +54,7 @@ pub fn task_progress(t: &TaskProgress) -> pb::TaskProgress {
             metric: b.metric.clone(),
             value: b.value,
         }),
+        headline_metrics: t.headline_metrics.clone(),
     }
 }
 

@@ -70,6 +70,7 @@ fn plugin_message(p: &LoadedPlugin, usage: &[PluginVersionUse]) -> pb::Plugin {
         config_schema_json: p.manifest.config_schema.to_string(),
         path: p.source.display().to_string(),
         capabilities: p.manifest.capabilities.clone(),
+        headline_metrics: p.manifest.headline_metrics.clone(),
         loaded_from: p.path.display().to_string(),
         checksum: p.checksum.clone(),
         loaded_unix_ms: p.loaded_at_ms,

@@ -212,6 +212,45 @@ fn start_watch_status_list_stop_resume_complete() {
         table.contains("completed") && table.contains("behaviour"),
         "{table}"
     );
+
+    // Each task carries its plugin's headline metrics (plugin API 1.5), and
+    // the METRICS cell shows them first: the template's training loss,
+    // validation loss, skill and trading Sharpe rather than its test loss.
+    let template = [
+        "train_loss",
+        "valid_loss",
+        "valid_skill",
+        "valid_trade_sharpe",
+    ];
+    for t in status["progress"]["tasks"].as_array().unwrap() {
+        let expected: &[&str] = match t["plugin"].as_str().unwrap() {
+            "template" => &template,
+            _ => &[], // the behaviour fixture names none
+        };
+        assert_eq!(t["headline_metrics"], serde_json::json!(expected), "{t}");
+    }
+    let listed = ok_json(&server.client(&["plugins", "list", "-o", "json"]));
+    let listed_template = listed["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "template")
+        .unwrap();
+    assert_eq!(
+        listed_template["headline_metrics"],
+        serde_json::json!(template)
+    );
+    let row = table
+        .lines()
+        .find(|l| l.contains("template"))
+        .unwrap_or_else(|| panic!("no template row:\n{table}"));
+    let metrics = &row[row.find("train_loss=").unwrap_or_else(|| panic!("{table}"))..];
+    assert!(
+        metrics.contains("valid_loss=")
+            && metrics.contains("valid_trade_sharpe=")
+            && !metrics.contains("test_loss="),
+        "{table}"
+    );
 }
 
 #[test]

@@ -124,6 +124,21 @@ fn plugin_log_lines_reach_the_host_log() {
         ],
     );
     assert!(out.status.success(), "{}", stderr(&out));
+    // The results table shows what each plugin says it is compared by: the
+    // template's validation loss, skill and trading Sharpe (plugin API 1.5);
+    // the behaviour fixture names none and gets the usual order.
+    let table = stdout(&out);
+    let template_row = table
+        .lines()
+        .find(|l| l.contains("template") && l.contains("completed"))
+        .unwrap_or_else(|| panic!("no template row:\n{table}"));
+    assert!(
+        table.contains("RESULTS")
+            && template_row.contains("valid_loss=")
+            && template_row.contains("valid_skill=")
+            && template_row.contains("valid_trade_sharpe="),
+        "{table}"
+    );
     let err = stderr(&out);
     for step in [10, 20, 30] {
         let line = err

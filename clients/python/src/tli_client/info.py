@@ -38,6 +38,8 @@ class PluginInfo:
     #: Tasks on this version not yet ended, and all tasks recorded on it.
     active_tasks: int = 0
     tasks: int = 0
+    #: The metrics its tasks are compared by, most telling first (plugin API 1.5).
+    headline_metrics: Tuple[str, ...] = ()
 
     @classmethod
     def from_proto(cls, p: ppb.Plugin) -> "PluginInfo":
@@ -56,6 +58,7 @@ class PluginInfo:
             p.loaded_unix_ms,
             p.active_tasks,
             p.tasks,
+            tuple(p.headline_metrics),
         )
 
 @dataclass(frozen=True)

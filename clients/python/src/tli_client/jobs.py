@@ -185,6 +185,9 @@ class Task:
     #: What a task not running yet waits for ("waiting for Slurm: …", "Slurm job 12 pending:
     #: Resources"); None otherwise.
     detail: Optional[str] = None
+    #: The metrics its plugin says to compare tasks by, most telling first (plugin API 1.5;
+    #: empty when the plugin names none). Some may not be reported yet.
+    headline_metrics: Tuple[str, ...] = ()
 
     @property
     def fraction(self) -> float:
@@ -215,6 +218,7 @@ class Task:
             best=BestCheckpoint.from_proto(t.best) if t.HasField("best") else None,
             slurm=SlurmPlacement.from_proto(t.slurm) if t.HasField("slurm") else None,
             detail=t.detail or None,
+            headline_metrics=tuple(t.headline_metrics),
         )
 
 

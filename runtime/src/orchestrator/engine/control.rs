@@ -75,7 +75,27 @@ impl Orchestrator {
 
     /// A job's progress with running tasks' latest steps and metrics.
     pub fn job_progress(&self, job: JobId) -> Result<Option<JobProgress>, StoreError> {
-        job_progress_with(&self.store, Some(&self.live), job)
+        let mut progress = job_progress_with(&self.store, Some(&self.live), job)?;
+        if let Some(progress) = &mut progress {
+            self.name_headlines(progress);
+        }
+        Ok(progress)
+    }
+
+    /// Each task's headline metrics: those its plugin (the version that ran
+    /// it, else the newest loaded) declares; none for a plugin not loaded.
+    fn name_headlines(&self, progress: &mut JobProgress) {
+        let registry = self.registry.snapshot();
+        for task in &mut progress.tasks {
+            let plugin = match &task.plugin_version {
+                Some(version) => registry.get_version(&task.plugin, version),
+                None => None,
+            }
+            .or_else(|| registry.get(&task.plugin));
+            task.headline_metrics = plugin
+                .map(|p| p.manifest.headline_metrics.clone())
+                .unwrap_or_default();
+        }
     }
 
     /// A job with its progress, `None` for an unknown id.
@@ -90,7 +110,11 @@ impl Orchestrator {
 
     /// Every job with its progress, newest first.
     pub fn all_job_views(&self) -> Result<Vec<JobView>, StoreError> {
-        job_views(&self.store, Some(&self.live), None)
+        let mut views = job_views(&self.store, Some(&self.live), None)?;
+        for view in &mut views {
+            self.name_headlines(&mut view.progress);
+        }
+        Ok(views)
     }
 
     /// A job's tasks.
