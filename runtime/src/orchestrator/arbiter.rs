@@ -52,6 +52,18 @@
 //!   CPU device, where a task beyond one per core only time-slices with the
 //!   others (measured: 8 CartPole agents all at once on 2 cores took 20.5 s,
 //!   two at a time 17–19 s; `docs/benchmarks.md`, "Many agents per box").
+//! * **Short tasks beside full slots** ([`Arbiter::select_short`]; `Auto`
+//!   with a count limit only, `Sequential` and `Parallel(n)` are taken at
+//!   their word): when every place is taken, at most [`MAX_SHORT_BESIDE`]
+//!   (1) more task may run, one the caller names as short (the pace's rule,
+//!   `pace.rs`). It is the first short candidate in the ordering of the
+//!   **highest priority waiting**, and it must fit beside the candidate next
+//!   in line: `reserved + head + it ≤ budget`. Such a task delays no task
+//!   waiting ahead of it: it takes no place in the count (when a place frees,
+//!   the next in line takes it as if the short task were not there) and no
+//!   byte the next in line needs; and it starts only when no task of a
+//!   higher priority waits. It runs to its end however long it turns out to
+//!   be, and while it does no other task starts beside the slots.
 //! * **Abandoned tasks** ([`Arbiter::abandon`]: a forced stop gave up on a
 //!   plugin that never returned) keep their bytes until released, but not
 //!   their place in `Sequential`'s or `Parallel(n)`'s count.
@@ -79,6 +91,7 @@
 //! I/O) sizes the budget of the `cpu` device from `/proc/meminfo`.
 
 use super::TaskId;
+use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::fmt;
 use tli_core::byte_size::format_bytes;
@@ -87,6 +100,10 @@ use tli_plugin_api::Device;
 pub use super::cpu_budget::{
     cpu_budget_from_meminfo, parse_meminfo_total, MeminfoError, DEFAULT_CPU_BUDGET_FRACTION,
 };
+pub use short::MAX_SHORT_BESIDE;
+
+#[path = "arbiter_short.rs"]
+mod short;
 
 /// How many times a candidate may be passed over by later ones (under
 /// [`Strategy::Auto`]) before it blocks everything behind it.
@@ -228,6 +245,9 @@ pub struct Arbiter {
     /// bytes stay reserved, but they no longer count against a strategy's
     /// number of tasks at once.
     abandoned: Vec<TaskId>,
+    /// Running tasks started beside full slots ([`Arbiter::select_short`]):
+    /// they take no place in the count either.
+    beside: Vec<TaskId>,
     /// The most tasks `Auto` runs at once (`None`: as many as fit).
     auto_limit: Option<usize>,
     /// Memory held for what is not a task (see the module docs), in order.
@@ -277,6 +297,7 @@ impl Arbiter {
             reserved: 0,
             skips: HashMap::new(),
             abandoned: Vec::new(),
+            beside: Vec::new(),
             auto_limit: None,
             holds: Vec::new(),
         }
@@ -411,18 +432,13 @@ impl Arbiter {
         if self.reserved > total || queue.is_empty() {
             return Vec::new();
         }
-        let limit = self.max_running().map(|n| n + self.abandoned.len());
+        let limit = self.max_running().map(|n| n + self.uncounted());
         if limit.is_some_and(|n| self.running.len() >= n) {
             return Vec::new();
         }
 
         let mut ordered: Vec<&Candidate> = queue.iter().collect();
-        ordered.sort_unstable_by(|a, b| {
-            b.priority
-                .cmp(&a.priority)
-                .then(a.order.cmp(&b.order))
-                .then(a.task.cmp(&b.task))
-        });
+        ordered.sort_unstable_by(|a, b| admission_order(a, b));
 
         // Sorted ids of running tasks: a queue of thousands meets tens running.
         let mut running_ids: Vec<TaskId> = self.running.iter().map(|&(t, _)| t).collect();
@@ -479,6 +495,16 @@ impl Arbiter {
         }
         self.skips.remove(&task);
         self.abandoned.retain(|&t| t != task);
+        self.beside.retain(|&t| t != task);
+    }
+
+    /// Running tasks that take no place in the strategy's count: abandoned,
+    /// or started beside full slots.
+    fn uncounted(&self) -> usize {
+        self.running
+            .iter()
+            .filter(|(t, _)| self.abandoned.contains(t) || self.beside.contains(t))
+            .count()
     }
 
     /// A running task was given up on (its thread may never end): it keeps
@@ -580,6 +606,15 @@ impl Arbiter {
             },
         }
     }
+}
+
+/// The order candidates are considered in: priority (higher first), then
+/// submission order (older first), then task id.
+fn admission_order(a: &Candidate, b: &Candidate) -> Ordering {
+    b.priority
+        .cmp(&a.priority)
+        .then(a.order.cmp(&b.order))
+        .then(a.task.cmp(&b.task))
 }
 
 #[cfg(test)]

@@ -17,11 +17,40 @@
 //! * Jobs keep their order (older first) and priorities still come first (the
 //!   arbiter's rule); `sequential` keeps plain submission order.
 //!
-//! Pure bookkeeping: no I/O, no clock; the engine feeds it.
+//! # Short tasks beside full slots
+//!
+//! Longest first drains the slots together, but it makes a quick task wait
+//! for a slot behind long ones (a 0.1 s agent behind two tasks of minutes).
+//! [`short_tasks`] names the queued tasks that may instead start *beside*
+//! the tasks holding every slot (the arbiter's `select_short`, at most one
+//! at a time). A task is **short** when its expected run time `E` is known
+//! and
+//!
+//! * `E ≤` [`SHORT_TASK_MAX_SECONDS`] (5 s): what it costs the others is
+//!   bounded in absolute terms, and a wrong pace cannot make a long task
+//!   "short"; and
+//! * `E ≤` [`SHORT_TASK_FRACTION`] (a tenth) of the least expected remaining
+//!   time of the tasks holding the slots: the soonest a slot would free for
+//!   it, if paces hold. Started now, it ends long before it would otherwise
+//!   have started, and the tasks holding the slots, which share the cores
+//!   with it while it runs, lose at most about a tenth of their remaining
+//!   time (its own CPU time, `E`, is all there is to share). A holder whose
+//!   pace is unknown does not bound it (it may be the longest of all).
+//!
+//! A task without a pace is never short: nothing says it is.
+//!
+//! Pure bookkeeping and decisions: no I/O, no clock; the engine feeds it.
 
 use super::store::TaskRow;
 use super::TaskId;
 use std::collections::HashMap;
+
+/// The longest a task may be expected to run to start beside full slots.
+pub const SHORT_TASK_MAX_SECONDS: f64 = 5.0;
+
+/// A task starts beside full slots only when it is expected to run at most
+/// this fraction of the least remaining time of the tasks holding them.
+pub const SHORT_TASK_FRACTION: f64 = 0.1;
 
 /// Distinct models whose finished runs are remembered; beyond this the
 /// oldest memory is dropped (a long-lived host sees new configs forever).
@@ -123,6 +152,53 @@ impl PaceBook {
         }
         (total.steps > 0).then(|| total.seconds / total.steps as f64)
     }
+
+    /// Expected seconds for `steps` more steps of `key`'s model (`None`
+    /// when it has no pace yet).
+    pub fn expected_seconds(&self, key: &PaceKey, steps: u64) -> Option<f64> {
+        self.seconds_per_step(key).map(|s| s * steps as f64)
+    }
+}
+
+/// Whether a task expected to run `expected` seconds is short beside tasks
+/// holding the slots that are expected to run `holders` seconds more each
+/// (`None`: not known); see the module documentation.
+pub fn is_short(expected: Option<f64>, holders: &[Option<f64>]) -> bool {
+    let Some(expected) = expected.filter(|e| e.is_finite() && *e >= 0.0) else {
+        return false;
+    };
+    expected <= SHORT_TASK_MAX_SECONDS
+        && holders
+            .iter()
+            .flatten()
+            .all(|&remaining| expected <= SHORT_TASK_FRACTION * remaining)
+}
+
+/// The queued tasks short enough to start beside tasks holding every slot
+/// (`holders`: their expected remaining seconds, `None` where not known),
+/// with their expected seconds.
+pub fn short_tasks(
+    queued: &[&TaskRow],
+    holders: &[Option<f64>],
+    pace: &PaceBook,
+) -> HashMap<TaskId, f64> {
+    let mut paces: HashMap<(&str, Option<&str>, &str), Option<f64>> = HashMap::new();
+    queued
+        .iter()
+        .filter_map(|t| {
+            let model = (
+                t.plugin.as_str(),
+                t.plugin_version.as_deref(),
+                t.config_json.as_str(),
+            );
+            let seconds_per_step = *paces
+                .entry(model)
+                .or_insert_with(|| pace.seconds_per_step(&PaceKey::of(t)));
+            let remaining = t.total_steps.saturating_sub(t.steps_done) as f64;
+            let expected = seconds_per_step.map(|s| s * remaining);
+            is_short(expected, holders).then(|| (t.id, expected.unwrap_or_default()))
+        })
+        .collect()
 }
 
 /// Each queued task's start rank (lower starts first among equal
@@ -261,6 +337,57 @@ mod tests {
             ..key.clone()
         };
         assert_eq!(pace.seconds_per_step(&other), None);
+    }
+
+    #[test]
+    fn a_short_task_is_known_short_in_absolute_terms_and_beside_the_holders() {
+        // Holders with 60 s and 10 s left: at most 1 s (a tenth of the least).
+        let holders = [Some(60.0), Some(10.0)];
+        assert!(is_short(Some(0.1), &holders));
+        assert!(is_short(Some(1.0), &holders));
+        assert!(!is_short(Some(1.5), &holders), "more than a tenth of 10 s");
+        // Holders of hours: still at most SHORT_TASK_MAX_SECONDS.
+        let long = [Some(36_000.0)];
+        assert!(is_short(Some(SHORT_TASK_MAX_SECONDS), &long));
+        assert!(!is_short(Some(SHORT_TASK_MAX_SECONDS + 0.5), &long));
+        // A holder of unknown pace does not bound it; the absolute bound holds.
+        assert!(is_short(Some(2.0), &[None]));
+        assert!(!is_short(Some(9.0), &[None, None]));
+        // A holder about to end: nothing is short beside it (its slot frees).
+        assert!(!is_short(Some(0.1), &[Some(60.0), Some(0.5)]));
+        // No pace: never short; nonsense never either.
+        assert!(!is_short(None, &holders));
+        assert!(!is_short(Some(f64::NAN), &holders));
+        assert!(!is_short(Some(-1.0), &holders));
+    }
+
+    #[test]
+    fn short_tasks_are_those_with_a_known_short_expected_time() {
+        let mut pace = PaceBook::new();
+        let quick = PaceKey::of(&task(0, 1, "quick", 0, 0));
+        let slow = PaceKey::of(&task(0, 1, "slow", 0, 0));
+        pace.observe(90, &quick, 1_000, 1.0); // 1 ms a step
+        pace.observe(91, &slow, 100, 10.0); // 100 ms a step
+        let holders = [pace.expected_seconds(&slow, 400)]; // 40 s left
+        assert_eq!(holders, [Some(40.0)]);
+        let queued = [
+            task(1, 1, "quick", 100, 0),        // 0.1 s: short
+            task(2, 1, "slow", 400, 0),         // 40 s
+            task(3, 1, "quick", 10_000, 0),     // 10 s: above 5 s
+            task(4, 1, "quick", 10_000, 9_000), // 1 s left: short
+            task(5, 1, "new", 1, 0),            // no pace
+        ];
+        let refs: Vec<&TaskRow> = queued.iter().collect();
+        let short = short_tasks(&refs, &holders, &pace);
+        let mut ids: Vec<TaskId> = short.keys().copied().collect();
+        ids.sort();
+        assert_eq!(ids, vec![1, 4]);
+        assert!((short[&1] - 0.1).abs() < 1e-9);
+        assert!((short[&4] - 1.0).abs() < 1e-9);
+        // Beside holders with 5 s left, only the 0.1 s one.
+        let near_end = [pace.expected_seconds(&slow, 50)];
+        let ids: Vec<TaskId> = short_tasks(&refs, &near_end, &pace).into_keys().collect();
+        assert_eq!(ids, vec![1]);
     }
 
     #[test]

@@ -191,6 +191,9 @@ pub struct RunnerContext {
     pub occupancy: Arc<DeviceOccupancy>,
     /// A task measuring more fails (`None`: no cap, e.g. a Slurm worker).
     pub memory_cap: Option<MemoryCap>,
+    /// Added to the reason of its `running` transition when it starts (why
+    /// it started where it did, e.g. beside full slots); empty for none.
+    pub start_note: String,
 }
 
 /// How often a runner writes its progress and metrics to the store at most.
@@ -377,6 +380,7 @@ impl Runner {
                 plugin.manifest.name
             ));
         }
+        note.push_str(&ctx.start_note);
         let reason = match steps {
             0 => format!("started{note}"),
             n => format!("resumed from checkpoint step {n}{note}"),

@@ -191,6 +191,7 @@ pub fn run_worker(options: &WorkerOptions) -> Result<Outcome, WorkerError> {
         occupancy: Arc::new(DeviceOccupancy::default()),
         // Slurm gave the job its memory; the host's budget is not this node's.
         memory_cap: None,
+        start_note: String::new(),
     };
 
     let done = Arc::new(AtomicBool::new(false));

@@ -2,8 +2,9 @@
 //! store: memory budgets hold (asserted from the recorded reservation
 //! timeline), sequential means one at a time, stop + resume gives the same
 //! final weights as an uninterrupted run, a corrupt checkpoint falls back to
-//! the previous one, a failing plugin fails only its own task, and a task too
-//! big for the budget is refused at submission.
+//! the previous one, a failing plugin fails only its own task, a task too
+//! big for the budget is refused at submission, and a short task starts
+//! beside long ones holding every slot (a `tli host serve` over gRPC).
 
 use std::path::Path;
 use std::time::Duration;
@@ -537,4 +538,110 @@ fn a_forced_stop_of_a_job_waits_one_deadline_for_all_its_tasks() {
     }
     run(&h);
     assert!(store_of(&h).open_reservations().unwrap().is_empty());
+}
+
+/// Submits the spec file `spec` to `server`; its job id.
+fn submit_spec(server: &Server, spec: &Path) -> i64 {
+    let out = server.client(&[
+        "train",
+        "start",
+        "--spec",
+        spec.to_str().expect("a UTF-8 path"),
+        "-o",
+        "json",
+    ]);
+    ok_json(&out)["job_id"].as_i64().expect("a job id")
+}
+
+/// Waits (up to 2 minutes) until every task of `job` has ended; its tasks.
+fn wait_for_job(state: &Path, job: i64) -> Vec<tli_host::orchestrator::store::TaskRow> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let tasks = Store::open_read_only(state)
+            .and_then(|s| s.tasks_of(job))
+            .unwrap_or_default();
+        if !tasks.is_empty() && tasks.iter().all(|t| t.state.is_finished()) {
+            return tasks;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "job {job} did not end: {tasks:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// When the task last entered `state` (ms), from its recorded transitions.
+fn entered(store: &Store, task: i64, state: TaskState) -> (i64, String) {
+    let t = store
+        .transitions(task)
+        .unwrap()
+        .into_iter()
+        .rfind(|t| t.to == state)
+        .unwrap_or_else(|| panic!("task {task} never became {state}"));
+    (t.at_ms, t.reason)
+}
+
+/// Two long tasks held both slots of a 2-core host (`auto`: one task per
+/// core) and a 0.1 s task queued with them waited until one had ended. Once
+/// every model's pace is known, the short task starts beside the full slots
+/// and completes while both long ones still run. Only the order is asserted.
+#[test]
+fn a_short_task_starts_beside_long_ones_holding_every_slot() {
+    let plugins = template_and_behaviour();
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let server = Server::start(plugins.path(), &state, &["--cores", "2"]);
+    // Long: 10 ms a step; short: 1 ms a step. Final checkpoints only.
+    const LONG: &str = r#"{"plugin":"behaviour","config":{"sleep_ms_per_step":10}"#;
+    const SHORT: &str = r#"{"plugin":"behaviour","config":{"sleep_ms_per_step":1}"#;
+    let write = |name: &str, models: String| {
+        let path = dir.path().join(name);
+        std::fs::write(
+            &path,
+            format!(
+                r#"{{"name":"{name}","models":[{models}],"assets":[{{"synthetic":{{"rows":600}}}}],
+                    "checkpoint":{{"every_steps":0,"every_seconds":0,"keep":1}},"slice_steps":5}}"#
+            ),
+        )
+        .unwrap();
+        path
+    };
+    // A first job measures both models' paces.
+    let warm = write(
+        "warm.json",
+        format!(r#"{LONG},"steps":60}},{SHORT},"steps":20}}"#),
+    );
+    let warm = submit_spec(&server, &warm);
+    let warmed = wait_for_job(&state, warm);
+    assert!(
+        warmed.iter().all(|t| t.state == TaskState::Completed),
+        "{warmed:?}"
+    );
+    // Two long tasks (about 4 s each) and a short one (20 steps) after them.
+    let main = write(
+        "main.json",
+        format!(r#"{LONG},"steps":400}},{LONG},"steps":400}},{SHORT},"steps":20}}"#),
+    );
+    let job = submit_spec(&server, &main);
+    let tasks = wait_for_job(&state, job);
+    assert!(
+        tasks.iter().all(|t| t.state == TaskState::Completed),
+        "{tasks:?}"
+    );
+    let store = Store::open_read_only(&state).unwrap();
+    let (long, short): (Vec<_>, Vec<_>) = tasks.iter().partition(|t| t.total_steps == 400);
+    let short = short[0].id;
+    let (short_started, why) = entered(&store, short, TaskState::Running);
+    let (short_done, _) = entered(&store, short, TaskState::Completed);
+    for task in &long {
+        let (long_done, _) = entered(&store, task.id, TaskState::Completed);
+        assert!(
+            short_started < long_done && short_done < long_done,
+            "the short task (started {short_started}, done {short_done}) waited for long task \
+             {} (done {long_done}): {why}",
+            task.id
+        );
+    }
+    assert!(why.contains("beside"), "{why}");
 }

@@ -19,9 +19,10 @@
 //!   (then only for the arbiter's pure arithmetic), and a trainer is created and stepped
 //!   on its runner's own thread. A plugin that takes seconds to answer delays its own
 //!   submission, never a scheduling round or `GetResources`.
-//! * When two locks are held at once, `arbiter` is taken first: a scheduling round holds
-//!   it while it takes `pace` (start ranks) and then `running` (a started runner). No
-//!   other pair is ever held together; every other lock is taken alone and released before
+//! * Locks nest in one order, `arbiter` then `running` then `pace`: a scheduling round
+//!   holds `arbiter` while it reads paces for the start order and for short tasks
+//!   (recording them holds `running` and `pace` together) and while it adds a started
+//!   runner to `running`. No other pair is ever held together; every other lock is taken alone and released before
 //!   the next (a forced stop takes `running`, lets it go, then takes `arbiter`).
 //! * Serving ([`serving`]) runs plugin code under two locks of its own, never under the
 //!   others: `loading` (one model load at a time; inside it `arbiter` and the resident
@@ -151,6 +152,9 @@ struct LocalRun {
     reservation: i64,
     /// Its model's pace key and its steps when it started.
     pace: (PaceKey, u64),
+    /// The steps it trains to (its expected remaining time is the steps
+    /// left at its model's pace).
+    total_steps: u64,
     /// A forced stop gave up on the thread (see `containment`).
     abandoned: bool,
 }
@@ -639,24 +643,65 @@ impl Orchestrator {
                 bytes: arbiter.with_margin(containment::admission_bytes(t)),
             })
             .collect();
+        // A task beside full slots has a thread of its own and no share of the cores.
+        let beside = arbiter.running_beside().len();
         let chosen = arbiter.select(&candidates);
-        let running_after = local_running + chosen.len();
+        let running_after = local_running.saturating_sub(beside) + chosen.len();
         let threads = (self.config.cores / running_after.max(1)).max(1) as i32;
         let cap = containment::memory_cap(&arbiter);
+        let bytes_of = |id: TaskId| {
+            candidates
+                .iter()
+                .find(|c| c.task == id)
+                .map(|c| c.bytes)
+                .unwrap_or(0)
+        };
+        let mut failed = Vec::new();
         for id in chosen {
             let Some(task) = queued.iter().find(|t| t.id == id) else {
                 continue;
             };
-            let bytes = candidates
-                .iter()
-                .find(|c| c.task == id)
-                .map(|c| c.bytes)
-                .unwrap_or(0);
-            if let Err(message) = self.start(task, bytes, threads, cap) {
+            if let Err(message) = self.start(task, bytes_of(id), threads, cap, String::new()) {
                 arbiter.release(id);
+                failed.push(id);
                 tracing::error!(task = id, "could not start: {message}");
                 let _ = self.store.transition(id, TaskState::Failed, &message);
             }
+        }
+        if !arbiter.short_lane_open() {
+            return Ok(());
+        }
+        // Every place taken: a short task may start beside them (pace.rs, arbiter.rs).
+        let waiting: Vec<&TaskRow> = queued
+            .iter()
+            .filter(|t| !failed.contains(&t.id) && !arbiter.is_running(t.id))
+            .collect();
+        let holders = arbiter.slot_holders();
+        let short = self.short_tasks(&waiting, &holders);
+        let names: std::collections::HashSet<TaskId> = short.keys().copied().collect();
+        let waiting_candidates: Vec<Candidate> = candidates
+            .iter()
+            .filter(|c| waiting.iter().any(|t| t.id == c.task))
+            .copied()
+            .collect();
+        let Some(id) = arbiter.select_short(&waiting_candidates, &names) else {
+            return Ok(());
+        };
+        let Some(task) = waiting.iter().find(|t| t.id == id) else {
+            arbiter.release(id);
+            return Ok(());
+        };
+        let expected = short.get(&id).copied().unwrap_or_default();
+        let note = format!(
+            "; beside the {} task(s) holding every slot: expected to take {expected:.2} s \
+             (a short task), on one intra-op thread",
+            holders.len()
+        );
+        tracing::info!(task = id, "starting a short task beside full slots{note}");
+        if let Err(message) = self.start(task, bytes_of(id), 1, cap, note) {
+            arbiter.release(id);
+            tracing::error!(task = id, "could not start: {message}");
+            let _ = self.store.transition(id, TaskState::Failed, &message);
         }
         Ok(())
     }
@@ -726,6 +771,7 @@ impl Orchestrator {
         bytes: u64,
         threads: i32,
         cap: super::memory_watch::MemoryCap,
+        start_note: String,
     ) -> Result<(), String> {
         let (spec, dataset, inputs) = self.task_inputs(task)?;
         let (plugin, replaces_version) = runner::resolve_plugin(&self.registry.snapshot(), task)?;
@@ -761,6 +807,7 @@ impl Orchestrator {
             threads,
             occupancy: self.occupancy.clone(),
             memory_cap: Some(cap),
+            start_note,
         };
         let handle = match runner::spawn(ctx, self.events_tx.clone()) {
             Ok(h) => h,
@@ -779,6 +826,7 @@ impl Orchestrator {
                     handle: Some(handle),
                     reservation,
                     pace: (PaceKey::of(task), task.steps_done),
+                    total_steps: task.total_steps,
                     abandoned: false,
                 }),
             },

@@ -43,9 +43,9 @@ impl Orchestrator {
         let Some(mut active) = lock(&self.running).remove(&task) else {
             return;
         };
-        lock(&self.pace).finish(task);
         let local = match &mut active.runner {
             Runner::Remote(remote) => {
+                lock(&self.pace).finish(task);
                 self.reap_remote(task, remote, outcome);
                 return;
             }
@@ -53,6 +53,18 @@ impl Orchestrator {
         };
         if let Some(handle) = local.handle.take() {
             let _ = handle.join();
+        }
+        // Its final steps (flushed before its last transition) join its
+        // model's pace, even when no round saw it running.
+        let (key, at_start) = &local.pace;
+        match self.store.task(task) {
+            Ok(Some(row)) if !local.abandoned => self.record_final_pace(
+                task,
+                key,
+                row.steps_done.saturating_sub(*at_start),
+                active.started.elapsed().as_secs_f64(),
+            ),
+            _ => lock(&self.pace).finish(task),
         }
         lock(&self.arbiter).release(task);
         if let Err(e) = self.store.release(local.reservation) {

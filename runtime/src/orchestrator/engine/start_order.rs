@@ -5,9 +5,15 @@
 //! time (`sequential`, `parallel:1`, `auto` on a one-core CPU host) the queue
 //! keeps plain submission order: with one slot, order cannot change how well
 //! slots drain.
+//!
+//! When every slot is taken, it names the queued tasks short enough to start
+//! beside them ([`pace::short_tasks`]), from the paces and the remaining
+//! steps of the tasks holding the slots; the arbiter decides whether one
+//! starts. A run's final steps join its model's pace when it ends, so a task
+//! that ended between two rounds counts too.
 
 use super::{lock, Orchestrator};
-use crate::orchestrator::pace;
+use crate::orchestrator::pace::{self, PaceKey};
 use crate::orchestrator::store::TaskRow;
 use crate::orchestrator::TaskId;
 use std::collections::HashMap;
@@ -27,6 +33,46 @@ impl Orchestrator {
         self.record_paces();
         let refs: Vec<&TaskRow> = queued.iter().collect();
         pace::start_ranks(&refs, &lock(&self.pace))
+    }
+
+    /// The tasks of `waiting` short enough to start beside `holders` (the
+    /// tasks holding every slot), with their expected seconds.
+    pub(super) fn short_tasks(
+        &self,
+        waiting: &[&TaskRow],
+        holders: &[TaskId],
+    ) -> HashMap<TaskId, f64> {
+        if waiting.is_empty() {
+            return HashMap::new();
+        }
+        self.record_paces();
+        // Each holder's model and steps left (its latest progress, else where it started).
+        let left: Vec<(PaceKey, u64)> = {
+            let running = lock(&self.running);
+            holders
+                .iter()
+                .filter_map(|id| {
+                    let local = running.get(id)?.local()?;
+                    let (key, at_start) = &local.pace;
+                    let done = self.live.get(*id).map_or(*at_start, |l| l.steps_done);
+                    Some((key.clone(), local.total_steps.saturating_sub(done)))
+                })
+                .collect()
+        };
+        let book = lock(&self.pace);
+        let remaining: Vec<Option<f64>> = left
+            .iter()
+            .map(|(key, steps)| book.expected_seconds(key, *steps))
+            .collect();
+        pace::short_tasks(waiting, &remaining, &book)
+    }
+
+    /// A local run of `task` ended, having made `steps` steps in `seconds`:
+    /// they join its model's pace.
+    pub(super) fn record_final_pace(&self, task: TaskId, key: &PaceKey, steps: u64, seconds: f64) {
+        let mut book = lock(&self.pace);
+        book.observe(task, key, steps, seconds);
+        book.finish(task);
     }
 
     /// Every local runner's steps and seconds so far in this run.
