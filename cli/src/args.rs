@@ -746,8 +746,8 @@ pub struct StartArgs {
     /// Best checkpoints and early stopping of every model (a job spec sets them per model).
     #[command(flatten)]
     pub selection: SelectionArgs,
-    /// Optimisation steps per task (`train local` defaults to 300, a quick look in-process).
-    #[arg(long, default_value_t = 1000)]
+    /// Optimisation steps per task (the same default as `train local`).
+    #[arg(long, default_value_t = tli_core::job::DEFAULT_STEPS)]
     pub steps: u64,
     /// The job seed (task seeds are seed + task ordinal).
     #[arg(long, default_value_t = tli_core::job::DEFAULT_SEED)]
@@ -793,8 +793,8 @@ pub struct LocalArgs {
     /// Plugin to train; repeat to train several one after another.
     #[arg(long = "plugin", short = 'p', required = true)]
     pub plugins: Vec<String>,
-    /// Optimisation steps per plugin.
-    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    /// Optimisation steps per plugin (the same default as `train start`).
+    #[arg(long, default_value_t = tli_core::job::DEFAULT_STEPS, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     pub steps: u64,
     /// Steps per call into the plugin (progress is reported between calls).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
@@ -1057,8 +1057,8 @@ fn parse_time(text: &str) -> Result<i64, String> {
 /// Seed, device and threads of an in-process run (`train local`, `profile memory`).
 #[derive(Args, Debug, Clone)]
 pub struct InProcessArgs {
-    /// The run's seed (the same seed gives the same run).
-    #[arg(long, default_value_t = 42)]
+    /// The run's seed: the same seed gives the same run (the same default as a job's).
+    #[arg(long, default_value_t = tli_core::job::DEFAULT_SEED)]
     pub seed: u64,
     /// `cpu` or `cuda:N`.
     #[arg(long, default_value = "cpu")]

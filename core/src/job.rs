@@ -52,8 +52,12 @@ use tli_plugin_api::Device;
 pub const MAX_STEPS: u64 = 1_000_000_000;
 pub const MAX_TASKS: usize = 1024;
 
-/// The job seed when none is given (the API's 0 means this too).
+/// The job seed when none is given (the API's 0 means this too), and the
+/// seed of `tli train local` and `tli profile memory` without `--seed`.
 pub const DEFAULT_SEED: u64 = 1;
+/// Optimisation steps per task when the command line gives none (`tli train
+/// start` and `tli train local` alike).
+pub const DEFAULT_STEPS: u64 = 1000;
 /// Steps per call into the plugin when none is given (the API's 0 means this too).
 pub const DEFAULT_SLICE_STEPS: u64 = 10;
 /// Checkpoints kept per task when none is given (the API's 0 means this too).
