@@ -102,15 +102,21 @@ pub fn show(
     if output == OutputFormat::Json {
         return print_json(result);
     }
-    let first = result.ledger.first().map(|r| r.ts).unwrap_or(0);
-    let last = result.ledger.last().map(|r| r.ts).unwrap_or(0);
+    // A host's answer without the ledger (none asked for) has no dates: its
+    // bars are counted from the periods (a period per bar after the first).
+    let span = match (result.ledger.first(), result.ledger.last()) {
+        (Some(first), Some(last)) => format!(
+            "from {} to {} ({} bars)",
+            tli_data::timefmt::format(first.ts),
+            tli_data::timefmt::format(last.ts),
+            result.ledger.len()
+        ),
+        _ => format!("({} bars)", result.strategy.performance.periods + 1),
+    };
     eprintln!(
-        "{label} on {} from {} to {} ({} bars): positions from {}{}; {} {} per contract traded \
+        "{label} on {} {span}: positions from {}{}; {} {} per contract traded \
          (commission {} + {} ticks)",
         result.symbol,
-        tli_data::timefmt::format(first),
-        tli_data::timefmt::format(last),
-        result.ledger.len(),
         result.positions_from,
         result
             .forecast

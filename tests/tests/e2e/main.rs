@@ -13,6 +13,7 @@ mod data_roots;
 mod date_splits;
 mod defects_in_use;
 mod dqn_plugin;
+mod first_hour;
 mod grpc_cli;
 mod host_restart;
 mod hostile_requests;
