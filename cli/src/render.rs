@@ -228,8 +228,8 @@ fn shorten_path(path: &str, cwd: Option<&std::path::Path>) -> String {
 fn format_value(v: f64) -> String {
     if v != 0.0 && (v.abs() < 1e-3 || v.abs() >= 1e6) {
         format!("{v:.3e}")
-    } else if v.abs() >= 1e3 {
-        // P&L in points or dollars: the decimals add width, not information.
+    } else if v.abs() >= 1e3 || v.fract() == 0.0 {
+        // Counts, and P&L in points or dollars: decimals add width, not information.
         format!("{v:.0}")
     } else {
         format!("{v:.4}")
@@ -374,65 +374,91 @@ pub fn tasks_table(job: &JobJson) -> Table {
 
 /// [`tasks_table`] with the ranking metric first in each METRICS cell.
 ///
-/// On a terminal the METRICS cell holds as many metrics as fit beside the
-/// other columns (at least one, with a count of the rest), so a task stays on
-/// one line; elsewhere (a pipe, a log) it holds [`TABLE_METRICS`].
+/// Built to keep a task on one line: a plugin's version shows only when the
+/// job runs two versions of it (the line under the table names the
+/// libraries), assets are shortened ([`short_assets`]), STEPS/S and ETA are
+/// left out once no task has either, and on a terminal the METRICS cell
+/// holds as many metrics as fit beside the other columns (at least one, with
+/// a count of the rest). Elsewhere (a pipe, a log) it holds
+/// [`TABLE_METRICS`].
 pub fn tasks_table_ranked(job: &JobJson, rank: Option<&str>) -> Table {
     let on = stdout_colours();
-    // Slurm tasks show their Slurm job and node.
-    let slurm = job.progress.tasks.iter().any(|t| t.slurm.is_some());
-    let mut header = vec!["TASK", "PLUGIN", "ASSET", "STATE"];
-    if slurm {
-        header.push("SLURM JOB");
-    }
-    header.extend(["STEPS", "STEPS/S", "ETA"]);
-    // Every cell but METRICS as text; STATE (the fourth) is painted below.
-    let rows: Vec<Vec<String>> = job
-        .progress
-        .tasks
+    let tasks = &job.progress.tasks;
+    let two_versions = |plugin: &str| {
+        let mut versions = tasks
+            .iter()
+            .filter(|t| t.plugin == plugin)
+            .filter_map(|t| t.plugin_version.as_deref());
+        versions
+            .next()
+            .is_some_and(|first| versions.any(|v| v != first))
+    };
+    let assets = short_assets(tasks.iter().map(|t| t.asset.as_str()));
+    let rates: Vec<String> = tasks
         .iter()
-        .map(|t| {
-            let mut row = vec![
-                t.task_id.to_string(),
-                // The version too, when the host recorded it (several may be loaded).
-                match &t.plugin_version {
-                    Some(version) => format!("{}@{version}", t.plugin),
-                    None => t.plugin.clone(),
-                },
-                short_asset(&t.asset),
-                t.state.name().to_string(),
-            ];
-            if slurm {
-                row.push(match &t.slurm {
-                    Some(s) => match &s.node {
-                        Some(node) => format!("{} on {node}", s.job_id),
-                        None => format!("{} (not started)", s.job_id),
-                    },
-                    None => "-".into(),
-                });
-            }
-            row.extend([
-                format!("{}/{}", t.steps_done, t.total_steps),
-                if t.steps_per_second > 0.0 {
-                    format!("{:.1}", t.steps_per_second)
-                } else {
-                    "-".into()
-                },
-                format_eta(t.eta_seconds),
-            ]);
-            row
+        .map(|t| match t.steps_per_second {
+            r if r > 0.0 => format!("{r:.1}"),
+            _ => "-".into(),
         })
+        .collect();
+    let etas: Vec<String> = tasks.iter().map(|t| format_eta(t.eta_seconds)).collect();
+    let mut columns: Vec<(&str, Vec<String>)> = vec![
+        (
+            "TASK",
+            tasks.iter().map(|t| t.task_id.to_string()).collect(),
+        ),
+        (
+            "PLUGIN",
+            tasks
+                .iter()
+                .map(|t| match &t.plugin_version {
+                    Some(version) if two_versions(&t.plugin) => format!("{}@{version}", t.plugin),
+                    _ => t.plugin.clone(),
+                })
+                .collect(),
+        ),
+        ("ASSET", assets),
+        (
+            "STATE",
+            tasks.iter().map(|t| t.state.name().to_string()).collect(),
+        ),
+    ];
+    // Slurm tasks show their Slurm job and node.
+    if tasks.iter().any(|t| t.slurm.is_some()) {
+        let placement = |t: &TaskJson| match &t.slurm {
+            Some(s) => match &s.node {
+                Some(node) => format!("{} on {node}", s.job_id),
+                None => format!("{} (not started)", s.job_id),
+            },
+            None => "-".into(),
+        };
+        columns.push(("SLURM JOB", tasks.iter().map(placement).collect()));
+    }
+    columns.push((
+        "STEPS",
+        tasks
+            .iter()
+            .map(|t| format!("{}/{}", t.steps_done, t.total_steps))
+            .collect(),
+    ));
+    if rates.iter().chain(&etas).any(|c| c != "-") {
+        columns.push(("STEPS/S", rates));
+        columns.push(("ETA", etas));
+    }
+    let header: Vec<&str> = columns.iter().map(|(h, _)| *h).collect();
+    let rows: Vec<Vec<String>> = (0..tasks.len())
+        .map(|i| columns.iter().map(|(_, cells)| cells[i].clone()).collect())
         .collect();
     let mut table = new_table(header.iter().copied().chain(["METRICS"]).collect());
     let room = table
         .width()
         .map(|width| metrics_room(width as usize, &header, &rows));
-    for (t, texts) in job.progress.tasks.iter().zip(rows) {
+    for (t, texts) in tasks.iter().zip(rows) {
         let mut row: Vec<Cell> = texts
             .into_iter()
-            .enumerate()
-            .map(|(i, text)| match i {
-                3 => cell(&text, tone(t.state), on),
+            .zip(&header)
+            .map(|(text, h)| match *h {
+                "STATE" => cell(&text, tone(t.state), on),
                 _ => Cell::new(text),
             })
             .collect();
@@ -443,6 +469,45 @@ pub fn tasks_table_ranked(job: &JobJson, rank: Option<&str>) -> Table {
         table.add_row(row);
     }
     table
+}
+
+/// Bar-file suffixes a table leaves out of an asset's name when no two of
+/// its assets would then read the same.
+const BAR_FILE_SUFFIXES: [&str; 7] = [
+    ".dbn.zst", ".dbn", ".csv.gz", ".csv", ".parquet", ".zst", ".gz",
+];
+
+/// Assets as a table shows them: each through [`short_asset`], then without
+/// its bar-file suffix (`es.dbn.zst` → `es`) unless that would make two of
+/// them read the same.
+pub fn short_assets<'a>(assets: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let short: Vec<String> = assets.map(short_asset).collect();
+    let bare: Vec<String> = short
+        .iter()
+        .map(|a| {
+            a.split('+')
+                .map(|one| {
+                    BAR_FILE_SUFFIXES
+                        .iter()
+                        .find_map(|s| one.strip_suffix(s).filter(|b| !b.is_empty()))
+                        .unwrap_or(one)
+                })
+                .collect::<Vec<_>>()
+                .join("+")
+        })
+        .collect();
+    // Two different assets reading the same once bare: keep the suffixes.
+    let clash = short.iter().zip(&bare).any(|(a, b)| {
+        short
+            .iter()
+            .zip(&bare)
+            .any(|(other, other_bare)| other != a && other_bare == b)
+    });
+    if clash {
+        short
+    } else {
+        bare
+    }
 }
 
 /// Characters left for the METRICS cell in a table `width` wide, beside
@@ -463,7 +528,7 @@ fn metrics_room(width: usize, header: &[&str], rows: &[Vec<String>]) -> usize {
 }
 
 /// A METRICS cell of at most `room` characters: metrics in table order while
-/// they fit (at least one), then how many were left out.
+/// they fit (at least one), then how many were left out when that fits too.
 fn metrics_within(
     metrics: &BTreeMap<String, f64>,
     first: Option<&str>,
@@ -498,8 +563,9 @@ fn metrics_within(
         text.push_str(item);
         shown += 1;
     }
-    if names.len() > shown {
-        text.push_str(&format!(" (+{})", names.len() - shown));
+    let more = format!(" (+{})", names.len() - shown);
+    if names.len() > shown && text.chars().count() + more.len() <= room {
+        text.push_str(&more);
     }
     text
 }
@@ -766,7 +832,7 @@ mod tests {
         );
         // A ranking metric goes before the headline.
         assert!(format_metrics_first(&m, Some("valid_turnover"), &headline)
-            .starts_with("valid_turnover=3.0000 valid_sharpe=1.5000"));
+            .starts_with("valid_turnover=3 valid_sharpe=1.5000"));
     }
 
     #[test]
@@ -799,16 +865,33 @@ mod tests {
             metrics_within(&m, None, &headline, 41),
             "train_loss=0.2500 (+4)"
         );
-        // At least one metric, however narrow.
+        // At least one metric, however narrow; the count only where it fits.
         assert_eq!(
-            metrics_within(&m, None, &headline, 5),
+            metrics_within(&m, None, &headline, 22),
             "train_loss=0.2500 (+4)"
         );
+        assert_eq!(metrics_within(&m, None, &headline, 5), "train_loss=0.2500");
         // The other columns are measured by their widest cell or header.
         let rows = vec![vec!["12".to_string(), "tft@0.3.0".to_string()]];
         assert_eq!(
             metrics_room(100, &["TASK", "PLUGIN"], &rows),
             100 - (4 + 3) - (9 + 3) - 4
+        );
+    }
+
+    #[test]
+    fn bar_file_suffixes_are_left_out_unless_two_assets_would_read_the_same() {
+        assert_eq!(
+            short_assets(["es.dbn.zst", "cl.csv", "ES=nq.parquet", "a.csv+b.dbn"].into_iter()),
+            ["es", "cl", "ES=nq", "a+b"]
+        );
+        assert_eq!(
+            short_assets(["es.dbn.zst", "es.csv", "es.csv"].into_iter()),
+            ["es.dbn.zst", "es.csv", "es.csv"]
+        );
+        assert_eq!(
+            short_assets(["synthetic:300:1"].into_iter()),
+            ["synthetic:300:1"]
         );
     }
 

@@ -132,7 +132,7 @@ pub trait Plugin: 'static {
     }
 
     /// 1.5: the few metrics a person compares this plugin's tasks by, most
-    /// telling first (e.g. `train_loss`, `valid_sharpe`, `valid_total_pnl`):
+    /// telling first (e.g. `valid_sharpe`, `valid_total_pnl`, `train_loss`):
     /// tables show these before any other (`tli train status`, `train
     /// local`). Names are the ones `step`/`evaluate` report; the host keeps
     /// at most [`MAX_HEADLINE_METRICS`] well-formed ones. The default: none,

@@ -160,7 +160,7 @@ impl Plugin for DqnPlugin {
         vec![capability::PREDICT.to_string()]
     }
 
-    /// Compared by: loss, its policy's validation Sharpe and P&L, test Sharpe.
+    /// Compared by: its policy's validation Sharpe and P&L, test Sharpe, loss.
     fn headline_metrics() -> Vec<String> {
         tli_plugin_kit::headline::agent()
     }

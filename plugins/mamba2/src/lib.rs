@@ -109,7 +109,7 @@ impl Plugin for Mamba2Plugin {
         ]
     }
 
-    /// Compared by: loss, validation loss and skill, Sharpe of trading it.
+    /// Compared by: validation loss and skill, Sharpe of trading it, loss.
     fn headline_metrics() -> Vec<String> {
         tli_plugin_kit::headline::forecaster("valid_loss")
     }

@@ -90,7 +90,7 @@ impl Plugin for PpoPlugin {
         vec![capability::PREDICT.to_string()]
     }
 
-    /// Compared by: loss, its policy's validation Sharpe and P&L, test Sharpe.
+    /// Compared by: its policy's validation Sharpe and P&L, test Sharpe, loss.
     fn headline_metrics() -> Vec<String> {
         tli_plugin_kit::headline::agent()
     }

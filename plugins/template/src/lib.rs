@@ -87,7 +87,7 @@ impl Plugin for TemplatePlugin {
         ]
     }
 
-    /// Compared by: loss, validation loss and skill, Sharpe of trading it.
+    /// Compared by: validation loss and skill, Sharpe of trading it, loss.
     fn headline_metrics() -> Vec<String> {
         tli_plugin_kit::headline::forecaster("valid_loss")
     }

@@ -126,7 +126,7 @@ impl Plugin for TftPlugin {
         ]
     }
 
-    /// Compared by: loss, validation P50 quantile risk and skill, Sharpe of trading.
+    /// Compared by: validation P50 quantile risk and skill, Sharpe of trading, loss.
     fn headline_metrics() -> Vec<String> {
         tli_plugin_kit::headline::forecaster("valid_qrisk_p50")
     }

@@ -214,13 +214,13 @@ fn start_watch_status_list_stop_resume_complete() {
     );
 
     // Each task carries its plugin's headline metrics (plugin API 1.5), and
-    // the METRICS cell shows them first: the template's training loss,
-    // validation loss, skill and trading Sharpe rather than its test loss.
+    // the METRICS cell shows them first: the template's validation loss,
+    // skill, trading Sharpe and training loss rather than its test loss.
     let template = [
-        "train_loss",
         "valid_loss",
         "valid_skill",
         "valid_trade_sharpe",
+        "train_loss",
     ];
     for t in status["progress"]["tasks"].as_array().unwrap() {
         let expected: &[&str] = match t["plugin"].as_str().unwrap() {
@@ -244,10 +244,11 @@ fn start_watch_status_list_stop_resume_complete() {
         .lines()
         .find(|l| l.contains("template"))
         .unwrap_or_else(|| panic!("no template row:\n{table}"));
-    let metrics = &row[row.find("train_loss=").unwrap_or_else(|| panic!("{table}"))..];
+    let metrics = &row[row.find("valid_loss=").unwrap_or_else(|| panic!("{table}"))..];
     assert!(
-        metrics.contains("valid_loss=")
+        metrics.contains("valid_skill=")
             && metrics.contains("valid_trade_sharpe=")
+            && metrics.contains("train_loss=")
             && !metrics.contains("test_loss="),
         "{table}"
     );

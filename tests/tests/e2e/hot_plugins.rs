@@ -233,7 +233,8 @@ fn a_new_template_version_serves_new_tasks_while_the_old_versions_tasks_finish_o
             assert_eq!(&t["plugin_checksum"], sum, "job {job}: {t:#}");
         }
     }
-    // The status table names the version of each task.
+    // The status table names the library of each version (its column shows
+    // a version only when a job mixes two of one plugin).
     let table = stdout(&server.client(&["train", "status", &new.to_string()]));
     assert!(table.contains("template@0.2.0"), "{table}");
     assert!(
