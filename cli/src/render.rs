@@ -544,22 +544,27 @@ fn metrics_within(
         .take(TABLE_METRICS)
         .map(|k| format!("{k}={}", format_value(metrics[*k])))
         .collect();
-    let mut text = String::new();
-    let mut shown = 0;
-    for item in &items {
-        let left_out = names.len() - shown - 1;
-        let more = if left_out > 0 {
-            format!(" (+{left_out})").len()
-        } else {
-            0
-        };
-        let needed = text.chars().count() + usize::from(shown > 0) + item.chars().count() + more;
-        if shown > 0 && needed > room {
+    // The first metric always shows: with two decimals when four do not fit.
+    let first_item = match items.first() {
+        Some(item) if item.chars().count() > room => {
+            let (name, value) = (names[0], metrics[names[0]]);
+            let short = format!("{name}={value:.2}");
+            if value.abs() < 1e3 && value.fract() != 0.0 && short.len() < item.len() {
+                short
+            } else {
+                item.clone()
+            }
+        }
+        Some(item) => item.clone(),
+        None => return "-".into(),
+    };
+    let mut text = first_item;
+    let mut shown = 1;
+    for item in items.iter().skip(1) {
+        if text.chars().count() + 1 + item.chars().count() > room {
             break;
         }
-        if shown > 0 {
-            text.push(' ');
-        }
+        text.push(' ');
         text.push_str(item);
         shown += 1;
     }
@@ -861,16 +866,19 @@ mod tests {
         let two = metrics_within(&m, None, &headline, 42);
         assert_eq!(two, "train_loss=0.2500 valid_sharpe=1.5000 (+3)");
         assert!(two.chars().count() <= 42);
+        // More metrics rather than the count.
         assert_eq!(
             metrics_within(&m, None, &headline, 41),
-            "train_loss=0.2500 (+4)"
+            "train_loss=0.2500 valid_sharpe=1.5000"
         );
-        // At least one metric, however narrow; the count only where it fits.
+        // At least one metric, however narrow (two decimals when four do not
+        // fit); the count only where it fits.
         assert_eq!(
             metrics_within(&m, None, &headline, 22),
             "train_loss=0.2500 (+4)"
         );
-        assert_eq!(metrics_within(&m, None, &headline, 5), "train_loss=0.2500");
+        assert_eq!(metrics_within(&m, None, &headline, 15), "train_loss=0.25");
+        assert_eq!(metrics_within(&m, None, &headline, 5), "train_loss=0.25");
         // The other columns are measured by their widest cell or header.
         let rows = vec![vec!["12".to_string(), "tft@0.3.0".to_string()]];
         assert_eq!(

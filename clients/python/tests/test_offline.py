@@ -243,6 +243,37 @@ def test_progress_bars_show_each_tasks_own_rate(monkeypatch: pytest.MonkeyPatch)
     assert "completed 200 step/s" in text, text
     assert "running 20 step/s" in text, text
     assert "completed 9.52 step/s" in text, text
+    assert "[, " not in text, text
+
+
+def test_progress_bars_show_the_training_loss_then_what_the_plugin_is_compared_by() -> None:
+    """While a task trains its bar shows the training loss; once it ended, the first of its
+    plugin's headline metrics it reported (not the first metric by name)."""
+    pytest.importorskip("tqdm")
+    import io
+
+    from tli_client import Progress, Task, TqdmDisplay
+
+    def task(state: int) -> Task:
+        return Task.from_proto(
+            pb.TaskProgress(
+                task_id=3, plugin="dqn", asset="/data/es.dbn.zst", state=state, steps_done=50,
+                total_steps=100,
+                metrics=[pb.Metric(name=n, value=v) for n, v in
+                         [("env_steps", 50.0), ("train_loss", 0.25), ("valid_sharpe", 1.5)]],
+                headline_metrics=["test_sharpe", "valid_sharpe", "train_loss"],
+            )
+        )
+
+    shown = io.StringIO()
+    display = TqdmDisplay(file=shown)
+    display.update(Progress(1, 0.5, (task(pb.TASK_STATE_RUNNING),)))
+    assert "train_loss=0.25" in shown.getvalue(), shown.getvalue()
+    display.update(Progress(1, 1.0, (task(pb.TASK_STATE_COMPLETED),)))
+    display.close()
+    text = shown.getvalue()
+    assert "valid_sharpe=1.5" in text and "env_steps=" not in text, text
+    assert "task 3 dqn/es.dbn.zst" in text, text
 
 
 def test_history_labels_name_the_task() -> None:

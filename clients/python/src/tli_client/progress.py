@@ -9,6 +9,7 @@ latest metric; plugin log lines are printed above the bars. Pass a :class:`TqdmD
 
 from __future__ import annotations
 
+import os
 import time
 from typing import IO, Any, Dict, Optional, Protocol, Tuple, runtime_checkable
 
@@ -27,11 +28,20 @@ class ProgressDisplay(Protocol):
     def close(self) -> None: ...
 
 
-def _headline(metrics: Dict[str, float]) -> Optional[str]:
-    """The metric a bar shows when none was chosen: the training loss, else the first."""
-    if "train_loss" in metrics:
+def _headline(t: Task) -> Optional[str]:
+    """The metric a bar shows when none was chosen: while the task trains, its training
+    loss; once it ended, the first of its plugin's headline metrics it reported (what its
+    tasks are compared by). Else the training loss, else the first by name."""
+    if t.state.is_finished:
+        for name in t.headline_metrics:
+            if name in t.metrics:
+                return name
+    if "train_loss" in t.metrics:
         return "train_loss"
-    names = sorted(n for n in metrics if n != "learning_rate")
+    for name in t.headline_metrics:
+        if name in t.metrics:
+            return name
+    names = sorted(n for n in t.metrics if n != "learning_rate")
     return names[0] if names else None
 
 
@@ -101,15 +111,16 @@ class TqdmDisplay:
             if bar is None:
                 bar = self._bar(
                     total=t.total_steps or None,
-                    desc=f"  task {t.task_id} {t.plugin}/{t.asset}",
+                    desc=f"  task {t.task_id} {t.plugin}/{os.path.basename(t.asset) or t.asset}",
                     unit="step",
                     position=i + 1,
-                    # The task's own rate is in the postfix; tqdm's would be the bar's.
-                    bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{postfix}]",
+                    # The task's own rate is in the postfix (tqdm puts ", " before it);
+                    # tqdm's rate would be the bar's.
+                    bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt}{postfix}",
                 )
                 self._tasks[t.task_id] = bar
             bar.n = t.steps_done
-            metric = self._metric or _headline(t.metrics)
+            metric = self._metric or _headline(t)
             postfix = t.state.value
             if t.stopped_early:
                 postfix += " (stopped early)"
