@@ -182,23 +182,47 @@ pub fn short_tasks(
     holders: &[Option<f64>],
     pace: &PaceBook,
 ) -> HashMap<TaskId, f64> {
-    let mut paces: HashMap<(&str, Option<&str>, &str), Option<f64>> = HashMap::new();
+    let mut expected = ExpectedSeconds::new(pace);
     queued
         .iter()
         .filter_map(|t| {
-            let model = (
-                t.plugin.as_str(),
-                t.plugin_version.as_deref(),
-                t.config_json.as_str(),
-            );
-            let seconds_per_step = *paces
-                .entry(model)
-                .or_insert_with(|| pace.seconds_per_step(&PaceKey::of(t)));
-            let remaining = t.total_steps.saturating_sub(t.steps_done) as f64;
-            let expected = seconds_per_step.map(|s| s * remaining);
+            let expected = expected.of(t);
             is_short(expected, holders).then(|| (t.id, expected.unwrap_or_default()))
         })
         .collect()
+}
+
+/// Queued tasks' expected remaining seconds (remaining steps × their model's
+/// pace), with one pace look-up per model, not per task: a queue holds many
+/// tasks of few models.
+struct ExpectedSeconds<'a> {
+    pace: &'a PaceBook,
+    paces: HashMap<(&'a str, Option<&'a str>, &'a str), Option<f64>>,
+}
+
+impl<'a> ExpectedSeconds<'a> {
+    fn new(pace: &'a PaceBook) -> Self {
+        Self {
+            pace,
+            paces: HashMap::new(),
+        }
+    }
+
+    /// `None` when its model has no pace yet.
+    fn of(&mut self, t: &'a TaskRow) -> Option<f64> {
+        let model = (
+            t.plugin.as_str(),
+            t.plugin_version.as_deref(),
+            t.config_json.as_str(),
+        );
+        let pace = self.pace;
+        let seconds_per_step = *self
+            .paces
+            .entry(model)
+            .or_insert_with(|| pace.seconds_per_step(&PaceKey::of(t)));
+        let remaining = t.total_steps.saturating_sub(t.steps_done) as f64;
+        seconds_per_step.map(|s| s * remaining)
+    }
 }
 
 /// Each queued task's start rank (lower starts first among equal
@@ -206,23 +230,9 @@ pub fn short_tasks(
 /// known pace first (in submission order), then the longest expected
 /// remaining time first (ties in submission order).
 pub fn start_ranks(queued: &[&TaskRow], pace: &PaceBook) -> HashMap<TaskId, u64> {
-    // One look-up per model, not per task: a queue holds many tasks of few models.
-    let mut paces: HashMap<(&str, Option<&str>, &str), Option<f64>> = HashMap::new();
-    let mut keyed: Vec<(&TaskRow, Option<f64>)> = queued
-        .iter()
-        .map(|t| {
-            let model = (
-                t.plugin.as_str(),
-                t.plugin_version.as_deref(),
-                t.config_json.as_str(),
-            );
-            let seconds_per_step = *paces
-                .entry(model)
-                .or_insert_with(|| pace.seconds_per_step(&PaceKey::of(t)));
-            let remaining = t.total_steps.saturating_sub(t.steps_done) as f64;
-            (*t, seconds_per_step.map(|s| s * remaining))
-        })
-        .collect();
+    let mut expected = ExpectedSeconds::new(pace);
+    let mut keyed: Vec<(&TaskRow, Option<f64>)> =
+        queued.iter().map(|t| (*t, expected.of(t))).collect();
     keyed.sort_by(|(a, a_secs), (b, b_secs)| {
         a.job_id
             .cmp(&b.job_id)
