@@ -5,7 +5,7 @@
 use crate::new_table;
 use crate::view::{JobJson, ResourcesJson, TaskJson, WireState};
 use comfy_table::{Cell, Color, Table};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::IsTerminal;
 use tli_core::byte_size::format_bytes;
 use tli_core::state::TaskState;
@@ -134,12 +134,22 @@ pub fn format_metrics_at_most(
     if metrics.is_empty() || max == 0 {
         return "-".into();
     }
-    ordered_names(metrics, None, headline)
+    joined(metrics, &ordered_names(metrics, None, headline), max)
+}
+
+/// The first `max` of `names` as `name=value`, space-separated.
+fn joined(metrics: &BTreeMap<String, f64>, names: &[&String], max: usize) -> String {
+    names
         .iter()
         .take(max)
-        .map(|k| format!("{k}={}", format_value(metrics[*k])))
+        .map(|k| metric_item(metrics, k))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// `name=value` for a table cell.
+fn metric_item(metrics: &BTreeMap<String, f64>, name: &str) -> String {
+    format!("{name}={}", format_value(metrics[name]))
 }
 
 /// [`format_metrics`] with `first` (a ranking metric) before all others.
@@ -152,12 +162,7 @@ fn format_metrics_first(
         return "-".into();
     }
     let names = ordered_names(metrics, first, headline);
-    let mut text = names
-        .iter()
-        .take(TABLE_METRICS)
-        .map(|k| format!("{k}={}", format_value(metrics[*k])))
-        .collect::<Vec<_>>()
-        .join(" ");
+    let mut text = joined(metrics, &names, TABLE_METRICS);
     if names.len() > TABLE_METRICS {
         text.push_str(&format!(" (+{} more)", names.len() - TABLE_METRICS));
     }
@@ -195,10 +200,14 @@ fn ordered_names<'a>(
 /// long (`-o json` keeps the whole path). A pooled task's assets (`a+b`) are
 /// shortened each.
 pub fn short_asset(asset: &str) -> String {
-    let cwd = std::env::current_dir().ok();
+    short_asset_in(asset, std::env::current_dir().ok().as_deref())
+}
+
+/// [`short_asset`] relative to `cwd`.
+fn short_asset_in(asset: &str, cwd: Option<&std::path::Path>) -> String {
     asset
         .split('+')
-        .map(|one| shorten_path(one, cwd.as_deref()))
+        .map(|one| shorten_path(one, cwd))
         .collect::<Vec<_>>()
         .join("+")
 }
@@ -481,7 +490,8 @@ const BAR_FILE_SUFFIXES: [&str; 7] = [
 /// its bar-file suffix (`es.dbn.zst` → `es`) unless that would make two of
 /// them read the same.
 pub fn short_assets<'a>(assets: impl Iterator<Item = &'a str>) -> Vec<String> {
-    let short: Vec<String> = assets.map(short_asset).collect();
+    let cwd = std::env::current_dir().ok();
+    let short: Vec<String> = assets.map(|a| short_asset_in(a, cwd.as_deref())).collect();
     let bare: Vec<String> = short
         .iter()
         .map(|a| {
@@ -497,12 +507,11 @@ pub fn short_assets<'a>(assets: impl Iterator<Item = &'a str>) -> Vec<String> {
         })
         .collect();
     // Two different assets reading the same once bare: keep the suffixes.
-    let clash = short.iter().zip(&bare).any(|(a, b)| {
-        short
-            .iter()
-            .zip(&bare)
-            .any(|(other, other_bare)| other != a && other_bare == b)
-    });
+    let mut seen: HashMap<&str, &str> = HashMap::new();
+    let clash = short
+        .iter()
+        .zip(&bare)
+        .any(|(a, b)| *seen.entry(b.as_str()).or_insert(a.as_str()) != a.as_str());
     if clash {
         short
     } else {
@@ -542,7 +551,7 @@ fn metrics_within(
     let items: Vec<String> = names
         .iter()
         .take(TABLE_METRICS)
-        .map(|k| format!("{k}={}", format_value(metrics[*k])))
+        .map(|k| metric_item(metrics, k))
         .collect();
     // The first metric always shows: with two decimals when four do not fit.
     let first_item = match items.first() {

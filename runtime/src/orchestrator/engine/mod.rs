@@ -22,8 +22,9 @@
 //! * Locks nest in one order, `arbiter` then `running` then `pace`: a scheduling round
 //!   holds `arbiter` while it reads paces for the start order and for short tasks
 //!   (recording them holds `running` and `pace` together) and while it adds a started
-//!   runner to `running`. No other pair is ever held together; every other lock is taken alone and released before
-//!   the next (a forced stop takes `running`, lets it go, then takes `arbiter`).
+//!   runner to `running`. No other pair is ever held together; every other lock is
+//!   taken alone and released before the next (a forced stop takes `running`, lets it
+//!   go, then takes `arbiter`).
 //! * Serving ([`serving`]) runs plugin code under two locks of its own, never under the
 //!   others: `loading` (one model load at a time; inside it `arbiter` and the resident
 //!   map are taken alone, briefly) and each resident model's predictor lock (one request
@@ -60,7 +61,7 @@ use super::store::{HistoryQuery, JobHistory, NewTask, Store, StoreError, TaskRow
 use super::task_record::StoreRecord;
 use super::{JobId, TaskId};
 use crate::registry::{watch, LiveRegistry, PluginRegistry, RegistryError, RescanReport};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -661,11 +662,15 @@ impl Orchestrator {
             let Some(task) = queued.iter().find(|t| t.id == id) else {
                 continue;
             };
-            if let Err(message) = self.start(task, bytes_of(id), threads, cap, String::new()) {
-                arbiter.release(id);
+            if !self.start_or_fail(
+                &mut arbiter,
+                task,
+                bytes_of(id),
+                threads,
+                cap,
+                String::new(),
+            ) {
                 failed.push(id);
-                tracing::error!(task = id, "could not start: {message}");
-                let _ = self.store.transition(id, TaskState::Failed, &message);
             }
         }
         if !arbiter.short_lane_open() {
@@ -678,10 +683,11 @@ impl Orchestrator {
             .collect();
         let holders = arbiter.slot_holders();
         let short = self.short_tasks(&waiting, &holders);
-        let names: std::collections::HashSet<TaskId> = short.keys().copied().collect();
+        let names: HashSet<TaskId> = short.keys().copied().collect();
+        let waiting_ids: HashSet<TaskId> = waiting.iter().map(|t| t.id).collect();
         let waiting_candidates: Vec<Candidate> = candidates
             .iter()
-            .filter(|c| waiting.iter().any(|t| t.id == c.task))
+            .filter(|c| waiting_ids.contains(&c.task))
             .copied()
             .collect();
         let Some(id) = arbiter.select_short(&waiting_candidates, &names) else {
@@ -698,12 +704,28 @@ impl Orchestrator {
             holders.len()
         );
         tracing::info!(task = id, "starting a short task beside full slots{note}");
-        if let Err(message) = self.start(task, bytes_of(id), 1, cap, note) {
-            arbiter.release(id);
-            tracing::error!(task = id, "could not start: {message}");
-            let _ = self.store.transition(id, TaskState::Failed, &message);
-        }
+        self.start_or_fail(&mut arbiter, task, bytes_of(id), 1, cap, note);
         Ok(())
+    }
+
+    /// Starts a task the arbiter admitted; when it cannot start, releases its
+    /// admission and fails it with the reason. True when it started.
+    fn start_or_fail(
+        &self,
+        arbiter: &mut Arbiter,
+        task: &TaskRow,
+        bytes: u64,
+        threads: i32,
+        cap: super::memory_watch::MemoryCap,
+        start_note: String,
+    ) -> bool {
+        let Err(message) = self.start(task, bytes, threads, cap, start_note) else {
+            return true;
+        };
+        arbiter.release(task.id);
+        tracing::error!(task = task.id, "could not start: {message}");
+        let _ = self.store.transition(task.id, TaskState::Failed, &message);
+        false
     }
 
     /// Submits queued remote tasks, highest priority first, up to the
