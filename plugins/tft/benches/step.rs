@@ -94,8 +94,8 @@ fn main() {
         heads: 4,
         lstm_layers: 1,
         dropout: 0.0,
-        observed: 6,
-        known: 7,
+        observed: env_or("TLI_BENCH_OBSERVED", 6) as usize,
+        known: env_or("TLI_BENCH_KNOWN", 7) as usize,
         static_reals: 0,
         assets: 2,
         horizons: 5,
@@ -104,8 +104,8 @@ fn main() {
     };
     let mut rng = Rng::new(3);
     let x = TftBatch {
-        past: random(&[batch, lookback, 13], &mut rng).to_device(dev),
-        future: random(&[batch, 5, 7], &mut rng).to_device(dev),
+        past: random(&[batch, lookback, (s.observed + s.known) as i64], &mut rng).to_device(dev),
+        future: random(&[batch, 5, s.known as i64], &mut rng).to_device(dev),
         static_reals: Tensor::zeros([batch, 0], (Kind::Float, dev)),
         asset: Tensor::from_slice(&(0..batch).map(|i| i % 2).collect::<Vec<i64>>()).to_device(dev),
     };

@@ -70,7 +70,9 @@ fn lstm(d: i64, layers: usize, out: &mut Vec<Vec<i64>>) {
 }
 
 /// Every parameter tensor's shape by stage of the model's forward pass
-/// (`Tft::forward_graph`), in the model's naming order.
+/// (`Tft::forward_graph`), in the model's naming order: each tensor once,
+/// with the block that owns it (the input transforms, which the selection
+/// networks' stages also enter, as blocks of their own).
 pub fn stage_shapes(s: &TftShape) -> Vec<Vec<Vec<i64>>> {
     let d = s.hidden as i64;
     let (past, future) = (s.past_inputs() as i64, s.future_inputs() as i64);
@@ -164,17 +166,26 @@ pub struct Bytes {
 
 /// The f32 transient of a staged INT8 step: the largest stage's weight
 /// copies and gradients, and the gradients of every f32 tensor (kept until
-/// the dense update at the end of the sweep).
+/// the dense update at the end of the sweep). A selection network's stages
+/// also enter its input transform (`VariableSelection::forward_reals_graph`),
+/// counted here beside every stage.
 fn staged_transient(config: &TftConfig, s: &TftShape) -> u64 {
     let quantized = |shape: &Vec<i64>| {
         let n = shape.iter().product::<i64>() as u64;
         (shape.len() == 2 && n >= config.int8_min_elements as u64).then_some(n)
     };
+    let d = s.hidden as i64;
+    let transform = [s.past_inputs(), s.future_inputs()]
+        .iter()
+        .filter_map(|&n| quantized(&vec![n as i64, d]))
+        .max()
+        .unwrap_or(0);
     let largest_stage = stage_shapes(s)
         .iter()
         .map(|stage| stage.iter().filter_map(quantized).sum::<u64>())
         .max()
-        .unwrap_or(0);
+        .unwrap_or(0)
+        + 2 * transform;
     let dense: u64 = tensor_shapes(s)
         .iter()
         .filter(|shape| quantized(shape).is_none())

@@ -433,24 +433,26 @@ impl Tft {
         let [c_s, c_e, c_h, c_c] = [contexts[0], contexts[1], contexts[2], contexts[3]];
 
         // Past and future inputs, each bar with its relative position.
-        let past = graph.input(batch.past.shallow_clone());
-        let [past] = graph.stage(&["inputs.past"], &[past], move |xs, _| {
-            Ok(vec![self
-                .past_reals
-                .forward(&with_position(&xs[0], -t, t)?)?])
-        })?;
-        let future = graph.input(batch.future.shallow_clone());
-        let [future] = graph.stage(&["inputs.future"], &[future], move |xs, _| {
-            Ok(vec![self
-                .future_reals
-                .forward(&with_position(&xs[0], 0, t)?)?])
-        })?;
-        let (past_emb, past_weights) =
-            self.past_selection
-                .forward_graph(graph, "past_selection", past, Some(c_s))?;
-        let (future_emb, future_weights) =
-            self.future_selection
-                .forward_graph(graph, "future_selection", future, Some(c_s))?;
+        // The selection networks read each bar's inputs through their
+        // transforms (`forward_reals_graph`), never forming a `d`-vector per input.
+        let past = graph.input(with_position(&batch.past, -t, t)?);
+        let future = graph.input(with_position(&batch.future, 0, t)?);
+        let (past_emb, past_weights) = self.past_selection.forward_reals_graph(
+            graph,
+            "past_selection",
+            &self.past_reals,
+            "inputs.past",
+            past,
+            Some(c_s),
+        )?;
+        let (future_emb, future_weights) = self.future_selection.forward_reals_graph(
+            graph,
+            "future_selection",
+            &self.future_reals,
+            "inputs.future",
+            future,
+            Some(c_s),
+        )?;
 
         // LSTM encoder–decoder from the static state.
         let layers = s.lstm_layers as i64;

@@ -35,6 +35,11 @@ pub struct RealInputs {
     /// `[variables, n]` 0/1: which inputs each variable adds (`None`: one
     /// variable per input). Not a parameter.
     groups: Option<Tensor>,
+    /// Each variable's input columns, in order.
+    columns: Vec<Vec<usize>>,
+    /// Each input's variable (`[n]` int64), for gathering per-variable
+    /// blocks of a matrix by input.
+    variable_of: Tensor,
 }
 
 impl RealInputs {
@@ -53,10 +58,13 @@ impl RealInputs {
         let bias = Tensor::f_zeros(shape, (Kind::Float, device))
             .plugin_err(ctx)?
             .set_requires_grad(true);
+        let own: Vec<usize> = (0..count).collect();
         Ok(Self {
             weight,
             bias,
             groups: None,
+            columns: own.iter().map(|&j| vec![j]).collect(),
+            variable_of: variable_index(&own, device)?,
         })
     }
 
@@ -80,6 +88,17 @@ impl RealInputs {
             matrix[v * n + j] = 1.0;
         }
         let device = self.weight.device();
+        let mut columns = vec![Vec::new(); variables];
+        for (j, &v) in groups.iter().enumerate() {
+            columns[v].push(j);
+        }
+        if let Some(v) = columns.iter().position(Vec::is_empty) {
+            return Err(PluginError::invalid_data(format!(
+                "input groups name variables 0..{variables} but no input belongs to variable {v}"
+            )));
+        }
+        self.columns = columns;
+        self.variable_of = variable_index(groups, device)?;
         self.groups = Some(
             Tensor::f_from_slice(&matrix)
                 .and_then(|m| m.f_view([variables as i64, n as i64]))
@@ -91,13 +110,7 @@ impl RealInputs {
 
     /// `x [..., n]` → `[..., n, d]` (grouped: `[..., variables, d]`).
     pub fn forward(&self, x: &Tensor) -> Result<Tensor, PluginError> {
-        let n = self.weight.size()[0];
-        if x.size().last() != Some(&n) {
-            return Err(PluginError::invalid_data(format!(
-                "input transform expects [..., {n}] values, got shape {:?}",
-                x.size()
-            )));
-        }
+        self.check_inputs(x)?;
         let each = x
             .f_unsqueeze(-1)
             .and_then(|x| x.f_mul(&self.weight))
@@ -109,6 +122,146 @@ impl RealInputs {
             None => Ok(each),
         }
     }
+
+    /// The number of variables these inputs form.
+    pub fn variables(&self) -> usize {
+        self.columns.len()
+    }
+
+    /// Checks that `x` is `[..., n]`.
+    fn check_inputs(&self, x: &Tensor) -> Result<(), PluginError> {
+        let n = self.weight.size()[0];
+        if x.size().last() == Some(&n) {
+            Ok(())
+        } else {
+            Err(PluginError::invalid_data(format!(
+                "input transform expects [..., {n}] values, got shape {:?}",
+                x.size()
+            )))
+        }
+    }
+
+    /// Variable `v`'s input columns of `x [..., n]` → `[..., m]`, and its
+    /// rows of `t [n, …]` → `[m, …]`.
+    fn columns_of(&self, v: usize, x: &Tensor, dim: i64) -> Result<Tensor, PluginError> {
+        let columns = &self.columns[v];
+        let first = columns[0];
+        let contiguous = columns.iter().enumerate().all(|(i, &c)| c == first + i);
+        let ctx = "selecting a variable's inputs";
+        if contiguous {
+            x.f_narrow(dim, first as i64, columns.len() as i64)
+                .plugin_err(ctx)
+        } else {
+            let index: Vec<i64> = columns.iter().map(|&c| c as i64).collect();
+            Tensor::f_from_slice(&index)
+                .and_then(|i| i.f_to_device(x.device()))
+                .and_then(|i| x.f_index_select(dim, &i))
+                .plugin_err(ctx)
+        }
+    }
+
+    /// `x_v [..., m]` through the affine map `x_v·a + c` (`a [m, out]`, `c [out]`).
+    fn affine(x_v: &Tensor, a: &Tensor, c: &Tensor) -> Result<Tensor, PluginError> {
+        let ctx = "input transform";
+        if a.size()[0] == 1 {
+            // One input: an outer product, no matrix product of depth 1.
+            c.f_addcmul(x_v, &a.f_squeeze_dim(0).plugin_err(ctx)?)
+                .plugin_err(ctx)
+        } else {
+            x_v.f_matmul(a).and_then(|y| y.f_add(c)).plugin_err(ctx)
+        }
+    }
+
+    /// Variable `v`'s vector `ξ_v` from `x [..., n]` → `[..., d]` (the
+    /// `v`-th row of [`forward`](Self::forward)'s output).
+    pub fn variable(&self, x: &Tensor, v: usize) -> Result<Tensor, PluginError> {
+        self.check_inputs(x)?;
+        let ctx = "input transform";
+        let w = self.columns_of(v, &self.weight, 0)?;
+        let b = self
+            .columns_of(v, &self.bias, 0)?
+            .f_sum_dim_intlist([0i64].as_slice(), false, Kind::Float)
+            .plugin_err(ctx)?;
+        Self::affine(&self.columns_of(v, x, -1)?, &w, &b)
+    }
+
+    /// A linear map of variable `v`'s vector, `ξ_v·Wᵀ + bias` (`weight
+    /// [out, d]`), computed from `x [..., n]` as `x_v·(w_v·Wᵀ) + (b_v·Wᵀ +
+    /// bias)`: the same map through the variable's few inputs, without the
+    /// `d × d` product per row.
+    pub fn variable_linear(
+        &self,
+        x: &Tensor,
+        v: usize,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+    ) -> Result<Tensor, PluginError> {
+        self.check_inputs(x)?;
+        let ctx = "folding a linear map into the input transform";
+        let w = self.columns_of(v, &self.weight, 0)?;
+        let b = self
+            .columns_of(v, &self.bias, 0)?
+            .f_sum_dim_intlist([0i64].as_slice(), false, Kind::Float)
+            .plugin_err(ctx)?;
+        // [m, d] @ [d, out] and [d] @ [d, out].
+        let a = w
+            .f_matmul(&weight.f_transpose(0, 1).plugin_err(ctx)?)
+            .plugin_err(ctx)?;
+        let mut c = weight.f_mv(&b).plugin_err(ctx)?;
+        if let Some(bias) = bias {
+            c = c.f_add(bias).plugin_err(ctx)?;
+        }
+        Self::affine(&self.columns_of(v, x, -1)?, &a, &c)
+    }
+
+    /// A linear map of all variables' vectors flattened, `[ξ_1 … ξ_V]·Wᵀ +
+    /// bias` (`weight [out, V·d]`), computed from `x [..., n]` as `x·U + c`
+    /// with `U [n, out]`: row `j` is `w_j` through input `j`'s variable's
+    /// block of `W`, `c` gathers the biases the same way.
+    pub fn flat_linear(
+        &self,
+        x: &Tensor,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+    ) -> Result<Tensor, PluginError> {
+        self.check_inputs(x)?;
+        let ctx = "folding a linear map into the input transform";
+        let (out, d) = (weight.size()[0], self.weight.size()[1]);
+        let variables = self.variables() as i64;
+        if weight.size()[1] != variables * d {
+            return Err(PluginError::invalid_data(format!(
+                "a map of {variables} flattened {d}-vectors needs {} inputs, its matrix has {}",
+                variables * d,
+                weight.size()[1]
+            )));
+        }
+        // [out, V, d] → each input's variable's block: [out, n, d].
+        let mut blocks = weight.f_view([out, variables, d]).plugin_err(ctx)?;
+        if self.groups.is_some() {
+            blocks = blocks
+                .f_index_select(1, &self.variable_of)
+                .plugin_err(ctx)?;
+        }
+        let sum_d = |t: Tensor| {
+            t.f_sum_dim_intlist([-1i64].as_slice(), false, Kind::Float)
+                .plugin_err(ctx)
+        };
+        // U_jo = Σ_k w_jk·W_o,j,k; c_o = Σ_j Σ_k b_jk·W_o,j,k.
+        let u = sum_d(blocks.f_mul(&self.weight).plugin_err(ctx)?)?; // [out, n]
+        let mut c = sum_d(sum_d(blocks.f_mul(&self.bias).plugin_err(ctx)?)?)?; // [out]
+        if let Some(bias) = bias {
+            c = c.f_add(bias).plugin_err(ctx)?;
+        }
+        x.f_linear(&u, Some(&c)).plugin_err(ctx)
+    }
+}
+
+/// Each input's variable as an int64 tensor.
+fn variable_index(groups: &[usize], device: Device) -> Result<Tensor, PluginError> {
+    let index: Vec<i64> = groups.iter().map(|&v| v as i64).collect();
+    Tensor::f_from_slice(&index)
+        .and_then(|t| t.f_to_device(device))
+        .plugin_err("indexing input groups")
 }
 
 impl Parameters for RealInputs {
@@ -213,23 +366,121 @@ impl VariableSelection {
         let variables = graph.stage_n(&[], &[inputs], self.count(), move |xs, _| {
             xs[0].f_unbind(-2).plugin_err(ctx)
         })?;
-        let mut combine = vec![weights];
+        let mut transformed = Vec::with_capacity(self.count());
         for ((j, grn), variable) in self.transforms.iter().enumerate().zip(variables) {
             let prefix = join(name, &format!("var{j}"));
-            let [transformed] = graph.stage(&[&prefix], &[variable], move |xs, rng| {
+            let [out] = graph.stage(&[&prefix], &[variable], move |xs, rng| {
                 Ok(vec![grn.forward(&xs[0], None, rng)?])
             })?;
-            combine.push(transformed);
+            transformed.push(out);
         }
-        let [combined] = graph.stage(&[], &combine, move |xs, _| {
-            let stacked = Tensor::f_stack(&xs[1..], -2).plugin_err(ctx)?;
-            Ok(vec![stacked
-                .f_mul(&xs[0].f_unsqueeze(-1).plugin_err(ctx)?)
-                .and_then(|t| t.f_sum_dim_intlist([-2i64].as_slice(), false, Kind::Float))
-                .plugin_err(ctx)?])
-        })?;
-        Ok((combined, weights))
+        Ok((combine(graph, weights, transformed)?, weights))
     }
+
+    /// [`forward_graph`](Self::forward_graph) over real inputs given as
+    /// `x [..., n]` with their transform `reals` (parameters named
+    /// `reals_name`) rather than as the vectors `ξ = reals(x)`. The same
+    /// function, computed more cheaply: every map the network applies
+    /// to `ξ` first is linear (the selector's input projection and skip,
+    /// each variable's input projection) and `ξ` is itself affine in the
+    /// few inputs `x`, so each such map runs as one through the inputs
+    /// ([`RealInputs::flat_linear`], [`RealInputs::variable_linear`]):
+    /// `n` columns instead of `n·d` for the selector, an outer product
+    /// instead of a `d × d` product for each variable. Only each
+    /// variable's residual forms its `ξ_v`. The sums run in another order
+    /// than the plain pass's, so results agree to rounding, not bitwise.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_reals_graph<'a>(
+        &'a self,
+        graph: &mut Graph<'a, '_>,
+        name: &str,
+        reals: &'a RealInputs,
+        reals_name: &str,
+        x: Node,
+        context: Option<Node>,
+    ) -> Result<(Node, Node), PluginError> {
+        let ctx = "variable selection";
+        if reals.variables() != self.count() {
+            return Err(PluginError::invalid_data(format!(
+                "variable selection over {} inputs got {} input variables",
+                self.count(),
+                reals.variables()
+            )));
+        }
+        let selector = join(name, "selector");
+        let fc1 = join(&selector, "fc1");
+        // As in `forward_graph`: the input projection a stage of its own.
+        let [projected] = graph.stage(&[&fc1, reals_name], &[x], move |xs, _| {
+            let fc1 = &self.selector.fc1;
+            Ok(vec![reals.flat_linear(
+                &xs[0],
+                &fc1.weight,
+                fc1.bias.as_ref(),
+            )?])
+        })?;
+        let mut rest: Vec<String> = ["context", "fc2", "skip", "gate"]
+            .iter()
+            .map(|part| join(&selector, part))
+            .collect();
+        rest.push(reals_name.to_string());
+        let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
+        let mut args = vec![projected, x];
+        args.extend(context);
+        let [weights] = graph.stage(&rest, &args, move |xs, rng| {
+            let residual =
+                match &self.selector.skip {
+                    Some(skip) => reals.flat_linear(&xs[1], &skip.weight, skip.bias.as_ref())?,
+                    // A selector's output (one weight per variable) never has
+                    // the width of its input (a vector per variable).
+                    None => return Err(PluginError::invalid_data(
+                        "a variable selector maps n·d inputs to n weights, so it has a skip map",
+                    )),
+                };
+            let logits = self
+                .selector
+                .finish_with_residual(&xs[0], &residual, xs.get(2), rng)?;
+            Ok(vec![logits.f_softmax(-1, Kind::Float).plugin_err(ctx)?])
+        })?;
+        let mut transformed = Vec::with_capacity(self.count());
+        for (v, grn) in self.transforms.iter().enumerate() {
+            let prefix = join(name, &format!("var{v}"));
+            let [out] = graph.stage(&[&prefix, reals_name], &[x], move |xs, rng| {
+                let fc1 = &grn.fc1;
+                let projected = reals.variable_linear(&xs[0], v, &fc1.weight, fc1.bias.as_ref())?;
+                let residual = match &grn.skip {
+                    Some(skip) => {
+                        reals.variable_linear(&xs[0], v, &skip.weight, skip.bias.as_ref())?
+                    }
+                    None => reals.variable(&xs[0], v)?,
+                };
+                Ok(vec![
+                    grn.finish_with_residual(&projected, &residual, None, rng)?
+                ])
+            })?;
+            transformed.push(out);
+        }
+        Ok((combine(graph, weights, transformed)?, weights))
+    }
+}
+
+/// `Σ_v weights_v · transformed_v` (`weights [..., n]`, each transformed
+/// `[..., d]`) → `[..., d]`, as a stage of `graph`.
+fn combine(
+    graph: &mut Graph<'_, '_>,
+    weights: Node,
+    transformed: Vec<Node>,
+) -> Result<Node, PluginError> {
+    let ctx = "variable selection";
+    let mut args = vec![weights];
+    args.extend(transformed);
+    let [combined] = graph.stage(&[], &args, move |xs, _| {
+        let stacked = Tensor::f_stack(&xs[1..], -2).plugin_err(ctx)?;
+        Ok(vec![stacked
+            .f_mul(&xs[0].f_unsqueeze(-1).plugin_err(ctx)?)
+            .and_then(|t| t.f_sum_dim_intlist([-2i64].as_slice(), false, Kind::Float))
+            .plugin_err(ctx)?])
+    })?;
+    Ok(combined)
 }
 
 impl Parameters for VariableSelection {
@@ -239,5 +490,86 @@ impl Parameters for VariableSelection {
             out.extend(grn.named_parameters(&join(prefix, &format!("var{j}"))));
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tli_plugin_kit::counter_rng::CounterRng;
+
+    /// The selection run through the inputs (`forward_reals_graph`) against
+    /// the plain one over `ξ = reals(x)` (`forward_graph`): outputs and
+    /// every parameter's gradient, with one variable of non-adjacent
+    /// columns, one of two adjacent columns, one of a single column.
+    #[test]
+    fn selection_through_the_inputs_equals_the_plain_selection() {
+        let (d, groups) = (8, [0usize, 1, 1, 2, 0]);
+        let mut rng = Rng::new(4);
+        let reals = RealInputs::new(groups.len(), d, &mut rng, Device::Cpu)
+            .unwrap()
+            .grouped(&groups)
+            .unwrap();
+        // Non-zero biases, so that folding them is exercised.
+        tch::no_grad(|| {
+            let _ = reals.bias.shallow_clone().uniform_(-0.5, 0.5);
+        });
+        let vsn = VariableSelection::build(
+            3,
+            d,
+            Some(d),
+            0.1,
+            &mut rng,
+            Device::Cpu,
+            "vsn",
+            &mut |_| Ok(()),
+        )
+        .unwrap();
+        let x = Tensor::randn([4, 6, groups.len() as i64], (Kind::Float, Device::Cpu));
+        let context = Tensor::randn([4, d as i64], (Kind::Float, Device::Cpu));
+        let probe = Tensor::randn([4, 6, d as i64], (Kind::Float, Device::Cpu));
+        let mut params: Vec<&Tensor> = vsn
+            .named_parameters("")
+            .into_iter()
+            .map(|(_, t)| t)
+            .collect();
+        params.extend([&reals.weight, &reals.bias]);
+        let run = |through_inputs: bool| {
+            let mut dropout = CounterRng::new(9);
+            let mut graph = Graph::direct(Some(&mut dropout));
+            let c = graph.input(context.shallow_clone());
+            let (out, weights) = if through_inputs {
+                let x = graph.input(x.shallow_clone());
+                vsn.forward_reals_graph(&mut graph, "vsn", &reals, "inputs", x, Some(c))
+            } else {
+                let xi = reals.forward(&x).unwrap();
+                let xi = graph.input(xi);
+                vsn.forward_graph(&mut graph, "vsn", xi, Some(c))
+            }
+            .unwrap();
+            let recording = graph.finish();
+            let (out, weights) = (
+                recording.value(out).shallow_clone(),
+                recording.value(weights).shallow_clone(),
+            );
+            let grads =
+                Tensor::run_backward(&[(&out * &probe).sum(Kind::Float)], &params, false, false);
+            (out, weights, grads)
+        };
+        let (a, wa, ga) = run(false);
+        let (b, wb, gb) = run(true);
+        let close = |a: &Tensor, b: &Tensor, what: &str| {
+            let diff = (a - b).abs().max().double_value(&[]);
+            let scale = a.abs().max().double_value(&[]).max(1e-3);
+            assert!(
+                diff <= 1e-5 * scale,
+                "{what}: differs by {diff} (scale {scale})"
+            );
+        };
+        close(&a, &b, "output");
+        close(&wa, &wb, "selection weights");
+        for (i, (ga, gb)) in ga.iter().zip(&gb).enumerate() {
+            close(ga, gb, &format!("gradient of parameter {i}"));
+        }
     }
 }

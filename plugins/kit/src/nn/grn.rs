@@ -139,6 +139,24 @@ impl Grn {
         c: Option<&Tensor>,
         rng: Option<&mut CounterRng>,
     ) -> Result<Tensor, PluginError> {
+        let residual = match &self.skip {
+            Some(p) => p.forward(a)?,
+            None => a.shallow_clone(),
+        };
+        self.finish_with_residual(projected, &residual, c, rng)
+    }
+
+    /// [`finish`](Self::finish) from `projected = fc1(a)` and the residual
+    /// (`a` itself, or `skip(a)` when the sizes differ) computed by the
+    /// caller: a caller that knows `a` as a linear map of something smaller
+    /// computes both without forming `a` (the TFT's input embeddings).
+    pub fn finish_with_residual(
+        &self,
+        projected: &Tensor,
+        residual: &Tensor,
+        c: Option<&Tensor>,
+        rng: Option<&mut CounterRng>,
+    ) -> Result<Tensor, PluginError> {
         let ctx = "gated residual network forward";
         let mut eta2 = projected.shallow_clone();
         match (&self.context, c) {
@@ -163,11 +181,7 @@ impl Grn {
         }
         let eta2 = eta2.f_elu().plugin_err(ctx)?;
         let eta1 = self.fc2.forward(&eta2)?;
-        let residual = match &self.skip {
-            Some(p) => p.forward(a)?,
-            None => a.shallow_clone(),
-        };
-        self.gate.forward(&eta1, &residual, rng)
+        self.gate.forward(&eta1, residual, rng)
     }
 }
 
