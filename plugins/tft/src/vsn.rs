@@ -464,7 +464,10 @@ impl VariableSelection {
 }
 
 /// `Σ_v weights_v · transformed_v` (`weights [..., n]`, each transformed
-/// `[..., d]`) → `[..., d]`, as a stage of `graph`.
+/// `[..., d]`) → `[..., d]`, as a stage of `graph`. The variables are
+/// stacked first (`[n, ..., d]`), so that the backward pass hands each
+/// variable's network a contiguous gradient (stacked last, every layer norm
+/// behind it copied its strided slice first).
 fn combine(
     graph: &mut Graph<'_, '_>,
     weights: Node,
@@ -474,10 +477,16 @@ fn combine(
     let mut args = vec![weights];
     args.extend(transformed);
     let [combined] = graph.stage(&[], &args, move |xs, _| {
-        let stacked = Tensor::f_stack(&xs[1..], -2).plugin_err(ctx)?;
+        let stacked = Tensor::f_stack(&xs[1..], 0).plugin_err(ctx)?;
+        // [..., n] → [n, ..., 1], contiguous like `stacked`.
+        let weights = xs[0]
+            .f_movedim(&[-1i64], &[0i64])
+            .and_then(|w| w.f_contiguous())
+            .and_then(|w| w.f_unsqueeze(-1))
+            .plugin_err(ctx)?;
         Ok(vec![stacked
-            .f_mul(&xs[0].f_unsqueeze(-1).plugin_err(ctx)?)
-            .and_then(|t| t.f_sum_dim_intlist([-2i64].as_slice(), false, Kind::Float))
+            .f_mul(&weights)
+            .and_then(|t| t.f_sum_dim_intlist([0i64].as_slice(), false, Kind::Float))
             .plugin_err(ctx)?])
     })?;
     Ok(combined)
