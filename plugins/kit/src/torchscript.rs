@@ -22,6 +22,34 @@ pub struct Input {
     pub tensor: Tensor,
 }
 
+thread_local! {
+    /// Whether this thread is tracing a module now ([`export`]).
+    static TRACING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread is inside [`export`]'s trace: a forward pass that
+/// picks one of two computations by its data must then take the one that
+/// holds for every input, since the trace keeps only the branch it saw.
+pub fn is_tracing() -> bool {
+    TRACING.with(|t| t.get())
+}
+
+/// Marks this thread as tracing until dropped.
+struct TracingGuard;
+
+impl TracingGuard {
+    fn enter() -> Self {
+        TRACING.with(|t| t.set(true));
+        TracingGuard
+    }
+}
+
+impl Drop for TracingGuard {
+    fn drop(&mut self) {
+        TRACING.with(|t| t.set(false));
+    }
+}
+
 /// Traces `forward` over `inputs` (with `params` frozen: no gradients), and
 /// writes `model.pt` and the inputs into `out_dir`. Returns the signature
 /// JSON with `columns`, per output row its `[dataset, row]`, and `batch`:
@@ -47,6 +75,7 @@ pub fn export(
         .collect::<Result<_, _>>()
         .plugin_err("the example inputs")?;
     let mut failure = None;
+    let tracing = TracingGuard::enter();
     let module = tch::no_grad(|| {
         CModule::create_by_tracing("tli_model", "forward", &tensors, &mut |xs: &[Tensor]| {
             match forward(xs) {
@@ -59,6 +88,7 @@ pub fn export(
         })
     })
     .plugin_err("tracing the model")?;
+    drop(tracing);
     if let Some(e) = failure {
         return Err(e);
     }

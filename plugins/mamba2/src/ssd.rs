@@ -240,25 +240,35 @@ fn chunked(
         .f_cumsum(-1, None::<Kind>)?;
 
     // 1. Inside each chunk: Y[l] = Σ_{s ≤ l} (C_l·B_s) exp(A_{s+1} + … + A_l) X_s.
-    //    The decay is a difference of the chunk's cumulative sums (as the
+    //    Factored through the chunk's first exponent where that stays in
+    //    range (`diagonal_factored`: no per-head (l, s) decay matrix), else
+    //    the decay as a difference of the chunk's cumulative sums (as the
     //    reference's fused chunk-scan kernels compute it; a chunk is short, so
     //    the difference keeps its precision), masked to s ≤ l before `exp`.
     let cb = c.f_matmul(&b.f_transpose(-1, -2)?)?; // (b, c, g, l, s)
-    let decay = a_cum
-        .f_unsqueeze(-1)?
-        .f_sub(&a_cum.f_unsqueeze(-2)?)?
-        // In place on the fresh difference: neither backward needs the input.
-        .f_masked_fill_(&upper_mask(q, 0, &a_cum)?, f64::NEG_INFINITY)?
-        .f_exp_()?; // (b, c, h, l, s)
-    let scores = decay
-        .f_view([bs, nchunks, g, hg, q, q])?
-        .f_mul(&cb.f_unsqueeze(3)?)?
-        .f_view([bs, nchunks, h, q, q])?;
-    let y_diag = scores.f_matmul(&xd.f_permute([0, 1, 3, 2, 4])?)?; // (b, c, h, l, p)
+    let last = a_cum.f_narrow(-1, q - 1, 1)?;
+    // (b, c, l, g, hg, p).
+    let y_diag = if factored_decay_holds(&a_cum, &last)? {
+        diagonal_factored(&cb, &a_cum, &xd, d, nchunks, q)?
+    } else {
+        let decay = a_cum
+            .f_unsqueeze(-1)?
+            .f_sub(&a_cum.f_unsqueeze(-2)?)?
+            // In place on the fresh difference: neither backward needs the input.
+            .f_masked_fill_(&upper_mask(q, 0, &a_cum)?, f64::NEG_INFINITY)?
+            .f_exp_()?; // (b, c, h, l, s)
+        let scores = decay
+            .f_view([bs, nchunks, g, hg, q, q])?
+            .f_mul(&cb.f_unsqueeze(3)?)?
+            .f_view([bs, nchunks, h, q, q])?;
+        scores
+            .f_matmul(&xd.f_permute([0, 1, 3, 2, 4])?)? // (b, c, h, l, p)
+            .f_view([bs, nchunks, g, hg, q, p])?
+            .f_permute([0, 1, 4, 2, 3, 5])?
+    };
 
     // 2. Each chunk's own end state (from a zero start), per group as
     //    (b, c, g, n, hg·p): Bᵀ times the inputs decayed to the chunk's end.
-    let last = a_cum.f_narrow(-1, q - 1, 1)?;
     let to_end = last.f_sub(&a_cum)?.f_exp()?; // (b, c, h, l)
     let xs = xd
         .f_mul(&to_end.f_transpose(2, 3)?.f_unsqueeze(-1)?)?
@@ -311,12 +321,75 @@ fn chunked(
         .f_permute([0, 1, 3, 2, 4, 5])?; // (b, c, l, g, hg, p)
 
     let y = y_diag
-        .f_view([bs, nchunks, g, hg, q, p])?
-        .f_permute([0, 1, 4, 2, 3, 5])?
         .f_add(&y_off)?
         .f_reshape([bs, padded, h, p])?
         .f_narrow(1, 0, d.len)?;
     Ok((y, final_state))
+}
+
+/// The widest span of cumulative decay exponents within one chunk for which
+/// [`diagonal_factored`] runs: its factors then stay within `e^±60`, far
+/// from f32's overflow (`e^88.7`, with room for the sums they scale) and
+/// from subnormals (flushed to zero).
+const FACTORED_SPAN: f64 = 60.0;
+
+/// Whether every chunk's decay exponents (`a_cum`, non-increasing along the
+/// chunk: `dt > 0`, `A < 0`) span less than [`FACTORED_SPAN`]. One answer for
+/// the whole call, so a batch with one strongly decaying chunk takes the
+/// plain form throughout (its outputs then differ from the factored form's
+/// in the last bits). Never while a module is traced for export: the trace
+/// would freeze the branch it saw for every later input.
+fn factored_decay_holds(a_cum: &Tensor, last: &Tensor) -> Result<bool, tch::TchError> {
+    if tli_plugin_kit::torchscript::is_tracing() {
+        return Ok(false);
+    }
+    let span = a_cum
+        .f_narrow(-1, 0, 1)?
+        .f_sub(last)?
+        .f_abs()?
+        .f_max()?
+        .f_double_value(&[])?;
+    Ok(span < FACTORED_SPAN)
+}
+
+/// The within-chunk outputs `Y_l = Σ_{s≤l} e^{A_l − A_s} (C_l·B_s) X_s`
+/// with the decay factored as `e^{A_l − A_0} · e^{A_0 − A_s}` (`A_0` the
+/// chunk's first exponent, a constant to autograd; an earlier position, so
+/// no output reads a later one even in rounding): the `(l, s)` matrix is
+/// then `C·Bᵀ` masked, shared by every head of a group, and one product per
+/// group covers all its heads, where the plain form builds, exponentiates
+/// and multiplies an `(l, s)` decay matrix per head. The same sums in
+/// another order, equal to rounding; [`factored_decay_holds`] keeps both
+/// factors in range. → `(b, c, l, g, hg, p)`.
+fn diagonal_factored(
+    cb: &Tensor,
+    a_cum: &Tensor,
+    xd: &Tensor,
+    d: Dims,
+    nchunks: i64,
+    q: i64,
+) -> Result<Tensor, tch::TchError> {
+    let (bs, h, p, g) = (d.batch, d.heads, d.headdim, d.groups);
+    let hg = h / g;
+    // (b, c, h, 1), outside the graph: the product does not depend on it.
+    let first = a_cum.f_narrow(-1, 0, 1)?.f_detach()?;
+    let into = first.f_sub(a_cum)?.f_exp()?; // e^{A_0 − A_s}: (b, c, h, s)
+    let out = a_cum.f_sub(&first)?.f_exp()?; // e^{A_l − A_0}: (b, c, h, l)
+    let masked = cb.f_masked_fill(&upper_mask(q, 0, cb)?, 0.0)?; // (b, c, g, l, s)
+                                                                 // X (b, c, s, h, p) scaled per source → (b, c, g, s, hg·p).
+    let scaled = xd
+        .f_mul(&into.f_transpose(2, 3)?.f_unsqueeze(-1)?)?
+        .f_view([bs, nchunks, q, g, hg * p])?
+        .f_permute([0, 1, 3, 2, 4])?;
+    masked
+        .f_matmul(&scaled)? // (b, c, g, l, hg·p)
+        .f_view([bs, nchunks, g, q, hg, p])?
+        .f_mul(
+            &out.f_view([bs, nchunks, g, hg, q])?
+                .f_transpose(3, 4)?
+                .f_unsqueeze(-1)?,
+        )? // (b, c, g, l, hg, p)
+        .f_permute([0, 1, 3, 2, 4, 5])
 }
 
 fn step(

@@ -480,7 +480,7 @@ fn combine(
         let stacked = Tensor::f_stack(&xs[1..], 0).plugin_err(ctx)?;
         // [..., n] → [n, ..., 1], contiguous like `stacked`.
         let weights = xs[0]
-            .f_movedim(&[-1i64], &[0i64])
+            .f_movedim([-1i64], [0i64])
             .and_then(|w| w.f_contiguous())
             .and_then(|w| w.f_unsqueeze(-1))
             .plugin_err(ctx)?;
