@@ -378,8 +378,14 @@ impl Mamba2Block {
                     [1],
                     self.config.conv_dim() as i64,
                 )?
+                .f_silu()?
+                // Position-major again: x, B and C are slices of the last
+                // dimension, and everything after the SSD's reshapes and
+                // products wants each position's channels adjacent (left
+                // channel-major, their muls ran strided and their products
+                // copied first).
                 .f_transpose(1, 2)?
-                .f_silu()?;
+                .f_contiguous()?;
             Ok::<_, tch::TchError>((out, conv_state))
         })()
         .plugin_err("Mamba-2 convolution")?;

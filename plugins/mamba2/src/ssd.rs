@@ -228,11 +228,22 @@ fn chunked(
     };
     let (b, c) = (by_group(b)?, by_group(c)?);
 
-    // Discretised inputs, in chunks: X (b, c, l, h, p); A·dt and its
-    // cumulative sum within each chunk (b, c, h, l).
-    let xd = x
-        .f_mul(&dt.f_unsqueeze(-1)?)?
-        .f_reshape([bs, nchunks, q, h, p])?;
+    // Inputs in chunks, x (b, c, l, h, p) and dt (b, c, l, h); A·dt and its
+    // cumulative sum within each chunk (b, c, h, l). The discretised inputs
+    // X = x·dt are formed only where used, each as x times one per-(position,
+    // head) factor (dt with the decay that follows it), not x·dt first and
+    // the decay after: one pass over x fewer each way.
+    let x = x.f_reshape([bs, nchunks, q, h, p])?;
+    let dt_chunks = dt.f_reshape([bs, nchunks, q, h])?;
+    // x scaled by `factor (b, c, h, l)` per position and head → (b, c, l, h, p).
+    let x_times = |factor: &Tensor| -> Result<Tensor, tch::TchError> {
+        x.f_mul(
+            &factor
+                .f_transpose(2, 3)?
+                .f_mul(&dt_chunks)?
+                .f_unsqueeze(-1)?,
+        )
+    };
     let a_cum = dt
         .f_mul(a)?
         .f_reshape([bs, nchunks, q, h])?
@@ -249,7 +260,7 @@ fn chunked(
     let last = a_cum.f_narrow(-1, q - 1, 1)?;
     // (b, c, l, g, hg, p).
     let y_diag = if factored_decay_holds(&a_cum, &last)? {
-        diagonal_factored(&cb, &a_cum, &xd, d, nchunks, q)?
+        diagonal_factored(&cb, &a_cum, &x_times, d, nchunks, q)?
     } else {
         let decay = a_cum
             .f_unsqueeze(-1)?
@@ -261,6 +272,7 @@ fn chunked(
             .f_view([bs, nchunks, g, hg, q, q])?
             .f_mul(&cb.f_unsqueeze(3)?)?
             .f_view([bs, nchunks, h, q, q])?;
+        let xd = x.f_mul(&dt_chunks.f_unsqueeze(-1)?)?; // (b, c, l, h, p)
         scores
             .f_matmul(&xd.f_permute([0, 1, 3, 2, 4])?)? // (b, c, h, l, p)
             .f_view([bs, nchunks, g, hg, q, p])?
@@ -270,8 +282,7 @@ fn chunked(
     // 2. Each chunk's own end state (from a zero start), per group as
     //    (b, c, g, n, hg·p): Bᵀ times the inputs decayed to the chunk's end.
     let to_end = last.f_sub(&a_cum)?.f_exp()?; // (b, c, h, l)
-    let xs = xd
-        .f_mul(&to_end.f_transpose(2, 3)?.f_unsqueeze(-1)?)?
+    let xs = x_times(&to_end)?
         .f_reshape([bs, nchunks, q, g, hg * p])?
         .f_permute([0, 1, 3, 2, 4])?;
     let states = b
@@ -364,7 +375,7 @@ fn factored_decay_holds(a_cum: &Tensor, last: &Tensor) -> Result<bool, tch::TchE
 fn diagonal_factored(
     cb: &Tensor,
     a_cum: &Tensor,
-    xd: &Tensor,
+    x_times: &dyn Fn(&Tensor) -> Result<Tensor, tch::TchError>,
     d: Dims,
     nchunks: i64,
     q: i64,
@@ -377,8 +388,7 @@ fn diagonal_factored(
     let out = a_cum.f_sub(&first)?.f_exp()?; // e^{A_l − A_0}: (b, c, h, l)
     let masked = cb.f_masked_fill(&upper_mask(q, 0, cb)?, 0.0)?; // (b, c, g, l, s)
                                                                  // X (b, c, s, h, p) scaled per source → (b, c, g, s, hg·p).
-    let scaled = xd
-        .f_mul(&into.f_transpose(2, 3)?.f_unsqueeze(-1)?)?
+    let scaled = x_times(&into)?
         .f_view([bs, nchunks, q, g, hg * p])?
         .f_permute([0, 1, 3, 2, 4])?;
     masked
