@@ -37,9 +37,6 @@ pub struct RealInputs {
     groups: Option<Tensor>,
     /// Each variable's input columns, in order.
     columns: Vec<Vec<usize>>,
-    /// Each input's variable (`[n]` int64), for gathering per-variable
-    /// blocks of a matrix by input.
-    variable_of: Tensor,
 }
 
 impl RealInputs {
@@ -58,13 +55,11 @@ impl RealInputs {
         let bias = Tensor::f_zeros(shape, (Kind::Float, device))
             .plugin_err(ctx)?
             .set_requires_grad(true);
-        let own: Vec<usize> = (0..count).collect();
         Ok(Self {
             weight,
             bias,
             groups: None,
-            columns: own.iter().map(|&j| vec![j]).collect(),
-            variable_of: variable_index(&own, device)?,
+            columns: (0..count).map(|j| vec![j]).collect(),
         })
     }
 
@@ -98,7 +93,6 @@ impl RealInputs {
             )));
         }
         self.columns = columns;
-        self.variable_of = variable_index(groups, device)?;
         self.groups = Some(
             Tensor::f_from_slice(&matrix)
                 .and_then(|m| m.f_view([variables as i64, n as i64]))
@@ -226,7 +220,7 @@ impl RealInputs {
     ) -> Result<Tensor, PluginError> {
         self.check_inputs(x)?;
         let ctx = "folding a linear map into the input transform";
-        let (out, d) = (weight.size()[0], self.weight.size()[1]);
+        let d = self.weight.size()[1];
         let variables = self.variables() as i64;
         if weight.size()[1] != variables * d {
             return Err(PluginError::invalid_data(format!(
@@ -235,33 +229,34 @@ impl RealInputs {
                 weight.size()[1]
             )));
         }
-        // [out, V, d] → each input's variable's block: [out, n, d].
-        let mut blocks = weight.f_view([out, variables, d]).plugin_err(ctx)?;
-        if self.groups.is_some() {
-            blocks = blocks
-                .f_index_select(1, &self.variable_of)
-                .plugin_err(ctx)?;
-        }
-        let sum_d = |t: Tensor| {
-            t.f_sum_dim_intlist([-1i64].as_slice(), false, Kind::Float)
-                .plugin_err(ctx)
+        // D [V·d, n + 1]: column j < n holds w_j in the rows of input j's
+        // variable (zeros elsewhere), column n each variable's summed biases;
+        // then [U | c] = W·D, one product, no temporary the size of W (the
+        // model's largest matrix).
+        let n = self.weight.size()[0];
+        let groups = match &self.groups {
+            Some(g) => g.shallow_clone(),
+            None => Tensor::f_eye(n, (Kind::Float, self.weight.device())).plugin_err(ctx)?,
         };
-        // U_jo = Σ_k w_jk·W_o,j,k; c_o = Σ_j Σ_k b_jk·W_o,j,k.
-        let u = sum_d(blocks.f_mul(&self.weight).plugin_err(ctx)?)?; // [out, n]
-        let mut c = sum_d(sum_d(blocks.f_mul(&self.bias).plugin_err(ctx)?)?)?; // [out]
+        let columns = groups
+            .f_unsqueeze(1)
+            .and_then(|g| g.f_mul(&self.weight.f_transpose(0, 1)?.f_unsqueeze(0)?)) // [V, d, n]
+            .plugin_err(ctx)?;
+        let biases = groups
+            .f_matmul(&self.bias)
+            .and_then(|b| b.f_unsqueeze(-1)) // [V, d, 1]
+            .plugin_err(ctx)?;
+        let both = Tensor::f_cat(&[columns, biases], -1)
+            .and_then(|m| m.f_reshape([variables * d, n + 1]))
+            .and_then(|m| weight.f_matmul(&m)) // [out, n + 1]
+            .plugin_err(ctx)?;
+        let u = both.f_narrow(1, 0, n).plugin_err(ctx)?;
+        let mut c = both.f_select(1, n).plugin_err(ctx)?;
         if let Some(bias) = bias {
             c = c.f_add(bias).plugin_err(ctx)?;
         }
         x.f_linear(&u, Some(&c)).plugin_err(ctx)
     }
-}
-
-/// Each input's variable as an int64 tensor.
-fn variable_index(groups: &[usize], device: Device) -> Result<Tensor, PluginError> {
-    let index: Vec<i64> = groups.iter().map(|&v| v as i64).collect();
-    Tensor::f_from_slice(&index)
-        .and_then(|t| t.f_to_device(device))
-        .plugin_err("indexing input groups")
 }
 
 impl Parameters for RealInputs {
