@@ -242,33 +242,6 @@ mod tests {
         assert!(!release_free_memory());
     }
 
-    /// Whether glibc serves a block of `bytes` from a mapping of its own
-    /// (the `IS_MMAPPED` bit of the chunk's size word, just before it).
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    fn served_mapped(bytes: usize) -> bool {
-        // SAFETY: the block is glibc's, its size word precedes it, and it is freed here.
-        unsafe {
-            let p = libc::malloc(bytes);
-            assert!(!p.is_null());
-            let size_word = *(p as *const usize).sub(1);
-            libc::free(p);
-            size_word & 2 != 0
-        }
-    }
-
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    #[test]
-    fn a_fixed_threshold_maps_again_after_the_one_task_policy_turned_mapping_off() {
-        // One task: not even a block over the 32 MiB threshold cap is mapped
-        // (48 MiB: a thread's arena can hold it).
-        set_sharing(false);
-        assert!(!served_mapped(48 << 20), "a 48 MiB block was mapped under one-task reuse");
-        // A profiling child fixes the threshold after that: its blocks are mapped again.
-        map_large_allocations(128 * 1024);
-        assert!(served_mapped(4 << 20), "a 4 MiB block was not mapped at a 128 KiB threshold");
-        apply(MallocPolicy::Adaptive);
-    }
-
     #[test]
     fn the_parameters_change_when_a_second_task_starts_and_when_one_is_left() {
         assert_eq!(sharing_change(0, 1), None);
