@@ -170,13 +170,19 @@ impl RealInputs {
     /// `v`-th row of [`forward`](Self::forward)'s output).
     pub fn variable(&self, x: &Tensor, v: usize) -> Result<Tensor, PluginError> {
         self.check_inputs(x)?;
-        let ctx = "input transform";
+        let (w, b) = self.variable_map(v)?;
+        Self::affine(&self.columns_of(v, x, -1)?, &w, &b)
+    }
+
+    /// Variable `v`'s transform as `ξ_v = x_v·w + b`: its inputs' rows of the
+    /// weights (`w [m, d]`) and their biases summed (`b [d]`).
+    fn variable_map(&self, v: usize) -> Result<(Tensor, Tensor), PluginError> {
         let w = self.columns_of(v, &self.weight, 0)?;
         let b = self
             .columns_of(v, &self.bias, 0)?
             .f_sum_dim_intlist([0i64].as_slice(), false, Kind::Float)
-            .plugin_err(ctx)?;
-        Self::affine(&self.columns_of(v, x, -1)?, &w, &b)
+            .plugin_err("input transform")?;
+        Ok((w, b))
     }
 
     /// A linear map of variable `v`'s vector, `ξ_v·Wᵀ + bias` (`weight
@@ -192,11 +198,7 @@ impl RealInputs {
     ) -> Result<Tensor, PluginError> {
         self.check_inputs(x)?;
         let ctx = "folding a linear map into the input transform";
-        let w = self.columns_of(v, &self.weight, 0)?;
-        let b = self
-            .columns_of(v, &self.bias, 0)?
-            .f_sum_dim_intlist([0i64].as_slice(), false, Kind::Float)
-            .plugin_err(ctx)?;
+        let (w, b) = self.variable_map(v)?;
         // [m, d] @ [d, out] and [d] @ [d, out].
         let a = w
             .f_matmul(&weight.f_transpose(0, 1).plugin_err(ctx)?)
