@@ -10,11 +10,13 @@
 //! Prints the median of `RUNS` after one warm-up step each.
 //!
 //! Sizes: `TLI_BENCH_HIDDEN` (default 256), `TLI_BENCH_BATCH` (64),
+//! `TLI_BENCH_OBSERVED` (6) and `TLI_BENCH_KNOWN` (7) real inputs (a selection
+//! network's share of the step: run with fewer),
 //! `TLI_BENCH_LOOKBACK` (64); `TLI_BENCH_THREADS` sets libtorch's intra-op
 //! threads (default: libtorch's own, one per core); `TLI_BENCH_DEVICE=cuda:N`
 //! runs on a GPU (INT8 then uses the tensor-op update; times include a
 //! synchronisation per step). The process starts as `tli` does: its malloc
-//! policy (blocks under 32 MiB kept in the heaps, `runtime/src/allocator.rs`;
+//! policy (freed blocks kept in the heaps, `runtime/src/allocator.rs`;
 //! `TLI_MALLOC=glibc` for glibc's defaults) and subnormal floats flushed to
 //! zero (`runtime/src/float_env.rs`; `TLI_DENORMALS=keep` to keep them). Also
 //! prints each step's minor page faults and the kernel's share of its CPU
