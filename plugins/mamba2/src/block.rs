@@ -387,7 +387,7 @@ impl Mamba2Block {
                 .f_permute([0, 3, 1, 2])?
                 .f_conv2d(
                     &self.conv_weight.f_unsqueeze(2)?,
-                    Some(&self.conv_bias),
+                    None::<Tensor>,
                     [1, 1],
                     [0, 0],
                     [1, 1],
@@ -397,6 +397,10 @@ impl Mamba2Block {
                 .f_squeeze_dim(1)?
                 // A no-op where the kernel kept the layout (it does on CPU).
                 .f_contiguous()?
+                // The bias added in place on the fresh output, not by the
+                // kernel: oneDNN's bias gradient for this layout is a slow
+                // loop (4 % of a step), autograd's sum over positions is not.
+                .f_add_(&self.conv_bias)?
                 // SiLU on the contiguous output: its backward then reads a
                 // contiguous gradient beside a contiguous input.
                 .f_silu()?;
