@@ -8,10 +8,13 @@
 //!
 //! Two weights (2 `H × chunk` matrices per token — the in-chunk decays and
 //! the scores; `C·Bᵀ` is per group — and a third of a layer for the backward
-//! pass) are fitted to the CPU heap peaks of `benches/activation_memory.rs`
-//! over ten configs, from 2% under to 17% over (docs/benchmarks.md,
-//! "Mamba-2"); `scripts/gpu-check.sh` compares with the CUDA allocator's
-//! peak.
+//! pass) were fitted to the CPU heap peaks of `benches/activation_memory.rs`
+//! over ten configs. The model follows the SSD's plain form, which builds
+//! those per-head matrices: the factored form (most batches) does not, but
+//! which form runs depends on the data, so the estimate covers the larger.
+//! Measured now: 1–20 % over the plain form's peaks, 10–46 % over the
+//! factored form's (docs/benchmarks.md, "Mamba-2"); `scripts/gpu-check.sh`
+//! compares with the CUDA allocator's peak.
 
 use crate::config::ForecasterConfig;
 
