@@ -91,54 +91,52 @@ fn main() {
 /// `plain`: with `A = −exp(A_log)` at −10⁴ in every layer, so that every
 /// chunk's decay spans far more than the factored form allows.
 fn measure(config: &ForecasterConfig, plain: bool) -> f64 {
-    {
-        let model = Forecaster::new(config, FEATURES as usize, &mut Rng::new(1), Device::Cpu)
-            .expect("model");
-        if plain {
-            tch::no_grad(|| {
-                for layer in &model.stack.layers {
-                    let _ = layer.mixer.a_log.shallow_clone().fill_(1e4f64.ln());
-                }
-            });
-        }
-        let params = model.parameters();
-        let mut rng = Rng::new(2);
-        let (b, l) = (config.batch_size as i64, config.lookback as i64);
-        let values: Vec<f32> = (0..b * l * FEATURES).map(|_| rng.normal() as f32).collect();
-        let x = Tensor::from_slice(&values).reshape([b, l, FEATURES]);
-        let base = heap_in_use();
-        let peak = Arc::new(AtomicUsize::new(base));
-        let running = Arc::new(AtomicBool::new(true));
-        let sampler = {
-            let (peak, running) = (peak.clone(), running.clone());
-            std::thread::spawn(move || {
-                while running.load(Ordering::Relaxed) {
-                    peak.fetch_max(heap_in_use(), Ordering::Relaxed);
-                    std::thread::sleep(std::time::Duration::from_micros(200));
-                }
-            })
-        };
-        // The step as the trainer runs it: the window batch, forecasts, loss, gradients.
-        let window = x.copy();
-        let k = config.loss_positions as i64;
-        let forecast = model
-            .forward(&window, config.loss_positions, None)
-            .expect("forward");
-        let target = Tensor::zeros([b, k, config.horizons as i64], (Kind::Float, Device::Cpu));
-        let loss = (forecast.select(-1, 0) - &target)
-            .square()
-            .mean(Kind::Float);
-        peak.fetch_max(heap_in_use(), Ordering::Relaxed);
-        let grads = Tensor::run_backward(&[loss], &params, false, false);
-        peak.fetch_max(heap_in_use(), Ordering::Relaxed);
-        let flat = Tensor::cat(
-            &grads.iter().map(|g| g.reshape([-1])).collect::<Vec<_>>(),
-            0,
-        );
-        peak.fetch_max(heap_in_use(), Ordering::Relaxed);
-        running.store(false, Ordering::Relaxed);
-        sampler.join().expect("sampler");
-        drop((flat, grads, forecast, window));
-        peak.load(Ordering::Relaxed).saturating_sub(base) as f64
+    let model =
+        Forecaster::new(config, FEATURES as usize, &mut Rng::new(1), Device::Cpu).expect("model");
+    if plain {
+        tch::no_grad(|| {
+            for layer in &model.stack.layers {
+                let _ = layer.mixer.a_log.shallow_clone().fill_(1e4f64.ln());
+            }
+        });
     }
+    let params = model.parameters();
+    let mut rng = Rng::new(2);
+    let (b, l) = (config.batch_size as i64, config.lookback as i64);
+    let values: Vec<f32> = (0..b * l * FEATURES).map(|_| rng.normal() as f32).collect();
+    let x = Tensor::from_slice(&values).reshape([b, l, FEATURES]);
+    let base = heap_in_use();
+    let peak = Arc::new(AtomicUsize::new(base));
+    let running = Arc::new(AtomicBool::new(true));
+    let sampler = {
+        let (peak, running) = (peak.clone(), running.clone());
+        std::thread::spawn(move || {
+            while running.load(Ordering::Relaxed) {
+                peak.fetch_max(heap_in_use(), Ordering::Relaxed);
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+        })
+    };
+    // The step as the trainer runs it: the window batch, forecasts, loss, gradients.
+    let window = x.copy();
+    let k = config.loss_positions as i64;
+    let forecast = model
+        .forward(&window, config.loss_positions, None)
+        .expect("forward");
+    let target = Tensor::zeros([b, k, config.horizons as i64], (Kind::Float, Device::Cpu));
+    let loss = (forecast.select(-1, 0) - &target)
+        .square()
+        .mean(Kind::Float);
+    peak.fetch_max(heap_in_use(), Ordering::Relaxed);
+    let grads = Tensor::run_backward(&[loss], &params, false, false);
+    peak.fetch_max(heap_in_use(), Ordering::Relaxed);
+    let flat = Tensor::cat(
+        &grads.iter().map(|g| g.reshape([-1])).collect::<Vec<_>>(),
+        0,
+    );
+    peak.fetch_max(heap_in_use(), Ordering::Relaxed);
+    running.store(false, Ordering::Relaxed);
+    sampler.join().expect("sampler");
+    drop((flat, grads, forecast, window));
+    peak.load(Ordering::Relaxed).saturating_sub(base) as f64
 }
